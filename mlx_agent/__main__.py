@@ -1,0 +1,3 @@
+from mlx_agent.cli import main
+
+main()

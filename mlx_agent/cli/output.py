@@ -1,0 +1,58 @@
+"""The JSON envelope, human rendering on stderr/stdout, and the conversion of errors to exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from mlx_agent import FORMAT_VERSION
+from mlx_agent.errors import MlxAgentError
+
+Result = tuple[dict[str, Any], list[str]]
+
+
+def envelope(operation: str, data: dict[str, Any] | None, warnings: list[str],
+             error: MlxAgentError | None = None) -> dict[str, Any]:
+    """Return the one JSON document a ``--json`` command prints."""
+    doc: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "operation": operation,
+        "status": "error" if error else "ok",
+        "data": data or {},
+        "warnings": warnings,
+    }
+    if error is not None:
+        doc["error"] = error.to_dict()
+    return doc
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    """Print ``doc`` as the only document on stdout."""
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def fail(operation: str, error: MlxAgentError, as_json: bool, data: dict[str, Any] | None = None) -> NoReturn:
+    """Report ``error`` in the chosen form and exit with its code."""
+    if as_json:
+        emit_json(envelope(operation, data, [], error))
+    else:
+        from mlx_agent.cli.render import render_error
+
+        render_error(error)
+    sys.exit(error.exit_code)
+
+
+def run(operation: str, as_json: bool, action: Callable[[], Result],
+        render: Callable[[dict[str, Any], list[str]], None]) -> None:
+    """Run ``action``; print its result as the envelope or through ``render``; turn errors into exits."""
+    try:
+        data, warnings = action()
+    except MlxAgentError as exc:
+        fail(operation, exc, as_json)
+    if as_json:
+        emit_json(envelope(operation, data, warnings))
+    else:
+        render(data, warnings)

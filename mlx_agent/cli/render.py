@@ -1,0 +1,114 @@
+"""Human output with rich. Imported only when ``--json`` is not given, because rich costs start-up time."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mlx_agent.errors import MlxAgentError
+from mlx_agent.supervise.readiness import Tick
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
+
+
+def render_error(error: MlxAgentError) -> None:
+    """Print an error, its code, the remedy and the details a person needs."""
+    err.print(f"[bold red]error[/] [red]{error.code}[/]: {escape(error.message)}")
+    changes = error.details.get("changes")
+    if changes:
+        table = Table("field", "previewed", "now", title="What changed since the preview")
+        for change in changes:
+            table.add_row(escape(change["field"]), escape(str(change["old"])), escape(str(change["new"])))
+        err.print(table)
+    for line in error.details.get("log_tail", []) or []:
+        err.print(f"  [dim]log |[/] {escape(line)}")
+    err.print(f"[bold]remedy:[/] {escape(error.remediation)}")
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print the plan a person reviews, its hash, and the command that confirms it."""
+    plan = data["plan"]
+    source, runtime = plan["source"], plan["runtime"]
+    table = Table(show_header=False, title="serve start: plan (nothing started)", title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    where = source["path"] if source["kind"] == "path" else f"{source['repo']}@{source['revision']}"
+    table.add_row("model", escape(where))
+    total = sum(f["size"] for f in source["files"])
+    table.add_row("files", f"{len(source['files'])} bound by identity, {_size(total)}")
+    table.add_row("runtime", f"{runtime['name']} ({runtime['launcher']})")
+    versions = ", ".join(f"{k} {v}" for k, v in runtime["versions"].items())
+    table.add_row("versions", escape(versions))
+    table.add_row("listen", plan["base_url"])
+    table.add_row("argv", escape(shlex.join(plan["argv"])))
+    table.add_row("env", escape(" ".join(f"{k}={v}" for k, v in sorted(plan["env"].items()))))
+    table.add_row("preview_hash", f"[green]{plan['preview_hash']}[/]")
+    out.print(table)
+    _warnings(warnings)
+    confirm = shlex.join([*sys.argv[:1], *sys.argv[1:], "--confirm", "--preview-hash", plan["preview_hash"]])
+    out.print(f"To launch it, run: [bold]{escape(confirm)}[/]")
+
+
+def render_receipt(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print what was launched and where its receipt and log are."""
+    receipt = data["receipt"]
+    _warnings(warnings)
+    out.print(f"[green]ready[/] {receipt['base_url']}  pid {receipt['pid']}  "
+              f"receipt {escape(data['receipt_path'])}  log {escape(receipt['log_path'])}")
+
+
+def render_status(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print one row per known server."""
+    _warnings(warnings)
+    if not data["servers"]:
+        out.print(f"No servers have receipts in {escape(data['receipts_dir'])}.")
+        return
+    table = Table("port", "state", "health", "pid", "runtime", "model", "started")
+    colours = {"running": "green", "starting": "yellow", "exited": "dim", "foreign": "red", "unreadable": "red"}
+    for s in data["servers"]:
+        state = s["state"]
+        table.add_row(str(s["port"]), f"[{colours.get(state, 'white')}]{state}[/]", s.get("health") or "-",
+                      str(s.get("pid", "-")), s.get("runtime") or "-",
+                      escape(s.get("repo") or s.get("model") or "-"), s.get("started_at") or "-")
+    out.print(table)
+
+
+def render_stop(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print how the server on a port ended."""
+    _warnings(warnings)
+    if data["result"] == "already_stopped":
+        out.print(f"port {data['port']}: the process had already exited; removed its receipt")
+    else:
+        out.print(f"port {data['port']}: stopped pid {data['pid']} ({data['how']}); removed its receipt")
+
+
+@contextmanager
+def spinner(message: str) -> Iterator[Tick]:
+    """Show a spinner with the elapsed time and the log's last line; yield the callback that updates it."""
+    with err.status(message) as status:
+        def tick(elapsed: float, last_line: str) -> None:
+            status.update(f"{message} [dim]{elapsed:4.0f}s[/]  {escape(last_line[-100:])}")
+
+        yield tick

@@ -1,0 +1,181 @@
+"""The one exception tree of mlx-agent.
+
+Every failure a user can cause or meet is a leaf below, with a stable snake_case ``code``, an
+``exit_code`` (1 refused or failed, 2 usage error) and a one-sentence ``remediation``. The CLI turns
+them into the JSON envelope at its boundary only; anything else reaching it is a bug.
+
+    MlxAgentError
+    ├── UsageError (exit 2)
+    │   └── InvalidArguments ................ invalid_arguments
+    ├── PreviewError
+    │   ├── PreviewHashRequired ............. preview_hash_required
+    │   └── PreviewStale .................... preview_stale
+    ├── SourceError
+    │   ├── ModelNotLocal ................... model_not_local
+    │   └── ModelInvalid .................... model_invalid
+    ├── RuntimeSelectionError
+    │   ├── RuntimeNotInstalled ............. runtime_not_installed
+    │   └── UnsupportedRuntime .............. unsupported_runtime
+    ├── PortError
+    │   ├── PortInUse ....................... port_in_use
+    │   └── PortClaimed ..................... port_claimed
+    ├── LaunchError
+    │   ├── LaunchFailed .................... launch_failed
+    │   ├── ReadinessTimeout ................ readiness_timeout
+    │   └── LaunchInterrupted ............... launch_interrupted
+    ├── ReceiptError
+    │   ├── ReceiptNotFound ................. receipt_not_found
+    │   ├── ReceiptCorrupt .................. receipt_corrupt
+    │   └── ReceiptVersionUnsupported ....... receipt_version_unsupported
+    ├── OwnershipMismatch ................... ownership_mismatch
+    └── LockTimeout ......................... lock_timeout
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MlxAgentError(Exception):
+    """Base of every error mlx-agent reports to a user."""
+
+    code = "internal_error"
+    exit_code = 1
+    remediation = "Report this as a bug with the command you ran."
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None,
+                 remediation: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+        if remediation is not None:
+            self.remediation = remediation
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the envelope's ``error`` object."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "remediation": self.remediation,
+            "details": self.details,
+        }
+
+
+class UsageError(MlxAgentError):
+    """The command line itself is wrong."""
+
+    exit_code = 2
+
+
+class InvalidArguments(UsageError):
+    code = "invalid_arguments"
+    remediation = "Fix the named option; `mlx-agent serve start --help` lists them."
+
+
+class PreviewError(MlxAgentError):
+    """The confirm step does not match a reviewed preview."""
+
+
+class PreviewHashRequired(PreviewError):
+    code = "preview_hash_required"
+    remediation = "Run the same command without --confirm, review the plan, then pass its --preview-hash."
+
+
+class PreviewStale(PreviewError):
+    code = "preview_stale"
+    remediation = "Run the command without --confirm again, review the new plan, and confirm its hash."
+
+
+class SourceError(MlxAgentError):
+    """The model source cannot be served from local files."""
+
+
+class ModelNotLocal(SourceError):
+    code = "model_not_local"
+    remediation = ("Download the model yourself (mlx-agent never downloads), or pass --path with an "
+                   "absolute local model directory.")
+
+
+class ModelInvalid(SourceError):
+    code = "model_invalid"
+    remediation = "Point --path at a model directory holding config.json, tokenizer files and weights."
+
+
+class RuntimeSelectionError(MlxAgentError):
+    """The requested runtime cannot run here."""
+
+
+class RuntimeNotInstalled(RuntimeSelectionError):
+    code = "runtime_not_installed"
+    remediation = ("Install the runtime into this environment yourself (for mlx_lm: "
+                   "pip install mlx-lm); mlx-agent never installs runtimes.")
+
+
+class UnsupportedRuntime(RuntimeSelectionError):
+    code = "unsupported_runtime"
+    remediation = "Choose a runtime that mlx-agent has a recipe for: see `mlx-agent serve start --help`."
+
+
+class PortError(MlxAgentError):
+    """The port cannot be used for this server."""
+
+
+class PortInUse(PortError):
+    code = "port_in_use"
+    remediation = "Stop what listens there (`mlx-agent serve stop --port N` if it is ours) or choose another --port."
+
+
+class PortClaimed(PortError):
+    code = "port_claimed"
+    remediation = "Choose another --port; a wired config expects a different server on this one."
+
+
+class LaunchError(MlxAgentError):
+    """The server process did not become ready; nothing was left running."""
+
+
+class LaunchFailed(LaunchError):
+    code = "launch_failed"
+    remediation = "Read the log lines in details.log_tail (the full log is at details.log_path) and fix the cause."
+
+
+class ReadinessTimeout(LaunchError):
+    code = "readiness_timeout"
+    remediation = "Raise --ready-timeout for large models, or read details.log_tail for why loading stalled."
+
+
+class LaunchInterrupted(LaunchError):
+    code = "launch_interrupted"
+    remediation = "The launch was interrupted and the server stopped; run the confirm step again."
+
+
+class ReceiptError(MlxAgentError):
+    """A receipt is missing or unreadable."""
+
+
+class ReceiptNotFound(ReceiptError):
+    code = "receipt_not_found"
+    remediation = ("Check --port and use the same --receipts-dir as at start; "
+                   "`mlx-agent serve status` lists known servers.")
+
+
+class ReceiptCorrupt(ReceiptError):
+    code = "receipt_corrupt"
+    remediation = ("Inspect the file named in details.path; if no server of ours runs on that port, "
+                   "delete the file.")
+
+
+class ReceiptVersionUnsupported(ReceiptError):
+    code = "receipt_version_unsupported"
+    remediation = "Upgrade mlx-agent; this receipt was written by a newer major version."
+
+
+class OwnershipMismatch(MlxAgentError):
+    code = "ownership_mismatch"
+    remediation = ("The receipt's pid now belongs to another process; nothing was signalled. "
+                   "Delete the stale receipt after checking the port yourself.")
+
+
+class LockTimeout(MlxAgentError):
+    code = "lock_timeout"
+    remediation = "Another mlx-agent command is working on this port; retry when it has finished."

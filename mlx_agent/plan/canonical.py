@@ -1,0 +1,52 @@
+"""Canonical JSON of a plan, its hash, and the field-by-field difference between two plans."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+_MISSING = "<absent>"
+
+
+def canonical_json(obj: Any) -> str:
+    """Serialise ``obj`` the one way whose bytes are hashed: sorted keys, no spaces, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def plan_hash(plan: dict[str, Any]) -> str:
+    """Return the sha256 hex of the canonical plan without its own ``preview_hash``."""
+    body = {k: v for k, v in plan.items() if k != "preview_hash"}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def with_hash(plan: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``plan`` carrying its ``preview_hash``."""
+    return {**plan, "preview_hash": plan_hash(plan)}
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for key, sub in value.items():
+            _flatten(sub, f"{prefix}.{key}" if prefix else str(key), out)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        # Lists of named records (files) diff by name, so one changed file reads as one change.
+        for item in value:
+            _flatten({k: v for k, v in item.items() if k != "name"}, f"{prefix}[{item['name']}]", out)
+    else:
+        out[prefix] = value
+
+
+def plan_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """List every leaf field that differs, as ``{"field", "old", "new"}`` in field order."""
+    flat_old: dict[str, Any] = {}
+    flat_new: dict[str, Any] = {}
+    _flatten({k: v for k, v in old.items() if k != "preview_hash"}, "", flat_old)
+    _flatten({k: v for k, v in new.items() if k != "preview_hash"}, "", flat_new)
+    changes = []
+    for field in sorted(flat_old.keys() | flat_new.keys()):
+        before = flat_old.get(field, _MISSING)
+        after = flat_new.get(field, _MISSING)
+        if before != after:
+            changes.append({"field": field, "old": before, "new": after})
+    return changes

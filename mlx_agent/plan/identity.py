@@ -1,0 +1,97 @@
+"""Content identity of model and adapter files, cheap enough to compute at every preview.
+
+Small files are hashed in full. Weight files are never read in full at preview: a plain directory binds
+their size, mtime_ns and inode plus a sha256 of the safetensors header; the HF cache binds the blob id,
+which already is the content hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from mlx_agent.errors import ModelInvalid
+
+CHUNK = 4 * 1024 * 1024
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin", ".pt", ".pth")
+SMALL_FILE_LIMIT = 64 * 1024 * 1024
+# A safetensors header is JSON describing tensors; anything near this size is corruption, not a model.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    """Return the sha256 hex of a file, read in 4 MiB chunks into one reused buffer."""
+    digest = hashlib.sha256()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def read_safetensors_header(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """Return the raw header bytes (length prefix included) and the parsed header of a safetensors file."""
+    try:
+        with open(path, "rb") as fh:
+            prefix = fh.read(8)
+            if len(prefix) != 8:
+                raise ValueError("file is shorter than the 8-byte header length")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > MAX_HEADER_BYTES:
+                raise ValueError(f"header length {length} is implausible")
+            body = fh.read(length)
+            if len(body) != length:
+                raise ValueError("header is truncated")
+        header = json.loads(body)
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise ModelInvalid(f"{path} is not a readable safetensors file: {exc}",
+                           details={"path": str(path)}) from exc
+    return prefix + body, header
+
+
+def safetensors_header_sha256(path: Path) -> str:
+    """Return the sha256 hex of a safetensors file's header (its tensor names, shapes and offsets)."""
+    raw, _ = read_safetensors_header(path)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def is_weight_file(name: str) -> bool:
+    """Say whether a file name is a weight file, which is never read in full at preview."""
+    return name.endswith(WEIGHT_SUFFIXES)
+
+
+def file_identity(path: Path, name: str) -> dict[str, Any]:
+    """Return the identity record of one file of a plain model directory."""
+    st = path.stat()
+    if is_weight_file(name) or st.st_size > SMALL_FILE_LIMIT:
+        record: dict[str, Any] = {"name": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                  "inode": st.st_ino}
+        if name.endswith(".safetensors"):
+            record["header_sha256"] = safetensors_header_sha256(path)
+        return record
+    return {"name": name, "size": st.st_size, "sha256": sha256_file(path)}
+
+
+def list_files(root: Path) -> list[str]:
+    """Return the relative names of the files under ``root``, sorted, skipping hidden entries."""
+    names: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel = os.path.relpath(dirpath, root)
+        for filename in filenames:
+            if filename.startswith("."):
+                continue
+            names.append(filename if rel == "." else f"{rel}/{filename}".replace(os.sep, "/"))
+    return sorted(names)
+
+
+def directory_identity(root: Path) -> list[dict[str, Any]]:
+    """Return the identity records of every file in a plain model directory."""
+    return [file_identity(root / name, name) for name in list_files(root)]

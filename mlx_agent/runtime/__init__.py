@@ -1,0 +1,1 @@
+"""Code that runs inside the launched server process; the only package that imports mlx."""

@@ -1,0 +1,17 @@
+"""Entry point of a launched server: ``python -m mlx_agent.runtime RUNTIME [native args...]``."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = "usage: python -m mlx_agent.runtime mlx_lm [mlx_lm.server arguments...]"
+
+
+def main(argv: list[str]) -> int:
+    """Run the named runtime's server with our wrapping; return the process exit status."""
+    if not argv or argv[0] != "mlx_lm":
+        print(USAGE, file=sys.stderr)
+        return 2
+    from mlx_agent.runtime.mlx_lm_server import serve
+
+    return serve(argv[1:])

@@ -1,0 +1,118 @@
+"""Spawning servers in their own process group, and recognising and stopping only our own processes.
+
+A process is ours only when its pid, create time and exact argv all match the receipt; a pid alone is
+never enough, and processes are never searched for by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+State = Literal["running", "exited", "foreign"]
+# psutil's create_time is derived from clock ticks since boot; two reads of one process agree to well
+# under this, while a reused pid is born at least a tick later.
+CREATE_TIME_TOLERANCE = 0.005
+
+
+def spawn(argv: list[str], env_add: dict[str, str], log_path: Path, cwd: str) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session and process group, stdout and stderr appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(log_path, "ab") as log:
+        os.fchmod(log.fileno(), 0o600)
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **env_add}, cwd=cwd, start_new_session=True)
+
+
+def identity(pid: int) -> dict[str, Any]:
+    """Return the identity a receipt records for a live process."""
+    proc = psutil.Process(pid)
+    with proc.oneshot():
+        return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(),
+                "argv": proc.cmdline()}
+
+
+def classify(receipt: dict[str, Any]) -> State:
+    """Say whether the receipt's process is still running, has exited, or the pid is now someone else's."""
+    try:
+        proc = psutil.Process(receipt["pid"])
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return "exited"
+            same_birth = abs(proc.create_time() - receipt["create_time"]) < CREATE_TIME_TOLERANCE
+            same = same_birth and proc.cmdline() == receipt["argv"]
+    except psutil.NoSuchProcess:
+        return "exited"
+    except psutil.AccessDenied:
+        return "foreign"
+    return "running" if same else "foreign"
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+def _gone(proc: psutil.Process) -> bool:
+    # A zombie has ended; whoever is its parent reaps it, and it can no longer be signalled into anything.
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
+
+
+def stop_group(pid: int, pgid: int, *, grace: float = 10.0, child: subprocess.Popen[bytes] | None = None) -> str:
+    """TERM the process group, wait up to ``grace`` seconds, then KILL; reap a child of ours.
+
+    Only call this after the caller has matched the process against its receipt. Returns how it ended:
+    ``terminated`` or ``killed``.
+    """
+    if pgid == os.getpgrp():
+        raise RuntimeError("refusing to signal mlx-agent's own process group")
+    members = _group_members(pgid)
+    try:
+        members.append(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        pass
+    how = "terminated"
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    if child is not None:
+        try:
+            child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    alive = _wait_gone(members, grace if child is None else 0.5)
+    if alive:
+        how = "killed"
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _wait_gone(alive, 5.0)
+    if child is not None:
+        child.wait()
+    return how

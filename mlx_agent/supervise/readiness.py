@@ -1,0 +1,74 @@
+"""Waiting for a launched server to answer, while watching that it is still alive."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlx_agent.errors import LaunchFailed, ReadinessTimeout
+
+Tick = Callable[[float, str], None]
+POLL_SECONDS = 0.25
+
+
+def log_tail(log_path: Path, lines: int = 20) -> list[str]:
+    """Return the last ``lines`` lines of a log, decoded leniently."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0) -> bool:
+    """Say whether the server answers its readiness check as the recipe expects."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", readiness["path"])
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != readiness.get("status", 200):
+            return False
+        expected = readiness.get("json")
+        if expected is None:
+            return True
+        data = json.loads(body)
+        return isinstance(data, dict) and all(data.get(k) == v for k, v in expected.items())
+    except (OSError, http.client.HTTPException, ValueError):
+        return False
+    finally:
+        conn.close()
+
+
+def wait_ready(child: subprocess.Popen[bytes], plan: dict[str, Any], log_path: Path,
+               on_tick: Tick | None = None) -> None:
+    """Return once the server is ready; raise ``launch_failed`` if it exits, ``readiness_timeout`` if slow."""
+    start = time.monotonic()
+    deadline = start + float(plan["ready_timeout_s"])
+    while True:
+        code = child.poll()
+        if code is not None:
+            raise LaunchFailed(f"the server exited with status {code} before it was ready",
+                               details={"exit_code": code, "log_path": str(log_path),
+                                        "log_tail": log_tail(log_path)})
+        if probe(plan["host"], plan["port"], plan["readiness"]):
+            return
+        now = time.monotonic()
+        if on_tick is not None:
+            tail = log_tail(log_path, 1)
+            on_tick(now - start, tail[-1] if tail else "")
+        if now >= deadline:
+            raise ReadinessTimeout(
+                f"the server was not ready within {plan['ready_timeout_s']} s",
+                details={"ready_timeout_s": plan["ready_timeout_s"], "log_path": str(log_path),
+                         "log_tail": log_tail(log_path)})
+        time.sleep(POLL_SECONDS)
