@@ -123,6 +123,7 @@ def resolve_repo_source(repo: str) -> dict[str, Any]:
         raise ModelNotLocal(f"{repo}@{revision} lacks config.json in the cache",
                             details={"repo": repo, "revision": revision})
     check_complete(snapshot, names, ModelNotLocal)
+    files = _snapshot_files(snapshot, names)  # first, so a dangling link reads as not local, not invalid
     config = read_config(snapshot)
     return {
         "kind": "hf_cache",
@@ -130,7 +131,7 @@ def resolve_repo_source(repo: str) -> dict[str, Any]:
         "revision": revision,
         "path": str(snapshot.absolute()),
         "model_type": config.get("model_type"),
-        "files": _snapshot_files(snapshot, names),
+        "files": files,
     }
 
 

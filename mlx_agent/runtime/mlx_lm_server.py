@@ -64,5 +64,6 @@ def serve(argv: list[str]) -> int:
     check_seams()
     server.run = _loading_run(server.run)
     sys.argv = ["mlx_lm.server", *argv]
-    server.main()
+    upstream_main: Callable[[], None] = server.main  # untyped upstream
+    upstream_main()
     return 0

@@ -6,6 +6,7 @@ never enough, and processes are never searched for by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,11 +32,15 @@ def spawn(argv: list[str], env_add: dict[str, str], log_path: Path, cwd: str) ->
 
 
 def identity(pid: int) -> dict[str, Any]:
-    """Return the identity a receipt records for a live process."""
+    """Return the identity a receipt records for a live process.
+
+    ``cmdline`` is what the kernel reports, which differs from the launched argv for a script with a
+    shebang (the interpreter comes first); identity checks compare against it.
+    """
     proc = psutil.Process(pid)
     with proc.oneshot():
         return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(),
-                "argv": proc.cmdline()}
+                "cmdline": proc.cmdline()}
 
 
 def classify(receipt: dict[str, Any]) -> State:
@@ -46,7 +51,7 @@ def classify(receipt: dict[str, Any]) -> State:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return "exited"
             same_birth = abs(proc.create_time() - receipt["create_time"]) < CREATE_TIME_TOLERANCE
-            same = same_birth and proc.cmdline() == receipt["argv"]
+            same = same_birth and proc.cmdline() == receipt.get("cmdline", receipt["argv"])
     except psutil.NoSuchProcess:
         return "exited"
     except psutil.AccessDenied:
@@ -68,7 +73,7 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 def _gone(proc: psutil.Process) -> bool:
     # A zombie has ended; whoever is its parent reaps it, and it can no longer be signalled into anything.
     try:
-        return proc.status() == psutil.STATUS_ZOMBIE
+        return bool(proc.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
 
@@ -91,27 +96,19 @@ def stop_group(pid: int, pgid: int, *, grace: float = 10.0, child: subprocess.Po
     if pgid == os.getpgrp():
         raise RuntimeError("refusing to signal mlx-agent's own process group")
     members = _group_members(pgid)
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         members.append(psutil.Process(pid))
-    except psutil.NoSuchProcess:
-        pass
     how = "terminated"
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     if child is not None:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
     alive = _wait_gone(members, grace if child is None else 0.5)
     if alive:
         how = "killed"
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         _wait_gone(alive, 5.0)
     if child is not None:
         child.wait()

@@ -130,6 +130,7 @@ def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None) -> dict
             "format_version": FORMAT_VERSION,
             "kind": "serve",
             **process.identity(child.pid),
+            "argv": plan["argv"],
             "port": port,
             "host": plan["host"],
             "base_url": plan["base_url"],

@@ -1,0 +1,176 @@
+"""Shared fixtures: a tiny local model, an isolated MLX_AGENT_HOME, free ports, and the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+from tests.fixtures.tiny_model import build_tiny_model
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LAUNCHER = REPO_ROOT / "scripts" / "mlx-agent"
+SCHEMAS = REPO_ROOT / "mlx_agent" / "schemas"
+
+
+def _registry() -> Registry:
+    resources = []
+    for path in SCHEMAS.glob("*.json"):
+        schema = json.loads(path.read_text())
+        resources.append((schema["$id"], Resource.from_contents(schema)))
+    return Registry().with_resources(resources)
+
+
+REGISTRY = _registry()
+
+
+def validator(name: str) -> Draft202012Validator:
+    """Return a validator for one of the shipped schemas, with cross-references resolved."""
+    schema = json.loads((SCHEMAS / f"{name}.json").read_text())
+    return Draft202012Validator(schema, registry=REGISTRY, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def assert_valid(name: str, document: Any) -> None:
+    """Fail with every schema violation of ``document``."""
+    errors = sorted(validator(name).iter_errors(document), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def free_port() -> int:
+    """Return a loopback port that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class CliResult:
+    """One CLI run: exit code, the parsed envelope (under --json), and stderr."""
+
+    rc: int
+    doc: dict[str, Any]
+    stdout: str
+    stderr: str
+
+    @property
+    def code(self) -> str | None:
+        """Return the error code of a failed run, if any."""
+        error = self.doc.get("error")
+        return error["code"] if error else None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """Return the envelope's data."""
+        data: dict[str, Any] = self.doc["data"]
+        return data
+
+
+@dataclass
+class Agent:
+    """Runs the CLI against one isolated MLX_AGENT_HOME."""
+
+    home: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, timeout: float = 180, check_json: bool = True) -> CliResult:
+        """Run ``mlx-agent ARGS --json`` from the checkout and validate its single JSON document."""
+        argv = [sys.executable, str(LAUNCHER), *args]
+        if check_json:
+            argv.append("--json")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout,
+                              cwd=self.home)
+        doc: dict[str, Any] = {}
+        if check_json:
+            doc = json.loads(proc.stdout)  # exactly one document, nothing else on stdout
+            assert_valid("envelope", doc)
+        return CliResult(proc.returncode, doc, proc.stdout, proc.stderr)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        """Start ``mlx-agent ARGS --json`` without waiting."""
+        return subprocess.Popen([sys.executable, str(LAUNCHER), *args, "--json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.home)
+
+    @property
+    def serve_dir(self) -> Path:
+        """Return the directory of serve receipts."""
+        return self.home / "receipts" / "serve"
+
+    def preview_hash(self, *args: str) -> str:
+        """Preview ``serve start ARGS`` and return the plan's hash."""
+        result = self.run("serve", "start", *args)
+        assert result.rc == 0, result.stdout + result.stderr
+        assert_valid("serve_plan", result.data["plan"])
+        preview_hash: str = result.data["plan"]["preview_hash"]
+        return preview_hash
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight llama model for the whole session."""
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture
+def model_copy(tiny_model: Path, tmp_path: Path) -> Path:
+    """Return a private copy of the tiny model that a test may change."""
+    import shutil
+
+    dest = tmp_path / "model"
+    shutil.copytree(tiny_model, dest)
+    return dest
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Agent]:
+    """Return a CLI runner with its own MLX_AGENT_HOME and HF cache; stop anything it left running."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("HUGGINGFACE_HUB_CACHE", None)
+    runner = Agent(home, env)
+    yield runner
+    serve_dir = runner.serve_dir
+    for receipt in serve_dir.glob("*.json") if serve_dir.is_dir() else []:
+        runner.run("serve", "stop", "--port", receipt.stem)
+
+
+FAKE_SERVER = '''
+import argparse, http.server, json, sys
+p = argparse.ArgumentParser()
+p.add_argument("--model"); p.add_argument("--host"); p.add_argument("--port", type=int)
+p.add_argument("--max-tokens")
+a = p.parse_args()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"status": "ok"}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+print("fake server listening", flush=True)
+http.server.HTTPServer((a.host, a.port), H).serve_forever()
+'''
+
+
+def fake_runtime(directory: Path, body: str, name: str = "mlx_lm.server") -> Path:
+    """Write an executable stand-in for a runtime, run by this interpreter (whose env has mlx-lm).
+
+    It stands in where a test needs a server that fails, hangs or answers instantly; the real
+    mlx_lm.server is exercised by the e2e tests.
+    """
+    exe = directory / name
+    exe.write_text(f"#!{sys.executable}\n{body}\n")
+    exe.chmod(0o755)
+    return exe

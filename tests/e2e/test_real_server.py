@@ -1,0 +1,107 @@
+"""End to end against a real mlx_lm.server (CPU backend) on a tiny locally built model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+from tests.conftest import Agent, assert_valid, free_port
+from tests.fixtures.tiny_model import build_hf_cache_repo
+
+pytestmark = pytest.mark.e2e
+
+
+def launch(agent: Agent, *args: str) -> dict[str, object]:
+    """Preview and confirm ``serve start ARGS``; return the receipt."""
+    preview_hash = agent.preview_hash(*args)
+    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    assert result.rc == 0, result.stdout + result.stderr
+    receipt: dict[str, object] = result.data["receipt"]
+    assert_valid("serve_receipt", receipt)
+    return receipt
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """Return live pids whose command line mentions ``marker`` (a test-side orphan check)."""
+    pids = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(proc.info["cmdline"] or []):
+            pids.append(proc.pid)
+    return pids
+
+
+def test_preview_confirm_chat_status_stop(agent: Agent, model_copy: Path) -> None:
+    """The whole lifecycle: a real server answers the official openai client, then stops cleanly."""
+    port = free_port()
+    receipt = launch(agent, "--path", str(model_copy), "--port", str(port), "--max-tokens", "16")
+    log = Path(str(receipt["log_path"])).read_text()
+    assert log.index("mlx-agent: model loaded") < log.index("Starting httpd"), "loaded before listening"
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
+    reply = client.chat.completions.create(model="default_model", max_tokens=8,
+                                           messages=[{"role": "user", "content": "Say hello"}])
+    assert reply.choices[0].message.content
+    assert reply.usage is not None and reply.usage.completion_tokens <= 8
+
+    server = agent.run("serve", "status").data["servers"][0]
+    assert (server["state"], server["health"], server["port"]) == ("running", "ok", port)
+    stop = agent.run("serve", "stop", "--port", str(port))
+    assert (stop.rc, stop.data["result"]) == (0, "stopped")
+    assert agent.run("serve", "status").data["servers"] == []
+    assert processes_mentioning(str(model_copy)) == []
+
+
+def test_repo_from_the_hf_cache(agent: Agent, tiny_model: Path) -> None:
+    """--repo serves a snapshot from the local HF cache, bound by revision and blob ids."""
+    snapshot = build_hf_cache_repo(Path(agent.env["HF_HOME"]), "mlx-community/tiny-llama", tiny_model)
+    port = free_port()
+    receipt = launch(agent, "--repo", "mlx-community/tiny-llama", "--port", str(port))
+    plan = receipt["plan"]
+    assert isinstance(plan, dict)
+    assert plan["source"]["revision"] == snapshot.name
+    assert receipt["repo"] == "mlx-community/tiny-llama"
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
+    reply = client.chat.completions.create(model="default_model", max_tokens=4,
+                                           messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].finish_reason in {"length", "stop"}
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_model_that_cannot_load_is_launch_failed(agent: Agent, model_copy: Path) -> None:
+    """A model mlx_lm cannot load fails confirm with launch_failed and mlx_lm's own words in the tail."""
+    config = json.loads((model_copy / "config.json").read_text())
+    (model_copy / "config.json").write_text(json.dumps({**config, "model_type": "no_such_architecture"}))
+    args = ["--path", str(model_copy), "--port", str(free_port())]
+    preview_hash = agent.preview_hash(*args)
+    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    assert (result.rc, result.code) == (1, "launch_failed")
+    assert "no_such_architecture" in "\n".join(result.doc["error"]["details"]["log_tail"])
+    assert not list(agent.serve_dir.glob("*.json"))
+    assert processes_mentioning(str(model_copy)) == []
+
+
+def test_ten_concurrent_confirms_start_one_server(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """Of 10 simultaneous confirms for one port, one starts a server, nine get port_in_use, none orphans."""
+    model = tmp_path / "concurrent-model"
+    shutil.copytree(tiny_model, model)
+    port = free_port()
+    args = ["--path", str(model), "--port", str(port)]
+    preview_hash = agent.preview_hash(*args)
+    clis = [agent.popen("serve", "start", *args, "--confirm", "--preview-hash", preview_hash) for _ in range(10)]
+    outcomes = []
+    for cli in clis:
+        stdout, _ = cli.communicate(timeout=180)
+        doc = json.loads(stdout)
+        assert_valid("envelope", doc)
+        outcomes.append((cli.returncode, doc.get("error", {}).get("code")))
+    assert sorted(outcomes, key=str) == sorted([(0, None)] + [(1, "port_in_use")] * 9, key=str)
+    servers = agent.run("serve", "status").data["servers"]
+    assert [(s["port"], s["state"]) for s in servers] == [(port, "running")]
+    assert len(processes_mentioning(str(model))) == 1
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+    assert processes_mentioning(str(model)) == []

@@ -1,0 +1,133 @@
+"""Launch supervision with stand-in runtimes: failures, time-outs and interrupts leave nothing running."""
+
+from __future__ import annotations
+
+import signal
+import stat
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import FAKE_SERVER, Agent, assert_valid, fake_runtime, free_port
+
+
+def start_args(model: Path, exe: Path, port: int, *extra: str) -> list[str]:
+    """Return serve start arguments for a stand-in runtime."""
+    return ["--path", str(model), "--runtime-executable", str(exe), "--port", str(port), *extra]
+
+
+def confirm(agent: Agent, args: list[str]) -> tuple[int, dict[str, object]]:
+    """Preview then confirm ``args``; return the confirm's exit code and envelope."""
+    preview_hash = agent.preview_hash(*args)
+    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    return result.rc, result.doc
+
+
+def no_process_with(marker: str) -> bool:
+    """Say whether no live process has ``marker`` in its command line (test-side orphan check)."""
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(proc.info["cmdline"] or []):
+            return False
+    return True
+
+
+def test_child_that_exits_is_launch_failed_with_log_tail(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A server that dies while loading fails confirm at once with its last log lines; no receipt remains."""
+    exe = fake_runtime(tmp_path, "import sys\nprint('cannot load weights: boom', flush=True)\nsys.exit(3)")
+    rc, doc = confirm(agent, start_args(tiny_model, exe, free_port(), "--ready-timeout", "60"))
+    error = doc["error"]
+    assert isinstance(error, dict)
+    assert (rc, error["code"]) == (1, "launch_failed")
+    assert error["details"]["exit_code"] == 3
+    assert "cannot load weights: boom" in error["details"]["log_tail"]
+    assert not list(agent.serve_dir.glob("*.json"))
+
+
+def test_slow_child_is_readiness_timeout_and_stopped(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A server that never answers is stopped after --ready-timeout; nothing is left running."""
+    exe = fake_runtime(tmp_path, "import time\nprint('loading forever', flush=True)\ntime.sleep(600)",
+                       name="slow-server")
+    rc, doc = confirm(agent, start_args(tiny_model, exe, free_port(), "--ready-timeout", "1.5"))
+    error = doc["error"]
+    assert isinstance(error, dict)
+    assert (rc, error["code"]) == (1, "readiness_timeout")
+    assert not list(agent.serve_dir.glob("*.json"))
+    assert no_process_with(str(exe))
+
+
+def test_term_ignoring_child_is_killed(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A server that ignores SIGTERM is killed after the grace period."""
+    body = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"
+    exe = fake_runtime(tmp_path, body, name="stubborn-server")
+    rc, _doc = confirm(agent, start_args(tiny_model, exe, free_port(), "--ready-timeout", "1"))
+    assert rc == 1
+    assert no_process_with(str(exe))
+
+
+def test_interrupt_stops_the_child(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """Ctrl-C during the wait stops the server and removes its receipt."""
+    exe = fake_runtime(tmp_path, "import time\ntime.sleep(600)", name="interrupted-server")
+    port = free_port()
+    args = start_args(tiny_model, exe, port, "--ready-timeout", "120")
+    preview_hash = agent.preview_hash(*args)
+    cli = agent.popen("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    receipt = agent.serve_dir / f"{port}.json"
+    deadline = time.monotonic() + 30
+    while not receipt.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert receipt.exists(), "the receipt is written as soon as the process exists"
+    cli.send_signal(signal.SIGINT)
+    stdout, _ = cli.communicate(timeout=30)
+    assert cli.returncode == 1
+    assert '"launch_interrupted"' in stdout
+    assert not receipt.exists()
+    assert no_process_with(str(exe))
+
+
+def test_lifecycle_with_a_stand_in_server(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """Confirm writes a private, schema-valid receipt; status shows it running; stop ends the group."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    rc, doc = confirm(agent, start_args(tiny_model, exe, port))
+    assert rc == 0, doc
+    data = doc["data"]
+    assert isinstance(data, dict)
+    receipt = data["receipt"]
+    assert_valid("serve_receipt", receipt)
+    path = Path(data["receipt_path"])
+    assert path.parent == agent.serve_dir
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert Path(receipt["log_path"]).read_text().startswith("fake server listening")
+    assert receipt["argv"] == receipt["plan"]["argv"]
+    assert psutil.Process(receipt["pid"]).environ()["HF_HUB_OFFLINE"] == "1"
+    server = agent.run("serve", "status", "--port", str(port)).data["servers"][0]
+    assert (server["state"], server["health"], server["pid"]) == ("running", "ok", receipt["pid"])
+    stop = agent.run("serve", "stop", "--port", str(port))
+    assert (stop.rc, stop.data["result"], stop.data["how"]) == (0, "stopped", "terminated")
+    assert not path.exists()
+    assert not psutil.pid_exists(receipt["pid"]) or psutil.Process(receipt["pid"]).status() == "zombie"
+
+
+def test_confirm_on_a_live_port_is_port_in_use(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A second confirm for a port whose server of ours is live is port_in_use, and the first survives."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    args = start_args(tiny_model, exe, port)
+    assert confirm(agent, args)[0] == 0
+    result = agent.run("serve", "start", *args)
+    assert result.code == "port_in_use"
+    assert agent.run("serve", "status").data["servers"][0]["state"] == "running"
+
+
+def test_receipts_dir_applies_to_start_status_and_stop(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """--receipts-dir moves receipts for every command; the default location then stays empty."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    base = tmp_path / "elsewhere"
+    args = [*start_args(tiny_model, exe, port), "--receipts-dir", str(base)]
+    assert confirm(agent, args)[0] == 0
+    assert (base / "serve" / f"{port}.json").exists()
+    assert agent.run("serve", "status").data["servers"] == []
+    assert agent.run("serve", "status", "--receipts-dir", str(base)).data["servers"][0]["port"] == port
+    assert agent.run("serve", "stop", "--port", str(port), "--receipts-dir", str(base)).rc == 0

@@ -1,0 +1,57 @@
+"""Receipts: atomic private writes and strict reads."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
+from mlx_agent.supervise.receipts import read_receipt, receipt_files, write_receipt
+
+RECEIPT = {"format_version": "1.0", "kind": "serve", "port": 8080, "pid": 1, "pgid": 1,
+           "create_time": 1.5, "argv": ["x"]}
+
+
+def test_receipt_is_private_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    """A written receipt has mode 0600 and its temp file is gone."""
+    path = write_receipt(tmp_path, RECEIPT)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["8080.json"]
+    assert read_receipt(path) == RECEIPT
+
+
+def test_missing_receipt_is_receipt_not_found(tmp_path: Path) -> None:
+    """Reading an absent receipt is receipt_not_found."""
+    with pytest.raises(ReceiptNotFound):
+        read_receipt(tmp_path / "1.json")
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", json.dumps({"port": 1}),
+                                     json.dumps({**RECEIPT, "pid": "12"})])
+def test_corrupt_receipt_is_receipt_corrupt(tmp_path: Path, content: str) -> None:
+    """Unparsable, incomplete or ill-typed receipts are receipt_corrupt."""
+    path = tmp_path / "8080.json"
+    path.write_text(content)
+    with pytest.raises(ReceiptCorrupt):
+        read_receipt(path)
+
+
+def test_unknown_major_version_is_refused_and_older_minor_read(tmp_path: Path) -> None:
+    """A receipt of major version 2 is refused; 1.x with unknown extra fields is read."""
+    path = tmp_path / "8080.json"
+    path.write_text(json.dumps({**RECEIPT, "format_version": "2.0"}))
+    with pytest.raises(ReceiptVersionUnsupported):
+        read_receipt(path)
+    path.write_text(json.dumps({**RECEIPT, "format_version": "1.7", "future": True}))
+    assert read_receipt(path)["future"] is True
+
+
+def test_receipt_files_are_ordered_by_port(tmp_path: Path) -> None:
+    """Receipts list in port order and other files are ignored."""
+    for port in (9000, 80, 8080):
+        write_receipt(tmp_path, {**RECEIPT, "port": port})
+    (tmp_path / "8080.log").write_text("")
+    assert [p.name for p in receipt_files(tmp_path)] == ["80.json", "8080.json", "9000.json"]

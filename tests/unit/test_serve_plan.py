@@ -1,0 +1,119 @@
+"""The serve plan: deterministic, complete, and sensitive to everything that decides what runs."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlx_agent.errors import InvalidArguments, RuntimeNotInstalled, UnsupportedRuntime
+from mlx_agent.plan.canonical import canonical_json, plan_diff, with_hash
+from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan
+from tests.conftest import assert_valid
+
+
+def plan_for(model: Path, **kw: object) -> dict[str, object]:
+    """Return the hashed plan for a model path with extra request fields."""
+    return with_hash(build_serve_plan(ServeRequest(path=str(model), port=18999, **kw)))  # type: ignore[arg-type]
+
+
+def test_plan_is_deterministic_and_valid(tiny_model: Path) -> None:
+    """Two builds of the same request give the same bytes, and the plan matches its schema."""
+    first, second = plan_for(tiny_model), plan_for(tiny_model)
+    assert canonical_json(first) == canonical_json(second)
+    assert_valid("serve_plan", first)
+
+
+def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
+    """The plan names the absolute interpreter, versions, loopback host, argv and offline environment."""
+    plan = plan_for(tiny_model, max_tokens=64)
+    runtime = plan["runtime"]
+    assert isinstance(runtime, dict)
+    assert runtime["interpreter"] == str(Path(sys.executable).absolute())
+    assert runtime["versions"]["mlx-lm"] and runtime["versions"]["mlx"]
+    assert plan["argv"] == [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(tiny_model),
+                            "--host", "127.0.0.1", "--port", "18999", "--max-tokens", "64"]
+    env = plan["env"]
+    assert isinstance(env, dict)
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert set(plan) == {"format_version", "operation", "source", "runtime", "host", "port", "base_url",
+                         "max_tokens", "ready_timeout_s", "readiness", "argv", "env", "cwd", "preview_hash"}
+
+
+def test_default_port_comes_from_the_recipe(tiny_model: Path) -> None:
+    """Without --port, mlx_lm plans port 8080."""
+    assert build_serve_plan(ServeRequest(path=str(tiny_model)))["port"] == 8080
+
+
+def test_changed_small_file_changes_the_hash(model_copy: Path) -> None:
+    """Editing the chat template or config changes the plan, and the diff names the file."""
+    before = plan_for(model_copy)
+    with open(model_copy / "tokenizer_config.json", "a") as fh:
+        fh.write(" ")
+    after = plan_for(model_copy)
+    assert before["preview_hash"] != after["preview_hash"]
+    fields = [c["field"] for c in plan_diff(before, after)]
+    assert "source.files[tokenizer_config.json].sha256" in fields
+
+
+def test_touched_weight_file_changes_the_hash(model_copy: Path) -> None:
+    """A weight file rewritten in place (new mtime) changes the plan without being read in full."""
+    before = plan_for(model_copy)
+    weights = model_copy / "model.safetensors"
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    after = plan_for(model_copy)
+    assert [c["field"] for c in plan_diff(before, after)] == ["source.files[model.safetensors].mtime_ns"]
+
+
+@pytest.mark.parametrize("port", [0, 70000, -1])
+def test_port_out_of_range_is_invalid_arguments(tiny_model: Path, port: int) -> None:
+    """Ports outside 1-65535 are usage errors."""
+    with pytest.raises(InvalidArguments):
+        build_serve_plan(ServeRequest(path=str(tiny_model), port=port))
+
+
+def test_path_and_repo_together_are_invalid_arguments(tiny_model: Path) -> None:
+    """Exactly one source must be named."""
+    with pytest.raises(InvalidArguments):
+        build_serve_plan(ServeRequest(path=str(tiny_model), repo="org/x"))
+    with pytest.raises(InvalidArguments):
+        build_serve_plan(ServeRequest())
+
+
+def test_unknown_runtime_is_unsupported(tiny_model: Path) -> None:
+    """A runtime without a recipe is unsupported_runtime."""
+    with pytest.raises(UnsupportedRuntime):
+        build_serve_plan(ServeRequest(path=str(tiny_model), runtime="llama_cpp"))
+
+
+def test_missing_runtime_executable_is_runtime_not_installed(tiny_model: Path, tmp_path: Path) -> None:
+    """A runtime executable that does not exist is runtime_not_installed."""
+    with pytest.raises(RuntimeNotInstalled):
+        build_serve_plan(ServeRequest(path=str(tiny_model), runtime_executable=str(tmp_path / "mlx_lm.server")))
+
+
+def test_non_executable_runtime_is_runtime_not_installed(tiny_model: Path, tmp_path: Path) -> None:
+    """A runtime file without the execute bit is runtime_not_installed."""
+    exe = tmp_path / "mlx_lm.server"
+    exe.write_text(f"#!{sys.executable}\n")
+    with pytest.raises(RuntimeNotInstalled, match="not an executable"):
+        build_serve_plan(ServeRequest(path=str(tiny_model), runtime_executable=str(exe)))
+
+
+def test_runtime_executable_binds_its_content(tiny_model: Path, tmp_path: Path) -> None:
+    """An isolated executable is launched natively and bound by path, interpreter and sha256."""
+    exe = tmp_path / "mlx_lm.server"
+    exe.write_text(f"#!{sys.executable}\nprint('server')\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    first = plan_for(tiny_model, runtime_executable=str(exe))
+    runtime = first["runtime"]
+    assert isinstance(runtime, dict)
+    assert runtime["launcher"] == "native" and runtime["adapter_enabled"] is False
+    assert first["argv"][0] == str(exe)  # type: ignore[index]
+    exe.write_text(f"#!{sys.executable}\nprint('changed')\n")
+    second = plan_for(tiny_model, runtime_executable=str(exe))
+    assert [c["field"] for c in plan_diff(first, second)] == ["runtime.executable_sha256"]
