@@ -33,7 +33,10 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 
 class MlxAgentError(Exception):

@@ -1,24 +1,11 @@
-"""The ``mlx-agent`` command line: Click commands that parse, call the core, and render."""
+"""The ``mlx-agent`` command line: thin commands that parse, call the core, and render.
+
+``main`` tries the click-free fast path first (``fast.py``) and otherwise runs the Click tree (``app.py``).
+"""
 
 from __future__ import annotations
 
 import sys
-
-import click
-
-from mlx_agent import __version__
-from mlx_agent.cli.output import emit_json, envelope
-from mlx_agent.cli.serve import serve
-from mlx_agent.errors import InvalidArguments
-
-
-@click.group()
-@click.version_option(__version__, prog_name="mlx-agent")
-def cli() -> None:
-    """Plan, review, launch, supervise and stop local MLX model servers."""
-
-
-cli.add_command(serve)
 
 
 def _operation(argv: list[str]) -> str:
@@ -29,6 +16,16 @@ def _operation(argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a usage error under ``--json`` still prints one envelope and exits 2."""
     args = sys.argv[1:] if argv is None else argv
+    from mlx_agent.cli.fast import run_fast
+
+    if run_fast(args):
+        return
+    import click
+
+    from mlx_agent.cli.app import cli
+    from mlx_agent.cli.output import emit_json, envelope
+    from mlx_agent.errors import InvalidArguments
+
     try:
         cli.main(args=args, prog_name="mlx-agent", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -37,8 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.UsageError as exc:
         if "--json" in args:
-            error = InvalidArguments(exc.format_message())
-            emit_json(envelope(_operation(args), None, [], error))
+            emit_json(envelope(_operation(args), None, [], InvalidArguments(exc.format_message())))
         else:
             exc.show()
         sys.exit(2)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
 
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import MlxAgentError
 
-Result = tuple[dict[str, Any], list[str]]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    Result = tuple[dict[str, Any], list[str]]
 
 
 def envelope(operation: str, data: dict[str, Any] | None, warnings: list[str],

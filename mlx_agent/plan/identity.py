@@ -12,9 +12,12 @@ import json
 import os
 import struct
 from pathlib import Path
-from typing import Any
 
 from mlx_agent.errors import ModelInvalid
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CHUNK = 4 * 1024 * 1024
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin", ".pt", ".pth")
@@ -26,9 +29,9 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 def sha256_file(path: Path) -> str:
     """Return the sha256 hex of a file, read in 4 MiB chunks into one reused buffer."""
     digest = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
     with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size)))  # small files: small buffer
+        view = memoryview(buf)
         while n := fh.readinto(buf):
             digest.update(view[:n])
     return digest.hexdigest()

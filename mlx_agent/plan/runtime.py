@@ -14,11 +14,14 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import mlx_agent
 from mlx_agent.errors import RuntimeNotInstalled, UnsupportedRuntime
 from mlx_agent.plan.identity import sha256_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PACKAGE_DIR = Path(mlx_agent.__file__).resolve().parent
 RECIPES_DIR = PACKAGE_DIR / "recipes"

@@ -6,10 +6,13 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from mlx_agent.errors import InvalidArguments, ModelInvalid, ModelNotLocal
 from mlx_agent.plan.identity import directory_identity, file_identity, is_weight_file, list_files
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")

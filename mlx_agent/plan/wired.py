@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -18,7 +20,11 @@ def read_wired(wired_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Return the readable wired configs (each with its ``file``) and a warning per unreadable one."""
     configs: list[dict[str, Any]] = []
     warnings: list[str] = []
-    for path in sorted(wired_dir.glob("*.json")) if wired_dir.is_dir() else []:
+    if not wired_dir.is_dir():
+        return configs, warnings
+    from urllib.parse import urlsplit
+
+    for path in sorted(wired_dir.glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(data, dict) or not isinstance(data.get("base_url"), str):

@@ -9,14 +9,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
-from typing import Any, Literal
 
-import psutil
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any, Literal
 
-State = Literal["running", "exited", "foreign"]
+    import psutil
+
+    State = Literal["running", "exited", "foreign"]
+
 # psutil's create_time is derived from clock ticks since boot; two reads of one process agree to well
 # under this, while a reused pid is born at least a tick later.
 CREATE_TIME_TOLERANCE = 0.005
@@ -24,6 +28,8 @@ CREATE_TIME_TOLERANCE = 0.005
 
 def spawn(argv: list[str], env_add: dict[str, str], log_path: Path, cwd: str) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session and process group, stdout and stderr appended to ``log_path``."""
+    import subprocess
+
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(log_path, "ab") as log:
         os.fchmod(log.fileno(), 0o600)
@@ -37,6 +43,8 @@ def identity(pid: int) -> dict[str, Any]:
     ``cmdline`` is what the kernel reports, which differs from the launched argv for a script with a
     shebang (the interpreter comes first); identity checks compare against it.
     """
+    import psutil
+
     proc = psutil.Process(pid)
     with proc.oneshot():
         return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(),
@@ -45,6 +53,11 @@ def identity(pid: int) -> dict[str, Any]:
 
 def classify(receipt: dict[str, Any]) -> State:
     """Say whether the receipt's process is still running, has exited, or the pid is now someone else's."""
+    if os.path.isdir("/proc/self") and not os.path.exists(f"/proc/{receipt['pid']}"):
+        # No such pid at all: settled without importing psutil, which would dominate `serve status` time.
+        return "exited"
+    import psutil
+
     try:
         proc = psutil.Process(receipt["pid"])
         with proc.oneshot():
@@ -60,6 +73,8 @@ def classify(receipt: dict[str, Any]) -> State:
 
 
 def _group_members(pgid: int) -> list[psutil.Process]:
+    import psutil
+
     members = []
     for proc in psutil.process_iter():
         try:
@@ -72,6 +87,8 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 
 def _gone(proc: psutil.Process) -> bool:
     # A zombie has ended; whoever is its parent reaps it, and it can no longer be signalled into anything.
+    import psutil
+
     try:
         return bool(proc.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
@@ -93,6 +110,10 @@ def stop_group(pid: int, pgid: int, *, grace: float = 10.0, child: subprocess.Po
     Only call this after the caller has matched the process against its receipt. Returns how it ended:
     ``terminated`` or ``killed``.
     """
+    import subprocess
+
+    import psutil
+
     if pgid == os.getpgrp():
         raise RuntimeError("refusing to signal mlx-agent's own process group")
     members = _group_members(pgid)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import http.client
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from mlx_agent.errors import LaunchFailed, ReadinessTimeout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
 
 Tick = Callable[[float, str], None]
 POLL_SECONDS = 0.25
@@ -31,6 +33,8 @@ def log_tail(log_path: Path, lines: int = 20) -> list[str]:
 
 def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0) -> bool:
     """Say whether the server answers its readiness check as the recipe expects."""
+    import http.client  # lazily: it drags in ssl and email, and most status calls probe nothing
+
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("GET", readiness["path"])

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
 from mlx_agent.supervise.atomic import write_json_atomic
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 REQUIRED = ("format_version", "port", "pid", "pgid", "create_time", "argv")
 

@@ -1,27 +1,20 @@
-"""The serve lifecycle: preview, confirm (gates, launch, readiness, receipt), status and stop."""
+"""Starting a server: preview, then confirm (gates, launch, readiness, receipt) under the port lock."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import (
     LaunchInterrupted,
-    OwnershipMismatch,
     PortClaimed,
     PortInUse,
     PreviewHashRequired,
     PreviewStale,
-    ReceiptError,
 )
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.canonical import plan_diff, with_hash
@@ -31,20 +24,17 @@ from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.supervise.previews import load_preview, save_preview
-from mlx_agent.supervise.readiness import Tick, probe, wait_ready
-from mlx_agent.supervise.receipts import (
-    log_path,
-    read_receipt,
-    receipt_files,
-    receipt_path,
-    write_receipt,
-)
+from mlx_agent.supervise.readiness import Tick, wait_ready
+from mlx_agent.supervise.receipts import log_path, read_receipt, receipt_path, write_receipt
 
-STOP_GRACE_SECONDS = 10.0
-STOP_LOCK_SECONDS = 30.0
-
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
 
 def _now() -> str:
+    from datetime import UTC, datetime
+
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
@@ -168,68 +158,3 @@ def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
     with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), _terminate_as_interrupt():
         warnings = gates(plan, directory, cleanup=True)
         return _launch(plan, directory, on_tick), warnings
-
-
-def _entry(path: Path) -> dict[str, Any]:
-    port = int(path.stem)
-    try:
-        receipt = read_receipt(path)
-    except ReceiptError as exc:
-        return {"port": port, "state": "unreadable", "receipt_path": str(path), "error": exc.to_dict()}
-    state = process.classify(receipt)
-    healthy = None
-    if state == "running":
-        readiness = receipt.get("plan", {}).get("readiness", {"path": "/health"})
-        healthy = probe(receipt.get("host", "127.0.0.1"), port, readiness, timeout=0.5)
-    return {
-        "port": port,
-        "state": "starting" if state == "running" and receipt.get("ready_at") is None else state,
-        "health": None if healthy is None else ("ok" if healthy else "unreachable"),
-        "pid": receipt["pid"],
-        "pgid": receipt["pgid"],
-        "base_url": receipt.get("base_url"),
-        "runtime": receipt.get("runtime"),
-        "model": receipt.get("model"),
-        "repo": receipt.get("repo"),
-        "preview_hash": receipt.get("preview_hash"),
-        "started_at": receipt.get("started_at"),
-        "ready_at": receipt.get("ready_at"),
-        "log_path": receipt.get("log_path"),
-        "receipt_path": str(path),
-    }
-
-
-def status(directory: Path, port: int | None = None) -> list[dict[str, Any]]:
-    """Return one entry per receipt, cross-checked against the live process and probed if running."""
-    paths = [receipt_path(directory, port)] if port is not None else receipt_files(directory)
-    return [_entry(p) for p in paths if p.exists()]
-
-
-def stop(directory: Path, port: int, grace: float = STOP_GRACE_SECONDS) -> dict[str, Any]:
-    """Stop the server of ``port`` if, and only if, the live process is the receipt's; remove the receipt."""
-    with port_lock(directory, port, timeout=STOP_LOCK_SECONDS):
-        path = receipt_path(directory, port)
-        receipt = read_receipt(path)
-        state = process.classify(receipt)
-        result = {"port": port, "pid": receipt["pid"], "receipt_path": str(path),
-                  "log_path": receipt.get("log_path")}
-        if state == "foreign":
-            raise OwnershipMismatch(
-                f"pid {receipt['pid']} is no longer the server this receipt started; nothing was signalled",
-                details={**result, "receipt_kept": True})
-        if state == "exited":
-            path.unlink(missing_ok=True)
-            return {**result, "result": "already_stopped"}
-        try:
-            live_pgid = os.getpgid(receipt["pid"])
-        except ProcessLookupError:
-            path.unlink(missing_ok=True)
-            return {**result, "result": "already_stopped"}
-        if live_pgid != receipt["pgid"]:
-            raise OwnershipMismatch(
-                f"pid {receipt['pid']} is in process group {live_pgid}, not the recorded {receipt['pgid']}",
-                details={**result, "receipt_kept": True})
-        started = time.monotonic()
-        how = process.stop_group(receipt["pid"], receipt["pgid"], grace=grace)
-        path.unlink(missing_ok=True)
-        return {**result, "result": "stopped", "how": how, "seconds": round(time.monotonic() - started, 3)}

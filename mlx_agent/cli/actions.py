@@ -1,0 +1,86 @@
+"""What each command does once its options are parsed, shared by the Click CLI and the fast path."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+from mlx_agent.cli.output import run
+from mlx_agent.home import receipts_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from mlx_agent.cli.output import Result
+    from mlx_agent.supervise.readiness import Tick
+
+
+def _render(name: str) -> Any:
+    def render(data: dict[str, Any], warnings: list[str]) -> None:
+        from mlx_agent.cli import render as r
+
+        getattr(r, name)(data, warnings)
+
+    return render
+
+
+def _serve_dir(opts: dict[str, Any]) -> Path:
+    return receipts_dir("serve", opts.get("receipts_dir"))
+
+
+def serve_start(opts: dict[str, Any]) -> None:
+    """Preview a server plan, or launch it with --confirm."""
+    from mlx_agent.plan.serve_plan import ServeRequest
+
+    as_json = bool(opts["as_json"])
+    fields = ("path", "repo", "runtime", "port", "max_tokens", "ready_timeout", "runtime_executable")
+    req = ServeRequest(**{k: opts[k] for k in fields})
+    directory = _serve_dir(opts)
+
+    def preview() -> Result:
+        from mlx_agent.supervise.serve import preview as build_preview
+
+        plan, warnings = build_preview(req, directory)
+        return {"plan": plan, "requires_confirmation": True}, warnings
+
+    def confirm() -> Result:
+        from mlx_agent.supervise.serve import confirm as launch
+
+        spin: AbstractContextManager[Tick | None] = nullcontext(None)
+        if not as_json:
+            from mlx_agent.cli.render import spinner
+
+            spin = spinner("loading the model")
+        with spin as tick:
+            receipt, warnings = launch(req, opts["preview_hash"], directory, tick)
+        path = str(directory / f"{receipt['port']}.json")
+        return {"receipt": receipt, "receipt_path": path, "requires_confirmation": False}, warnings
+
+    if opts["confirm"]:
+        run("serve.start", as_json, confirm, _render("render_receipt"))
+    else:
+        run("serve.start", as_json, preview, _render("render_preview"))
+
+
+def serve_status(opts: dict[str, Any]) -> None:
+    """Show each server with a receipt, checked against the live process."""
+    from mlx_agent.supervise.servers import status
+
+    directory = _serve_dir(opts)
+
+    def action() -> Result:
+        return {"receipts_dir": str(directory), "servers": status(directory, opts["port"])}, []
+
+    run("serve.status", bool(opts["as_json"]), action, _render("render_status"))
+
+
+def serve_stop(opts: dict[str, Any]) -> None:
+    """Stop the server on a port, only if the live process is the one its receipt started."""
+    from mlx_agent.supervise.servers import stop
+
+    directory = _serve_dir(opts)
+    run("serve.stop", bool(opts["as_json"]), lambda: (stop(directory, opts["port"]), []), _render("render_stop"))
+
+
+ACTIONS = {("serve", "start"): serve_start, ("serve", "status"): serve_status, ("serve", "stop"): serve_stop}

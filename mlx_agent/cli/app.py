@@ -1,0 +1,62 @@
+"""The Click command tree, built from ``spec.py``; each command hands its options to ``actions.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from mlx_agent import __version__
+from mlx_agent.cli.actions import ACTIONS
+from mlx_agent.cli.spec import COMMANDS, Opt, choices
+
+
+def _click_type(opt: Opt) -> Any:
+    allowed = choices(opt)
+    if allowed is not None:
+        return click.Choice(allowed)
+    if opt.kind == "int":
+        return click.IntRange(None if opt.minimum is None else int(opt.minimum),
+                              None if opt.maximum is None else int(opt.maximum))
+    if opt.kind == "float":
+        return click.FloatRange(opt.minimum, opt.maximum, min_open=opt.min_open)
+    return click.STRING
+
+
+def _with_options(options: tuple[Opt, ...]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        for opt in reversed(options):
+            if opt.kind == "flag":
+                fn = click.option(opt.flag, opt.dest, is_flag=True, help=opt.help)(fn)
+            else:
+                fn = click.option(opt.flag, opt.dest, type=_click_type(opt), default=opt.default,
+                                  required=opt.required, show_default=opt.default is not None, help=opt.help)(fn)
+        return fn
+
+    return decorate
+
+
+def _command(group: click.Group, key: tuple[str, str]) -> None:
+    action = ACTIONS[key]
+
+    def callback(**opts: Any) -> None:
+        action(opts)
+
+    callback.__doc__ = action.__doc__
+    group.command(name=key[1])(_with_options(COMMANDS[key])(callback))
+
+
+@click.group()
+@click.version_option(__version__, prog_name="mlx-agent")
+def cli() -> None:
+    """Plan, review, launch, supervise and stop local MLX model servers."""
+
+
+@cli.group()
+def serve() -> None:
+    """Launch, inspect and stop local MLX servers from reviewed plans."""
+
+
+for _key in COMMANDS:
+    _command(serve, _key)

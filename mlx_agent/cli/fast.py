@@ -1,0 +1,81 @@
+"""A click-free path for the ``--json`` calls agents make in loops (previews, status, stop).
+
+Importing Click costs several times Python's own start-up, so a well-formed ``--json`` invocation of a
+command in ``spec.COMMANDS`` is parsed here from the same option table. Anything this parser does not
+accept outright (``--help``, an unknown option, a bad value, ``--confirm``) falls back to Click, which
+owns every error message.
+"""
+
+from __future__ import annotations
+
+from mlx_agent.cli.spec import COMMANDS, Opt, choices
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_CONVERT = {"str": str, "int": int, "float": float}
+
+
+def _value(opt: Opt, raw: str) -> Any:
+    value = _CONVERT[opt.kind](raw)
+    if opt.minimum is not None and (value < opt.minimum or (opt.min_open and value == opt.minimum)):
+        raise ValueError(raw)
+    if opt.maximum is not None and value > opt.maximum:
+        raise ValueError(raw)
+    allowed = choices(opt)
+    if allowed is not None and value not in allowed:
+        raise ValueError(raw)
+    return value
+
+
+def parse(argv: list[str]) -> tuple[tuple[str, str], dict[str, Any]] | None:
+    """Return the command and its options if ``argv`` is a plain ``--json`` call this path serves."""
+    if len(argv) < 2 or "--json" not in argv or "--confirm" in argv:
+        return None
+    key = (argv[0], argv[1])
+    options = COMMANDS.get(key)
+    if options is None:
+        return None
+    by_flag = {opt.flag: opt for opt in options}
+    opts: dict[str, Any] = {opt.dest: opt.default for opt in options}
+    seen: set[str] = set()
+    rest = argv[2:]
+    i = 0
+    try:
+        while i < len(rest):
+            flag, eq, inline = rest[i].partition("=")
+            opt = by_flag.get(flag)
+            if opt is None or flag in seen:
+                return None
+            seen.add(flag)
+            if opt.kind == "flag":
+                if eq:
+                    return None
+                opts[opt.dest] = True
+                i += 1
+            elif eq:
+                opts[opt.dest] = _value(opt, inline)
+                i += 1
+            elif i + 1 < len(rest):
+                opts[opt.dest] = _value(opt, rest[i + 1])
+                i += 2
+            else:
+                return None
+    except ValueError:
+        return None
+    if any(opt.required and opt.flag not in seen for opt in options):
+        return None
+    return key, opts
+
+
+def run_fast(argv: list[str]) -> bool:
+    """Run ``argv`` without Click if it is a plain ``--json`` call; return False to let Click handle it."""
+    parsed = parse(argv)
+    if parsed is None:
+        return False
+    from mlx_agent.cli.actions import ACTIONS
+
+    key, opts = parsed
+    ACTIONS[key](opts)
+    return True

@@ -1,0 +1,83 @@
+"""The options of each command, as plain data that both Click and the fast path read.
+
+Keeping one table means the click-free fast path (see ``fast.py``) can never accept an option or a
+default that the full CLI does not.
+"""
+
+from __future__ import annotations
+
+from mlx_agent.plan.defaults import DEFAULT_MAX_TOKENS, DEFAULT_READY_TIMEOUT
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Opt:
+    """One command-line option (a plain class: dataclasses would import inspect on every fast call)."""
+
+    __slots__ = ("choices_from", "default", "dest", "flag", "help", "kind", "maximum", "min_open",
+                 "minimum", "required")
+
+    def __init__(self, flag: str, dest: str, kind: str, help: str, *, default: Any = None,
+                 minimum: float | None = None, maximum: float | None = None, min_open: bool = False,
+                 required: bool = False, choices_from: str | None = None) -> None:
+        self.flag = flag
+        self.dest = dest
+        self.kind = kind  # "str", "int", "float" or "flag"
+        self.help = help
+        self.default = default
+        self.minimum = minimum
+        self.maximum = maximum
+        self.min_open = min_open
+        self.required = required
+        self.choices_from = choices_from  # a function of plan.runtime returning the allowed values
+
+
+PORT_HELP = "Loopback port (default: the runtime's, 8080 for mlx_lm)."
+JSON = Opt("--json", "as_json", "flag", "Print one JSON envelope on stdout.", default=False)
+RECEIPTS_DIR = Opt("--receipts-dir", "receipts_dir", "str",
+                   "Base directory of receipts (default: $MLX_AGENT_HOME/receipts).")
+
+SERVE_START = (
+    Opt("--path", "path", "str", "Absolute path of a local model directory."),
+    Opt("--repo", "repo", "str", "ORG/NAME of a model already in the Hugging Face cache."),
+    Opt("--runtime", "runtime", "str", "Runtime to serve with.", default="mlx_lm", choices_from="recipe_names"),
+    Opt("--runtime-executable", "runtime_executable", "str",
+        "Absolute path of a runtime installed in another environment."),
+    Opt("--port", "port", "int", PORT_HELP, minimum=1, maximum=65535),
+    Opt("--max-tokens", "max_tokens", "int", "Default reply limit of the server.", default=DEFAULT_MAX_TOKENS,
+        minimum=1),
+    Opt("--ready-timeout", "ready_timeout", "float", "Seconds to wait for the model to load and answer.",
+        default=DEFAULT_READY_TIMEOUT, minimum=0, min_open=True),
+    Opt("--confirm", "confirm", "flag", "Launch the plan whose hash is given with --preview-hash.", default=False),
+    Opt("--preview-hash", "preview_hash", "str", "The preview_hash of the reviewed plan."),
+    RECEIPTS_DIR,
+    JSON,
+)
+SERVE_STATUS = (
+    Opt("--port", "port", "int", "Only this port.", minimum=1, maximum=65535),
+    RECEIPTS_DIR,
+    JSON,
+)
+SERVE_STOP = (
+    Opt("--port", "port", "int", "Port of the server to stop.", minimum=1, maximum=65535, required=True),
+    RECEIPTS_DIR,
+    JSON,
+)
+
+COMMANDS: dict[tuple[str, str], tuple[Opt, ...]] = {
+    ("serve", "start"): SERVE_START,
+    ("serve", "status"): SERVE_STATUS,
+    ("serve", "stop"): SERVE_STOP,
+}
+
+
+def choices(opt: Opt) -> list[str] | None:
+    """Return the allowed values of an option, if it has a fixed set."""
+    if opt.choices_from is None:
+        return None
+    from mlx_agent.plan import runtime
+
+    values: list[str] = getattr(runtime, opt.choices_from)()
+    return values

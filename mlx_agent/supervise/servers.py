@@ -1,0 +1,85 @@
+"""Servers that were started: status cross-checked against live processes, and stop of our own only."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mlx_agent.errors import OwnershipMismatch, ReceiptError
+from mlx_agent.supervise import process
+from mlx_agent.supervise.locks import port_lock
+from mlx_agent.supervise.readiness import probe
+from mlx_agent.supervise.receipts import read_receipt, receipt_files, receipt_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+STOP_GRACE_SECONDS = 10.0
+STOP_LOCK_SECONDS = 30.0
+
+
+def _entry(path: Path) -> dict[str, Any]:
+    port = int(path.stem)
+    try:
+        receipt = read_receipt(path)
+    except ReceiptError as exc:
+        return {"port": port, "state": "unreadable", "receipt_path": str(path), "error": exc.to_dict()}
+    state = process.classify(receipt)
+    healthy = None
+    if state == "running":
+        readiness = receipt.get("plan", {}).get("readiness", {"path": "/health"})
+        healthy = probe(receipt.get("host", "127.0.0.1"), port, readiness, timeout=0.5)
+    return {
+        "port": port,
+        "state": "starting" if state == "running" and receipt.get("ready_at") is None else state,
+        "health": None if healthy is None else ("ok" if healthy else "unreachable"),
+        "pid": receipt["pid"],
+        "pgid": receipt["pgid"],
+        "base_url": receipt.get("base_url"),
+        "runtime": receipt.get("runtime"),
+        "model": receipt.get("model"),
+        "repo": receipt.get("repo"),
+        "preview_hash": receipt.get("preview_hash"),
+        "started_at": receipt.get("started_at"),
+        "ready_at": receipt.get("ready_at"),
+        "log_path": receipt.get("log_path"),
+        "receipt_path": str(path),
+    }
+
+
+def status(directory: Path, port: int | None = None) -> list[dict[str, Any]]:
+    """Return one entry per receipt, cross-checked against the live process and probed if running."""
+    paths = [receipt_path(directory, port)] if port is not None else receipt_files(directory)
+    return [_entry(p) for p in paths if p.exists()]
+
+
+def stop(directory: Path, port: int, grace: float = STOP_GRACE_SECONDS) -> dict[str, Any]:
+    """Stop the server of ``port`` if, and only if, the live process is the receipt's; remove the receipt."""
+    with port_lock(directory, port, timeout=STOP_LOCK_SECONDS):
+        path = receipt_path(directory, port)
+        receipt = read_receipt(path)
+        state = process.classify(receipt)
+        result = {"port": port, "pid": receipt["pid"], "receipt_path": str(path),
+                  "log_path": receipt.get("log_path")}
+        if state == "foreign":
+            raise OwnershipMismatch(
+                f"pid {receipt['pid']} is no longer the server this receipt started; nothing was signalled",
+                details={**result, "receipt_kept": True})
+        if state == "exited":
+            path.unlink(missing_ok=True)
+            return {**result, "result": "already_stopped"}
+        try:
+            live_pgid = os.getpgid(receipt["pid"])
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+            return {**result, "result": "already_stopped"}
+        if live_pgid != receipt["pgid"]:
+            raise OwnershipMismatch(
+                f"pid {receipt['pid']} is in process group {live_pgid}, not the recorded {receipt['pgid']}",
+                details={**result, "receipt_kept": True})
+        started = time.monotonic()
+        how = process.stop_group(receipt["pid"], receipt["pgid"], grace=grace)
+        path.unlink(missing_ok=True)
+        return {**result, "result": "stopped", "how": how, "seconds": round(time.monotonic() - started, 3)}
