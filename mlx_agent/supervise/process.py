@@ -41,14 +41,18 @@ def identity(pid: int) -> dict[str, Any]:
     """Return the identity a receipt records for a live process.
 
     ``cmdline`` is what the kernel reports, which differs from the launched argv for a script with a
-    shebang (the interpreter comes first); identity checks compare against it.
+    shebang (the interpreter comes first); identity checks compare against it. Raises
+    ``ProcessLookupError`` if the process has already ended.
     """
     import psutil
 
-    proc = psutil.Process(pid)
-    with proc.oneshot():
-        return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(),
-                "cmdline": proc.cmdline()}
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(),
+                    "cmdline": proc.cmdline()}
+    except psutil.NoSuchProcess as exc:  # includes a child that already exited and is a zombie
+        raise ProcessLookupError(pid) from exc
 
 
 def classify(receipt: dict[str, Any]) -> State:

@@ -53,6 +53,12 @@ def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0)
         conn.close()
 
 
+def launch_failed(exit_code: int, log_path: Path) -> LaunchFailed:
+    """Return the error for a server that exited before it was ready, with its last log lines."""
+    return LaunchFailed(f"the server exited with status {exit_code} before it was ready",
+                        details={"exit_code": exit_code, "log_path": str(log_path), "log_tail": log_tail(log_path)})
+
+
 def wait_ready(child: subprocess.Popen[bytes], plan: dict[str, Any], log_path: Path,
                on_tick: Tick | None = None) -> None:
     """Return once the server is ready; raise ``launch_failed`` if it exits, ``readiness_timeout`` if slow."""
@@ -61,9 +67,7 @@ def wait_ready(child: subprocess.Popen[bytes], plan: dict[str, Any], log_path: P
     while True:
         code = child.poll()
         if code is not None:
-            raise LaunchFailed(f"the server exited with status {code} before it was ready",
-                               details={"exit_code": code, "log_path": str(log_path),
-                                        "log_tail": log_tail(log_path)})
+            raise launch_failed(code, log_path)
         if probe(plan["host"], plan["port"], plan["readiness"]):
             return
         now = time.monotonic()

@@ -24,7 +24,7 @@ from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.supervise.previews import load_preview, save_preview
-from mlx_agent.supervise.readiness import Tick, wait_ready
+from mlx_agent.supervise.readiness import Tick, launch_failed, wait_ready
 from mlx_agent.supervise.receipts import log_path, read_receipt, receipt_path, write_receipt
 
 TYPE_CHECKING = False
@@ -93,49 +93,81 @@ def check_preview(req: ServeRequest, preview_hash: str | None) -> dict[str, Any]
     return plan
 
 
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM and SIGHUP like Ctrl-C while a launch is in flight, so the child is stopped too."""
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+class _Interrupts:
+    """Turn SIGINT, SIGTERM and SIGHUP into KeyboardInterrupt during a launch, deferring them while held.
 
-    saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in saved.items():
-            signal.signal(sig, old)
+    Between spawning the child and recording it in a receipt an interrupt would leave a process that
+    nobody owns, so inside ``held()`` a signal is only noted and raised when the section ends.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending = False
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.holding:
+            self.pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        saved = {sig: signal.signal(sig, self._handler) for sig in self.SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, old in saved.items():
+                signal.signal(sig, old)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.pending:
+            raise KeyboardInterrupt
 
 
-def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None) -> dict[str, Any]:
-    port = plan["port"]
-    log = log_path(directory, port)
+def _receipt(plan: dict[str, Any], identity: dict[str, Any], log: Path) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": "serve",
+        **identity,
+        "argv": plan["argv"],
+        "port": plan["port"],
+        "host": plan["host"],
+        "base_url": plan["base_url"],
+        "runtime": plan["runtime"]["name"],
+        "model": plan["source"]["path"],
+        "repo": plan["source"].get("repo"),
+        "log_path": str(log),
+        "started_at": _now(),
+        "ready_at": None,
+        "preview_hash": plan["preview_hash"],
+        "plan": plan,
+    }
+
+
+def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> dict[str, Any]:
+    """Spawn, record, wait; on any failure stop the child and remove its receipt (we hold the port lock)."""
+    log = log_path(directory, plan["port"])
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     log.write_bytes(b"")
     child: subprocess.Popen[bytes] | None = None
-    written = False
     try:
-        child = process.spawn(plan["argv"], plan["env"], log, plan["cwd"])
-        receipt = {
-            "format_version": FORMAT_VERSION,
-            "kind": "serve",
-            **process.identity(child.pid),
-            "argv": plan["argv"],
-            "port": port,
-            "host": plan["host"],
-            "base_url": plan["base_url"],
-            "runtime": plan["runtime"]["name"],
-            "model": plan["source"]["path"],
-            "repo": plan["source"].get("repo"),
-            "log_path": str(log),
-            "started_at": _now(),
-            "ready_at": None,
-            "preview_hash": plan["preview_hash"],
-            "plan": plan,
-        }
-        # The receipt exists from the moment the process does, so even a killed CLI leaves nothing unowned.
-        write_receipt(directory, receipt)
-        written = True
+        with interrupts.held():
+            child = process.spawn(plan["argv"], plan["env"], log, plan["cwd"])
+            try:
+                identity = process.identity(child.pid)
+            except ProcessLookupError:
+                raise launch_failed(child.wait(), log) from None
+            receipt = _receipt(plan, identity, log)
+            # The receipt exists from the moment the process does, so even a killed CLI leaves nothing unowned.
+            write_receipt(directory, receipt)
         wait_ready(child, plan, log, on_tick)
         receipt["ready_at"] = _now()
         write_receipt(directory, receipt)
@@ -143,8 +175,7 @@ def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None) -> dict
     except BaseException as exc:
         if child is not None:
             process.stop_group(child.pid, child.pid, grace=5.0, child=child)
-        if written:
-            receipt_path(directory, port).unlink(missing_ok=True)
+            receipt_path(directory, plan["port"]).unlink(missing_ok=True)
         if isinstance(exc, KeyboardInterrupt):
             raise LaunchInterrupted("the launch was interrupted; the server was stopped",
                                     details={"log_path": str(log)}) from None
@@ -155,6 +186,7 @@ def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
             on_tick: Tick | None = None) -> tuple[dict[str, Any], list[str]]:
     """Launch the reviewed plan under the port lock and return its receipt once the model answers."""
     plan = check_preview(req, preview_hash)
-    with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), _terminate_as_interrupt():
+    interrupts = _Interrupts()
+    with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), interrupts.installed():
         warnings = gates(plan, directory, cleanup=True)
-        return _launch(plan, directory, on_tick), warnings
+        return _launch(plan, directory, on_tick, interrupts), warnings
