@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -47,13 +48,23 @@ def _size(n: int) -> str:
     return f"{size:.1f} GB"
 
 
+def _invoked_as() -> list[str]:
+    """Return the words that ran this command, so the printed confirm command can be pasted as is."""
+    argv0 = sys.argv[0]
+    if argv0.endswith("__main__.py"):
+        return ["python", "-m", "mlx_agent"]
+    if os.path.basename(argv0) == "mlx-agent" and os.sep + "bin" + os.sep in argv0:
+        return ["mlx-agent"]
+    return ["python3", argv0]
+
+
 def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
     """Print the plan a person reviews, its hash, and the command that confirms it."""
     plan = data["plan"]
     source, runtime = plan["source"], plan["runtime"]
     table = Table(show_header=False, title="serve start: plan (nothing started)", title_justify="left")
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")
     where = source["path"] if source["kind"] == "path" else f"{source['repo']}@{source['revision']}"
     table.add_row("model", escape(where))
     total = sum(f["size"] for f in source["files"])
@@ -67,8 +78,8 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
     table.add_row("preview_hash", f"[green]{plan['preview_hash']}[/]")
     out.print(table)
     _warnings(warnings)
-    confirm = shlex.join([*sys.argv[:1], *sys.argv[1:], "--confirm", "--preview-hash", plan["preview_hash"]])
-    out.print(f"To launch it, run: [bold]{escape(confirm)}[/]")
+    confirm = shlex.join([*_invoked_as(), *sys.argv[1:], "--confirm", "--preview-hash", plan["preview_hash"]])
+    out.print(f"To launch it, run: [bold]{escape(confirm)}[/]", soft_wrap=True)
 
 
 def render_receipt(data: dict[str, Any], warnings: list[str]) -> None:
