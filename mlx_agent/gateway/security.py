@@ -1,0 +1,146 @@
+"""The gateway's front door: Host and Origin checks, the body cap, and who may call what.
+
+* Every request must name the gateway by a loopback ``Host`` (``127.0.0.1:PORT``, ``localhost:PORT`` or
+  ``[::1]:PORT``), else 403: a page on another site that rebinds its DNS name to 127.0.0.1 still sends its own
+  name. An ``Origin``, when sent, must be a loopback origin (any port, http or https), else 403.
+* CORS: a loopback ``Origin`` is echoed back with ``Vary: Origin``; ``*`` is never sent.
+* Bodies larger than ``max_body_bytes`` get 413.
+* ``/mlx-agent/...`` (control: status, unload, policy) needs ``Authorization: Bearer <control token>``.
+* ``/v1/...`` needs an API key, as ``Authorization: Bearer KEY`` or ``x-api-key: KEY``, when the config names
+  an API key file; ``/health`` is always open and tells only liveness and the model state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from mlx_agent.gateway.responses import error_response
+
+CONTROL_PREFIX = "/mlx-agent/"
+MODEL_PREFIX = "/v1/"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+API_KEY_ID = "mlx_agent_api_key_id"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def allowed_hosts(port: int) -> frozenset[str]:
+    """Return the ``Host`` header values that name this gateway."""
+    hosts = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+    if port == 80:
+        hosts |= {"127.0.0.1", "localhost", "[::1]"}
+    return frozenset(hosts)
+
+
+def loopback_origin(origin: str) -> bool:
+    """Say whether an ``Origin`` header names a page served from this machine's loopback."""
+    try:
+        parts = urlsplit(origin)
+        host = parts.hostname
+        _ = parts.port  # raises on a malformed port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and host in LOOPBACK_NAMES and not parts.path.strip("/")
+
+
+def _bearer(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def key_id(key: str) -> str:
+    """Return a stable, non-secret name for an API key (what per-key accounting is keyed by)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class Guard:
+    """The middleware's settings: port, body cap, the control token and the API keys (or None)."""
+
+    def __init__(self, port: int, max_body_bytes: int, control_token: str, api_keys: list[str] | None) -> None:
+        self.hosts = allowed_hosts(port)
+        self.max_body_bytes = max_body_bytes
+        self._control_token = control_token.encode()
+        self._api_keys = [k.encode() for k in api_keys] if api_keys else None
+
+    def control_ok(self, request: web.Request) -> bool:
+        """Say whether the request carries the control token."""
+        token = _bearer(request)
+        return token is not None and hmac.compare_digest(token.encode(), self._control_token)
+
+    def api_key(self, request: web.Request) -> str | None:
+        """Return the matching API key presented by the request, or None."""
+        assert self._api_keys is not None
+        presented = [v for v in (_bearer(request), request.headers.get("x-api-key")) if v]
+        found = None
+        for value in presented:
+            candidate = value.encode()
+            for key in self._api_keys:  # compare against every key: no early exit to time
+                if hmac.compare_digest(candidate, key):
+                    found = value
+        return found
+
+    def middleware(self) -> Middleware:
+        """Return the aiohttp middleware that applies this guard."""
+        @web.middleware
+        async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+            return await self.check(request, handler)
+
+        return guard
+
+    async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Refuse what the module docstring lists; then run the handler, turning HTTP errors into JSON."""
+        host = request.headers.get("Host", "").lower()
+        if host not in self.hosts:
+            return error_response(403, "the Host header must name this gateway on loopback", code="forbidden_host",
+                                  type_="permission_error")
+        origin = request.headers.get("Origin")
+        if origin is not None and not loopback_origin(origin):
+            return error_response(403, "cross-origin requests are accepted from loopback pages only",
+                                  code="forbidden_origin", type_="permission_error")
+        if request.method == "OPTIONS" and origin is not None:
+            return web.Response(status=204, headers={
+                "Access-Control-Allow-Methods": "GET, POST, PUT, OPTIONS",
+                "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key",
+                "Access-Control-Max-Age": "600"})
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            return _too_large(self.max_body_bytes)
+        path = request.path
+        if path.startswith(CONTROL_PREFIX):
+            if not self.control_ok(request):
+                return error_response(401, "control endpoints need the gateway's control token",
+                                      code="unauthorized", type_="authentication_error")
+        elif path.startswith(MODEL_PREFIX) and self._api_keys is not None:
+            key = self.api_key(request)
+            if key is None:
+                return error_response(401, "an API key is required (Authorization: Bearer KEY or x-api-key)",
+                                      code="invalid_api_key", type_="authentication_error",
+                                      headers={"WWW-Authenticate": "Bearer"})
+            request[API_KEY_ID] = key_id(key)
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            return _too_large(self.max_body_bytes)
+        except web.HTTPMethodNotAllowed:
+            return error_response(405, f"{request.method} is not allowed on {path}", code="method_not_allowed")
+        except web.HTTPNotFound:
+            return error_response(404, f"no such endpoint: {path}", code="not_found")
+
+
+def _too_large(limit: int) -> web.Response:
+    return error_response(413, f"the request body exceeds {limit} bytes", code="body_too_large")
+
+
+async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Echo a (checked, loopback) ``Origin``; never ``*``."""
+    origin = request.headers.get("Origin")
+    if origin is not None and loopback_origin(origin):
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
