@@ -1,0 +1,280 @@
+"""Helpers for the gateway tests: a stand-in worker, a config writer, and the gateway as a real subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO_ROOT, free_port
+
+# A stand-in for the worker: HTTP/1.0 like mlx_lm.server, echoes what it received, streams on request.
+# Request fields it understands: x_chunks (stream events), x_delay (seconds between events), x_cached
+# (cached_tokens to report), x_status (answer with this error status).
+# Env: FAKE_LOAD_DELAY (seconds before listening), FAKE_FAIL (exit 3 at once).
+FAKE_WORKER = r'''
+import argparse, json, os, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+p = argparse.ArgumentParser()
+p.add_argument("--port", type=int, required=True)
+a, _ = p.parse_known_args()
+print(f"fake worker: loading pid={os.getpid()} env_offline={os.environ.get('HF_HUB_OFFLINE')}", flush=True)
+if os.environ.get("FAKE_FAIL"):
+    print("fake worker: cannot load", flush=True)
+    sys.exit(3)
+time.sleep(float(os.environ.get("FAKE_LOAD_DELAY", "0")))
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _json(self, status, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._json(200, {"status": "ok"})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("x_status"):
+            return self._json(body["x_status"], {"error": "stand-in error"})
+        prompt = json.dumps(body.get("messages", body.get("prompt")))
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1,
+                 "prompt_tokens_details": {"cached_tokens": body.get("x_cached", 0)}}
+        if not body.get("stream"):
+            return self._json(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),
+                                    "choices": [{"index": 0, "finish_reason": "stop",
+                                                 "message": {"role": "assistant", "content": "ok"}}],
+                                    "usage": usage, "echo": body, "headers": dict(self.headers)})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b": keepalive 1/1\n\n")
+        self.wfile.flush()
+        for i in range(body.get("x_chunks", 3)):
+            time.sleep(body.get("x_delay", 0))
+            chunk = {"id": "x", "object": "chat.completion.chunk", "model": body.get("model"),
+                     "choices": [{"index": 0, "finish_reason": None, "delta": {"content": f"t{i} "}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        if (body.get("stream_options") or {}).get("include_usage"):
+            tail = {"id": "x", "object": "chat.completion", "model": body.get("model"), "choices": [], "usage": usage}
+            self.wfile.write(f"data: {json.dumps(tail)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+print("fake worker: listening", flush=True)
+ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()
+'''
+
+CONTROL_TOKEN = "control-token-for-tests-0123456789abcdef"
+
+
+def private_file(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` with mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)
+    return path
+
+
+def fake_worker_argv(directory: Path) -> list[str]:
+    """Write the stand-in worker script and return its argv template."""
+    script = directory / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    return [sys.executable, str(script), "--host", "127.0.0.1", "--port", "{port}"]
+
+
+def real_worker_argv(model: Path, max_tokens: int) -> list[str]:
+    """Return the argv template of the real wrapped mlx_lm.server worker."""
+    return [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), "--host", "127.0.0.1",
+            "--port", "{port}", "--max-tokens", str(max_tokens)]
+
+
+def gateway_config(directory: Path, port: int, argv: list[str], *, model_path: Path,
+                   **overrides: Any) -> dict[str, Any]:
+    """Return a gateway config whose private files live in ``directory``."""
+    serve = directory / "serve"
+    config: dict[str, Any] = {
+        "format_version": "1.0", "host": "127.0.0.1", "port": port,
+        "model_id": "org/tiny", "model_path": str(model_path), "max_tokens": 16,
+        "worker": {"argv": argv, "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, "cwd": "/",
+                   "readiness": {"path": "/health", "status": 200, "json": {"status": "ok"}},
+                   "ready_timeout_s": 60, "log_path": str(serve / f"{port}.worker.log")},
+        "weight_bytes": 1000,
+        "policy": {"idle_timeout_s": 0, "keep_loaded": False, "min_headroom_gb": None},
+        "policy_path": str(serve / f"{port}.policy.json"),
+        "control_token_path": str(serve / f"{port}.token"),
+        "api_key_path": None,
+        "file_checks": [],
+        "max_body_bytes": 1024 * 1024,
+    }
+    config.update(overrides)
+    return config
+
+
+@dataclass
+class Reply:
+    """One HTTP exchange with the gateway."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """Return the body parsed as JSON."""
+        return json.loads(self.body)
+
+
+@dataclass
+class Gateway:
+    """A gateway subprocess started from a config, with helpers to talk to it."""
+
+    config: dict[str, Any]
+    config_path: Path
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    worker_pids: set[int] = field(default_factory=set)
+
+    @property
+    def port(self) -> int:
+        """Return the gateway's port."""
+        port: int = self.config["port"]
+        return port
+
+    @property
+    def base_url(self) -> str:
+        """Return the gateway's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def worker_log(self) -> Path:
+        """Return the worker log path."""
+        return Path(self.config["worker"]["log_path"])
+
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+                timeout: float = 120, raw: bytes | None = None) -> Reply:
+        """Send one request with http.client (the Host header is set by ``headers`` when given)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        hdrs = {"Content-Type": "application/json", **(headers or {})}
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        try:
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+        finally:
+            conn.close()
+
+    def control(self, method: str, path: str, body: Any = None, token: str | None = CONTROL_TOKEN) -> Reply:
+        """Call a control endpoint with the control token."""
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        return self.request(method, "/mlx-agent/" + path, body, headers)
+
+    def status(self) -> dict[str, Any]:
+        """Return the gateway state, remembering any worker pid seen."""
+        reply = self.control("GET", "status")
+        assert reply.status == 200, reply.body
+        state: dict[str, Any] = reply.json()
+        if state["worker"]:
+            self.worker_pids.add(state["worker"]["pid"])
+        return state
+
+    def wait_state(self, model_state: str, timeout: float = 60) -> dict[str, Any]:
+        """Poll status until ``model_state`` is reached (a wait, not a timing assertion)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.status()
+            if state["model_state"] == model_state or time.monotonic() > deadline:
+                return state
+            time.sleep(0.1)
+
+    def chat(self, content: str = "hi", **fields: Any) -> Reply:
+        """Send a chat completion."""
+        return self.request("POST", "/v1/chat/completions",
+                            {"model": "org/tiny", "messages": [{"role": "user", "content": content}], **fields})
+
+    def worker_loads(self) -> int:
+        """Return how many worker loads the worker log records."""
+        text = self.worker_log.read_text() if self.worker_log.exists() else ""
+        return text.count("mlx-agent gateway: worker load ")
+
+    def stop(self) -> None:
+        """TERM the gateway (which stops its worker), then KILL anything of ours that is left."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for pid in self.worker_pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def start_gateway(directory: Path, config: dict[str, Any], *, token: str = CONTROL_TOKEN,
+                  api_keys: list[str] | None = None, wait: bool = True) -> Gateway:
+    """Write the token (and key) files and the config, start the gateway and wait for /health."""
+    private_file(Path(config["control_token_path"]), token + "\n")
+    if api_keys is not None:
+        key_path = private_file(directory / "api_keys", "\n".join(api_keys) + "\n")
+        config["api_key_path"] = str(key_path)
+    config_path = private_file(directory / f"gateway-{config['port']}.json", json.dumps(config))
+    log_path = directory / f"gateway-{config['port']}.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+    gateway = Gateway(config, config_path, proc, log_path)
+    if wait:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            with contextlib.suppress(OSError):
+                if gateway.request("GET", "/health", timeout=2).status == 200:
+                    break
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+    return gateway
+
+
+@contextlib.contextmanager
+def running_gateway(directory: Path, argv: list[str] | None = None, *, model_path: Path | None = None,
+                    api_keys: list[str] | None = None, env: dict[str, str] | None = None,
+                    **overrides: Any) -> Iterator[Gateway]:
+    """Start a gateway over the stand-in worker (or ``argv``), and stop it and its worker afterwards."""
+    config = gateway_config(directory, free_port(), argv or fake_worker_argv(directory),
+                            model_path=model_path or directory / "model", **overrides)
+    if env:
+        config["worker"]["env"].update(env)
+    gateway = start_gateway(directory, config, api_keys=api_keys)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def pid_alive(pid: int) -> bool:
+    """Say whether ``pid`` names a live, non-zombie process."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,218 @@
+"""The gateway's front door as a real process: auth, Host/Origin, body cap, model checks, clamps, cached_tokens."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO_ROOT, assert_valid
+from tests.gateway_support import CONTROL_TOKEN, Gateway, running_gateway, start_gateway
+
+HEAVY = ("mlx", "mlx_lm", "mlx_vlm", "transformers", "huggingface_hub")
+
+
+def test_control_endpoints_need_the_control_token(tmp_path: Path) -> None:
+    """Status, unload and policy answer 401 without the token or with a wrong one."""
+    with running_gateway(tmp_path) as gateway:
+        for method, path in (("GET", "status"), ("POST", "unload"), ("PUT", "policy")):
+            for token in (None, "wrong-token"):
+                reply = gateway.control(method, path, {}, token=token)
+                assert reply.status == 401, (method, path, token)
+                assert reply.json()["error"]["code"] == "unauthorized"
+        assert gateway.control("GET", "status").status == 200
+
+
+def test_api_keys_guard_model_endpoints_only(tmp_path: Path) -> None:
+    """With an API key file, /v1 needs a key (Bearer or x-api-key); /health stays open; no key loads nothing."""
+    with running_gateway(tmp_path, api_keys=["key-one", "key-two"]) as gateway:
+        assert gateway.request("GET", "/v1/models").status == 401
+        assert gateway.request("GET", "/v1/models", headers={"Authorization": "Bearer nope"}).status == 401
+        denied = gateway.chat()
+        assert (denied.status, denied.json()["error"]["code"]) == (401, "invalid_api_key")
+        assert gateway.status()["loads"] == 0
+        assert gateway.request("GET", "/v1/models", headers={"Authorization": "Bearer key-one"}).status == 200
+        assert gateway.request("GET", "/v1/models", headers={"x-api-key": "key-two"}).status == 200
+        assert gateway.request("GET", "/health").status == 200
+        reply = gateway.request("POST", "/v1/chat/completions", {"messages": []}, {"x-api-key": "key-one"})
+        assert reply.status == 200
+        assert "key-one" not in json.dumps(reply.json()["headers"])  # keys are not forwarded to the worker
+
+
+def test_foreign_host_and_origin_are_forbidden(tmp_path: Path) -> None:
+    """A rebinding Host or a foreign Origin is 403; loopback names pass and only their origin is echoed."""
+    with running_gateway(tmp_path) as gateway:
+        port = gateway.port
+        host = gateway.request("GET", "/health", headers={"Host": f"attacker.example:{port}"})
+        assert (host.status, host.json()["error"]["code"]) == (403, "forbidden_host")
+        assert gateway.request("GET", "/health", headers={"Host": "127.0.0.1:1"}).status == 403
+        assert gateway.request("GET", "/health", headers={"Host": f"localhost:{port}"}).status == 200
+        foreign = gateway.request("GET", "/v1/models", headers={"Origin": "http://attacker.example"})
+        assert (foreign.status, foreign.json()["error"]["code"]) == (403, "forbidden_origin")
+        local = gateway.request("GET", "/v1/models", headers={"Origin": "http://localhost:5173"})
+        assert local.status == 200 and local.headers["access-control-allow-origin"] == "http://localhost:5173"
+        plain = gateway.request("GET", "/v1/models")
+        assert "access-control-allow-origin" not in plain.headers
+        preflight = gateway.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://127.0.0.1:3000"})
+        assert preflight.status == 204 and preflight.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
+
+
+def test_bodies_over_the_cap_are_413(tmp_path: Path) -> None:
+    """A body over max_body_bytes is refused, whether announced by Content-Length or sent chunked."""
+    with running_gateway(tmp_path, max_body_bytes=2048) as gateway:
+        big = json.dumps({"messages": [{"role": "user", "content": "x" * 4096}]}).encode()
+        reply = gateway.request("POST", "/v1/chat/completions", raw=big)
+        assert (reply.status, reply.json()["error"]["code"]) == (413, "body_too_large")
+        conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+        conn.request("POST", "/v1/chat/completions", body=iter([big[:1000], big[1000:]]), encode_chunked=True,
+                     headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        assert conn.getresponse().status == 413
+        conn.close()
+        assert gateway.status()["loads"] == 0
+
+
+def test_other_models_adapters_and_bad_json_are_400(tmp_path: Path) -> None:
+    """Another model name, a request-time adapter or draft model, and invalid JSON are OpenAI-style 400s."""
+    with running_gateway(tmp_path) as gateway:
+        other = gateway.request("POST", "/v1/chat/completions", {"model": "other/model", "messages": []})
+        assert other.status == 400
+        assert other.json()["error"] == {**other.json()["error"], "type": "invalid_request_error",
+                                         "param": "model", "code": "model_not_found"}
+        assert isinstance(other.json()["error"]["message"], str)
+        for field in ("adapters", "adapter", "draft_model", "adapter_path"):
+            reply = gateway.chat(**{field: "/somewhere"})
+            assert (reply.status, reply.json()["error"]["param"]) == (400, field)
+        bad = gateway.request("POST", "/v1/completions", raw=b"{not json")
+        assert (bad.status, bad.json()["error"]["code"]) == (400, "invalid_json")
+        assert gateway.request("GET", "/v1/nothing-here").status == 404
+        assert gateway.status()["loads"] == 0
+
+
+def test_max_tokens_is_clamped_and_model_rewritten_for_the_worker(tmp_path: Path) -> None:
+    """The worker receives default_model and token limits clamped to the plan (16); the client sees its name."""
+    with running_gateway(tmp_path) as gateway:
+        over = gateway.chat(max_tokens=5000).json()
+        assert over["echo"]["max_tokens"] == 16 and over["echo"]["model"] == "default_model"
+        assert over["model"] == "org/tiny"
+        assert gateway.chat(max_completion_tokens=7).json()["echo"]["max_completion_tokens"] == 7
+        assert gateway.chat().json()["echo"]["max_tokens"] == 16
+        completion = gateway.request("POST", "/v1/completions", {"prompt": "once", "max_tokens": 99}).json()
+        assert completion["echo"]["max_tokens"] == 16
+
+
+def test_worker_errors_pass_through_with_their_status(tmp_path: Path) -> None:
+    """A non-stream error from the worker reaches the client with the worker's status and body."""
+    with running_gateway(tmp_path) as gateway:
+        reply = gateway.chat(x_status=422)
+        assert (reply.status, reply.json()) == (422, {"error": "stand-in error"})
+
+
+def cached(gateway: Gateway, key: str, content: str, stream: bool = False) -> Any:
+    """Send a chat as ``key`` (the stand-in claims 10 cached tokens) and return the reported cached_tokens."""
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": content}], "x_cached": 10}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    reply = gateway.request("POST", "/v1/chat/completions", body, {"Authorization": f"Bearer {key}"})
+    assert reply.status == 200
+    if not stream:
+        return reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    events = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
+    return next(e for e in events if e.get("usage"))["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_cached_tokens_never_reveal_another_keys_prompt(tmp_path: Path) -> None:
+    """With API keys, a key sees cached tokens only for prompts it sent itself, streamed or not."""
+    with running_gateway(tmp_path, api_keys=["alice", "bob"]) as gateway:
+        assert cached(gateway, "alice", "the secret plan") == 0  # first time: nothing of alice's is cached
+        assert cached(gateway, "alice", "the secret plan") == 10  # her own prompt, repeated
+        assert cached(gateway, "bob", "the secret plan") == 0  # the worker says 10; bob never sent it
+        assert cached(gateway, "bob", "the secret plan", stream=True) == 10  # now bob has sent it himself
+        assert cached(gateway, "bob", "another", stream=True) == 0
+
+
+def test_forced_usage_chunk_is_hidden_from_clients_that_did_not_ask(tmp_path: Path) -> None:
+    """With API keys the gateway asks for usage in streams, and drops that chunk for clients that did not."""
+    with running_gateway(tmp_path, api_keys=["alice"]) as gateway:
+        body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+        reply = gateway.request("POST", "/v1/chat/completions", body, {"Authorization": "Bearer alice"})
+        assert reply.status == 200 and b'"usage"' not in reply.body
+        assert reply.body.rstrip().endswith(b"data: [DONE]")
+
+
+def test_without_api_keys_cached_tokens_pass_through(tmp_path: Path) -> None:
+    """With no API keys all clients are one trust domain: the worker's count is reported as is."""
+    with running_gateway(tmp_path) as gateway:
+        assert gateway.chat(x_cached=10).json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
+
+
+def test_policy_replacement_persists_atomically_and_takes_effect(tmp_path: Path) -> None:
+    """PUT policy writes a 0600 schema-valid file (no temp left), applies at once, and survives a restart."""
+    with running_gateway(tmp_path) as gateway:
+        assert gateway.chat().status == 200
+        policy = {"idle_timeout_s": 0.3, "keep_loaded": False, "min_headroom_gb": 0.5}
+        reply = gateway.control("PUT", "policy", policy)
+        assert reply.status == 200 and reply.json()["policy"] == policy
+        path = Path(gateway.config["policy_path"])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        doc = json.loads(path.read_text())
+        assert_valid("gateway_policy", doc)
+        assert doc["policy"] == policy
+        assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []
+        assert gateway.status()["policy"] == policy
+        assert gateway.wait_state("unloaded")["model_state"] == "unloaded"  # idle unload now applies
+        for bad in ({"idle_timeout_s": 1}, {**policy, "keep_loaded": "yes"}, {**policy, "min_headroom_gb": -1}):
+            refused = gateway.control("PUT", "policy", bad)
+            assert (refused.status, refused.json()["error"]["code"]) == (400, "invalid_policy")
+        assert json.loads(path.read_text())["policy"] == policy
+        gateway.stop()
+        restarted = start_gateway(tmp_path, gateway.config)
+        try:
+            assert restarted.status()["policy"] == policy
+        finally:
+            restarted.stop()
+
+
+def test_gateway_imports_no_mlx(tmp_path: Path) -> None:
+    """Importing and building the gateway loads no MLX, mlx_lm, transformers or huggingface_hub."""
+    code = (
+        "import json, sys\n"
+        "import mlx_agent.gateway.__main__, mlx_agent.gateway.app as app\n"
+        "from mlx_agent.gateway.config import parse_config\n"
+        f"cfg = parse_config(json.loads(open({str(tmp_path / 'c.json')!r}).read()))\n"
+        "app.build_app(cfg, app.Secrets('t', None, cfg.policy))\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))\n"
+    )
+    from tests.gateway_support import fake_worker_argv, gateway_config
+
+    config = gateway_config(tmp_path, 8080, fake_worker_argv(tmp_path), model_path=tmp_path / "m")
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert json.loads(out.stdout) == []
+    with running_gateway(tmp_path) as gateway:
+        assert gateway.chat().status == 200
+        maps = Path(f"/proc/{gateway.proc.pid}/maps").read_text()
+        assert "/mlx/" not in maps and "libmlx" not in maps
+
+
+def test_bad_config_exits_2_and_wrong_token_mode_is_refused(tmp_path: Path) -> None:
+    """An invalid config or a token file others can read stops the gateway at start with exit status 2."""
+    config_path = tmp_path / "bad.json"
+    config_path.write_text(json.dumps({"format_version": "1.0", "host": "0.0.0.0"}))
+    proc = subprocess.run([sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 2 and "invalid" not in proc.stdout
+    from tests.gateway_support import fake_worker_argv, gateway_config
+
+    config = gateway_config(tmp_path, 8080, fake_worker_argv(tmp_path), model_path=tmp_path / "m")
+    token = Path(config["control_token_path"])
+    token.parent.mkdir(parents=True)
+    token.write_text(CONTROL_TOKEN)
+    token.chmod(0o644)
+    config_path.write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 2 and "chmod 600" in proc.stderr
