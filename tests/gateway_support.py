@@ -244,15 +244,24 @@ def start_gateway(directory: Path, config: dict[str, Any], *, token: str = CONTR
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
     gateway = Gateway(config, config_path, proc, log_path)
     if wait:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            with contextlib.suppress(OSError):
-                if gateway.request("GET", "/health", timeout=2).status == 200:
-                    break
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.05)
+        try:
+            wait_healthy(gateway)
+        except BaseException:
+            gateway.stop()
+            raise
     return gateway
+
+
+def wait_healthy(gateway: Gateway) -> None:
+    """Wait until the gateway answers /health; fail with its log if it exits or stays silent."""
+    deadline = time.monotonic() + 30
+    while True:
+        assert gateway.proc.poll() is None, gateway.log_path.read_text()
+        with contextlib.suppress(OSError):
+            if gateway.request("GET", "/health", timeout=2).status == 200:
+                return
+        assert time.monotonic() < deadline, gateway.log_path.read_text()
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
