@@ -12,10 +12,17 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   └── PreviewStale .................... preview_stale
     ├── SourceError
     │   ├── ModelNotLocal ................... model_not_local
-    │   └── ModelInvalid .................... model_invalid
+    │   ├── ModelInvalid .................... model_invalid
+    │   ├── ConfigMissing ................... config_missing
+    │   ├── ConfigUnparsable ................ config_unparsable
+    │   └── ConfigNotObject ................. config_not_object
     ├── RuntimeSelectionError
     │   ├── RuntimeNotInstalled ............. runtime_not_installed
-    │   └── UnsupportedRuntime .............. unsupported_runtime
+    │   ├── RuntimeNotExecutable ............ runtime_not_executable
+    │   ├── RuntimeSymlinkLoop .............. runtime_symlink_loop
+    │   ├── UnsupportedRuntime .............. unsupported_runtime
+    │   ├── UnsupportedModel ................ unsupported_model
+    │   └── RuntimeModelMismatch ............ runtime_model_mismatch
     ├── PortError
     │   ├── PortInUse ....................... port_in_use
     │   └── PortClaimed ..................... port_claimed
@@ -104,6 +111,21 @@ class ModelInvalid(SourceError):
     remediation = "Point --path at a model directory holding config.json, tokenizer files and weights."
 
 
+class ConfigMissing(SourceError):
+    code = "config_missing"
+    remediation = "Point --path at a model directory; it must hold the model's config.json."
+
+
+class ConfigUnparsable(SourceError):
+    code = "config_unparsable"
+    remediation = "Repair or re-download the model's config.json; it must be valid JSON."
+
+
+class ConfigNotObject(SourceError):
+    code = "config_not_object"
+    remediation = "Repair or re-download the model's config.json; it must hold one JSON object."
+
+
 class RuntimeSelectionError(MlxAgentError):
     """The requested runtime cannot run here."""
 
@@ -112,6 +134,26 @@ class RuntimeNotInstalled(RuntimeSelectionError):
     code = "runtime_not_installed"
     remediation = ("Install the runtime into this environment yourself (for mlx_lm: "
                    "pip install mlx-lm); mlx-agent never installs runtimes.")
+
+
+class RuntimeNotExecutable(RuntimeSelectionError):
+    code = "runtime_not_executable"
+    remediation = "Give --runtime-executable a file with execute permission (chmod +x) or another path."
+
+
+class RuntimeSymlinkLoop(RuntimeSelectionError):
+    code = "runtime_symlink_loop"
+    remediation = "Fix the symbolic links of the runtime executable so they end at a real file."
+
+
+class UnsupportedModel(RuntimeSelectionError):
+    code = "unsupported_model"
+    remediation = "Serve a model whose model_type the installed mlx-lm or mlx-vlm supports, or upgrade them yourself."
+
+
+class RuntimeModelMismatch(RuntimeSelectionError):
+    code = "runtime_model_mismatch"
+    remediation = "Use --runtime mlx-vlm (or auto) for a vision model; mlx_lm cannot load its vision tower."
 
 
 class UnsupportedRuntime(RuntimeSelectionError):

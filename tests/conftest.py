@@ -157,6 +157,11 @@ class H(http.server.BaseHTTPRequestHandler):
         body = json.dumps({"status": "ok"}).encode()
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
     def log_message(self, *args):
         pass
 print("fake server listening", flush=True)

@@ -34,7 +34,8 @@ def serve_start(opts: dict[str, Any]) -> None:
     from mlx_agent.plan.serve_plan import ServeRequest
 
     as_json = bool(opts["as_json"])
-    fields = ("path", "repo", "runtime", "port", "max_tokens", "ready_timeout", "runtime_executable")
+    fields = ("path", "repo", "runtime", "port", "max_tokens", "ready_timeout", "runtime_executable", "thinking",
+              "chat_template_args")
     req = ServeRequest(**{k: opts[k] for k in fields})
     directory = _serve_dir(opts)
 
@@ -65,12 +66,16 @@ def serve_start(opts: dict[str, Any]) -> None:
 
 def serve_status(opts: dict[str, Any]) -> None:
     """Show each server with a receipt, checked against the live process."""
+    from mlx_agent.home import wired_dir
+    from mlx_agent.plan.wired import loopback_claims, read_wired
     from mlx_agent.supervise.servers import status
 
     directory = _serve_dir(opts)
 
     def action() -> Result:
-        return {"receipts_dir": str(directory), "servers": status(directory, opts["port"])}, []
+        configs, warnings = read_wired(wired_dir())
+        claims = [c for c in loopback_claims(configs) if opts["port"] in (None, c["port"])]
+        return {"receipts_dir": str(directory), "servers": status(directory, opts["port"]), "claims": claims}, warnings
 
     run("serve.status", bool(opts["as_json"]), action, _render("render_status"))
 

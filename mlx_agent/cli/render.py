@@ -93,6 +93,12 @@ def render_receipt(data: dict[str, Any], warnings: list[str]) -> None:
 def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     """Print one row per known server."""
     _warnings(warnings)
+    if data.get("claims"):
+        claims = Table("port", "claimed by", "expects runtime", "expects model", title="Wired configs")
+        for c in data["claims"]:
+            claims.add_row(str(c["port"]), escape(c["file"]), c.get("runtime") or "any",
+                           escape(c.get("model") or "any"))
+        out.print(claims)
     if not data["servers"]:
         out.print(f"No servers have receipts in {escape(data['receipts_dir'])}.")
         return

@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 class Opt:
     """One command-line option (a plain class: dataclasses would import inspect on every fast call)."""
 
-    __slots__ = ("choices_from", "default", "dest", "flag", "help", "kind", "maximum", "min_open",
+    __slots__ = ("choices", "choices_from", "default", "dest", "flag", "help", "kind", "maximum", "min_open",
                  "minimum", "required")
 
     def __init__(self, flag: str, dest: str, kind: str, help: str, *, default: Any = None,
                  minimum: float | None = None, maximum: float | None = None, min_open: bool = False,
-                 required: bool = False, choices_from: str | None = None) -> None:
+                 required: bool = False, choices: tuple[str, ...] | None = None,
+                 choices_from: str | None = None) -> None:
         self.flag = flag
         self.dest = dest
         self.kind = kind  # "str", "int", "float" or "flag"
@@ -31,7 +32,8 @@ class Opt:
         self.maximum = maximum
         self.min_open = min_open
         self.required = required
-        self.choices_from = choices_from  # a function of plan.runtime returning the allowed values
+        self.choices = choices
+        self.choices_from = choices_from  # a function of plan.recipes returning the allowed values
 
 
 PORT_HELP = "Loopback port (default: the runtime's, 8080 for mlx_lm)."
@@ -42,7 +44,8 @@ RECEIPTS_DIR = Opt("--receipts-dir", "receipts_dir", "str",
 SERVE_START = (
     Opt("--path", "path", "str", "Absolute path of a local model directory."),
     Opt("--repo", "repo", "str", "ORG/NAME of a model already in the Hugging Face cache."),
-    Opt("--runtime", "runtime", "str", "Runtime to serve with.", default="mlx_lm", choices_from="recipe_names"),
+    Opt("--runtime", "runtime", "str", "Runtime to serve with; auto reads the model's config.json.",
+        default="mlx_lm", choices_from="runtime_choices"),
     Opt("--runtime-executable", "runtime_executable", "str",
         "Absolute path of a runtime installed in another environment."),
     Opt("--port", "port", "int", PORT_HELP, minimum=1, maximum=65535),
@@ -50,6 +53,10 @@ SERVE_START = (
         minimum=1),
     Opt("--ready-timeout", "ready_timeout", "float", "Seconds to wait for the model to load and answer.",
         default=DEFAULT_READY_TIMEOUT, minimum=0, min_open=True),
+    Opt("--thinking", "thinking", "str", "Ask the chat template to think (on) or not (off); default: the template's.",
+        choices=("on", "off")),
+    Opt("--chat-template-args", "chat_template_args", "str",
+        "A JSON object of chat template arguments (mlx_lm), merged with --thinking."),
     Opt("--confirm", "confirm", "flag", "Launch the plan whose hash is given with --preview-hash.", default=False),
     Opt("--preview-hash", "preview_hash", "str", "The preview_hash of the reviewed plan."),
     RECEIPTS_DIR,
@@ -75,9 +82,11 @@ COMMANDS: dict[tuple[str, str], tuple[Opt, ...]] = {
 
 def choices(opt: Opt) -> list[str] | None:
     """Return the allowed values of an option, if it has a fixed set."""
+    if opt.choices is not None:
+        return list(opt.choices)
     if opt.choices_from is None:
         return None
-    from mlx_agent.plan import runtime
+    from mlx_agent.plan import recipes
 
-    values: list[str] = getattr(runtime, opt.choices_from)()
+    values: list[str] = getattr(recipes, opt.choices_from)()
     return values

@@ -1,67 +1,33 @@
-"""Resolve a runtime name to its recipe, the program that will run, and the versions it brings.
+"""Resolve a runtime to the program that will run, with the versions it brings.
 
-Installed-ness and versions are read from ``*.dist-info`` directory names rather than through
-``importlib.metadata``, which costs tens of milliseconds to import on every preview.
+The program is our wrapped entry, the runtime's own module, or an executable from another environment.
+
+Nothing here may depend on PATH at confirm time: an executable whose shebang goes through ``env`` is
+bound to the interpreter PATH gave at preview, and launched through that interpreter explicitly.
 """
 
 from __future__ import annotations
 
-import glob
-import hashlib
-import importlib.util
+import errno
 import json
 import os
-import re
+import shutil
 import sys
 from pathlib import Path
 
 import mlx_agent
-from mlx_agent.errors import RuntimeNotInstalled, UnsupportedRuntime
+from mlx_agent.errors import RuntimeNotExecutable, RuntimeNotInstalled, RuntimeSymlinkLoop
+from mlx_agent.home import agent_home
 from mlx_agent.plan.identity import sha256_file
+from mlx_agent.plan.installed import dist_version, env_site_paths, own_site_paths, package_dir
+from mlx_agent.plan.recipes import PACKAGE_DIR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-PACKAGE_DIR = Path(mlx_agent.__file__).resolve().parent
-RECIPES_DIR = PACKAGE_DIR / "recipes"
 ENTRY_DIR = PACKAGE_DIR / "runtime"
 ENTRY_MODULE = "mlx_agent.runtime"
-
-
-def recipe_names() -> list[str]:
-    """Return the names of the runtimes mlx-agent has recipes for."""
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
-
-
-def load_recipe(name: str) -> tuple[dict[str, Any], str]:
-    """Return a runtime's recipe and the sha256 of its file."""
-    path = RECIPES_DIR / f"{name}.json"
-    if name not in recipe_names():
-        raise UnsupportedRuntime(f"no recipe for runtime {name!r}",
-                                 details={"runtime": name, "known": recipe_names()})
-    raw = path.read_bytes()
-    return json.loads(raw), hashlib.sha256(raw).hexdigest()
-
-
-def _normalise(dist: str) -> str:
-    return re.sub(r"[-_.]+", "_", dist).lower()
-
-
-def dist_version(dist: str, paths: list[str]) -> str | None:
-    """Return the installed version of a distribution found in ``paths``, or None."""
-    wanted = _normalise(dist)
-    for entry in paths:
-        for info in glob.glob(os.path.join(glob.escape(entry), "*.dist-info")):
-            name, _, version = os.path.basename(info)[: -len(".dist-info")].partition("-")
-            if _normalise(name) == wanted:
-                return version
-    return None
-
-
-def own_site_paths() -> list[str]:
-    """Return this interpreter's package directories, in import order."""
-    return [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
 
 
 def entry_sources() -> dict[str, str]:
@@ -69,37 +35,64 @@ def entry_sources() -> dict[str, str]:
     return {f"runtime/{p.name}": sha256_file(p) for p in sorted(ENTRY_DIR.glob("*.py"))}
 
 
-def _versions(recipe: dict[str, Any], paths: list[str]) -> dict[str, str | None]:
-    return {dep: dist_version(dep, paths) for dep in recipe["dependencies"]}
-
-
-def _shebang_interpreter(exe: Path) -> Path | None:
-    with open(exe, "rb") as fh:
-        first = fh.readline(4096)
-    if not first.startswith(b"#!"):
+def configured_executable(name: str) -> str | None:
+    """Return the executable ``$MLX_AGENT_HOME/runtimes.json`` configures for a runtime, if any."""
+    path = agent_home() / "runtimes.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return None
-    words = first[2:].decode("utf-8", "replace").split()
-    return Path(words[0]) if words else None
+    except (OSError, ValueError) as exc:
+        raise RuntimeNotInstalled(f"{path} is unreadable: {exc}", details={"path": str(path)}) from exc
+    entry = config.get(name) if isinstance(config, dict) else None
+    exe = entry.get("executable") if isinstance(entry, dict) else None
+    return exe if isinstance(exe, str) else None
 
 
-def _resolve_executable(raw: str, recipe: dict[str, Any]) -> dict[str, Any]:
+def _resolve_file(raw: str) -> Path:
     given = Path(raw)
     if not given.is_absolute():
-        raise RuntimeNotInstalled(f"--runtime-executable {raw} is not an absolute path",
-                                  details={"executable": raw})
+        raise RuntimeNotInstalled(f"runtime executable {raw} is not an absolute path", details={"executable": raw})
     try:
         exe = given.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        raise RuntimeNotInstalled(f"runtime executable {raw} cannot be resolved: {exc}",
-                                  details={"executable": raw}) from exc
+    except FileNotFoundError:
+        raise RuntimeNotInstalled(f"runtime executable {raw} does not exist", details={"executable": raw}) from None
+    except RuntimeError as exc:  # Python 3.11 reports a symlink loop this way
+        raise RuntimeSymlinkLoop(f"runtime executable {raw}: {exc}", details={"executable": raw}) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RuntimeSymlinkLoop(f"runtime executable {raw} is a symlink loop",
+                                     details={"executable": raw}) from None
+        raise RuntimeNotInstalled(f"runtime executable {raw}: {exc}", details={"executable": raw}) from exc
     if not exe.is_file() or not os.access(exe, os.X_OK):
-        raise RuntimeNotInstalled(f"runtime executable {exe} is not an executable file",
-                                  details={"executable": str(exe)})
-    interpreter = _shebang_interpreter(exe)
-    paths: list[str] = []
-    if interpreter is not None:
-        paths = sorted(glob.glob(str(interpreter.parent.parent / "lib" / "python3*" / "site-packages")))
-    versions = _versions(recipe, paths)
+        raise RuntimeNotExecutable(f"runtime executable {exe} is not an executable file",
+                                   details={"executable": str(exe)})
+    return exe
+
+
+def _interpreter(exe: Path) -> tuple[Path | None, list[str]]:
+    """Return the interpreter a script's shebang names and the argv prefix that launches it PATH-free."""
+    with open(exe, "rb") as fh:
+        first = fh.readline(4096)
+    words = first[2:].decode("utf-8", "replace").split() if first.startswith(b"#!") else []
+    if not words:
+        return None, [str(exe)]
+    if os.path.basename(words[0]) == "env":
+        name = next((w for w in words[1:] if not w.startswith("-")), None)
+        found = shutil.which(name) if name else None
+        if found is None:
+            raise RuntimeNotInstalled(f"{exe} runs {name!r} through env, which is not on PATH",
+                                      details={"executable": str(exe)})
+        interpreter = Path(found).absolute()
+        return interpreter, [str(interpreter), str(exe)]
+    return Path(words[0]), [str(exe)]
+
+
+def _native(recipe: dict[str, Any], raw: str, source: str) -> dict[str, Any]:
+    exe = _resolve_file(raw)
+    interpreter, prefix = _interpreter(exe)
+    paths = env_site_paths(interpreter) if interpreter is not None else []
+    versions = {dep: dist_version(dep, paths) for dep in recipe["dependencies"]}
     if versions.get(recipe["distribution"]) is None:
         raise RuntimeNotInstalled(
             f"{exe} does not come with {recipe['distribution']} installed beside its interpreter",
@@ -107,31 +100,42 @@ def _resolve_executable(raw: str, recipe: dict[str, Any]) -> dict[str, Any]:
     return {
         "launcher": "native",
         "executable": str(exe),
+        "executable_from": source,
         "executable_sha256": sha256_file(exe),
         "interpreter": str(interpreter) if interpreter else None,
+        "argv_prefix": prefix,
         "versions": versions,
         "adapter_enabled": False,
     }
 
 
-def resolve_runtime(name: str, executable: str | None = None) -> dict[str, Any]:
+def runtime_site_paths(name: str, executable: str | None) -> list[str] | None:
+    """Return where a runtime's packages live: another environment's site-packages, or None for ours."""
+    raw = executable or configured_executable(name)
+    if raw is None:
+        return None
+    interpreter, _ = _interpreter(_resolve_file(raw))
+    return env_site_paths(interpreter) if interpreter is not None else []
+
+
+def resolve_runtime(name: str, recipe: dict[str, Any], recipe_sha: str, executable: str | None) -> dict[str, Any]:
     """Return the plan's runtime record: recipe, launcher, interpreter and versions."""
-    recipe, recipe_sha = load_recipe(name)
     base = {"name": name, "recipe_sha256": recipe_sha}
     if executable is not None:
-        return {**base, **_resolve_executable(executable, recipe)}
+        return {**base, **_native(recipe, executable, "option")}
+    configured = configured_executable(name)
+    if configured is not None:
+        return {**base, **_native(recipe, configured, "runtimes.json")}
     paths = own_site_paths()
-    versions = _versions(recipe, paths)
-    if versions.get(recipe["distribution"]) is None or importlib.util.find_spec(recipe["package"]) is None:
+    versions = {dep: dist_version(dep, paths) for dep in recipe["dependencies"]}
+    if versions.get(recipe["distribution"]) is None or package_dir(recipe["package"], None) is None:
         raise RuntimeNotInstalled(
             f"runtime {name} ({recipe['distribution']}) is not installed for {sys.executable}",
             details={"runtime": name, "interpreter": sys.executable})
-    return {
-        **base,
-        "launcher": "wrapped",
-        "interpreter": str(Path(sys.executable).absolute()),
-        "module": ENTRY_MODULE,
-        "entry_sources": entry_sources(),
-        "versions": {**versions, "mlx-agent": mlx_agent.__version__},
-        "adapter_enabled": True,
-    }
+    interpreter = str(Path(sys.executable).absolute())
+    if recipe.get("wrapper"):
+        return {**base, "launcher": "wrapped", "interpreter": interpreter, "module": ENTRY_MODULE,
+                "entry_sources": entry_sources(), "versions": {**versions, "mlx-agent": mlx_agent.__version__},
+                "adapter_enabled": True}
+    return {**base, "launcher": "module", "interpreter": interpreter, "module": recipe["native_module"],
+            "versions": versions, "adapter_enabled": False}

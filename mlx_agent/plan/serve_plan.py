@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sysconfig
 from pathlib import Path
 
 from mlx_agent import FORMAT_VERSION
-from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
+from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.defaults import DEFAULT_MAX_TOKENS, DEFAULT_READY_TIMEOUT, HOST, OFFLINE_ENV
-from mlx_agent.plan.runtime import PACKAGE_DIR, load_recipe, resolve_runtime
+from mlx_agent.plan.recipes import AUTO, PACKAGE_DIR, load_recipe
+from mlx_agent.plan.runtime import resolve_runtime
+from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 
 TYPE_CHECKING = False
@@ -24,11 +28,13 @@ class ServeRequest:
     A plain class: a dataclass would import ``inspect`` on every preview, a third of its start-up time.
     """
 
-    __slots__ = ("max_tokens", "path", "port", "ready_timeout", "repo", "runtime", "runtime_executable")
+    __slots__ = ("chat_template_args", "max_tokens", "path", "port", "ready_timeout", "repo", "runtime",
+                 "runtime_executable", "thinking")
 
     def __init__(self, *, path: str | None = None, repo: str | None = None, runtime: str = "mlx_lm",
                  port: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 ready_timeout: float = DEFAULT_READY_TIMEOUT, runtime_executable: str | None = None) -> None:
+                 ready_timeout: float = DEFAULT_READY_TIMEOUT, runtime_executable: str | None = None,
+                 thinking: str | None = None, chat_template_args: str | None = None) -> None:
         self.path = path
         self.repo = repo
         self.runtime = runtime
@@ -36,6 +42,8 @@ class ServeRequest:
         self.max_tokens = max_tokens
         self.ready_timeout = ready_timeout
         self.runtime_executable = runtime_executable
+        self.thinking = thinking  # None keeps the template's own default; "on" or "off"
+        self.chat_template_args = chat_template_args  # a JSON object, as given on the command line
 
 
 def _validate(req: ServeRequest) -> None:
@@ -47,6 +55,43 @@ def _validate(req: ServeRequest) -> None:
         raise InvalidArguments("--max-tokens must be at least 1", details={"max_tokens": req.max_tokens})
     if req.ready_timeout <= 0:
         raise InvalidArguments("--ready-timeout must be positive", details={"ready_timeout": req.ready_timeout})
+    if req.thinking not in (None, "on", "off"):
+        raise InvalidArguments("--thinking must be on or off", details={"thinking": req.thinking})
+    if req.runtime == AUTO and req.runtime_executable is not None:
+        raise InvalidArguments("--runtime-executable needs an explicit --runtime naming what it provides")
+
+
+def _template_args(raw: str | None) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidArguments(f"--chat-template-args is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidArguments("--chat-template-args must be a JSON object")
+    return value
+
+
+def thinking_args(recipe: dict[str, Any], req: ServeRequest) -> tuple[str, dict[str, Any], list[str]]:
+    """Return the plan's thinking state, the merged chat template args, and the extra server arguments."""
+    capabilities = recipe.get("capabilities", {})
+    template_args = _template_args(req.chat_template_args)
+    if req.chat_template_args is not None and not capabilities.get("chat_template_args"):
+        raise UnsupportedRuntime(f"runtime {recipe['name']} takes no chat template arguments",
+                                 details={"runtime": recipe["name"]})
+    cap = capabilities.get("thinking")
+    extra: list[str] = []
+    state = "default" if req.thinking is None else req.thinking
+    if req.thinking is not None and not cap:
+        state = "unsupported"  # the runtime has no switch: it starts unchanged, and the plan says so
+    elif req.thinking is not None and cap["kind"] == "chat_template_args":
+        template_args = {**template_args, cap["key"]: req.thinking == "on"}
+    elif req.thinking is not None and cap["kind"] == "flags":
+        extra = list(cap[req.thinking])
+    if template_args:
+        extra = [*extra, capabilities["chat_template_args"], canonical_json(template_args)]
+    return state, template_args, extra
 
 
 def _child_env(runtime: dict[str, Any]) -> dict[str, str]:
@@ -64,29 +109,40 @@ def build_argv(runtime: dict[str, Any], native_args: list[str]) -> list[str]:
     """Return the exact argv the server is launched with."""
     if runtime["launcher"] == "wrapped":
         return [runtime["interpreter"], "-m", runtime["module"], runtime["name"], *native_args]
-    return [runtime["executable"], *native_args]
+    if runtime["launcher"] == "module":
+        return [runtime["interpreter"], "-m", runtime["module"], *native_args]
+    return [*runtime["argv_prefix"], *native_args]
 
 
 def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
     """Return the plan (without its hash) for one server; reads files, writes nothing."""
     _validate(req)
-    recipe, _ = load_recipe(req.runtime)
-    source = resolve_path_source(req.path) if req.path is not None else resolve_repo_source(req.repo or "")
-    runtime = resolve_runtime(req.runtime, req.runtime_executable)
+    if req.runtime != AUTO:
+        load_recipe(req.runtime)  # an unknown runtime is refused before any file is read
+    source, config = resolve_path_source(req.path) if req.path is not None else resolve_repo_source(req.repo or "")
+    name, reason = select_runtime(req.runtime, config, req.runtime_executable)
+    recipe, recipe_sha = load_recipe(name)
+    runtime = resolve_runtime(name, recipe, recipe_sha, req.runtime_executable)
+    thinking, template_args, extra_args = thinking_args(recipe, req)
     port = req.port if req.port is not None else int(recipe["default_port"])
     values = {"model": source["path"], "host": HOST, "port": str(port), "max_tokens": str(req.max_tokens)}
-    native_args = [arg.format(**values) for arg in recipe["argv"]]
+    native_args = [*(arg.format(**values) for arg in recipe["argv"]), *extra_args]
     return {
         "format_version": FORMAT_VERSION,
         "operation": "serve.start",
         "source": source,
+        "requested_runtime": req.runtime,
+        "runtime_reason": reason,
         "runtime": runtime,
+        "thinking": thinking,
+        "chat_template_args": template_args,
         "host": HOST,
         "port": port,
         "base_url": f"http://{HOST}:{port}",
         "max_tokens": req.max_tokens,
         "ready_timeout_s": req.ready_timeout,
-        "readiness": recipe["readiness"],
+        "readiness": recipe.get("native_readiness", recipe["readiness"]) if runtime["launcher"] == "native"
+        else recipe["readiness"],
         "argv": build_argv(runtime, native_args),
         "env": _child_env(runtime),
         "cwd": os.sep,

@@ -7,8 +7,15 @@ import os
 import re
 from pathlib import Path
 
-from mlx_agent.errors import InvalidArguments, ModelInvalid, ModelNotLocal
-from mlx_agent.plan.identity import directory_identity, file_identity, is_weight_file, list_files
+from mlx_agent.errors import (
+    ConfigMissing,
+    ConfigNotObject,
+    ConfigUnparsable,
+    InvalidArguments,
+    ModelInvalid,
+    ModelNotLocal,
+)
+from mlx_agent.plan.identity import directory_identity, file_identity, list_files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,15 +41,16 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     """Return the model's parsed config.json, or refuse a directory that has none."""
     config_path = model_dir / "config.json"
     if not config_path.is_file():
-        raise ModelInvalid(f"{model_dir} has no config.json, so it is not a model directory",
-                           details={"path": str(model_dir)})
+        raise ConfigMissing(f"{model_dir} has no config.json, so it is not a model directory",
+                            details={"path": str(model_dir)})
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelInvalid(f"{config_path} does not parse as JSON: {exc}",
-                           details={"path": str(config_path)}) from exc
+        raise ConfigUnparsable(f"{config_path} does not parse as JSON: {exc}",
+                               details={"path": str(config_path)}) from exc
     if not isinstance(config, dict):
-        raise ModelInvalid(f"{config_path} is not a JSON object", details={"path": str(config_path)})
+        raise ConfigNotObject(f"{config_path} holds a JSON {type(config).__name__}, not an object",
+                              details={"path": str(config_path)})
     return config
 
 
@@ -68,8 +76,8 @@ def check_complete(model_dir: Path, names: list[str], error: type[ModelInvalid |
                     details={"path": str(model_dir)})
 
 
-def resolve_path_source(raw: str) -> dict[str, Any]:
-    """Return the source record of a plain local model directory."""
+def resolve_path_source(raw: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return the source record of a plain local model directory, and its config."""
     given = Path(raw).expanduser()
     if not given.exists():
         raise ModelNotLocal(f"model path {raw} does not exist", details={"path": raw})
@@ -84,7 +92,7 @@ def resolve_path_source(raw: str) -> dict[str, Any]:
         "path": str(model_dir),
         "model_type": config.get("model_type"),
         "files": directory_identity(model_dir),
-    }
+    }, config
 
 
 def _snapshot_files(snapshot: Path, names: list[str]) -> list[dict[str, Any]]:
@@ -103,8 +111,8 @@ def _snapshot_files(snapshot: Path, names: list[str]) -> list[dict[str, Any]]:
     return files
 
 
-def resolve_repo_source(repo: str) -> dict[str, Any]:
-    """Return the source record of a repo fully present in the local Hugging Face cache."""
+def resolve_repo_source(repo: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return the source record of a repo fully present in the local Hugging Face cache, and its config."""
     if not REPO_ID.match(repo):
         raise InvalidArguments(f"--repo {repo!r} is not of the form ORG/NAME", details={"repo": repo})
     cache = hf_hub_cache()
@@ -135,9 +143,4 @@ def resolve_repo_source(repo: str) -> dict[str, Any]:
         "path": str(snapshot.absolute()),
         "model_type": config.get("model_type"),
         "files": files,
-    }
-
-
-def weight_names(source: dict[str, Any]) -> list[str]:
-    """Return the names of a source's weight files."""
-    return [f["name"] for f in source["files"] if is_weight_file(f["name"])]
+    }, config

@@ -38,6 +38,12 @@ def read_wired(wired_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return configs, warnings
 
 
+def loopback_claims(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return each wired config that points at a loopback port, as status lists it."""
+    return [{"port": c["port"], "file": c["file"], "base_url": c["base_url"], "runtime": c.get("runtime"),
+             "model": c.get("model")} for c in configs if _is_loopback(c["host"])]
+
+
 def claims_on_port(configs: list[dict[str, Any]], port: int, runtime: str,
                    model_ids: set[str]) -> list[dict[str, Any]]:
     """Return the configs that expect a different server than (runtime, model) on loopback ``port``."""

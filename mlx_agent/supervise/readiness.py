@@ -35,18 +35,25 @@ def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0)
     """Say whether the server answers its readiness check as the recipe expects."""
     import http.client  # lazily: it drags in ssl and email, and most status calls probe nothing
 
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn = http.client.HTTPConnection(host, port, timeout=readiness.get("timeout_s", timeout))
     try:
-        conn.request("GET", readiness["path"])
+        post = readiness.get("post")
+        if post is None:
+            conn.request("GET", readiness["path"])
+        else:  # a tiny real request: the only proof of a loaded model for a server whose /health answers early
+            conn.request("POST", readiness["path"], body=json.dumps(post),
+                         headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         body = resp.read()
         if resp.status != readiness.get("status", 200):
             return False
         expected = readiness.get("json")
-        if expected is None:
+        nonnull = readiness.get("nonnull", [])
+        if expected is None and not nonnull:
             return True
         data = json.loads(body)
-        return isinstance(data, dict) and all(data.get(k) == v for k, v in expected.items())
+        return (isinstance(data, dict) and all(data.get(k) == v for k, v in (expected or {}).items())
+                and all(data.get(k) is not None for k in nonnull))
     except (OSError, http.client.HTTPException, ValueError):
         return False
     finally:

@@ -30,6 +30,8 @@ def _entry(path: Path) -> dict[str, Any]:
     healthy = None
     if state == "running":
         readiness = receipt.get("plan", {}).get("readiness", {"path": "/health"})
+        if "post" in readiness:  # status only asks whether it answers; it never generates
+            readiness = {"path": "/health", "status": 200}
         healthy = probe(receipt.get("host", "127.0.0.1"), port, readiness, timeout=0.5)
     return {
         "port": port,

@@ -75,12 +75,13 @@ def test_repo_from_the_hf_cache(agent: Agent, tiny_model: Path) -> None:
 def test_model_that_cannot_load_is_launch_failed(agent: Agent, model_copy: Path) -> None:
     """A model mlx_lm cannot load fails confirm with launch_failed and mlx_lm's own words in the tail."""
     config = json.loads((model_copy / "config.json").read_text())
-    (model_copy / "config.json").write_text(json.dumps({**config, "model_type": "no_such_architecture"}))
+    # A third layer the weights do not have: the plan is fine, loading the weights is not.
+    (model_copy / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     args = ["--path", str(model_copy), "--port", str(free_port())]
     preview_hash = agent.preview_hash(*args)
     result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
     assert (result.rc, result.code) == (1, "launch_failed")
-    assert "no_such_architecture" in "\n".join(result.doc["error"]["details"]["log_tail"])
+    assert "layers.2" in "\n".join(result.doc["error"]["details"]["log_tail"])
     assert not list(agent.serve_dir.glob("*.json"))
     assert processes_mentioning(str(model_copy)) == []
 

@@ -30,9 +30,9 @@ def test_nonexistent_path(agent: Agent, tmp_path: Path) -> None:
 
 
 def test_directory_without_config(agent: Agent, tmp_path: Path) -> None:
-    """A directory without config.json is model_invalid."""
+    """A directory without config.json is config_missing."""
     result = agent.run("serve", "start", "--path", str(tmp_path))
-    assert (result.rc, result.code) == (1, "model_invalid")
+    assert (result.rc, result.code) == (1, "config_missing")
 
 
 def test_repo_not_in_cache(agent: Agent) -> None:
@@ -200,3 +200,34 @@ def test_status_envelope_validates_with_no_receipts(agent: Agent) -> None:
     result = agent.run("serve", "status")
     assert (result.rc, result.data["servers"]) == (0, [])
     assert_valid("envelope", result.doc)
+
+
+def test_status_lists_wired_claims(agent: Agent) -> None:
+    """Status lists every loopback port a wired config claims, with what it expects there."""
+    wired = agent.home / "wired"
+    wired.mkdir()
+    (wired / "editor.json").write_text(json.dumps(
+        {"base_url": "http://127.0.0.1:8090/v1", "runtime": "mlx_lm", "model": "org/m"}))
+    (wired / "broken.json").write_text("{")
+    result = agent.run("serve", "status")
+    assert result.data["claims"] == [{"port": 8090, "file": str(wired / "editor.json"),
+                                      "base_url": "http://127.0.0.1:8090/v1", "runtime": "mlx_lm", "model": "org/m"}]
+    assert any("broken.json" in w for w in result.doc["warnings"])
+    assert agent.run("serve", "status", "--port", "9999").data["claims"] == []
+
+
+def test_vision_config_forced_onto_mlx_lm(agent: Agent, model_copy: Path) -> None:
+    """A vision config served with --runtime mlx_lm is refused with runtime_model_mismatch."""
+    config = json.loads((model_copy / "config.json").read_text())
+    (model_copy / "config.json").write_text(json.dumps({**config, "vision_config": {"depth": 1}}))
+    result = agent.run("serve", "start", "--path", str(model_copy), "--runtime", "mlx_lm")
+    assert (result.rc, result.code) == (1, "runtime_model_mismatch")
+
+
+def test_unknown_model_type(agent: Agent, model_copy: Path) -> None:
+    """A model_type no runtime supports is unsupported_model at preview, under auto or not."""
+    config = json.loads((model_copy / "config.json").read_text())
+    (model_copy / "config.json").write_text(json.dumps({**config, "model_type": "no_such_arch"}))
+    for runtime in ("auto", "mlx_lm"):
+        result = agent.run("serve", "start", "--path", str(model_copy), "--runtime", runtime)
+        assert (result.rc, result.code) == (1, "unsupported_model")

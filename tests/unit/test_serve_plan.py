@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.errors import InvalidArguments, RuntimeNotInstalled, UnsupportedRuntime
+from mlx_agent.errors import InvalidArguments, RuntimeNotExecutable, RuntimeNotInstalled, UnsupportedRuntime
 from mlx_agent.plan.canonical import canonical_json, plan_diff, with_hash
 from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan
 from tests.conftest import assert_valid
@@ -39,8 +39,9 @@ def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
     env = plan["env"]
     assert isinstance(env, dict)
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
-    assert set(plan) == {"format_version", "operation", "source", "runtime", "host", "port", "base_url",
-                         "max_tokens", "ready_timeout_s", "readiness", "argv", "env", "cwd", "preview_hash"}
+    assert set(plan) == {"format_version", "operation", "source", "requested_runtime", "runtime_reason", "runtime",
+                         "thinking", "chat_template_args", "host", "port", "base_url", "max_tokens",
+                         "ready_timeout_s", "readiness", "argv", "env", "cwd", "preview_hash"}
 
 
 def test_default_port_comes_from_the_recipe(tiny_model: Path) -> None:
@@ -96,11 +97,11 @@ def test_missing_runtime_executable_is_runtime_not_installed(tiny_model: Path, t
         build_serve_plan(ServeRequest(path=str(tiny_model), runtime_executable=str(tmp_path / "mlx_lm.server")))
 
 
-def test_non_executable_runtime_is_runtime_not_installed(tiny_model: Path, tmp_path: Path) -> None:
-    """A runtime file without the execute bit is runtime_not_installed."""
+def test_non_executable_runtime_is_runtime_not_executable(tiny_model: Path, tmp_path: Path) -> None:
+    """A runtime file without the execute bit is runtime_not_executable."""
     exe = tmp_path / "mlx_lm.server"
     exe.write_text(f"#!{sys.executable}\n")
-    with pytest.raises(RuntimeNotInstalled, match="not an executable"):
+    with pytest.raises(RuntimeNotExecutable, match="not an executable"):
         build_serve_plan(ServeRequest(path=str(tiny_model), runtime_executable=str(exe)))
 
 

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.errors import InvalidArguments, ModelInvalid, ModelNotLocal
+from mlx_agent.errors import (
+    ConfigMissing,
+    ConfigNotObject,
+    ConfigUnparsable,
+    InvalidArguments,
+    ModelInvalid,
+    ModelNotLocal,
+)
 from mlx_agent.plan.source import hf_hub_cache, resolve_path_source, resolve_repo_source
 from tests.fixtures.tiny_model import build_hf_cache_repo
 
@@ -17,7 +24,8 @@ def test_path_source_is_resolved_and_bound(tiny_model: Path, tmp_path: Path) -> 
     """A symlinked model path resolves to the real directory, and every file is bound."""
     link = tmp_path / "link"
     link.symlink_to(tiny_model)
-    source = resolve_path_source(str(link))
+    source, config = resolve_path_source(str(link))
+    assert config["model_type"] == "llama"
     assert source["path"] == str(tiny_model.resolve())
     assert source["model_type"] == "llama"
     assert {f["name"] for f in source["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}
@@ -29,10 +37,24 @@ def test_nonexistent_path_is_model_not_local(tmp_path: Path) -> None:
         resolve_path_source(str(tmp_path / "nope"))
 
 
-def test_directory_without_config_is_model_invalid(tmp_path: Path) -> None:
-    """A directory without config.json is not a model: model_invalid."""
-    with pytest.raises(ModelInvalid, match=r"no config\.json"):
+def test_directory_without_config_is_config_missing(tmp_path: Path) -> None:
+    """A directory without config.json is not a model: config_missing."""
+    with pytest.raises(ConfigMissing, match=r"no config\.json"):
         resolve_path_source(str(tmp_path))
+
+
+def test_unparsable_config_is_config_unparsable(model_copy: Path) -> None:
+    """A config.json that is not JSON is config_unparsable."""
+    (model_copy / "config.json").write_text("{model_type: llama")
+    with pytest.raises(ConfigUnparsable):
+        resolve_path_source(str(model_copy))
+
+
+def test_config_that_is_not_an_object_is_config_not_object(model_copy: Path) -> None:
+    """A config.json holding a list is config_not_object."""
+    (model_copy / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigNotObject):
+        resolve_path_source(str(model_copy))
 
 
 def test_directory_without_weights_is_model_invalid(model_copy: Path) -> None:
@@ -58,7 +80,7 @@ def test_repo_source_binds_revision_and_blobs(monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     snapshot = build_hf_cache_repo(tmp_path, "org/tiny", tiny_model)
-    source = resolve_repo_source("org/tiny")
+    source, _ = resolve_repo_source("org/tiny")
     assert source["kind"] == "hf_cache"
     assert source["revision"] == snapshot.name
     weights = next(f for f in source["files"] if f["name"] == "model.safetensors")

@@ -1,0 +1,86 @@
+"""What is installed in an environment, read from its files without importing (or running) any of it.
+
+Versions come from ``*.dist-info`` directory names, and the model types a runtime supports from its
+``models/`` package and its ``MODEL_REMAPPING`` literal (read with ``ast``): importing mlx_lm or
+``importlib.metadata`` would cost seconds or tens of milliseconds on every preview.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+
+def _normalise(dist: str) -> str:
+    return re.sub(r"[-_.]+", "_", dist).lower()
+
+
+def own_site_paths() -> list[str]:
+    """Return this interpreter's package directories, in import order."""
+    return [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
+
+
+def env_site_paths(interpreter: Path) -> list[str]:
+    """Return the package directories of the environment an interpreter belongs to (venv or prefix).
+
+    The symlink chain is followed one link at a time: a venv's ``bin/python`` links to the base
+    interpreter, and it is the first environment along the chain that has packages which counts.
+    """
+    current = interpreter
+    for _ in range(16):
+        found = sorted(glob.glob(str(current.parent.parent / "lib" / "python3*" / "site-packages")))
+        if found or not current.is_symlink():
+            return found
+        current = current.parent / os.readlink(current)
+    return []
+
+
+def dist_version(dist: str, paths: list[str]) -> str | None:
+    """Return the installed version of a distribution found in ``paths``, or None."""
+    wanted = _normalise(dist)
+    for entry in paths:
+        for info in glob.glob(os.path.join(glob.escape(entry), "*.dist-info")):
+            name, _, version = os.path.basename(info)[: -len(".dist-info")].partition("-")
+            if _normalise(name) == wanted:
+                return version
+    return None
+
+
+def package_dir(package: str, paths: list[str] | None) -> Path | None:
+    """Return the directory of an importable package, in this environment (None) or in ``paths``."""
+    if paths is None:
+        spec = importlib.util.find_spec(package)
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        return Path(locations[0]) if locations else None
+    for entry in paths:
+        candidate = Path(entry) / package
+        if (candidate / "__init__.py").is_file():
+            return candidate
+    return None
+
+
+def _literal_dict(source: str, name: str) -> dict[str, str]:
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = ast.literal_eval(node.value)
+            if isinstance(value, dict):
+                return {str(k): str(v) for k, v in value.items()}
+    return {}
+
+
+def model_support(package: str, paths: list[str] | None) -> tuple[set[str], dict[str, str]] | None:
+    """Return the model types a runtime package ships modules for and its remapping, or None if absent."""
+    root = package_dir(package, paths)
+    if root is None:
+        return None
+    models = root / "models"
+    types = {p.stem for p in models.glob("*.py") if not p.stem.startswith("_")}
+    types |= {p.name for p in models.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    utils = root / "utils.py"
+    remapping = _literal_dict(utils.read_text(encoding="utf-8"), "MODEL_REMAPPING") if utils.is_file() else {}
+    return types, remapping
