@@ -34,6 +34,9 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── ReceiptNotFound ................. receipt_not_found
     │   ├── ReceiptCorrupt .................. receipt_corrupt
     │   └── ReceiptVersionUnsupported ....... receipt_version_unsupported
+    ├── UnitError
+    │   ├── UnitNotOwned .................... unit_not_owned
+    │   └── UnitModified .................... unit_modified
     ├── OwnershipMismatch ................... ownership_mismatch
     └── LockTimeout ......................... lock_timeout
 """
@@ -213,6 +216,21 @@ class ReceiptCorrupt(ReceiptError):
 class ReceiptVersionUnsupported(ReceiptError):
     code = "receipt_version_unsupported"
     remediation = "Upgrade mlx-agent; this receipt was written by a newer major version."
+
+
+class UnitError(MlxAgentError):
+    """A launchd or systemd unit file is not ours to write or remove."""
+
+
+class UnitNotOwned(UnitError):
+    code = "unit_not_owned"
+    remediation = "Move or remove that unit file yourself, or choose another --port; mlx-agent overwrites only its own."
+
+
+class UnitModified(UnitError):
+    code = "unit_modified"
+    remediation = ("The unit file changed since mlx-agent wrote it; inspect it and remove it yourself if it is "
+                   "no longer wanted.")
 
 
 class OwnershipMismatch(MlxAgentError):

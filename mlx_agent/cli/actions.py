@@ -35,8 +35,10 @@ def serve_start(opts: dict[str, Any]) -> None:
 
     as_json = bool(opts["as_json"])
     fields = ("path", "repo", "runtime", "port", "max_tokens", "ready_timeout", "runtime_executable", "thinking",
-              "chat_template_args")
-    req = ServeRequest(**{k: opts[k] for k in fields})
+              "chat_template_args", "unit_dir", "restart", "receipts_dir")
+    # Both flags give "launchd,systemd", which the plan refuses as invalid_arguments.
+    supervisor = ",".join(k for k in ("launchd", "systemd") if opts[k]) or "mlx-agent"
+    req = ServeRequest(supervisor=supervisor, **{k: opts[k] for k in fields})
     directory = _serve_dir(opts)
 
     def preview() -> Result:
@@ -85,7 +87,8 @@ def serve_stop(opts: dict[str, Any]) -> None:
     from mlx_agent.supervise.servers import stop
 
     directory = _serve_dir(opts)
-    run("serve.stop", bool(opts["as_json"]), lambda: (stop(directory, opts["port"]), []), _render("render_stop"))
+    run("serve.stop", bool(opts["as_json"]), lambda: stop(directory, opts["port"], uninstall=opts["uninstall"]),
+        _render("render_stop"))
 
 
 ACTIONS = {("serve", "start"): serve_start, ("serve", "status"): serve_status, ("serve", "stop"): serve_stop}

@@ -86,6 +86,13 @@ def render_receipt(data: dict[str, Any], warnings: list[str]) -> None:
     """Print what was launched and where its receipt and log are."""
     receipt = data["receipt"]
     _warnings(warnings)
+    if "unit" in receipt:
+        unit = receipt["unit"]
+        out.print(f"[green]installed[/] {unit['kind']} unit {escape(unit['path'])} (nothing started)")
+        out.print("Start it yourself with:")
+        for command in unit["commands"]["start"]:
+            out.print(f"  [bold]{escape(shlex.join(command))}[/]", soft_wrap=True)
+        return
     out.print(f"[green]ready[/] {receipt['base_url']}  pid {receipt['pid']}  "
               f"receipt {escape(data['receipt_path'])}  log {escape(receipt['log_path'])}")
 
@@ -115,6 +122,14 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
 def render_stop(data: dict[str, Any], warnings: list[str]) -> None:
     """Print how the server on a port ended."""
     _warnings(warnings)
+    if "commands" in data:
+        if data["uninstalled"]:
+            out.print(f"port {data['port']}: removed {escape(data['unit_path'])} and its receipt")
+        else:
+            out.print(f"port {data['port']}: {data['supervisor']} runs this server; stop it with:")
+        for command in data["commands"]:
+            out.print(f"  [bold]{escape(shlex.join(command))}[/]", soft_wrap=True)
+        return
     if data["result"] == "already_stopped":
         out.print(f"port {data['port']}: the process had already exited; removed its receipt")
     else:

@@ -57,6 +57,14 @@ SERVE_START = (
         choices=("on", "off")),
     Opt("--chat-template-args", "chat_template_args", "str",
         "A JSON object of chat template arguments (mlx_lm), merged with --thinking."),
+    Opt("--launchd", "launchd", "flag", "Install a launchd agent (macOS) that starts the server at login.",
+        default=False),
+    Opt("--systemd", "systemd", "flag", "Install a systemd user unit (Linux) that starts the server at login.",
+        default=False),
+    Opt("--unit-dir", "unit_dir", "str",
+        "Directory for the unit (default ~/Library/LaunchAgents or ~/.config/systemd/user)."),
+    Opt("--restart", "restart", "str", "When launchd/systemd restarts the server.", default="on-failure",
+        choices=("on-failure", "always", "never")),
     Opt("--confirm", "confirm", "flag", "Launch the plan whose hash is given with --preview-hash.", default=False),
     Opt("--preview-hash", "preview_hash", "str", "The preview_hash of the reviewed plan."),
     RECEIPTS_DIR,
@@ -69,6 +77,8 @@ SERVE_STATUS = (
 )
 SERVE_STOP = (
     Opt("--port", "port", "int", "Port of the server to stop.", minimum=1, maximum=65535, required=True),
+    Opt("--uninstall", "uninstall", "flag", "Also remove a launchd/systemd unit file and its receipt.",
+        default=False),
     RECEIPTS_DIR,
     JSON,
 )

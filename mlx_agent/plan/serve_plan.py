@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
+from mlx_agent.home import receipts_dir
 from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.defaults import DEFAULT_MAX_TOKENS, DEFAULT_READY_TIMEOUT, HOST, OFFLINE_ENV
 from mlx_agent.plan.recipes import AUTO, PACKAGE_DIR, load_recipe
@@ -28,13 +29,15 @@ class ServeRequest:
     A plain class: a dataclass would import ``inspect`` on every preview, a third of its start-up time.
     """
 
-    __slots__ = ("chat_template_args", "max_tokens", "path", "port", "ready_timeout", "repo", "runtime",
-                 "runtime_executable", "thinking")
+    __slots__ = ("chat_template_args", "max_tokens", "path", "port", "ready_timeout", "receipts_dir", "repo",
+                 "restart", "runtime", "runtime_executable", "supervisor", "thinking", "unit_dir")
 
     def __init__(self, *, path: str | None = None, repo: str | None = None, runtime: str = "mlx_lm",
                  port: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
                  ready_timeout: float = DEFAULT_READY_TIMEOUT, runtime_executable: str | None = None,
-                 thinking: str | None = None, chat_template_args: str | None = None) -> None:
+                 thinking: str | None = None, chat_template_args: str | None = None,
+                 supervisor: str = "mlx-agent", unit_dir: str | None = None, restart: str = "on-failure",
+                 receipts_dir: str | None = None) -> None:
         self.path = path
         self.repo = repo
         self.runtime = runtime
@@ -44,6 +47,10 @@ class ServeRequest:
         self.runtime_executable = runtime_executable
         self.thinking = thinking  # None keeps the template's own default; "on" or "off"
         self.chat_template_args = chat_template_args  # a JSON object, as given on the command line
+        self.supervisor = supervisor  # "mlx-agent" (we start and watch it), "launchd" or "systemd"
+        self.unit_dir = unit_dir
+        self.restart = restart
+        self.receipts_dir = receipts_dir  # where the log goes, which a unit names
 
 
 def _validate(req: ServeRequest) -> None:
@@ -57,6 +64,10 @@ def _validate(req: ServeRequest) -> None:
         raise InvalidArguments("--ready-timeout must be positive", details={"ready_timeout": req.ready_timeout})
     if req.thinking not in (None, "on", "off"):
         raise InvalidArguments("--thinking must be on or off", details={"thinking": req.thinking})
+    if req.supervisor not in ("mlx-agent", "launchd", "systemd"):
+        raise InvalidArguments("give at most one of --launchd and --systemd")
+    if req.supervisor == "mlx-agent" and (req.unit_dir is not None or req.restart != "on-failure"):
+        raise InvalidArguments("--unit-dir and --restart apply only with --launchd or --systemd")
     if req.runtime == AUTO and req.runtime_executable is not None:
         raise InvalidArguments("--runtime-executable needs an explicit --runtime naming what it provides")
 
@@ -127,9 +138,10 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
     port = req.port if req.port is not None else int(recipe["default_port"])
     values = {"model": source["path"], "host": HOST, "port": str(port), "max_tokens": str(req.max_tokens)}
     native_args = [*(arg.format(**values) for arg in recipe["argv"]), *extra_args]
-    return {
+    plan = {
         "format_version": FORMAT_VERSION,
         "operation": "serve.start",
+        "supervisor": req.supervisor,
         "source": source,
         "requested_runtime": req.runtime,
         "runtime_reason": reason,
@@ -147,6 +159,12 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
         "env": _child_env(runtime),
         "cwd": os.sep,
     }
+    if req.supervisor != "mlx-agent":
+        from mlx_agent.plan.units import build_unit  # plistlib and configparser only when a unit is asked for
+
+        log = str(receipts_dir("serve", req.receipts_dir) / f"{port}.log")
+        plan["unit"] = build_unit(req.supervisor, plan, req.unit_dir, log, req.restart)
+    return plan
 
 
 def model_ids(plan: dict[str, Any]) -> set[str]:

@@ -13,7 +13,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-REQUIRED = ("format_version", "port", "pid", "pgid", "create_time", "argv")
+REQUIRED = ("format_version", "port")
+PROCESS_FIELDS = ("pid", "pgid", "create_time", "argv")
+UNIT_SUPERVISORS = ("launchd", "systemd")
+
+
+def is_unit(receipt: dict[str, Any]) -> bool:
+    """Say whether a receipt records an installed launchd/systemd unit rather than a process of ours."""
+    return receipt.get("supervisor") in UNIT_SUPERVISORS
 
 
 def receipt_path(directory: Path, port: int) -> Path:
@@ -28,6 +35,12 @@ def log_path(directory: Path, port: int) -> Path:
 
 def _check(path: Path, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
+        raise ReceiptCorrupt(f"receipt {path} lacks required fields", details={"path": str(path)})
+    if is_unit(data):
+        if not isinstance(data.get("unit"), dict) or not isinstance(data["unit"].get("path"), str):
+            raise ReceiptCorrupt(f"receipt {path} lacks its unit record", details={"path": str(path)})
+        return data
+    if any(k not in data for k in PROCESS_FIELDS):
         raise ReceiptCorrupt(f"receipt {path} lacks required fields", details={"path": str(path)})
     major = str(data["format_version"]).split(".")[0]
     if major != FORMAT_VERSION.split(".")[0]:

@@ -25,7 +25,7 @@ from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.supervise.previews import load_preview, save_preview
 from mlx_agent.supervise.readiness import Tick, launch_failed, wait_ready
-from mlx_agent.supervise.receipts import log_path, read_receipt, receipt_path, write_receipt
+from mlx_agent.supervise.receipts import is_unit, log_path, read_receipt, receipt_path, write_receipt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,6 +48,11 @@ def gates(plan: dict[str, Any], directory: Path, *, cleanup: bool) -> list[str]:
     path = receipt_path(directory, port)
     if path.exists():
         receipt = read_receipt(path)
+        if is_unit(receipt):
+            raise PortInUse(f"port {port} has a {receipt['supervisor']} unit installed by mlx-agent",
+                            details={"port": port, "unit": receipt["unit"]["path"], "receipt": str(path)},
+                            remediation="Run `mlx-agent serve stop --port N --uninstall` first, or choose another "
+                                        "--port.")
         state = process.classify(receipt)
         if state == "running":
             raise PortInUse(f"port {port} already runs a server of ours (pid {receipt['pid']})",
@@ -63,6 +68,10 @@ def gates(plan: dict[str, Any], directory: Path, *, cleanup: bool) -> list[str]:
     if claims:
         raise PortClaimed(f"port {port} is claimed by a wired config for another server",
                           details={"port": port, "claims": claims})
+    if plan.get("unit") is not None:
+        from mlx_agent.supervise.units import check_unit_path
+
+        check_unit_path(plan)
     if not port_is_free(port, plan["host"]):
         raise PortInUse(f"port {port} on {plan['host']} is already bound by another program",
                         details={"port": port})
@@ -136,6 +145,7 @@ def _receipt(plan: dict[str, Any], identity: dict[str, Any], log: Path) -> dict[
     return {
         "format_version": FORMAT_VERSION,
         "kind": "serve",
+        "supervisor": "mlx-agent",
         **identity,
         "argv": plan["argv"],
         "port": plan["port"],
@@ -186,6 +196,12 @@ def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
             on_tick: Tick | None = None) -> tuple[dict[str, Any], list[str]]:
     """Launch the reviewed plan under the port lock and return its receipt once the model answers."""
     plan = check_preview(req, preview_hash)
+    if plan.get("unit") is not None:
+        from mlx_agent.supervise import units
+
+        with port_lock(directory, plan["port"], timeout=0, busy=PortInUse):
+            warnings = gates(plan, directory, cleanup=True)
+            return units.install(plan, directory, _now()), warnings
     interrupts = _Interrupts()
     with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), interrupts.installed():
         warnings = gates(plan, directory, cleanup=True)

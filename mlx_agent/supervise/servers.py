@@ -10,7 +10,7 @@ from mlx_agent.errors import OwnershipMismatch, ReceiptError
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.readiness import probe
-from mlx_agent.supervise.receipts import read_receipt, receipt_files, receipt_path
+from mlx_agent.supervise.receipts import is_unit, read_receipt, receipt_files, receipt_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,6 +26,10 @@ def _entry(path: Path) -> dict[str, Any]:
         receipt = read_receipt(path)
     except ReceiptError as exc:
         return {"port": port, "state": "unreadable", "receipt_path": str(path), "error": exc.to_dict()}
+    if is_unit(receipt):
+        from mlx_agent.supervise import units
+
+        return units.status_entry(receipt, path)
     state = process.classify(receipt)
     healthy = None
     if state == "running":
@@ -57,31 +61,46 @@ def status(directory: Path, port: int | None = None) -> list[dict[str, Any]]:
     return [_entry(p) for p in paths if p.exists()]
 
 
-def stop(directory: Path, port: int, grace: float = STOP_GRACE_SECONDS) -> dict[str, Any]:
-    """Stop the server of ``port`` if, and only if, the live process is the receipt's; remove the receipt."""
+def stop(directory: Path, port: int, *, uninstall: bool = False,
+         grace: float = STOP_GRACE_SECONDS) -> tuple[dict[str, Any], list[str]]:
+    """Stop the server of ``port`` if, and only if, the live process is the receipt's; remove the receipt.
+
+    A unit-owned server is not ours to signal: the stop command is returned for the user, and with
+    ``uninstall`` the unit file and receipt are removed.
+    """
     with port_lock(directory, port, timeout=STOP_LOCK_SECONDS):
         path = receipt_path(directory, port)
         receipt = read_receipt(path)
-        state = process.classify(receipt)
-        result = {"port": port, "pid": receipt["pid"], "receipt_path": str(path),
-                  "log_path": receipt.get("log_path")}
-        if state == "foreign":
-            raise OwnershipMismatch(
-                f"pid {receipt['pid']} is no longer the server this receipt started; nothing was signalled",
-                details={**result, "receipt_kept": True})
-        if state == "exited":
-            path.unlink(missing_ok=True)
-            return {**result, "result": "already_stopped"}
-        try:
-            live_pgid = os.getpgid(receipt["pid"])
-        except ProcessLookupError:
-            path.unlink(missing_ok=True)
-            return {**result, "result": "already_stopped"}
-        if live_pgid != receipt["pgid"]:
-            raise OwnershipMismatch(
-                f"pid {receipt['pid']} is in process group {live_pgid}, not the recorded {receipt['pgid']}",
-                details={**result, "receipt_kept": True})
-        started = time.monotonic()
-        how = process.stop_group(receipt["pid"], receipt["pgid"], grace=grace)
+        if is_unit(receipt):
+            from mlx_agent.supervise import units
+
+            return units.stop(receipt, path, uninstall)
+        return _stop_process(receipt, path, grace), []
+
+
+def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str, Any]:
+    """Stop a process of ours after matching it against its receipt; remove the receipt."""
+    port = int(receipt["port"])
+    state = process.classify(receipt)
+    result = {"port": port, "pid": receipt["pid"], "receipt_path": str(path),
+              "log_path": receipt.get("log_path")}
+    if state == "foreign":
+        raise OwnershipMismatch(
+            f"pid {receipt['pid']} is no longer the server this receipt started; nothing was signalled",
+            details={**result, "receipt_kept": True})
+    if state == "exited":
         path.unlink(missing_ok=True)
-        return {**result, "result": "stopped", "how": how, "seconds": round(time.monotonic() - started, 3)}
+        return {**result, "result": "already_stopped"}
+    try:
+        live_pgid = os.getpgid(receipt["pid"])
+    except ProcessLookupError:
+        path.unlink(missing_ok=True)
+        return {**result, "result": "already_stopped"}
+    if live_pgid != receipt["pgid"]:
+        raise OwnershipMismatch(
+            f"pid {receipt['pid']} is in process group {live_pgid}, not the recorded {receipt['pgid']}",
+            details={**result, "receipt_kept": True})
+    started = time.monotonic()
+    how = process.stop_group(receipt["pid"], receipt["pgid"], grace=grace)
+    path.unlink(missing_ok=True)
+    return {**result, "result": "stopped", "how": how, "seconds": round(time.monotonic() - started, 3)}
