@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,22 +46,25 @@ def pick_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """Return a preexec function that asks Linux to KILL the child when the gateway dies, or None elsewhere."""
+# Run first in the worker's own, single-threaded process (no preexec_fn in the threaded gateway): ask Linux
+# to KILL it when the gateway dies, give up if the gateway is already gone, then exec the real worker.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def launch_argv(argv: list[str]) -> list[str]:
+    """Return the argv that starts ``argv`` so that, on Linux, it dies with the gateway."""
     if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-    pr_set_pdeathsig = 1
-
-    def hook() -> None:
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() != parent:  # the gateway died between fork and prctl
-            os._exit(1)
-
-    return hook
+        return argv
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
 
 
 @dataclass
@@ -98,10 +100,9 @@ class WorkerProcess:
             os.fchmod(log.fileno(), 0o600)
             log.write(f"mlx-agent gateway: worker load {load_number} on 127.0.0.1:{port}\n".encode())
             log.flush()
-            # The parent-death hook must run in the thread that stays alive (the loop's), so no executor here.
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **spec.env}, cwd=spec.cwd, start_new_session=True,
-                                    preexec_fn=_die_with_parent_hook())
+            # Linux ties the parent-death signal to the forking thread: spawn from the loop's, not an executor.
+            proc = subprocess.Popen(launch_argv(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **spec.env}, cwd=spec.cwd, start_new_session=True)
         return cls(proc=proc, port=port, spec=spec)
 
     def exited(self) -> int | None:

@@ -237,7 +237,7 @@ def test_adapter_changed_during_a_load_stops_the_new_worker(tmp_path: Path) -> N
         replies: list[Any] = []
         thread = threading.Thread(target=lambda: replies.append(gateway.chat()))
         thread.start()
-        wait_for(lambda: gateway.status()["model_state"] == "loading")
+        wait_for(lambda: gateway.status()["worker"] is not None)  # spawned: the check before the load passed
         adapter.write_bytes(b"swapped while loading")
         thread.join(60)
         assert replies[0].json()["error"]["code"] == "adapter_changed"
@@ -265,3 +265,17 @@ def test_worker_dies_with_a_killed_gateway(tmp_path: Path) -> None:
         os.killpg(gateway.proc.pid, signal.SIGKILL)
         gateway.proc.wait()
         wait_for(lambda: not pid_alive(worker_pid))
+
+
+def test_client_leaving_mid_stream_frees_the_stream_and_the_worker_lives(tmp_path: Path) -> None:
+    """A client that hangs up mid-stream stops counting as open, so unload works, and the gateway carries on."""
+    with running_gateway(tmp_path) as gateway:
+        stream = OpenStream(gateway, x_chunks=400, x_delay=0.02)
+        stream.next_event()
+        stream.next_event()
+        stream.resp.close()
+        stream.conn.close()
+        wait_for(lambda: gateway.status()["open_streams"] == 0)
+        assert gateway.status()["model_state"] == "loaded"
+        assert gateway.chat().status == 200
+        assert gateway.control("POST", "unload").status == 200
