@@ -1,14 +1,16 @@
-"""mlx_lm.server with the model loaded before the port opens.
+"""mlx_lm.server, wrapped: the model loads before the port opens, and requests get what mlx_lm lacks.
 
 mlx_lm's ``/health`` answers ``ok`` as soon as it listens, while the model still loads in its generation
-thread. We replace the module's ``run`` (its ``handler_class`` argument is ignored upstream, so replacing
-``run`` is the seam) with one that loads the default model first: once the port accepts connections,
-the model is loaded, and a readiness probe of ``/health`` means "loaded and answering".
+thread. Our ``run`` (mlx_lm's ``run`` ignores its ``handler_class`` argument, so we replace ``run``) loads the
+default model first, then serves with our generator and handler: once the port accepts connections, the
+model is loaded, and a readiness probe of ``/health`` means "loaded and answering".
+
+What the wrapper adds (structured output, reply limits, disconnect cancellation, honest errors, kept tool
+calls, template kwargs) is described in docs/wrapped-server.md; the seams it uses are in ``seams``.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sys
 import time
@@ -17,53 +19,50 @@ from typing import Any
 
 import mlx_lm.server as server
 
-# The seams we rely on, with the parameters we call them with. A change upstream fails here, loudly.
-SEAMS: dict[str, tuple[str, ...]] = {
-    "run": ("host", "port", "model_provider"),
-    "main": (),
-    "ModelProvider.load_default": ("self",),
-}
+from mlx_agent.runtime.limits import Limits, split_server_flags
+from mlx_agent.runtime.seams import SeamChanged, check_seams, warn_if_untested
+
+log = logging.getLogger(__name__)
 
 
-class SeamChanged(RuntimeError):
-    """The installed mlx_lm no longer has a function or parameter the wrapper depends on."""
+def serving_run(limit_defaults: Limits) -> Callable[..., None]:
+    """Return the replacement for ``mlx_lm.server.run``: load, then serve with our generator and handler."""
+    from mlx_agent.runtime.generator import WrappedGenerator
+    from mlx_agent.runtime.handler import WrappedHandler
 
-
-def _lookup(dotted: str) -> Any:
-    obj: Any = server
-    for part in dotted.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise SeamChanged(f"mlx_lm.server.{dotted} no longer exists")
-    return obj
-
-
-def check_seams() -> None:
-    """Raise ``SeamChanged`` if a seam of mlx_lm.server is missing or lost a parameter we pass."""
-    for dotted, params in SEAMS.items():
-        fn = _lookup(dotted)
-        names = list(inspect.signature(fn).parameters)
-        if names[: len(params)] != list(params):
-            raise SeamChanged(f"mlx_lm.server.{dotted} now takes {names}, expected to start with {list(params)}")
-
-
-def _loading_run(original: Callable[..., Any]) -> Callable[..., Any]:
-    def run(host: str, port: int, model_provider: Any, *args: Any, **kwargs: Any) -> Any:
+    def run(host: str, port: int, model_provider: Any, *_: Any, **__: Any) -> None:
         started = time.monotonic()
         logging.info("mlx-agent: loading %s before opening the port", model_provider.cli_args.model)
         model_provider.load_default()
-        logging.info("mlx-agent: model loaded in %.2f s; listening on %s:%s",
-                     time.monotonic() - started, host, port)
-        return original(host, port, model_provider, *args, **kwargs)
+        logging.info("mlx-agent: model loaded in %.2f s; listening on %s:%s", time.monotonic() - started, host, port)
+        warn_if_untested()
+        prompt_cache = server.LRUPromptCache(model_provider.cli_args.prompt_cache_size)  # type: ignore[attr-defined]
+        generator = WrappedGenerator(model_provider, prompt_cache, limit_defaults)
+        server._run_http_server(host, port, generator, handler_class=WrappedHandler)
 
     return run
 
 
+def install(limit_defaults: Limits) -> None:
+    """Replace the module-level seams of mlx_lm.server with the wrapper's."""
+    from mlx_agent.runtime.generator import with_watcher
+    from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter
+
+    server.run = serving_run(limit_defaults)
+    server._make_logits_processors = with_watcher(server._make_logits_processors)
+    server.ToolCallFormatter = KeepingToolCallFormatter  # type: ignore[misc]  # replacing the class is the seam
+
+
 def serve(argv: list[str]) -> int:
-    """Run mlx_lm.server's own ``main`` with ``argv``, loading the model before it listens."""
-    check_seams()
-    server.run = _loading_run(server.run)
-    sys.argv = ["mlx_lm.server", *argv]
+    """Run mlx_lm.server's own ``main`` with ``argv`` (less our flags), wrapped; return the exit status."""
+    try:
+        check_seams()
+    except SeamChanged as error:
+        print(f"mlx-agent: cannot wrap this mlx_lm: {error}", file=sys.stderr)
+        return 2
+    limit_defaults, rest = split_server_flags(argv)
+    install(limit_defaults)
+    sys.argv = ["mlx_lm.server", *rest]
     upstream_main: Callable[[], None] = server.main  # untyped upstream
     upstream_main()
     return 0

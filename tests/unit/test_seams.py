@@ -1,25 +1,44 @@
-"""The seams of mlx_lm.server that the wrapped entry depends on."""
+"""The seams of mlx_lm that the wrapped entry depends on, and the tested mlx-lm range (pinned >=0.32.2,<0.33)."""
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any
 
+import mlx_lm
 import mlx_lm.server
 import pytest
 
-from mlx_agent.runtime import mlx_lm_server
+from mlx_agent.runtime import mlx_lm_server, seams
+from mlx_agent.runtime.limits import Limits
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def test_installed_mlx_lm_has_every_seam() -> None:
-    """The installed mlx_lm offers run(host, port, model_provider), main and ModelProvider.load_default."""
-    mlx_lm_server.check_seams()
+    """The installed mlx_lm offers every function, parameter, dataclass field and tokenizer property we use."""
+    seams.check_seams()
 
 
-def test_a_renamed_seam_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """If upstream renames a seam, the entry refuses to start instead of serving unpatched."""
-    monkeypatch.delattr(mlx_lm.server, "run")
-    with pytest.raises(mlx_lm_server.SeamChanged, match="run"):
-        mlx_lm_server.check_seams()
+def test_the_pin_is_the_tested_range_and_installed() -> None:
+    """The project pins mlx-lm to the range the seams were checked against, and the installed one is inside it."""
+    dependencies = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+    assert f"mlx-lm{seams.SUPPORTED_MLX_LM}" in dependencies
+    assert seams.version_supported(mlx_lm.__version__)
+    assert not seams.version_supported("0.33.0")
+
+
+@pytest.mark.parametrize("dotted", sorted(seams.SEAMS))
+def test_a_renamed_seam_fails_loudly(monkeypatch: pytest.MonkeyPatch, dotted: str) -> None:
+    """If upstream renames any seam, the check names it instead of serving unpatched."""
+    owner: Any = mlx_lm.server
+    *parents, name = dotted.split(".")
+    for part in parents:
+        owner = getattr(owner, part)
+    monkeypatch.delattr(owner, name)
+    with pytest.raises(seams.SeamChanged, match=name):
+        seams.check_seams()
 
 
 def test_a_changed_signature_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,23 +47,58 @@ def test_a_changed_signature_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> No
         raise AssertionError
 
     monkeypatch.setattr(mlx_lm.server, "run", run)
-    with pytest.raises(mlx_lm_server.SeamChanged, match="expected to start with"):
-        mlx_lm_server.check_seams()
+    with pytest.raises(seams.SeamChanged, match="expected to start with"):
+        seams.check_seams()
 
 
-def test_wrapped_run_loads_before_calling_the_original() -> None:
-    """The replacement run loads the default model and only then hands over to the original run."""
+def test_a_lost_dataclass_field_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If upstream's CompletionRequest loses a field we copy, the check names it."""
+    class CompletionRequest:
+        pass
+
+    monkeypatch.setattr(mlx_lm.server, "CompletionRequest", CompletionRequest)
+    with pytest.raises(seams.SeamChanged, match="CompletionRequest"):
+        seams.check_seams()
+
+
+def test_a_lost_tokenizer_property_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the tokenizer wrapper loses a property the watcher reads, the check names it."""
+    import mlx_lm.tokenizer_utils
+
+    monkeypatch.delattr(mlx_lm.tokenizer_utils.TokenizerWrapper, "think_end_tokens")
+    with pytest.raises(seams.SeamChanged, match="think_end_tokens"):
+        seams.check_seams()
+
+
+def test_a_changed_seam_stops_the_entry(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """serve() exits with status 2 and says which seam changed, before parsing arguments or listening."""
+    monkeypatch.delattr(mlx_lm.server, "_make_logits_processors")
+    assert mlx_lm_server.serve(["--model", "m"]) == 2
+    assert "_make_logits_processors" in capsys.readouterr().err
+
+
+def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replacement run loads the default model, then serves our generator with our handler class."""
+    from mlx_agent.runtime import generator, handler
+
     calls: list[str] = []
 
     class Provider:
         class cli_args:
             model = "m"
+            prompt_cache_size = 3
 
         def load_default(self) -> None:
             calls.append("load")
 
-    def original(host: str, port: int, model_provider: Any) -> None:
-        calls.append(f"run {host}:{port}")
+    class Generator:
+        def __init__(self, provider: Any, prompt_cache: Any, limits: Limits) -> None:
+            calls.append(f"generator {limits.reasoning_budget}")
 
-    mlx_lm_server._loading_run(original)("127.0.0.1", 1, Provider())
-    assert calls == ["load", "run 127.0.0.1:1"]
+    def run_http_server(host: str, port: int, response_generator: Any, handler_class: Any) -> None:
+        calls.append(f"listen {host}:{port} {handler_class.__name__}")
+
+    monkeypatch.setattr(generator, "WrappedGenerator", Generator)
+    monkeypatch.setattr(mlx_lm.server, "_run_http_server", run_http_server)
+    mlx_lm_server.serving_run(Limits(reasoning_budget=7))("127.0.0.1", 1, Provider())
+    assert calls == ["load", "generator 7", f"listen 127.0.0.1:1 {handler.WrappedHandler.__name__}"]

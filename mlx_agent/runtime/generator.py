@@ -1,0 +1,217 @@
+"""Our subclass of mlx_lm's ``ResponseGenerator``, and the request record it receives.
+
+``_tokenize`` runs in the generation thread with the request, the tokenizer and the prompt's thinking state
+together: it renders the template the request asked for (``add_generation_prompt``, ``continue_final_message``)
+and hangs the reply's watcher on the generation arguments, where the replaced ``_make_logits_processors``
+appends it. ``generate`` runs in the handler thread and returns a ``ReplyStream`` that watches the client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any
+
+import mlx_lm.server as server
+
+from mlx_agent.runtime import structured
+from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
+from mlx_agent.runtime.errors_http import (
+    SchemaFailed,
+    TemplateFailed,
+    from_generation_error,
+    generation_unavailable,
+)
+from mlx_agent.runtime.limits import Limits
+from mlx_agent.runtime.request_options import RequestOptions, Served
+from mlx_agent.runtime.watcher import Grammar, ReplyWatcher, Vocabulary
+
+log = logging.getLogger(__name__)
+
+# The attribute of mlx_lm's GenerationArguments that carries a reply's watcher to the logits processors.
+WATCHER_ATTRIBUTE = "mlx_agent_watcher"
+
+
+@dataclass
+class WrappedRequest(server.CompletionRequest):
+    """mlx_lm's ``CompletionRequest`` with what the wrapper needs on both threads."""
+
+    options: RequestOptions = field(default_factory=RequestOptions)
+    label: str = "request"
+    connection: Any = None  # the client's socket, watched while the reply is generated
+    watcher: ReplyWatcher | None = None  # set in the generation thread before the reply starts
+    stream: ReplyStream | None = None
+
+    @classmethod
+    def wrap(cls, base: Any, options: RequestOptions, label: str, connection: Any) -> WrappedRequest:
+        """Return ``base`` (an mlx_lm ``CompletionRequest``) with the wrapper's fields."""
+        return cls(base.request_type, base.prompt, base.messages, base.tools, base.role_mapping,
+                   options=options, label=label, connection=connection)
+
+
+class TemplateCall:
+    """A tokenizer whose chat template is called with the request's own ``add_generation_prompt``.
+
+    mlx_lm calls ``apply_chat_template(..., add_generation_prompt=True)`` for the prompt (and with False to find
+    where the system prompt ends); only the first call is changed.
+    """
+
+    def __init__(self, tokenizer: Any, options: RequestOptions) -> None:
+        self._tokenizer = tokenizer
+        self._options = options
+
+    def apply_chat_template(self, *args: Any, add_generation_prompt: bool = False, **kwargs: Any) -> Any:
+        """Render with the request's choices in place of mlx_lm's ``add_generation_prompt=True``."""
+        if add_generation_prompt:
+            add_generation_prompt = self._options.add_generation_prompt
+            if self._options.continue_final_message:
+                kwargs["continue_final_message"] = True
+        return self._tokenizer.apply_chat_template(*args, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self._tokenizer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+
+class WrappedGenerator(server.ResponseGenerator):
+    """mlx_lm's generator with schema enforcement, reply limits and client watching (module docstring)."""
+
+    def __init__(self, model_provider: Any, prompt_cache: Any, limit_defaults: Limits) -> None:
+        # Set before mlx_lm starts the generation thread, which may call _tokenize at once.
+        self.served = Served(served_names(model_provider.cli_args.model), limit_defaults)
+        self._ll_tokenizers: dict[Any, Any] = {}
+        self._classes: dict[Any, structured.TokenClasses] = {}
+        self._pieces: dict[Any, dict[int, str]] = {}
+        super().__init__(model_provider, prompt_cache)
+
+    # -- generation thread -----------------------------------------------------------------------------
+
+    def _tokenize(self, tokenizer: Any, request: Any, args: Any) -> Any:
+        options: RequestOptions = getattr(request, "options", RequestOptions())
+        label: str = getattr(request, "label", "request")
+        rendering = TemplateCall(tokenizer, options) if options.custom_template_call else tokenizer
+        try:
+            result = super()._tokenize(rendering, request, args)  # type: ignore[no-untyped-call]
+        except Exception as error:
+            raise TemplateFailed(f"The chat template could not render this request: {type(error).__name__}: "
+                                 f"{error}") from error
+        initial_state = result[3]
+        watcher = self._watcher(tokenizer, options, args.max_tokens, initial_state == "reasoning", label)
+        setattr(args, WATCHER_ATTRIBUTE, watcher)
+        if isinstance(request, WrappedRequest):
+            request.watcher = watcher
+        return result
+
+    def _watcher(self, tokenizer: Any, options: RequestOptions, max_tokens: int, thinking_open: bool,
+                 label: str) -> ReplyWatcher | None:
+        limits = options.limits
+        thinks = bool(tokenizer.has_thinking)
+        if not (options.grammar or thinks or (limits.limit_answers and limits.watches_text)):
+            return None  # nothing to watch: the reply keeps mlx_lm's fastest path
+        key = self.model_provider.model_key
+        width = self._output_width(tokenizer)
+        pieces = self._pieces.setdefault(key, {})
+        vocab = Vocabulary(
+            width=width,
+            eos=tuple(sorted(tokenizer.eos_token_ids)),
+            think_start=tuple(tokenizer.think_start_tokens or ()) if thinks else (),
+            think_end=tuple(tokenizer.think_end_tokens or ()) if thinks else (),
+            piece=_piece_reader(tokenizer, pieces),
+        )
+        grammar = None
+        if options.grammar is not None:
+            from llguidance import LLMatcher
+
+            ll_tokenizer = self._ll_tokenizers.get((key, width))
+            if ll_tokenizer is None:
+                ll_tokenizer = structured.ll_tokenizer(tokenizer._tokenizer, width, vocab.eos)
+                self._ll_tokenizers[(key, width)] = ll_tokenizer
+                self._classes[(key, width)] = structured.TokenClasses.of(ll_tokenizer, width)
+            matcher = LLMatcher(ll_tokenizer, options.grammar)
+            if matcher.is_error():
+                raise SchemaFailed(f"The JSON schema cannot be enforced: {matcher.get_error()}")
+            grammar = Grammar(matcher, self._classes[(key, width)])
+            log.info("mlx-agent: %s is held to its JSON schema", label)
+        return ReplyWatcher(vocab, limits, max_tokens, thinking_open, grammar,
+                            verify_history=self.model_provider.draft_model is not None, label=label)
+
+    def _output_width(self, tokenizer: Any) -> int:
+        args = getattr(self.model_provider.model, "args", None)
+        width = getattr(args, "vocab_size", None)
+        return int(width) if isinstance(width, int) and width > 0 else len(tokenizer)
+
+    # -- handler thread ----------------------------------------------------------------------------------
+
+    def generate(self, request: Any, generation_args: Any, progress_callback: Callable[[int, int], None] | None = None
+                 ) -> tuple[Any, Any]:
+        """Queue the request and return its context and a ``ReplyStream`` of its tokens."""
+        if not self.generation_available():  # type: ignore[no-untyped-call]
+            raise generation_unavailable()
+        # Every request runs on the served model, adapter and draft, whatever name it used (checked already):
+        # mlx_lm would otherwise reload the model without the adapter for a request naming its path.
+        generation_args.model = replace(generation_args.model, model="default_model", draft="default_model",
+                                        adapter=None)
+        queue: Queue[Any] = Queue()
+        self.requests.put((queue, request, generation_args))
+        ctx = self._first(queue)
+        watched = request if isinstance(request, WrappedRequest) else None
+        stream = ReplyStream(
+            ctx, queue,
+            connection=watched.connection if watched else None,
+            alive=self.generation_available,
+            label=watched.label if watched else "request",
+            progress=progress_callback,
+            cut=lambda: watched.watcher.cut if watched and watched.watcher else None,
+        )
+        if watched is not None:
+            watched.stream = stream
+        return ctx, iter(stream)
+
+    def _first(self, queue: Queue[Any]) -> Any:
+        while True:
+            try:
+                item = queue.get(timeout=POLL_SECONDS)
+            except Empty:
+                if not self.generation_available():  # type: ignore[no-untyped-call]
+                    raise generation_unavailable() from None
+                continue
+            if isinstance(item, Exception):
+                raise from_generation_error(item)
+            return item
+
+
+def served_names(model: str | None) -> frozenset[str]:
+    """Return the names a request may give for the served model: ``default_model``, as given, and resolved."""
+    names = {"default_model"}
+    if model:
+        names.add(model)
+        path = Path(model)
+        if path.exists():
+            names.add(str(path.resolve()))
+    return frozenset(names)
+
+
+def _piece_reader(tokenizer: Any, cache: dict[int, str]) -> Callable[[int], str]:
+    def piece(token: int) -> str:
+        text = cache.get(token)
+        if text is None:
+            text = cache[token] = tokenizer.decode([token])
+        return text
+
+    return piece
+
+
+def with_watcher(original: Callable[[Any], Any]) -> Callable[[Any], list[Any]]:
+    """Wrap mlx_lm's ``_make_logits_processors`` so a reply's watcher runs after its other processors."""
+
+    def make_logits_processors(args: Any) -> list[Any]:
+        processors = list(original(args))
+        watcher = getattr(args, WATCHER_ATTRIBUTE, None)
+        return [*processors, watcher] if watcher is not None else processors
+
+    return make_logits_processors

@@ -1,0 +1,156 @@
+"""Our subclass of mlx_lm's ``APIHandler``: checked requests, honest errors, kept tool calls.
+
+``do_POST`` reads and checks the body first (``request_options.prepare_body``) and hands mlx_lm the prepared
+body, so mlx_lm parses what we decided. Errors are answered as OpenAI-style error objects with the right
+status (``errors_http``): mlx_lm's own validation is translated, and the ``HttpError`` signals raised under
+mlx_lm's ``except Exception`` blocks arrive here. A client that went away is logged, not a traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from typing import Any
+
+import mlx_lm.server as server
+
+from mlx_agent.runtime.cancel import ClientGone
+from mlx_agent.runtime.errors_http import HttpError, bad_request, from_upstream_validation
+from mlx_agent.runtime.generator import WrappedGenerator, WrappedRequest
+from mlx_agent.runtime.request_options import RequestOptions, prepare_body
+from mlx_agent.runtime.tool_calls import MARKER, as_written, split_calls
+
+log = logging.getLogger(__name__)
+
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+TEXT_PATHS = ("/v1/completions",)
+
+
+class WrappedHandler(server.APIHandler):
+    """mlx_lm's request handler with the wrapper's request checks, errors and tool-call handling."""
+
+    response_generator: WrappedGenerator
+    # Per request (mlx_lm's handler speaks HTTP/1.0: one request per handler), reset by do_POST.
+    headers_flushed = False
+    options = RequestOptions()
+    tool_calls_parsed = 0
+    wrapped_request: WrappedRequest | None = None
+
+    def do_POST(self) -> None:
+        """Answer a POST: check and prepare the body, let mlx_lm serve it, answer errors as objects."""
+        self._reset()
+        try:
+            self._prepare()
+            super().do_POST()  # type: ignore[no-untyped-call]
+        except HttpError as error:
+            self._answer_error(error)
+        except ClientGone:
+            pass  # the stream logged it and stopped the generation
+        except (BrokenPipeError, ConnectionResetError):
+            stream = self.wrapped_request.stream if self.wrapped_request else None
+            if stream is not None:
+                stream.abandon("the client went away (a write failed)")
+            else:
+                log.info("mlx-agent: the client went away before its answer was written")
+
+    def _reset(self) -> None:
+        self.headers_flushed = False
+        self.options = RequestOptions()
+        self.tool_calls_parsed = 0
+        self.wrapped_request = None
+
+    def _prepare(self) -> None:
+        if self.path not in CHAT_PATHS + TEXT_PATHS:
+            raise HttpError(404, f"There is no POST endpoint {self.path!r}.", type_="not_found_error",
+                            code="unknown_endpoint")
+        length = self.headers.get("Content-Length")
+        if length is None:
+            raise HttpError(411, "A Content-Length header is required.", code="length_required")
+        try:
+            raw = self.rfile.read(int(length))
+            body = json.loads(raw)
+        except ValueError as error:  # a bad length, bad UTF-8 and bad JSON are all ValueErrors
+            raise bad_request(f"The request body is not valid JSON: {error}", code="invalid_json") from None
+        if not isinstance(body, dict):
+            raise bad_request("The request body must be a JSON object.", code="invalid_json")
+        body, self.options = prepare_body(body, self.response_generator.served, chat=self.path in CHAT_PATHS)
+        prepared = json.dumps(body).encode()
+        self.headers.replace_header("Content-Length", str(len(prepared)))
+        self.rfile = io.BytesIO(prepared)
+
+    def end_headers(self) -> None:
+        """Send the headers, remembering that the status can no longer change."""
+        self.headers_flushed = True
+        super().end_headers()
+
+    def validate_model_parameters(self) -> None:
+        """Run mlx_lm's checks; a failure is a 400 naming the parameter, as an error object."""
+        try:
+            super().validate_model_parameters()
+        except ValueError as error:
+            raise from_upstream_validation(error) from None
+
+    def handle_chat_completions(self) -> WrappedRequest:
+        """Build mlx_lm's chat request, carrying the wrapper's options and the client's socket."""
+        return self._wrap(super().handle_chat_completions())
+
+    def handle_text_completions(self) -> WrappedRequest:
+        """Build mlx_lm's text request, carrying the wrapper's options and the client's socket."""
+        return self._wrap(super().handle_text_completions())
+
+    def _wrap(self, base: Any) -> WrappedRequest:
+        self.wrapped_request = WrappedRequest.wrap(base, self.options, self.request_id, self.connection)
+        return self.wrapped_request
+
+    def generate_response(
+        self,
+        text: str,
+        finish_reason: Any,
+        prompt_token_count: int | None = None,
+        completion_token_count: int | None = None,
+        prompt_cache_count: int | None = None,
+        token_logprobs: list[float] | None = None,
+        top_tokens: list[Any] | None = None,
+        tokens: list[int] | None = None,
+        tool_calls: list[Any] | None = None,
+        reasoning_text: str | None = None,
+    ) -> dict[str, Any]:
+        """Build mlx_lm's response, moving tool calls that did not parse into the content and the marker."""
+        parsed, unparsed = split_calls(tool_calls)
+        self.tool_calls_parsed += len(parsed)
+        if unparsed:
+            tokenizer: Any = self.response_generator.model_provider.tokenizer
+            written = [as_written(call, tokenizer.tool_call_start, tokenizer.tool_call_end,
+                                  finished=finish_reason != "length" or index < len(unparsed) - 1)
+                       for index, call in enumerate(unparsed)]
+            text = (text or "") + "".join(written)
+        if finish_reason == "tool_calls" and not self.tool_calls_parsed:
+            finish_reason = "stop"  # no call the client can run
+        response: dict[str, Any] = super().generate_response(
+            text, finish_reason, prompt_token_count, completion_token_count, prompt_cache_count,
+            token_logprobs=token_logprobs, top_tokens=top_tokens, tokens=tokens,
+            tool_calls=parsed,  # type: ignore[arg-type]  # upstream annotates str; it passes formatted dicts
+            reasoning_text=reasoning_text,
+        )
+        if unparsed:
+            choice = response["choices"][0]
+            message = choice.get("message") or choice.get("delta")
+            if message is not None:
+                message[MARKER] = [{"text": text_, "error": call["error"]} for text_, call in zip(written, unparsed,
+                                                                                                    strict=True)]
+        return response
+
+    def _answer_error(self, error: HttpError) -> None:
+        log.info("mlx-agent: answered %d to %s %s: %s", error.status, self.command, self.path, error.message)
+        body = json.dumps(error.body()).encode()
+        if not self.headers_flushed:
+            # A non-streaming reply buffers its 200 status line until it is complete; drop it.
+            self._headers_buffer: list[bytes] = []
+            self._set_completion_headers(error.status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif getattr(self, "stream", False):
+            self.wfile.write(b"data: " + body + b"\n\n")
+        self.wfile.flush()

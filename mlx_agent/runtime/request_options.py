@@ -1,0 +1,141 @@
+"""A request body, checked and prepared before mlx_lm reads it, and the options only the wrapper reads.
+
+Pure: no mlx, no sockets. ``prepare_body`` answers a bad field with an ``HttpError`` (400, or 404 for an
+unknown model), folds several system messages into one at the front, carries a top-level
+``reasoning_effort`` into ``chat_template_kwargs``, and takes ``add_generation_prompt`` and
+``continue_final_message`` out of ``chat_template_kwargs`` (mlx_lm passes ``add_generation_prompt=True``
+itself, so either key there used to fail the request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlx_agent.runtime.errors_http import bad_request, model_not_found
+from mlx_agent.runtime.limits import Limits, limits_from_body
+from mlx_agent.runtime.structured import format_is_enforced, grammar_for
+
+SYSTEM_ROLES = ("system", "developer")
+TOOL_CHOICES = ("none", "auto", "required")
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """What the wrapper does for one request beyond mlx_lm."""
+
+    limits: Limits = field(default_factory=Limits)
+    grammar: str | None = None  # llguidance grammar of an enforced response_format
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+
+    @property
+    def custom_template_call(self) -> bool:
+        """Whether the chat template is called differently from mlx_lm's own call."""
+        return self.continue_final_message or not self.add_generation_prompt
+
+
+@dataclass(frozen=True)
+class Served:
+    """What this server serves: the names a request may use for its model."""
+
+    model_names: frozenset[str]
+    limit_defaults: Limits
+
+
+def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tuple[dict[str, Any], RequestOptions]:
+    """Check ``body`` and return the body mlx_lm should see, with this request's options."""
+    body = dict(body)
+    model = body.get("model", "default_model")
+    if not isinstance(model, str):
+        raise bad_request("model must be a string.", param="model")
+    if model not in served.model_names:
+        raise model_not_found(model)
+    for name in ("adapters", "draft_model"):
+        if body.get(name) not in (None, "default_model"):
+            raise bad_request(f"{name} is fixed when the server starts; this server cannot switch it per request.",
+                              param=name, code="unsupported_parameter")
+    if chat:
+        body["messages"] = fold_system_messages(_messages(body))
+    elif not isinstance(body.get("prompt"), str):
+        raise bad_request("prompt must be a string.", param="prompt")
+
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise bad_request("chat_template_kwargs must be an object.", param="chat_template_kwargs")
+    kwargs = dict(kwargs or {})
+    add_generation_prompt = _flag(kwargs.pop("add_generation_prompt", None), "add_generation_prompt")
+    continue_final = _flag(kwargs.pop("continue_final_message", None), "continue_final_message") or False
+    if add_generation_prompt is None:
+        add_generation_prompt = not continue_final
+    if continue_final:
+        if add_generation_prompt:
+            raise bad_request("continue_final_message and add_generation_prompt cannot both be true.",
+                              param="chat_template_kwargs")
+        if not chat or body["messages"][-1].get("role") != "assistant":
+            raise bad_request("continue_final_message needs an assistant message last.",
+                              param="chat_template_kwargs")
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if not isinstance(effort, str) or not effort:
+            raise bad_request("reasoning_effort must be a string such as 'low', 'medium' or 'high'.",
+                              param="reasoning_effort")
+        kwargs.setdefault("reasoning_effort", effort)  # an explicit template kwarg wins
+    body["chat_template_kwargs"] = kwargs or None
+
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and tool_choice not in TOOL_CHOICES and not isinstance(tool_choice, Mapping):
+        raise bad_request("tool_choice must be 'none', 'auto', 'required' or an object.", param="tool_choice")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise bad_request("tools must be a list.", param="tools")
+    grammar = grammar_for(body.get("response_format"))
+    if grammar is not None and not format_is_enforced(tools, tool_choice):
+        grammar = None  # a tool call is not JSON; the caller rules one out with tool_choice "none"
+    options = RequestOptions(
+        limits=limits_from_body(body, served.limit_defaults),
+        grammar=grammar,
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final,
+    )
+    return body, options
+
+
+def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages must be a non-empty list.", param="messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise bad_request(f"messages[{index}] must be an object with a string role.", param="messages")
+    return [dict(m) for m in messages]
+
+
+def _flag(value: object, name: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise bad_request(f"chat_template_kwargs.{name} must be true or false.", param="chat_template_kwargs")
+
+
+def fold_system_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``messages`` with every system (or developer) message joined into one system message first.
+
+    Chat templates take one system message, first (some refuse anything else); OpenAI-style clients may send
+    several, and translating proxies send one per block. Texts are joined by a blank line, in order.
+    """
+    system = [m for m in messages if m.get("role") in SYSTEM_ROLES]
+    if not system or (len(system) == 1 and messages[0] is system[0] and system[0]["role"] == "system"):
+        return list(messages)
+    texts = [text for text in (_text(m.get("content")) for m in system) if text]
+    rest = [m for m in messages if m.get("role") not in SYSTEM_ROLES]
+    return [{"role": "system", "content": "\n\n".join(texts)}, *rest]
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content
+                       if isinstance(part, Mapping) and part.get("type") in ("text", "input_text"))
+    return ""

@@ -1,0 +1,103 @@
+"""Every name of mlx_lm the wrapped server depends on, checked at start-up and by tests/unit/test_seams.py.
+
+The wrapper subclasses mlx_lm.server's ``APIHandler``, ``ResponseGenerator``, ``ToolCallFormatter`` and
+``CompletionRequest``, replaces its module-level ``run``, ``_make_logits_processors`` and
+``ToolCallFormatter``, and reads a few tokenizer properties. pyproject.toml pins the tested range,
+``mlx-lm>=0.32.2,<0.33`` (``SUPPORTED_MLX_LM``); a newer mlx_lm must pass these checks (and the e2e tests)
+before the pin moves. A failed check stops the server before it listens, naming what changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from typing import Any
+
+SUPPORTED_MLX_LM = ">=0.32.2,<0.33"
+
+# Callables of mlx_lm.server, with the parameters (in order, from the first) that we call or override.
+SEAMS: dict[str, tuple[str, ...]] = {
+    "main": (),
+    "run": ("host", "port", "model_provider"),  # replaced; main() calls run(host, port, provider)
+    "_run_http_server": ("host", "port", "response_generator", "server_class", "handler_class"),
+    "_make_logits_processors": ("args",),  # wrapped: appends the reply watcher
+    "LRUPromptCache.__init__": ("self", "max_size"),
+    "ModelProvider.load_default": ("self",),
+    "ResponseGenerator.__init__": ("self", "model_provider", "prompt_cache"),
+    "ResponseGenerator._tokenize": ("self", "tokenizer", "request", "args"),
+    "ResponseGenerator.generate": ("self", "request", "generation_args", "progress_callback"),
+    "ResponseGenerator.generation_available": ("self",),
+    "APIHandler.__init__": ("self", "response_generator"),
+    "APIHandler.do_POST": ("self",),
+    "APIHandler.validate_model_parameters": ("self",),
+    "APIHandler.handle_chat_completions": ("self",),
+    "APIHandler.handle_text_completions": ("self",),
+    "APIHandler.handle_completion": ("self", "request", "stop_words"),
+    "APIHandler.generate_response": ("self", "text", "finish_reason", "prompt_token_count", "completion_token_count",
+                                     "prompt_cache_count", "token_logprobs", "top_tokens", "tokens", "tool_calls"),
+    "APIHandler._set_completion_headers": ("self", "status_code"),
+    "ToolCallFormatter.__init__": ("self", "tool_parser", "tools", "streaming"),
+    "ToolCallFormatter._format": ("self", "tc"),
+    "GenerationContext.stop": ("self",),
+}
+
+# Dataclasses of mlx_lm.server, with the fields we read, build or replace.
+DATACLASS_FIELDS: dict[str, tuple[str, ...]] = {
+    "CompletionRequest": ("request_type", "prompt", "messages", "tools", "role_mapping"),
+    "GenerationArguments": ("model", "max_tokens", "chat_template_kwargs"),
+    "ModelDescription": ("model", "draft", "adapter"),
+    "Response": ("text", "token", "logprob", "finish_reason"),
+}
+
+# Properties and methods of mlx_lm.tokenizer_utils.TokenizerWrapper we read.
+TOKENIZER_ATTRIBUTES = ("apply_chat_template", "has_thinking", "think_start_tokens", "think_end_tokens",
+                        "eos_token_ids", "tool_call_start", "tool_call_end")
+
+
+class SeamChanged(RuntimeError):
+    """The installed mlx_lm no longer has a name, parameter or field the wrapper depends on."""
+
+
+def _lookup(module: Any, dotted: str) -> Any:
+    obj: Any = module
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise SeamChanged(f"{module.__name__}.{dotted} no longer exists")
+    return obj
+
+
+def check_seams() -> None:
+    """Raise ``SeamChanged`` naming the first seam of mlx_lm that is missing or changed."""
+    import mlx_lm.server as server
+    import mlx_lm.tokenizer_utils as tokenizer_utils
+
+    for dotted, params in SEAMS.items():
+        names = list(inspect.signature(_lookup(server, dotted)).parameters)
+        if names[: len(params)] != list(params):
+            raise SeamChanged(f"mlx_lm.server.{dotted} now takes {names}, expected to start with {list(params)}")
+    for name, wanted in DATACLASS_FIELDS.items():
+        cls = _lookup(server, name)
+        have = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        missing = [f for f in wanted if f not in have]
+        if missing:
+            raise SeamChanged(f"mlx_lm.server.{name} lost the fields {missing}")
+    for attribute in TOKENIZER_ATTRIBUTES:
+        _lookup(tokenizer_utils, f"TokenizerWrapper.{attribute}")
+
+
+def version_supported(version: str) -> bool:
+    """Whether an mlx_lm version is inside the tested range."""
+    from packaging.specifiers import SpecifierSet
+
+    return version in SpecifierSet(SUPPORTED_MLX_LM)
+
+
+def warn_if_untested() -> None:
+    """Log a warning when the installed mlx_lm is outside the tested range (the seam checks still decide)."""
+    import mlx_lm
+
+    if not version_supported(mlx_lm.__version__):
+        logging.getLogger(__name__).warning("mlx-agent: mlx_lm %s is outside the tested range %s",
+                                            mlx_lm.__version__, SUPPORTED_MLX_LM)

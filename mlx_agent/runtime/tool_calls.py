@@ -1,0 +1,66 @@
+"""Tool calls the model's parser cannot read are returned, not dropped.
+
+mlx_lm's ``ToolCallFormatter`` logs a warning for a tool call its parser rejects and leaves it out: the
+client sees an empty reply (and ``finish_reason: "tool_calls"`` with no calls). Ours keeps it. The reply's
+``content`` gets the call as the model wrote it (between the model's tool-call markers), so a harness that
+sends the transcript back shows the model what it wrote, and the message (or stream delta) gets the
+documented marker ``unparsed_tool_calls: [{"text": ..., "error": ...}]``. ``finish_reason`` is
+``"tool_calls"`` only when at least one call was parsed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import mlx_lm.server as server
+
+log = logging.getLogger(__name__)
+
+MARKER = "unparsed_tool_calls"
+
+
+class UnparsedToolCall(dict[str, str]):
+    """A tool call the parser rejected, travelling in the formatter's result until the handler renders it."""
+
+
+class KeepingToolCallFormatter(server.ToolCallFormatter):
+    """``mlx_lm.server.ToolCallFormatter`` that returns what it cannot parse as ``UnparsedToolCall``."""
+
+    def __init__(self, tool_parser: Callable[[str, Any], Any] | None, tools: Any, streaming: bool = False) -> None:
+        super().__init__(tool_parser, tools, streaming)  # type: ignore[no-untyped-call]
+        self.parser = tool_parser
+        self.tools = tools
+
+    def __call__(self, tool_calls: Sequence[str]) -> list[dict[str, Any]]:
+        """Format each raw tool call; one that does not parse is kept as an ``UnparsedToolCall``."""
+        result: list[dict[str, Any]] = []
+        for text in tool_calls or ():
+            try:
+                if self.parser is None:
+                    raise ValueError("the model has no tool parser")
+                parsed = self.parser(text, self.tools)
+                calls = parsed if isinstance(parsed, list) else [parsed]
+                formatted = [self._format(dict(call)) for call in calls]  # type: ignore[no-untyped-call]
+            except Exception as error:  # parsers raise anything from ValueError to KeyError on bad input
+                log.warning("mlx-agent: a tool call did not parse (%s: %s); returning it as text",
+                            type(error).__name__, error)
+                result.append(UnparsedToolCall(text=text, error=f"{type(error).__name__}: {error}"))
+                continue
+            result.extend(formatted)
+        return result
+
+
+def split_calls(tool_calls: Sequence[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[UnparsedToolCall]]:
+    """Separate parsed tool calls from the ones kept as text."""
+    parsed: list[dict[str, Any]] = []
+    unparsed: list[UnparsedToolCall] = []
+    for call in tool_calls or ():
+        (unparsed if isinstance(call, UnparsedToolCall) else parsed).append(call)  # type: ignore[arg-type]
+    return parsed, unparsed
+
+
+def as_written(call: UnparsedToolCall, start: str | None, end: str | None, finished: bool) -> str:
+    """Return the call as the model wrote it: its text between the tool-call markers (no end if cut off)."""
+    return f"{start or ''}{call['text']}{(end or '') if finished else ''}"

@@ -1,0 +1,329 @@
+"""The reply watcher: a logits processor that enforces a request's JSON schema and reply limits.
+
+mlx_lm calls each processor once per generated token with the token history (which ends partway into the
+prompt) and the next token's logits. The first call fixes where the reply starts; later calls bring the
+reply's new tokens. A reply moves through phases:
+
+``start``     a thinking model may open its thinking, or begin the answer
+``thinking``  free text until the model (or a limit) closes it; with a schema, the reply may not end here
+``answer``    with a schema, every token must fit the grammar (llguidance's mask)
+
+Without a schema the watcher reads the history only every ``CHECK_EVERY`` tokens (and at the exact token a
+budget runs out), so an unconstrained reply keeps mlx_lm's pipelining: reading a token waits for the step
+that sampled it. Cutting short: thinking is closed by forcing its end marker (the model then answers); a JSON
+answer "wraps up" (closes what it is writing so the schema completes); a plain answer gets only EOS. An
+answer cut short is reported with finish_reason "length" (``cut``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mlx_agent.runtime import structured
+from mlx_agent.runtime.limits import HEDGE_WINDOW, Limits, answer_reserve, count_hedges, loop_length
+
+log = logging.getLogger(__name__)
+
+CHECK_EVERY = 8
+# With a draft model, mlx_lm takes back rejected guesses: the history is compared this far back each call.
+VERIFY_WINDOW = 32
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What the watcher needs to know about the model's tokens."""
+
+    width: int  # the model's output row; may exceed the tokenizer's size
+    eos: tuple[int, ...]
+    think_start: tuple[int, ...]  # empty for a model that does not think
+    think_end: tuple[int, ...]
+    piece: Callable[[int], str]  # one token's text, for judging hedges and loops
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A compiled schema for one reply: its matcher and the token classes that wrap it up."""
+
+    matcher: Any  # llguidance.LLMatcher
+    classes: structured.TokenClasses
+
+
+@dataclass
+class _State:
+    """Everything one more token can change; copied per token when the history may be taken back."""
+
+    phase: str
+    thinking_tokens: int = 0
+    phase_from: int = 0  # where the text judged for hedges and loops starts
+    forced: tuple[int, ...] = ()  # tokens to force next, one per step (closing the thinking)
+    thought_cut: bool = False
+    ending: bool = False  # a plain answer being ended: EOS only
+    wrapping: bool = False  # a JSON answer finishing as soon as it can
+    cut: str | None = None
+    consumed: int = 0  # tokens fed to the matcher
+    broken: bool = False
+
+
+@dataclass
+class ReplyWatcher:
+    """One reply's logits processor (see the module docstring)."""
+
+    vocab: Vocabulary
+    limits: Limits
+    max_tokens: int
+    thinking_open: bool  # the prompt left a thinking block open
+    grammar: Grammar | None = None
+    verify_history: bool = False
+    label: str = "reply"
+    _state: _State = field(init=False)
+    _initial: _State = field(init=False)
+    _reply: list[int] = field(init=False, default_factory=list)
+    _snapshots: list[_State] = field(init=False, default_factory=list)
+    _start: int | None = field(init=False, default=None)
+    _read_at: int = field(init=False, default=0)
+    _thinking_deadline: int = field(init=False, default=0)
+    _finish_check_at: int = field(init=False, default=0)
+    _judged_at: int = field(init=False, default=0)
+    _failed: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        if self.thinking_open and self.vocab.think_end:
+            phase = "thinking"
+        elif self.vocab.think_start:
+            phase = "start"
+        else:
+            phase = "answer"
+        self._state = _State(phase=phase)
+        self._initial = replace(self._state)
+        least = 0
+        if self.grammar is not None:
+            steps = structured.steps_to_finish(self.grammar.matcher, self.grammar.classes, self.vocab.eos,
+                                               self.vocab.width)
+            least = 2 * steps + 8 + len(self.vocab.think_end)
+            self._finish_check_at = 3 * steps + 32
+        self._thinking_deadline = self.max_tokens - answer_reserve(self.max_tokens, least)
+
+    @property
+    def cut(self) -> str | None:
+        """Why the answer was cut short, or None; read by the handler thread once the reply has ended."""
+        return self._state.cut
+
+    @property
+    def eager(self) -> bool:
+        """Whether every step must read the newest token."""
+        return (self.grammar is not None and not self._state.broken) or bool(self._state.forced) \
+            or self.verify_history
+
+    def __call__(self, tokens: Any, logits: Any) -> Any:
+        """Return ``logits`` steered for the next token; never raise into mlx_lm's generation thread."""
+        if self._failed:
+            return logits
+        try:
+            return self._process(tokens, logits)
+        except Exception:
+            # A bug here must not kill the generation thread that serves every request.
+            log.exception("mlx-agent: the reply watcher of %s failed; the reply continues unwatched", self.label)
+            self._failed = True
+            return logits
+
+    # -- reading the history ---------------------------------------------------------------------------
+
+    def _process(self, tokens: Any, logits: Any) -> Any:
+        length = int(tokens.shape[-1])
+        if self._start is None:
+            self._start = length
+        generated = length - self._start
+        if self.eager or generated >= self._read_at:
+            self._sync(tokens.reshape(-1), generated)
+            self._judge()
+            self._read_at = self._next_read()
+        return self._steer(logits, generated)
+
+    def _sync(self, history: Any, generated: int) -> None:
+        start = self._start or 0
+        keep = min(len(self._reply), generated)
+        if self.verify_history and keep:
+            lo = max(0, keep - VERIFY_WINDOW)
+            seen: list[int] = history[start + lo: start + keep].tolist()
+            parted = next((i for i, t in enumerate(seen) if t != self._reply[lo + i]), len(seen))
+            if parted == 0 and lo > 0:
+                seen = history[start: start + keep].tolist()
+                parted = next((i for i, t in enumerate(seen) if t != self._reply[i]), len(seen))
+                lo = 0
+            keep = lo + parted
+        if keep < len(self._reply):
+            self._rollback(len(self._reply) - keep)
+        if keep < generated:
+            for token in history[start + keep: start + generated].tolist():
+                self._step(int(token))
+
+    def _rollback(self, count: int) -> None:
+        """Take back the newest ``count`` tokens (a draft model's rejected guesses)."""
+        fed = self._state.consumed
+        del self._reply[-count:]
+        del self._snapshots[-count:]
+        self._state = replace(self._snapshots[-1] if self._snapshots else self._initial)
+        if self.grammar is not None and fed > self._state.consumed:
+            self.grammar.matcher.rollback(fed - self._state.consumed)
+
+    def _step(self, token: int) -> None:
+        """Move the phases by one reply token."""
+        state = self._state
+        self._reply.append(token)
+        if state.forced:
+            state.forced = state.forced[1:] if token == state.forced[0] else ()
+        start, end = self.vocab.think_start, self.vocab.think_end
+        if state.phase == "start":
+            so_far = tuple(self._reply)
+            if so_far == start:
+                self._enter("thinking")
+            elif start[: len(so_far)] == so_far:
+                if self.grammar is not None:
+                    state.forced = start[len(so_far):]  # a marker once begun is finished
+            else:
+                self._enter("answer", at=0)
+                for earlier in so_far:
+                    self._feed(earlier)
+        elif state.phase == "thinking":
+            state.thinking_tokens += 1
+            if end and tuple(self._reply[-len(end):]) == end:
+                self._enter("answer")
+        else:
+            self._feed(token)
+            if self.grammar is None and start and tuple(self._reply[-len(start):]) == start:
+                self._enter("thinking")  # a reply of several messages may think again
+        if self.verify_history:
+            self._snapshots.append(replace(state))
+
+    def _enter(self, phase: str, at: int | None = None) -> None:
+        self._state.phase = phase
+        self._state.phase_from = len(self._reply) if at is None else at
+
+    def _feed(self, token: int) -> None:
+        state = self._state
+        if self.grammar is None or state.broken:
+            return
+        if self.grammar.matcher.consume_token(token):
+            state.consumed += 1
+            return
+        # Only possible if llguidance and mlx_lm disagree about the tokenizer; the log says so.
+        state.broken = True
+        log.error("mlx-agent: the schema of %s rejected token %d (%s); the rest is unconstrained",
+                  self.label, token, self.grammar.matcher.get_error())
+
+    def _next_read(self) -> int:
+        generated = len(self._reply)
+        state = self._state
+        if state.phase == "answer" and not self.limits.limit_answers:
+            return self.max_tokens + 1  # nothing left to watch without a schema
+        read_at = generated + CHECK_EVERY
+        if state.phase == "thinking":
+            if self.limits.reasoning_budget:
+                read_at = min(read_at, generated + max(1, self.limits.reasoning_budget - state.thinking_tokens))
+            read_at = min(read_at, max(generated + 1, self._thinking_deadline))
+        return read_at
+
+    # -- judging ------------------------------------------------------------------------------------
+
+    def _judge(self) -> None:
+        state = self._state
+        if state.forced or state.ending or state.wrapping:
+            return
+        if state.phase == "thinking":
+            budget = self.limits.reasoning_budget
+            if budget and state.thinking_tokens >= budget:
+                self._close_thinking(f"spent its reasoning budget of {budget} tokens")
+            elif len(self._reply) >= self._thinking_deadline:
+                self._close_thinking(f"thought for {state.thinking_tokens} tokens, leaving only the answer's "
+                                     f"reserve of max_tokens={self.max_tokens}")
+            elif reason := self._judge_text():
+                self._close_thinking(reason)
+        elif state.phase == "answer" and self.limits.limit_answers and (reason := self._judge_text()):
+            self._cut_answer(reason)
+
+    def _judge_text(self) -> str | None:
+        """Look for hedges and loops in the current phase's text, at most every ``CHECK_EVERY`` tokens."""
+        if not self.limits.watches_text or len(self._reply) - self._judged_at < CHECK_EVERY:
+            return None
+        self._judged_at = len(self._reply)
+        judged = self._reply[max(self._state.phase_from, len(self._reply) - HEDGE_WINDOW):]
+        if self.limits.hedge_limit:
+            hedges = count_hedges("".join(self.vocab.piece(t) for t in judged))
+            if hedges >= self.limits.hedge_limit:
+                return f"second-guessed itself {hedges} times"
+        if self.limits.repeat_limit:
+            period = loop_length(judged, self.limits.repeat_limit, self.vocab.piece)
+            if period:
+                return f"wrote the same {period} tokens {self.limits.repeat_limit} times in a row"
+        return None
+
+    def _close_thinking(self, reason: str) -> None:
+        log.info("mlx-agent: %s %s; closing its thinking so that it answers", self.label, reason)
+        self._state.forced = self.vocab.think_end
+        self._state.thought_cut = True
+
+    def _cut_answer(self, reason: str) -> None:
+        state = self._state
+        state.cut = reason
+        if self.grammar is not None and not state.broken:
+            log.info("mlx-agent: %s %s; closing the JSON it is writing", self.label, reason)
+            state.wrapping = True
+        else:
+            log.info("mlx-agent: %s %s; ending the answer", self.label, reason)
+            state.ending = True
+
+    # -- steering -----------------------------------------------------------------------------------
+
+    def _steer(self, logits: Any, generated: int) -> Any:
+        state = self._state
+        width = int(logits.shape[-1])
+        if state.forced:
+            return _only(logits, state.forced[:1], width)
+        if state.ending:
+            return _only(logits, self.vocab.eos, width)
+        grammar = None if state.broken else self.grammar
+        if state.phase == "thinking":
+            if grammar is not None:
+                return _apply(logits, _without(self.vocab.eos, width))  # answer first, then end
+            return logits
+        if grammar is None:
+            if state.thought_cut and len(self.vocab.think_start) == 1 and state.phase == "answer":
+                return _apply(logits, _without(self.vocab.think_start, width))
+            return logits
+        if state.phase == "answer" and not state.wrapping and self.max_tokens - generated <= self._finish_check_at:
+            steps = structured.steps_to_finish(grammar.matcher, grammar.classes, self.vocab.eos, width)
+            if self.max_tokens - generated <= 2 * steps + 4:
+                self._cut_answer(f"is {self.max_tokens - generated} tokens from max_tokens")
+        mask = structured.allowed_mask(grammar.matcher, width)
+        if state.phase == "start" and self.vocab.think_start:
+            mask = mask | structured.pack(_with(self.vocab.think_start[:1], width))
+        elif state.wrapping:
+            mask = structured.wrap_up(mask, grammar.classes, self.vocab.eos)
+        return _apply(logits, structured.unpack(mask, width))
+
+
+def _with(ids: Sequence[int], width: int) -> NDArray[np.bool_]:
+    row = np.zeros(width, dtype=bool)
+    row[[t for t in ids if t < width]] = True
+    return row
+
+
+def _without(ids: Sequence[int], width: int) -> NDArray[np.bool_]:
+    return ~_with(ids, width)
+
+
+def _only(logits: Any, ids: Sequence[int], width: int) -> Any:
+    return _apply(logits, _with(ids, width))
+
+
+def _apply(logits: Any, allowed: NDArray[np.bool_]) -> Any:
+    """Set the logit of every token outside ``allowed`` to minus infinity."""
+    import mlx.core as mx
+
+    return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
