@@ -10,12 +10,14 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     ├── PreviewError
     │   ├── PreviewHashRequired ............. preview_hash_required
     │   └── PreviewStale .................... preview_stale
+    │       └── AdapterChanged .............. adapter_changed
     ├── SourceError
     │   ├── ModelNotLocal ................... model_not_local
     │   ├── ModelInvalid .................... model_invalid
     │   ├── ConfigMissing ................... config_missing
     │   ├── ConfigUnparsable ................ config_unparsable
-    │   └── ConfigNotObject ................. config_not_object
+    │   ├── ConfigNotObject ................. config_not_object
+    │   └── AdapterInvalid .................. adapter_invalid
     ├── RuntimeSelectionError
     │   ├── RuntimeNotInstalled ............. runtime_not_installed
     │   ├── RuntimeNotExecutable ............ runtime_not_executable
@@ -99,6 +101,12 @@ class PreviewStale(PreviewError):
     remediation = "Run the command without --confirm again, review the new plan, and confirm its hash."
 
 
+class AdapterChanged(PreviewStale):
+    code = "adapter_changed"
+    remediation = ("The adapter files changed since they were reviewed; preview again (and retrain if the change "
+                   "was not intended).")
+
+
 class SourceError(MlxAgentError):
     """The model source cannot be served from local files."""
 
@@ -127,6 +135,12 @@ class ConfigUnparsable(SourceError):
 class ConfigNotObject(SourceError):
     code = "config_not_object"
     remediation = "Repair or re-download the model's config.json; it must hold one JSON object."
+
+
+class AdapterInvalid(SourceError):
+    code = "adapter_invalid"
+    remediation = ("Point --adapter-path at a real directory (no symlinks) with a valid adapter_config.json and "
+                   "adapters.safetensors, as mlx_lm.lora writes them.")
 
 
 class RuntimeSelectionError(MlxAgentError):
