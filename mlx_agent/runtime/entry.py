@@ -12,6 +12,10 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] != "mlx_lm":
         print(USAGE, file=sys.stderr)
         return 2
+    from mlx_agent.runtime.file_checks import refuse_if_changed, split_expectations
+
+    expected, native = split_expectations(argv[1:])
+    refuse_if_changed(expected)  # reviewed adapter files, checked in this process before anything loads
     from mlx_agent.runtime.mlx_lm_server import serve
 
-    return serve(argv[1:])
+    return serve(native)

@@ -1,0 +1,115 @@
+"""LoRA adapters bound by content: the checks an adapter directory must pass, and its identity.
+
+The same identity is rechecked inside the server process right before the model loads (see
+``mlx_agent.runtime.file_checks``), so a changed adapter never reaches a running model unreviewed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlx_agent.errors import AdapterInvalid
+from mlx_agent.plan.identity import read_safetensors_header, sha256_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+CONFIG = "adapter_config.json"
+WEIGHTS = "adapters.safetensors"
+FINE_TUNE_TYPES = ("lora", "dora")
+# Parameter names mlx_lm's LoRA and DoRA layers add; anything else is not an adapter tensor.
+ADAPTER_SUFFIXES = (".lora_a", ".lora_b", ".m")
+
+
+def _real_directory(raw: str) -> Path:
+    given = Path(raw).expanduser().absolute()
+    if not given.exists():
+        raise AdapterInvalid(f"adapter path {raw} does not exist", details={"path": raw})
+    if given.resolve() != given:
+        # A symlink anywhere on the way would let the bound files change under a path that looks reviewed.
+        raise AdapterInvalid(f"adapter path {given} is, or lies under, a symbolic link ({given.resolve()})",
+                             details={"path": str(given), "resolved": str(given.resolve())})
+    if not given.is_dir():
+        raise AdapterInvalid(f"adapter path {given} is not a directory", details={"path": str(given)})
+    return given
+
+
+def _file(directory: Path, name: str) -> Path:
+    path = directory / name
+    if path.is_symlink():
+        raise AdapterInvalid(f"{path} is a symbolic link", details={"path": str(path)})
+    if not path.is_file():
+        raise AdapterInvalid(f"{directory} has no {name}", details={"path": str(path)})
+    return path
+
+
+def _check_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise AdapterInvalid(f"{path} does not parse as JSON: {exc}", details={"path": str(path)}) from exc
+    problems = []
+    if not isinstance(config, dict):
+        raise AdapterInvalid(f"{path} is not a JSON object", details={"path": str(path)})
+    if not isinstance(config.get("num_layers"), int):
+        problems.append("num_layers must be an integer")
+    if not isinstance(config.get("lora_parameters"), dict):
+        problems.append("lora_parameters must be an object")
+    if config.get("fine_tune_type", "lora") not in FINE_TUNE_TYPES:
+        problems.append(f"fine_tune_type must be one of {', '.join(FINE_TUNE_TYPES)}")
+    if problems:
+        raise AdapterInvalid(f"{path} is not an mlx_lm adapter config: {'; '.join(problems)}",
+                             details={"path": str(path), "problems": problems})
+    return config
+
+
+def _check_weights(path: Path) -> None:
+    try:
+        _, header = read_safetensors_header(path)
+    except Exception as exc:  # the identity module reports a corrupt header as model_invalid; here it is the adapter
+        raise AdapterInvalid(f"{path} is not a readable safetensors file", details={"path": str(path)}) from exc
+    tensors = [k for k in header if k != "__metadata__"]
+    foreign = [k for k in tensors if not k.endswith(ADAPTER_SUFFIXES)]
+    if not tensors or foreign:
+        raise AdapterInvalid(f"{path} does not hold only adapter tensors (*{', *'.join(ADAPTER_SUFFIXES)})",
+                             details={"path": str(path), "foreign_tensors": foreign[:10]})
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """Return the content identity of one adapter file."""
+    return {"name": path.name, "size": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def resolve_adapter(raw: str) -> dict[str, Any]:
+    """Return the plan's adapter record for ``--adapter-path``, refusing anything mlx_lm could not use."""
+    directory = _real_directory(raw)
+    config_path, weights_path = _file(directory, CONFIG), _file(directory, WEIGHTS)
+    config = _check_config(config_path)
+    _check_weights(weights_path)
+    return {
+        "path": str(directory),
+        "fine_tune_type": config.get("fine_tune_type", "lora"),
+        "num_layers": config["num_layers"],
+        "files": [file_record(config_path), file_record(weights_path)],
+    }
+
+
+def expectations(adapter: dict[str, Any]) -> list[str]:
+    """Return the entry arguments that make the server recheck each adapter file before loading."""
+    args = []
+    for record in adapter["files"]:
+        args += ["--mlx-agent-expect", f"{Path(adapter['path']) / record['name']}={record['sha256']}:{record['size']}"]
+    return args
+
+
+def verify(adapter: dict[str, Any]) -> str:
+    """Re-hash a bound adapter now: ``verified``, ``changed`` or ``missing``."""
+    for record in adapter["files"]:
+        path = Path(adapter["path"]) / record["name"]
+        if not path.is_file():
+            return "missing"
+        if file_record(path) != record:
+            return "changed"
+    return "verified"
