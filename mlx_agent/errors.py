@@ -76,6 +76,17 @@ class MlxAgentError(Exception):
         }
 
 
+def error_class(code: str) -> type[MlxAgentError] | None:
+    """Return the error class with this code, for errors reported by a child process in its log."""
+    pending: list[type[MlxAgentError]] = [MlxAgentError]
+    while pending:
+        cls = pending.pop()
+        if cls.code == code and not cls.__subclasses__():
+            return cls
+        pending.extend(cls.__subclasses__())
+    return None
+
+
 class UsageError(MlxAgentError):
     """The command line itself is wrong."""
 

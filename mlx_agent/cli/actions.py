@@ -35,7 +35,7 @@ def serve_start(opts: dict[str, Any]) -> None:
 
     as_json = bool(opts["as_json"])
     fields = ("path", "repo", "runtime", "port", "max_tokens", "ready_timeout", "runtime_executable", "thinking",
-              "chat_template_args", "unit_dir", "restart", "receipts_dir")
+              "chat_template_args", "unit_dir", "restart", "receipts_dir", "adapter_path")
     # Both flags give "launchd,systemd", which the plan refuses as invalid_arguments.
     supervisor = ",".join(k for k in ("launchd", "systemd") if opts[k]) or "mlx-agent"
     req = ServeRequest(supervisor=supervisor, **{k: opts[k] for k in fields})
@@ -77,7 +77,8 @@ def serve_status(opts: dict[str, Any]) -> None:
     def action() -> Result:
         configs, warnings = read_wired(wired_dir())
         claims = [c for c in loopback_claims(configs) if opts["port"] in (None, c["port"])]
-        return {"receipts_dir": str(directory), "servers": status(directory, opts["port"]), "claims": claims}, warnings
+        return {"receipts_dir": str(directory), "servers": status(directory, opts["port"], verify=opts["verify"]),
+                "claims": claims}, warnings
 
     run("serve.status", bool(opts["as_json"]), action, _render("render_status"))
 

@@ -53,6 +53,8 @@ SERVE_START = (
         minimum=1),
     Opt("--ready-timeout", "ready_timeout", "float", "Seconds to wait for the model to load and answer.",
         default=DEFAULT_READY_TIMEOUT, minimum=0, min_open=True),
+    Opt("--adapter-path", "adapter_path", "str",
+        "A local LoRA adapter directory (mlx_lm), bound by the content of its two files."),
     Opt("--thinking", "thinking", "str", "Ask the chat template to think (on) or not (off); default: the template's.",
         choices=("on", "off")),
     Opt("--chat-template-args", "chat_template_args", "str",
@@ -72,6 +74,7 @@ SERVE_START = (
 )
 SERVE_STATUS = (
     Opt("--port", "port", "int", "Only this port.", minimum=1, maximum=65535),
+    Opt("--verify", "verify", "flag", "Re-hash bound adapter files (verified, changed or missing).", default=False),
     RECEIPTS_DIR,
     JSON,
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
 from mlx_agent.home import receipts_dir
+from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.defaults import DEFAULT_MAX_TOKENS, DEFAULT_READY_TIMEOUT, HOST, OFFLINE_ENV
 from mlx_agent.plan.recipes import AUTO, PACKAGE_DIR, load_recipe
@@ -29,15 +30,16 @@ class ServeRequest:
     A plain class: a dataclass would import ``inspect`` on every preview, a third of its start-up time.
     """
 
-    __slots__ = ("chat_template_args", "max_tokens", "path", "port", "ready_timeout", "receipts_dir", "repo",
-                 "restart", "runtime", "runtime_executable", "supervisor", "thinking", "unit_dir")
+    __slots__ = ("adapter_path", "chat_template_args", "max_tokens", "path", "port", "ready_timeout",
+                 "receipts_dir", "repo", "restart", "runtime", "runtime_executable", "supervisor", "thinking",
+                 "unit_dir")
 
     def __init__(self, *, path: str | None = None, repo: str | None = None, runtime: str = "mlx_lm",
                  port: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
                  ready_timeout: float = DEFAULT_READY_TIMEOUT, runtime_executable: str | None = None,
                  thinking: str | None = None, chat_template_args: str | None = None,
                  supervisor: str = "mlx-agent", unit_dir: str | None = None, restart: str = "on-failure",
-                 receipts_dir: str | None = None) -> None:
+                 receipts_dir: str | None = None, adapter_path: str | None = None) -> None:
         self.path = path
         self.repo = repo
         self.runtime = runtime
@@ -51,6 +53,7 @@ class ServeRequest:
         self.unit_dir = unit_dir
         self.restart = restart
         self.receipts_dir = receipts_dir  # where the log goes, which a unit names
+        self.adapter_path = adapter_path
 
 
 def _validate(req: ServeRequest) -> None:
@@ -116,6 +119,20 @@ def _child_env(runtime: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def _adapter(req: ServeRequest, recipe: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any] | None:
+    if req.adapter_path is None:
+        return None
+    if not recipe.get("capabilities", {}).get("adapter"):
+        # mlx_vlm would silently ignore mlx_lm adapter weights: refuse rather than serve the base model.
+        raise UnsupportedRuntime(f"runtime {recipe['name']} cannot serve an mlx_lm adapter",
+                                 details={"runtime": recipe["name"]})
+    if not runtime["adapter_enabled"]:
+        raise UnsupportedRuntime("an adapter is served only through mlx-agent's own entry, which rechecks it "
+                                 "before loading; a --runtime-executable from another environment cannot",
+                                 details={"runtime": recipe["name"], "launcher": runtime["launcher"]})
+    return resolve_adapter(req.adapter_path)
+
+
 def build_argv(runtime: dict[str, Any], native_args: list[str]) -> list[str]:
     """Return the exact argv the server is launched with."""
     if runtime["launcher"] == "wrapped":
@@ -135,6 +152,9 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
     recipe, recipe_sha = load_recipe(name)
     runtime = resolve_runtime(name, recipe, recipe_sha, req.runtime_executable)
     thinking, template_args, extra_args = thinking_args(recipe, req)
+    adapter = _adapter(req, recipe, runtime)
+    if adapter is not None:
+        extra_args += ["--adapter-path", adapter["path"], *expectations(adapter)]
     port = req.port if req.port is not None else int(recipe["default_port"])
     values = {"model": source["path"], "host": HOST, "port": str(port), "max_tokens": str(req.max_tokens)}
     native_args = [*(arg.format(**values) for arg in recipe["argv"]), *extra_args]
@@ -148,6 +168,7 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
         "runtime": runtime,
         "thinking": thinking,
         "chat_template_args": template_args,
+        "adapter": adapter,
         "host": HOST,
         "port": port,
         "base_url": f"http://{HOST}:{port}",

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mlx_agent.errors import LaunchFailed, ReadinessTimeout
+from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, error_class
+from mlx_agent.runtime.file_checks import ERROR_PREFIX as REPORT_PREFIX  # no mlx import: a constant
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,10 +61,23 @@ def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0)
         conn.close()
 
 
-def launch_failed(exit_code: int, log_path: Path) -> LaunchFailed:
-    """Return the error for a server that exited before it was ready, with its last log lines."""
-    return LaunchFailed(f"the server exited with status {exit_code} before it was ready",
-                        details={"exit_code": exit_code, "log_path": str(log_path), "log_tail": log_tail(log_path)})
+def launch_failed(exit_code: int, log_path: Path) -> MlxAgentError:
+    """Return the error for a server that exited before it was ready, with its last log lines.
+
+    If our entry reported a refusal of its own (``mlx-agent-error {json}``), that code is the error.
+    """
+    tail = log_tail(log_path, 60)
+    details = {"exit_code": exit_code, "log_path": str(log_path), "log_tail": tail[-20:]}
+    for line in reversed(tail):
+        if line.startswith(REPORT_PREFIX):
+            try:
+                report = json.loads(line[len(REPORT_PREFIX):])
+                cls = error_class(report["code"])
+            except (ValueError, KeyError, TypeError):
+                break
+            if cls is not None:
+                return cls(report.get("message", report["code"]), details={**details, **report.get("details", {})})
+    return LaunchFailed(f"the server exited with status {exit_code} before it was ready", details=details)
 
 
 def wait_ready(child: subprocess.Popen[bytes], plan: dict[str, Any], log_path: Path,

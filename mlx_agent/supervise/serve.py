@@ -10,6 +10,7 @@ from types import FrameType
 
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import (
+    AdapterChanged,
     LaunchInterrupted,
     PortClaimed,
     PortInUse,
@@ -96,9 +97,11 @@ def check_preview(req: ServeRequest, preview_hash: str | None) -> dict[str, Any]
         changes = plan_diff(old, plan) if old is not None else None
         summary = (f"{len(changes)} plan field(s) changed since the preview" if changes is not None
                    else "the reviewed preview is not stored here, so the changes cannot be listed")
-        raise PreviewStale(f"the plan no longer matches --preview-hash: {summary}",
-                           details={"expected": preview_hash, "actual": plan["preview_hash"],
-                                    "changes": changes})
+        # A changed adapter gets its own code: it is the one change a reviewer must not wave through.
+        adapter_moved = changes is not None and any(c["field"].startswith("adapter.") for c in changes)
+        error = AdapterChanged if adapter_moved else PreviewStale
+        raise error(f"the plan no longer matches --preview-hash: {summary}",
+                    details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes})
     return plan
 
 
@@ -154,6 +157,7 @@ def _receipt(plan: dict[str, Any], identity: dict[str, Any], log: Path) -> dict[
         "runtime": plan["runtime"]["name"],
         "model": plan["source"]["path"],
         "repo": plan["source"].get("repo"),
+        "adapter": plan.get("adapter"),
         "log_path": str(log),
         "started_at": _now(),
         "ready_at": None,

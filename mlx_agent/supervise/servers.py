@@ -20,7 +20,26 @@ STOP_GRACE_SECONDS = 10.0
 STOP_LOCK_SECONDS = 30.0
 
 
-def _entry(path: Path) -> dict[str, Any]:
+def adapter_fields(receipt: dict[str, Any], verify: bool) -> dict[str, Any]:
+    """Return a receipt's adapter path and status, apart from the base model.
+
+    Plain status reports ``bound`` without reading the files; ``verify`` re-hashes them. A receipt from
+    before adapter identity was recorded, whose argv names an adapter, reports ``unknown``.
+    """
+    adapter = receipt.get("adapter", (receipt.get("plan") or {}).get("adapter"))
+    argv = receipt.get("argv") or []
+    if adapter is None:
+        if "--adapter-path" in argv:
+            return {"adapter_path": argv[argv.index("--adapter-path") + 1], "adapter_status": "unknown"}
+        return {"adapter_path": None, "adapter_status": None}
+    if not verify:
+        return {"adapter_path": adapter["path"], "adapter_status": "bound"}
+    from mlx_agent.plan.adapter import verify as verify_adapter
+
+    return {"adapter_path": adapter["path"], "adapter_status": verify_adapter(adapter)}
+
+
+def _entry(path: Path, verify: bool) -> dict[str, Any]:
     port = int(path.stem)
     try:
         receipt = read_receipt(path)
@@ -29,7 +48,7 @@ def _entry(path: Path) -> dict[str, Any]:
     if is_unit(receipt):
         from mlx_agent.supervise import units
 
-        return units.status_entry(receipt, path)
+        return {**units.status_entry(receipt, path), **adapter_fields(receipt, verify)}
     state = process.classify(receipt)
     healthy = None
     if state == "running":
@@ -52,13 +71,14 @@ def _entry(path: Path) -> dict[str, Any]:
         "ready_at": receipt.get("ready_at"),
         "log_path": receipt.get("log_path"),
         "receipt_path": str(path),
+        **adapter_fields(receipt, verify),
     }
 
 
-def status(directory: Path, port: int | None = None) -> list[dict[str, Any]]:
+def status(directory: Path, port: int | None = None, *, verify: bool = False) -> list[dict[str, Any]]:
     """Return one entry per receipt, cross-checked against the live process and probed if running."""
     paths = [receipt_path(directory, port)] if port is not None else receipt_files(directory)
-    return [_entry(p) for p in paths if p.exists()]
+    return [_entry(p, verify) for p in paths if p.exists()]
 
 
 def stop(directory: Path, port: int, *, uninstall: bool = False,

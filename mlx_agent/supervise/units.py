@@ -64,6 +64,7 @@ def install(plan: dict[str, Any], directory: Path, now: str) -> dict[str, Any]:
         "runtime": plan["runtime"]["name"],
         "model": plan["source"]["path"],
         "repo": plan["source"].get("repo"),
+        "adapter": plan.get("adapter"),
         "argv": plan["argv"],
         "log_path": unit["log_path"],
         "installed_at": now,
