@@ -36,6 +36,13 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── ReceiptNotFound ................. receipt_not_found
     │   ├── ReceiptCorrupt .................. receipt_corrupt
     │   └── ReceiptVersionUnsupported ....... receipt_version_unsupported
+    ├── TrainingError
+    │   ├── DatasetNotFound ................. dataset_not_found
+    │   ├── DatasetInvalid .................. dataset_invalid
+    │   ├── AdapterPathNotEmpty ............. adapter_path_not_empty
+    │   ├── TrainingRunning ................. training_running
+    │   ├── TrainingIncomplete .............. training_incomplete
+    │   └── BaseModelChanged ................ base_model_changed
     ├── UnitError
     │   ├── UnitNotOwned .................... unit_not_owned
     │   └── UnitModified .................... unit_modified
@@ -241,6 +248,45 @@ class ReceiptCorrupt(ReceiptError):
 class ReceiptVersionUnsupported(ReceiptError):
     code = "receipt_version_unsupported"
     remediation = "Upgrade mlx-agent; this receipt was written by a newer major version."
+
+
+class TrainingError(MlxAgentError):
+    """A LoRA training cannot start, or its receipt does not vouch for a usable adapter."""
+
+
+class DatasetNotFound(TrainingError):
+    code = "dataset_not_found"
+    remediation = "Give --data an existing local directory holding train.jsonl (and valid.jsonl)."
+
+
+class DatasetInvalid(TrainingError):
+    code = "dataset_invalid"
+    remediation = ("Give --data a directory whose train.jsonl (and valid.jsonl, unless --val-batches 0) hold at "
+                   "least --batch-size JSON lines of text, messages, or prompt and completion.")
+
+
+class AdapterPathNotEmpty(TrainingError):
+    code = "adapter_path_not_empty"
+    remediation = ("Choose a new --adapter-path, or move that directory's contents away yourself; training writes "
+                   "only into an absent or empty directory.")
+
+
+class TrainingRunning(TrainingError):
+    code = "training_running"
+    remediation = ("Wait for the running training (see `mlx-agent lora status`) to finish, or choose another "
+                   "--adapter-path.")
+
+
+class TrainingIncomplete(TrainingError):
+    code = "training_incomplete"
+    remediation = ("Use the receipt of a completed training; `mlx-agent lora status` shows each one's state and "
+                   "its log.")
+
+
+class BaseModelChanged(TrainingError):
+    code = "base_model_changed"
+    remediation = ("Restore the base model files the adapter was trained on (details.changes lists them), or train "
+                   "a new adapter on the current base.")
 
 
 class UnitError(MlxAgentError):
