@@ -45,7 +45,15 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   └── BaseModelChanged ................ base_model_changed
     ├── UnitError
     │   ├── UnitNotOwned .................... unit_not_owned
-    │   └── UnitModified .................... unit_modified
+    │   ├── UnitModified .................... unit_modified
+    │   ├── LaunchdJitUnsupported ........... launchd_jit_unsupported
+    │   └── LaunchdTrainingReceiptUnsupported  launchd_training_receipt_unsupported
+    ├── GatewayError
+    │   ├── NotJit .......................... not_jit
+    │   ├── ExpectedPidMismatch ............. expected_pid_mismatch
+    │   ├── GatewayUnreachable .............. gateway_unreachable
+    │   ├── UnloadBlocked ................... unload_blocked
+    │   └── PolicyRejected .................. policy_rejected
     ├── OwnershipMismatch ................... ownership_mismatch
     └── LockTimeout ......................... lock_timeout
 """
@@ -302,6 +310,47 @@ class UnitModified(UnitError):
     code = "unit_modified"
     remediation = ("The unit file changed since mlx-agent wrote it; inspect it and remove it yourself if it is "
                    "no longer wanted.")
+
+
+class LaunchdJitUnsupported(UnitError):
+    code = "launchd_jit_unsupported"
+    remediation = ("Drop --launchd/--systemd, or supervise the JIT gateway with a process manager you already run; "
+                   "a unit would restart it without its control token.")
+
+
+class LaunchdTrainingReceiptUnsupported(UnitError):
+    code = "launchd_training_receipt_unsupported"
+    remediation = ("Serve a training receipt supervised (without --launchd/--systemd); the adapter binding is "
+                   "rechecked only by supervised and JIT starts.")
+
+
+class GatewayError(MlxAgentError):
+    """A JIT gateway control request could not be made or was refused."""
+
+
+class NotJit(GatewayError):
+    code = "not_jit"
+    remediation = "Use this command on a port started with --jit; `mlx-agent serve status` shows which are."
+
+
+class ExpectedPidMismatch(GatewayError):
+    code = "expected_pid_mismatch"
+    remediation = "Read the gateway's pid from `mlx-agent serve status --port N` and pass it as --expected-pid."
+
+
+class GatewayUnreachable(GatewayError):
+    code = "gateway_unreachable"
+    remediation = "Check `mlx-agent serve status --port N`; restart the gateway if it no longer answers."
+
+
+class UnloadBlocked(GatewayError):
+    code = "unload_blocked"
+    remediation = "Wait until the open requests and streams in details end, then unload again."
+
+
+class PolicyRejected(GatewayError):
+    code = "policy_rejected"
+    remediation = "Fix the policy values named in details and run `mlx-agent serve policy` again."
 
 
 class OwnershipMismatch(MlxAgentError):

@@ -35,7 +35,8 @@ def serve_start(opts: dict[str, Any]) -> None:
 
     as_json = bool(opts["as_json"])
     fields = ("path", "repo", "runtime", "port", "max_tokens", "ready_timeout", "runtime_executable", "thinking",
-              "chat_template_args", "unit_dir", "restart", "receipts_dir", "adapter_path")
+              "chat_template_args", "unit_dir", "restart", "receipts_dir", "adapter_path", "jit", "idle_timeout",
+              "keep_loaded", "min_headroom_gb", "api_key_file")
     # Both flags give "launchd,systemd", which the plan refuses as invalid_arguments.
     supervisor = ",".join(k for k in ("launchd", "systemd") if opts[k]) or "mlx-agent"
     req = ServeRequest(supervisor=supervisor, **{k: opts[k] for k in fields})
@@ -92,4 +93,28 @@ def serve_stop(opts: dict[str, Any]) -> None:
         _render("render_stop"))
 
 
-ACTIONS = {("serve", "start"): serve_start, ("serve", "status"): serve_status, ("serve", "stop"): serve_stop}
+def serve_unload(opts: dict[str, Any]) -> None:
+    """Release a JIT gateway's model worker; the gateway stays up and loads again on the next request."""
+    from mlx_agent.supervise.jit import unload
+
+    directory = _serve_dir(opts)
+    run("serve.unload", bool(opts["as_json"]), lambda: (unload(directory, opts["port"], opts["expected_pid"]), []),
+        _render("render_control"))
+
+
+def serve_policy(opts: dict[str, Any]) -> None:
+    """Replace the whole idle and memory policy of a live JIT gateway."""
+    from mlx_agent.plan.jit import policy
+    from mlx_agent.supervise.jit import replace_policy
+
+    directory = _serve_dir(opts)
+
+    def action() -> Result:
+        new = policy(opts["idle_timeout"], opts["keep_loaded"], opts["min_headroom_gb"])
+        return replace_policy(directory, opts["port"], opts["expected_pid"], new), []
+
+    run("serve.policy", bool(opts["as_json"]), action, _render("render_control"))
+
+
+ACTIONS = {("serve", "start"): serve_start, ("serve", "status"): serve_status, ("serve", "stop"): serve_stop,
+           ("serve", "unload"): serve_unload, ("serve", "policy"): serve_policy}

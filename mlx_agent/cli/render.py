@@ -113,10 +113,21 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     colours = {"running": "green", "starting": "yellow", "exited": "dim", "foreign": "red", "unreadable": "red"}
     for s in data["servers"]:
         state = s["state"]
-        table.add_row(str(s["port"]), f"[{colours.get(state, 'white')}]{state}[/]", s.get("health") or "-",
+        if s.get("jit"):
+            state = f"{state} (jit, model {s.get('model_state') or '?'})"
+        table.add_row(str(s["port"]), f"[{colours.get(s['state'], 'white')}]{state}[/]", s.get("health") or "-",
                       str(s.get("pid", "-")), s.get("runtime") or "-",
                       escape(s.get("repo") or s.get("model") or "-"), s.get("started_at") or "-")
     out.print(table)
+
+
+def render_control(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print the answer of a JIT gateway control command."""
+    _warnings(warnings)
+    if "policy" in data:
+        out.print(f"port {data['port']}: policy is now {escape(str(data['policy']))}")
+    else:
+        out.print(f"port {data['port']}: worker unloaded; the gateway stays up and loads on the next request")
 
 
 def render_stop(data: dict[str, Any], warnings: list[str]) -> None:

@@ -59,6 +59,15 @@ SERVE_START = (
         choices=("on", "off")),
     Opt("--chat-template-args", "chat_template_args", "str",
         "A JSON object of chat template arguments (mlx_lm), merged with --thinking."),
+    Opt("--jit", "jit", "flag", "Run a gateway that loads the model on the first request and can unload it.",
+        default=False),
+    Opt("--idle-timeout", "idle_timeout", "float", "JIT: unload after this many idle seconds (0 disables).",
+        minimum=0),
+    Opt("--keep-loaded", "keep_loaded", "flag", "JIT: never unload after use (manual unload still works).",
+        default=False),
+    Opt("--min-headroom-gb", "min_headroom_gb", "float",
+        "JIT: refuse a cold load unless this many GB stay free beyond the model's estimate.", minimum=0),
+    Opt("--api-key-file", "api_key_file", "str", "JIT: require one of the keys in this file (one per line)."),
     Opt("--launchd", "launchd", "flag", "Install a launchd agent (macOS) that starts the server at login.",
         default=False),
     Opt("--systemd", "systemd", "flag", "Install a systemd user unit (Linux) that starts the server at login.",
@@ -86,10 +95,33 @@ SERVE_STOP = (
     JSON,
 )
 
+EXPECTED_PID = Opt("--expected-pid", "expected_pid", "int", "The gateway's pid, as `serve status` shows it.",
+                   minimum=1, required=True)
+SERVE_UNLOAD = (
+    Opt("--port", "port", "int", "Port of the JIT gateway.", minimum=1, maximum=65535, required=True),
+    EXPECTED_PID,
+    RECEIPTS_DIR,
+    JSON,
+)
+SERVE_POLICY = (
+    Opt("--port", "port", "int", "Port of the JIT gateway.", minimum=1, maximum=65535, required=True),
+    EXPECTED_PID,
+    Opt("--idle-timeout", "idle_timeout", "float", "Unload after this many idle seconds (omitted or 0: never).",
+        minimum=0),
+    Opt("--keep-loaded", "keep_loaded", "flag", "Never unload after use (omitted: idle unload applies).",
+        default=False),
+    Opt("--min-headroom-gb", "min_headroom_gb", "float", "Memory reserve for cold loads (omitted: no check).",
+        minimum=0),
+    RECEIPTS_DIR,
+    JSON,
+)
+
 COMMANDS: dict[tuple[str, str], tuple[Opt, ...]] = {
     ("serve", "start"): SERVE_START,
     ("serve", "status"): SERVE_STATUS,
     ("serve", "stop"): SERVE_STOP,
+    ("serve", "unload"): SERVE_UNLOAD,
+    ("serve", "policy"): SERVE_POLICY,
 }
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import sysconfig
 from pathlib import Path
 
 from mlx_agent import FORMAT_VERSION
-from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
+from mlx_agent.errors import InvalidArguments, LaunchdJitUnsupported, UnsupportedRuntime
 from mlx_agent.home import receipts_dir
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
@@ -30,16 +31,18 @@ class ServeRequest:
     A plain class: a dataclass would import ``inspect`` on every preview, a third of its start-up time.
     """
 
-    __slots__ = ("adapter_path", "chat_template_args", "max_tokens", "path", "port", "ready_timeout",
-                 "receipts_dir", "repo", "restart", "runtime", "runtime_executable", "supervisor", "thinking",
-                 "unit_dir")
+    __slots__ = ("adapter_path", "api_key_file", "chat_template_args", "idle_timeout", "jit", "keep_loaded",
+                 "max_tokens", "min_headroom_gb", "path", "port", "ready_timeout", "receipts_dir", "repo", "restart",
+                 "runtime", "runtime_executable", "supervisor", "thinking", "unit_dir")
 
     def __init__(self, *, path: str | None = None, repo: str | None = None, runtime: str = "mlx_lm",
                  port: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
                  ready_timeout: float = DEFAULT_READY_TIMEOUT, runtime_executable: str | None = None,
                  thinking: str | None = None, chat_template_args: str | None = None,
                  supervisor: str = "mlx-agent", unit_dir: str | None = None, restart: str = "on-failure",
-                 receipts_dir: str | None = None, adapter_path: str | None = None) -> None:
+                 receipts_dir: str | None = None, adapter_path: str | None = None, jit: bool = False,
+                 idle_timeout: float | None = None, keep_loaded: bool = False, min_headroom_gb: float | None = None,
+                 api_key_file: str | None = None) -> None:
         self.path = path
         self.repo = repo
         self.runtime = runtime
@@ -54,6 +57,11 @@ class ServeRequest:
         self.restart = restart
         self.receipts_dir = receipts_dir  # where the log goes, which a unit names
         self.adapter_path = adapter_path
+        self.jit = jit
+        self.idle_timeout = idle_timeout
+        self.keep_loaded = keep_loaded
+        self.min_headroom_gb = min_headroom_gb
+        self.api_key_file = api_key_file
 
 
 def _validate(req: ServeRequest) -> None:
@@ -71,6 +79,11 @@ def _validate(req: ServeRequest) -> None:
         raise InvalidArguments("give at most one of --launchd and --systemd")
     if req.supervisor == "mlx-agent" and (req.unit_dir is not None or req.restart != "on-failure"):
         raise InvalidArguments("--unit-dir and --restart apply only with --launchd or --systemd")
+    policy_flags = req.idle_timeout is not None or req.keep_loaded or req.min_headroom_gb is not None
+    if not req.jit and (policy_flags or req.api_key_file is not None):
+        raise InvalidArguments("--idle-timeout, --keep-loaded, --min-headroom-gb and --api-key-file require --jit")
+    if req.jit and req.supervisor != "mlx-agent":
+        raise LaunchdJitUnsupported("--jit cannot be installed as a launchd or systemd unit")
     if req.runtime == AUTO and req.runtime_executable is not None:
         raise InvalidArguments("--runtime-executable needs an explicit --runtime naming what it provides")
 
@@ -133,6 +146,25 @@ def _adapter(req: ServeRequest, recipe: dict[str, Any], runtime: dict[str, Any])
     return resolve_adapter(req.adapter_path)
 
 
+def _make_jit(plan: dict[str, Any], req: ServeRequest, recipe: dict[str, Any], runtime: dict[str, Any],
+              worker_native: list[str]) -> None:
+    """Turn a plan into a JIT gateway's: the gateway runs on the port, the planned server becomes its worker."""
+    from mlx_agent.plan import jit
+
+    if not recipe.get("capabilities", {}).get("jit"):
+        raise UnsupportedRuntime(f"runtime {recipe['name']} has no JIT support in its recipe")
+    serve_dir = receipts_dir("serve", req.receipts_dir)
+    section = {"policy": jit.policy(req.idle_timeout, req.keep_loaded, req.min_headroom_gb),
+               "api_key_file": jit.api_key_file(req.api_key_file),
+               "weight_bytes": jit.weight_bytes(plan["source"], plan["adapter"])}
+    config = jit.gateway_config(plan, serve_dir, build_argv(runtime, worker_native), section)
+    config_path = str(serve_dir / f"{plan['port']}.gateway.json")
+    plan["jit"] = {**section, "config_path": config_path, "config": config}
+    plan["argv"] = [str(Path(sys.executable).absolute()), "-m", jit.GATEWAY_MODULE, "--config", config_path]
+    plan["env"] = _child_env({"launcher": "wrapped"})  # the gateway is our own module, like the wrapped entry
+    plan["readiness"] = jit.GATEWAY_READINESS
+
+
 def build_argv(runtime: dict[str, Any], native_args: list[str]) -> list[str]:
     """Return the exact argv the server is launched with."""
     if runtime["launcher"] == "wrapped":
@@ -169,6 +201,7 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
         "thinking": thinking,
         "chat_template_args": template_args,
         "adapter": adapter,
+        "jit": None,
         "host": HOST,
         "port": port,
         "base_url": f"http://{HOST}:{port}",
@@ -180,6 +213,9 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
         "env": _child_env(runtime),
         "cwd": os.sep,
     }
+    if req.jit:
+        _make_jit(plan, req, recipe, runtime, [*(arg.format(**{**values, "port": "{port}"}) for arg in recipe["argv"]),
+                                               *extra_args])
     if req.supervisor != "mlx-agent":
         from mlx_agent.plan.units import build_unit  # plistlib and configparser only when a unit is asked for
 

@@ -209,4 +209,8 @@ def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
     interrupts = _Interrupts()
     with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), interrupts.installed():
         warnings = gates(plan, directory, cleanup=True)
+        if plan.get("jit"):
+            from mlx_agent.supervise.jit import write_gateway_files
+
+            write_gateway_files(plan)
         return _launch(plan, directory, on_tick, interrupts), warnings

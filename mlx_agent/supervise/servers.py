@@ -56,7 +56,13 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
         if "post" in readiness:  # status only asks whether it answers; it never generates
             readiness = {"path": "/health", "status": 200}
         healthy = probe(receipt.get("host", "127.0.0.1"), port, readiness, timeout=0.5)
+    gateway: dict[str, Any] = {}
+    if (receipt.get("plan") or {}).get("jit"):
+        from mlx_agent.supervise.jit import gateway_status
+
+        gateway = {"jit": True, **(gateway_status(receipt) if state == "running" else {"model_state": None})}
     return {
+        **gateway,
         "port": port,
         "state": "starting" if state == "running" and receipt.get("ready_at") is None else state,
         "health": None if healthy is None else ("ok" if healthy else "unreachable"),

@@ -1,0 +1,76 @@
+"""`serve start --jit` through the CLI: a gateway that loads the tiny model on request, unloads, and stops."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+from tests.conftest import Agent, assert_valid, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def test_jit_lifecycle(agent: Agent, tiny_model: Path) -> None:
+    """Preview, confirm, unloaded until asked, loaded by a chat, unloaded by hand, policy replaced, stopped."""
+    port = free_port()
+    args = ["--path", str(tiny_model), "--port", str(port), "--jit", "--idle-timeout", "600"]
+    preview = agent.run("serve", "start", *args)
+    assert preview.rc == 0, preview.stdout
+    plan = preview.data["plan"]
+    assert_valid("serve_plan", plan)
+    assert plan["argv"][1:3] == ["-m", "mlx_agent.gateway"]
+    assert "{port}" in plan["jit"]["config"]["worker"]["argv"]
+    assert plan["jit"]["policy"] == {"idle_timeout_s": 600, "keep_loaded": False, "min_headroom_gb": None}
+    assert plan["jit"]["weight_bytes"] > 0
+    started = agent.run("serve", "start", *args, "--confirm", "--preview-hash", plan["preview_hash"])
+    assert started.rc == 0, started.stdout + started.stderr
+    receipt = started.data["receipt"]
+    gateway_pid = receipt["pid"]
+    token = Path(plan["jit"]["config"]["control_token_path"])
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+
+    server = agent.run("serve", "status").data["servers"][0]
+    assert (server["state"], server["jit"], server["model_state"]) == ("running", True, "unloaded")
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
+    assert [m.id for m in client.models.list().data]
+    reply = client.chat.completions.create(model="default_model", max_tokens=4,
+                                           messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].message.content is not None
+    server = agent.run("serve", "status").data["servers"][0]
+    assert server["model_state"] == "loaded" and server["loads"] == 1
+    worker_pid = server["worker"]["pid"]
+
+    wrong = agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(gateway_pid + 100000))
+    assert (wrong.rc, wrong.code) == (1, "expected_pid_mismatch")
+    unloaded = agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(gateway_pid))
+    assert unloaded.rc == 0, unloaded.stdout
+    assert agent.run("serve", "status").data["servers"][0]["model_state"] == "unloaded"
+    assert not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE
+
+    replaced = agent.run("serve", "policy", "--port", str(port), "--expected-pid", str(gateway_pid),
+                         "--keep-loaded", "--min-headroom-gb", "0.5")
+    assert replaced.rc == 0, replaced.stdout
+    policy_path = Path(plan["jit"]["config"]["policy_path"])
+    saved = json.loads(policy_path.read_text())["policy"]
+    assert saved == {"idle_timeout_s": 0, "keep_loaded": True, "min_headroom_gb": 0.5}
+    assert stat.S_IMODE(policy_path.stat().st_mode) == 0o600
+    assert agent.run("serve", "status").data["servers"][0]["policy"]["keep_loaded"] is True
+
+    stop = agent.run("serve", "stop", "--port", str(port))
+    assert (stop.rc, stop.data["result"]) == (0, "stopped")
+    assert not psutil.pid_exists(gateway_pid) or psutil.Process(gateway_pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_jit_refusals(agent: Agent, tiny_model: Path) -> None:
+    """JIT cannot be a launchd unit, policy flags need --jit, and unload needs a JIT port."""
+    base = ["serve", "start", "--path", str(tiny_model), "--port", str(free_port())]
+    assert agent.run(*base, "--jit", "--launchd").code == "launchd_jit_unsupported"
+    assert agent.run(*base, "--jit", "--systemd").code == "launchd_jit_unsupported"
+    assert agent.run(*base, "--idle-timeout", "5").code == "invalid_arguments"
+    assert agent.run("serve", "unload", "--port", str(free_port()), "--expected-pid", "1").code == "receipt_not_found"
