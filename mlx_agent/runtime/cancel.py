@@ -97,15 +97,20 @@ class ReplyStream:
             yield item
 
     def abandon(self, why: str) -> None:
-        """Stop the reply's generation and log whether it stopped (once)."""
+        """Stop the reply's generation and log whether it stopped (once).
+
+        mlx_lm drops a stopped reply after its current time slice (at most half a second of steps), so a few
+        tokens still come; those already queued when we stopped were generated before the stop.
+        """
         if self.stopped:
             return
         self.stopped = True
+        queued = self.queue.qsize()
         self.ctx.stop()
-        late, confirmed = self._drain()
-        state = "generation stopped" if confirmed else "generation did not stop within 5 s"
+        drained, quiet = self._drain()
+        state = "generation stopped" if quiet else f"generation did not stop within {DRAIN_SECONDS:.0f} s"
         log.info("mlx-agent: %s from %s after %d tokens; %s (%d more tokens after the stop)",
-                 why, self.label, self.tokens, state, late)
+                 why, self.label, self.tokens + queued, state, max(0, drained - queued))
 
     def _drain(self) -> tuple[int, bool]:
         """Read what the generation thread still sends; return (tokens, whether it went quiet)."""

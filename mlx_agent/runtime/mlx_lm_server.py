@@ -34,6 +34,11 @@ def serving_run(limit_defaults: Limits) -> Callable[..., None]:
         started = time.monotonic()
         logging.info("mlx-agent: loading %s before opening the port", model_provider.cli_args.model)
         model_provider.load_default()
+        # Arrays left lazy here (LoRA layers, a draft model) would belong to this thread's stream, and the
+        # generation thread could not evaluate them ("There is no Stream(cpu, 0) in current thread").
+        import mlx.core as mx
+
+        mx.eval([m.parameters() for m in (model_provider.model, model_provider.draft_model) if m is not None])
         logging.info("mlx-agent: model loaded in %.2f s; listening on %s:%s", time.monotonic() - started, host, port)
         warn_if_untested()
         prompt_cache = server.LRUPromptCache(model_provider.cli_args.prompt_cache_size)  # type: ignore[attr-defined]
@@ -51,6 +56,25 @@ def install(limit_defaults: Limits) -> None:
     server.run = serving_run(limit_defaults)
     server._make_logits_processors = with_watcher(server._make_logits_processors)
     server.ToolCallFormatter = KeepingToolCallFormatter  # type: ignore[misc]  # replacing the class is the seam
+    server.scan_cache_dir = tolerant_scan(server.scan_cache_dir)  # type: ignore[attr-defined]
+
+
+def tolerant_scan(scan: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``scan_cache_dir`` so that /v1/models lists the served model when no hub cache exists yet.
+
+    Upstream lets ``CacheNotFound`` escape after answering 200, and the client gets an empty reply.
+    """
+    from types import SimpleNamespace
+
+    from huggingface_hub.errors import CacheNotFound
+
+    def scan_cache_dir(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return scan(*args, **kwargs)
+        except CacheNotFound:
+            return SimpleNamespace(repos=())  # the handler reads only .repos
+
+    return scan_cache_dir
 
 
 def serve(argv: list[str]) -> int:

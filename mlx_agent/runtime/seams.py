@@ -40,6 +40,7 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "ToolCallFormatter.__init__": ("self", "tool_parser", "tools", "streaming"),
     "ToolCallFormatter._format": ("self", "tc"),
     "GenerationContext.stop": ("self",),
+    "scan_cache_dir": ("cache_dir",),  # wrapped: a missing hub cache lists no repos instead of failing
 }
 
 # Dataclasses of mlx_lm.server, with the fields we read, build or replace.

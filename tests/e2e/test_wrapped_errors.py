@@ -1,0 +1,129 @@
+"""Honest errors through the wrapped server: OpenAI-style error objects, with a status that says why.
+
+Bare mlx_lm.server answers ``{"error": "<text>"}``, and 404 for anything that fails while a generation
+starts (a template error, a dead generation thread). Every answer here must be
+``{"error": {"message", "type", "param", "code"}}`` with 400, 404 or 503 as the case is.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e.test_wrapped_support import Server, running, variant
+from tests.fixtures.tiny_model import CHAT_TEMPLATE
+
+pytestmark = pytest.mark.e2e
+
+# ChatML that refuses a role it does not know, as real templates do with raise_exception.
+STRICT_TEMPLATE = (
+    "{%- for message in messages %}{%- if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{- raise_exception('Unknown role: ' + message['role']) }}{%- endif %}{%- endfor %}" + CHAT_TEMPLATE
+)
+HI: Any = [{"role": "user", "content": "hi"}]
+# Kills mlx_lm's generation thread on a request for 13 tokens, as an uncaught error (say, out of memory) would.
+FAULT = """
+import mlx_lm.server as _server
+_make_sampler = _server._make_sampler
+def _faulty(args, tokenizer):
+    if args.max_tokens == 13:
+        raise RuntimeError("injected fault")
+    return _make_sampler(args, tokenizer)
+_server._make_sampler = _faulty
+"""
+
+
+def error_of(answer: Any) -> dict[str, Any]:
+    """Return the error object of an answer, checking its OpenAI shape."""
+    assert isinstance(answer, dict) and set(answer) == {"error"}, answer
+    error: dict[str, Any] = answer["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    return error
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Serve a tiny model whose chat template refuses unknown roles."""
+    model = tmp_path_factory.mktemp("errors") / "model"
+    variant(model, template=STRICT_TEMPLATE)
+    with running(model, model.parent) as started:
+        yield started
+
+
+@pytest.mark.parametrize("field,value", [("max_tokens", "lots"), ("temperature", -1), ("top_p", 2),
+                                         ("logprobs", "yes"), ("seed", "x")])
+def test_a_bad_parameter_is_400_naming_it(server: Server, field: str, value: Any) -> None:
+    """mlx_lm's own parameter checks answer 400 with an error object whose param names the field."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        server.client().chat.completions.create(model="default_model", messages=HI,
+                                                extra_body={field: value})
+    assert refused.value.status_code == 400
+    assert refused.value.param == field
+    assert refused.value.type == "invalid_request_error"
+
+
+@pytest.mark.parametrize("body,param", [
+    (b"{not json", None),
+    (b"[1, 2]", None),
+    (json.dumps({"max_tokens": 4}).encode(), "messages"),
+    (json.dumps({"messages": []}).encode(), "messages"),
+    (json.dumps({"messages": [{"content": "no role"}]}).encode(), "messages"),
+    (json.dumps({"messages": HI, "tools": "get_time"}).encode(), "tools"),
+    (json.dumps({"messages": HI, "tool_choice": "sometimes"}).encode(), "tool_choice"),
+    (json.dumps({"messages": HI, "adapters": "/elsewhere"}).encode(), "adapters"),
+    (json.dumps({"messages": HI, "chat_template_kwargs": "x"}).encode(), "chat_template_kwargs"),
+    (json.dumps({"messages": HI, "reasoning_effort": 3}).encode(), "reasoning_effort"),
+])
+def test_a_bad_body_is_400(server: Server, body: bytes, param: str | None) -> None:
+    """A body that is not JSON, not an object, or has a bad field is a 400 with an error object."""
+    status, answer = server.post(body)
+    assert status == 400
+    assert error_of(answer)["param"] == param
+
+
+def test_a_template_error_is_400_not_404(server: Server) -> None:
+    """A chat template that refuses the request is the request's fault: 400, with the template's words."""
+    status, answer = server.post({"messages": [{"role": "oracle", "content": "hi"}], "max_tokens": 4})
+    assert status == 400
+    error = error_of(answer)
+    assert (error["code"], error["param"]) == ("template_error", "messages")
+    assert "Unknown role: oracle" in error["message"]
+
+
+def test_an_unknown_model_is_404_and_the_served_model_stays(server: Server) -> None:
+    """A model this server does not serve is a 404 model_not_found; nothing is unloaded for it."""
+    client = server.client()
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="no-such/model", messages=HI, max_tokens=4)
+    assert (missing.value.code, missing.value.param) == ("model_not_found", "model")
+    reply = client.chat.completions.create(model="default_model", messages=HI, max_tokens=4)
+    assert reply.usage is not None and reply.usage.completion_tokens == 4
+
+
+def test_the_served_model_answers_to_its_path(server: Server) -> None:
+    """/v1/models answers without a Hugging Face cache, and the path it lists is accepted as the model's name."""
+    with urllib.request.urlopen(f"{server.url}/v1/models") as answer:
+        listed = [m["id"] for m in json.loads(answer.read())["data"]]
+    status, reply = server.post({"model": listed[-1], "messages": HI, "max_tokens": 3})
+    assert status == 200, reply
+    assert reply["model"] == listed[-1]
+
+
+def test_a_dead_generation_thread_is_503(tiny_model: Path, tmp_path: Path) -> None:
+    """Once the generation thread has died, the request in flight and every later one get 503, not 404."""
+    with running(tiny_model, tmp_path, prelude=FAULT) as faulty:
+        client = faulty.client()
+        with pytest.raises(openai.InternalServerError) as in_flight:
+            client.chat.completions.create(model="default_model", messages=HI, max_tokens=13)
+        assert (in_flight.value.status_code, in_flight.value.code) == (503, "generation_unavailable")
+        status, answer = faulty.post({"messages": HI, "max_tokens": 4})
+        assert status == 503
+        assert error_of(answer)["type"] == "server_error"
+        assert "generation thread died" in faulty.log()
