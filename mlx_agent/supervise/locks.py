@@ -13,11 +13,10 @@ from mlx_agent.errors import LockTimeout, MlxAgentError
 
 
 @contextmanager
-def port_lock(directory: Path, port: int, *, timeout: float,
-              busy: type[MlxAgentError] = LockTimeout) -> Iterator[None]:
-    """Hold the exclusive lock of ``port`` for the block, or raise ``busy`` after ``timeout`` seconds."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(directory / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+def file_lock(path: Path, *, timeout: float, busy: MlxAgentError) -> Iterator[None]:
+    """Hold the exclusive lock of the file ``path`` for the block, or raise ``busy`` after ``timeout`` seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -26,9 +25,17 @@ def port_lock(directory: Path, port: int, *, timeout: float,
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise busy(f"another mlx-agent command holds the lock of port {port}",
-                               details={"port": port}) from None
+                    raise busy from None
                 time.sleep(0.05)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextmanager
+def port_lock(directory: Path, port: int, *, timeout: float,
+              busy: type[MlxAgentError] = LockTimeout) -> Iterator[None]:
+    """Hold the exclusive lock of ``port`` for the block, or raise ``busy`` after ``timeout`` seconds."""
+    error = busy(f"another mlx-agent command holds the lock of port {port}", details={"port": port})
+    with file_lock(directory / f"{port}.lock", timeout=timeout, busy=error):
+        yield

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+from mlx_agent.errors import PreviewHashRequired, PreviewStale
+from mlx_agent.home import previews_dir
+from mlx_agent.plan.canonical import plan_diff, with_hash
 from mlx_agent.supervise.atomic import write_json_atomic
 
 TYPE_CHECKING = False
@@ -31,3 +35,18 @@ def load_preview(directory: Path, preview_hash: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def reviewed_plan(build: Callable[[], dict[str, Any]], preview_hash: str | None) -> dict[str, Any]:
+    """Rebuild a plan with its hash and return it if that hash is the reviewed one; otherwise say what changed."""
+    if not preview_hash:
+        raise PreviewHashRequired("--confirm needs the --preview-hash of a reviewed preview")
+    plan = with_hash(build())
+    if plan["preview_hash"] != preview_hash:
+        old = load_preview(previews_dir(), preview_hash)
+        changes = plan_diff(old, plan) if old is not None else None
+        summary = (f"{len(changes)} plan field(s) changed since the preview" if changes is not None
+                   else "the reviewed preview is not stored here, so the changes cannot be listed")
+        raise PreviewStale(f"the plan no longer matches --preview-hash: {summary}",
+                           details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes})
+    return plan

@@ -1,0 +1,335 @@
+"""Build the deterministic plan of ``lora train``: base model, dataset, hyperparameters, argv. Writes nothing.
+
+The plan binds the base model's identity (as ``serve start`` binds it), the sha256 of every dataset file,
+every hyperparameter (never mlx_lm's defaults), the interpreter and versions, the exact argv of
+``python -m mlx_lm lora --train`` and the ``-c`` config document that confirm writes (JSON, which is YAML:
+mlx_lm takes the LoRA rank, scale and dropout only from such a file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import sysconfig
+from pathlib import Path
+
+import mlx_agent
+from mlx_agent import FORMAT_VERSION
+from mlx_agent.errors import (
+    AdapterPathNotEmpty,
+    DatasetInvalid,
+    DatasetNotFound,
+    InvalidArguments,
+    RuntimeModelMismatch,
+    RuntimeNotInstalled,
+    UnsupportedModel,
+)
+from mlx_agent.home import receipts_dir
+from mlx_agent.plan import training_defaults as d
+from mlx_agent.plan.canonical import canonical_json
+from mlx_agent.plan.defaults import OFFLINE_ENV
+from mlx_agent.plan.identity import sha256_file
+from mlx_agent.plan.installed import dist_version, model_support, own_site_paths
+from mlx_agent.plan.recipes import PACKAGE_DIR
+from mlx_agent.plan.runtime_select import vision_markers
+from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
+from mlx_agent.plan.training_receipt import ADAPTER_FILES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+OPERATION = "lora.train"
+WATCHER_MODULE = "mlx_agent.supervise.train_watch"
+WATCHER_SOURCE = PACKAGE_DIR / "supervise" / "train_watch.py"
+TRAIN, VALID = "train.jsonl", "valid.jsonl"
+# Fixed for every plan, written out so that mlx_lm's defaults never decide them.
+OPTIMIZER = "adam"
+GRAD_ACCUMULATION_STEPS = 1
+
+
+class TrainRequest:
+    """What the user asked ``lora train`` for, before any file is read (a plain class, as ServeRequest)."""
+
+    __slots__ = ("adapter_path", "batch_size", "data", "dropout", "fine_tune_type", "iters", "learning_rate",
+                 "mask_prompt", "max_seq_length", "num_layers", "path", "rank", "receipts_dir", "repo", "save_every",
+                 "scale", "seed", "steps_per_eval", "steps_per_report", "val_batches")
+
+    def __init__(self, *, data: str, adapter_path: str, path: str | None = None, repo: str | None = None,
+                 iters: int = d.DEFAULT_ITERS, batch_size: int = d.DEFAULT_BATCH_SIZE,
+                 learning_rate: float = d.DEFAULT_LEARNING_RATE, num_layers: int = d.DEFAULT_NUM_LAYERS,
+                 rank: int = d.DEFAULT_RANK, scale: float = d.DEFAULT_SCALE, dropout: float = d.DEFAULT_DROPOUT,
+                 fine_tune_type: str = d.DEFAULT_FINE_TUNE_TYPE, max_seq_length: int = d.DEFAULT_MAX_SEQ_LENGTH,
+                 seed: int = d.DEFAULT_SEED, steps_per_report: int = d.DEFAULT_STEPS_PER_REPORT,
+                 steps_per_eval: int = d.DEFAULT_STEPS_PER_EVAL, val_batches: int = d.DEFAULT_VAL_BATCHES,
+                 save_every: int = d.DEFAULT_SAVE_EVERY, mask_prompt: bool = False,
+                 receipts_dir: str | None = None) -> None:
+        self.path = path
+        self.repo = repo
+        self.data = data
+        self.adapter_path = adapter_path
+        self.iters = iters
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.num_layers = num_layers
+        self.rank = rank
+        self.scale = scale
+        self.dropout = dropout
+        self.fine_tune_type = fine_tune_type
+        self.max_seq_length = max_seq_length
+        self.seed = seed
+        self.steps_per_report = steps_per_report
+        self.steps_per_eval = steps_per_eval
+        self.val_batches = val_batches
+        self.save_every = save_every
+        self.mask_prompt = mask_prompt
+        self.receipts_dir = receipts_dir
+
+
+def _validate(req: TrainRequest) -> None:
+    if (req.path is None) == (req.repo is None):
+        raise InvalidArguments("give exactly one of --path or --repo")
+    at_least_one = {"iters": req.iters, "batch_size": req.batch_size, "rank": req.rank,
+                    "max_seq_length": req.max_seq_length, "steps_per_report": req.steps_per_report,
+                    "steps_per_eval": req.steps_per_eval, "save_every": req.save_every}
+    for name, value in at_least_one.items():
+        if value < 1:
+            raise InvalidArguments(f"--{name.replace('_', '-')} must be at least 1", details={name: value})
+    if req.num_layers == 0 or req.num_layers < -1:
+        # mlx_lm would read 0 as "every layer" (a slice from -0): say -1 for that.
+        raise InvalidArguments("--num-layers must be at least 1, or -1 for every layer",
+                               details={"num_layers": req.num_layers})
+    if req.val_batches < -1:
+        raise InvalidArguments("--val-batches must be -1 (the whole validation set), 0 (none) or more",
+                               details={"val_batches": req.val_batches})
+    if not req.learning_rate > 0:
+        raise InvalidArguments("--learning-rate must be positive", details={"learning_rate": req.learning_rate})
+    if not req.scale > 0:
+        raise InvalidArguments("--scale must be positive", details={"scale": req.scale})
+    if not 0 <= req.dropout < 1:
+        raise InvalidArguments("--dropout must be in [0, 1)", details={"dropout": req.dropout})
+    if req.seed < 0:
+        raise InvalidArguments("--seed must not be negative", details={"seed": req.seed})
+    if req.fine_tune_type not in d.FINE_TUNE_TYPES:
+        raise InvalidArguments(f"--fine-tune-type must be one of {', '.join(d.FINE_TUNE_TYPES)}",
+                               details={"fine_tune_type": req.fine_tune_type})
+
+
+def _check_base(config: dict[str, Any], num_layers: int) -> int | None:
+    """Refuse a base mlx_lm cannot fine-tune; return its layer count when config.json gives one."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise UnsupportedModel("config.json names no model_type", details={"model_type": model_type})
+    markers = vision_markers(config)
+    if markers:
+        raise RuntimeModelMismatch(f"{model_type} is a vision model ({', '.join(markers)}); mlx_lm lora trains "
+                                   "text models only", details={"model_type": model_type, "vision_markers": markers})
+    support = model_support("mlx_lm", None)
+    if support is not None:
+        types, remapping = support
+        if remapping.get(model_type.lower(), model_type.lower()) not in types:
+            raise UnsupportedModel(f"mlx_lm has no model class for model_type {model_type!r}",
+                                   details={"model_type": model_type})
+    layers = config.get("num_hidden_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool):
+        return None
+    if num_layers > layers:
+        raise InvalidArguments(f"--num-layers {num_layers} exceeds the base model's {layers} layers; "
+                               "give at most that, or -1 for every layer",
+                               details={"num_layers": num_layers, "model_layers": layers})
+    return layers
+
+
+def _lines(path: Path) -> int:
+    """Count the lines mlx_lm reads from a JSON Lines file (a last line without a newline counts)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1024 * 1024):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count if last == b"\n" else count + 1
+
+
+def _record_format(path: Path) -> str:
+    """Return the format mlx_lm will choose from the file's first record, as it chooses it."""
+    try:
+        with open(path, "rb") as fh:
+            first = json.loads(fh.readline())
+    except (OSError, ValueError) as exc:
+        raise DatasetInvalid(f"the first line of {path} is not JSON: {exc}", details={"path": str(path)}) from exc
+    if not isinstance(first, dict):
+        raise DatasetInvalid(f"the first line of {path} is not a JSON object", details={"path": str(path)})
+    if "prompt" in first and "completion" in first:
+        return "completions"
+    if "messages" in first:
+        return "chat"
+    if "text" in first:
+        return "text"
+    raise DatasetInvalid(f"the first record of {path} has none of text, messages, or prompt and completion",
+                         details={"path": str(path), "keys": sorted(first)[:20]})
+
+
+def resolve_dataset(raw: str, req: TrainRequest) -> dict[str, Any]:
+    """Return the plan's dataset record: every ``*.jsonl`` file's size, sha256 and line count."""
+    given = Path(raw).expanduser()
+    if not given.exists():
+        # mlx_lm would take a missing directory for a Hugging Face dataset name and download it: never.
+        raise DatasetNotFound(f"dataset directory {raw} does not exist", details={"path": raw})
+    root = given.resolve()
+    if not root.is_dir():
+        raise DatasetNotFound(f"dataset path {root} is not a directory", details={"path": str(root)})
+    names = sorted(p.name for p in root.glob("*.jsonl") if not p.name.startswith(".") and p.is_file())
+    if TRAIN not in names:
+        raise DatasetInvalid(f"{root} has no {TRAIN}", details={"path": str(root), "files": names})
+    lines = {n: _lines(root / n) for n in names}
+    files = [{"name": n, "size": (root / n).stat().st_size, "sha256": sha256_file(root / n), "lines": lines[n]}
+             for n in names]
+    needed = {TRAIN: True, VALID: req.val_batches != 0}
+    formats: dict[str, str] = {}
+    for name, required in needed.items():
+        if not required:
+            continue
+        if name not in lines:
+            raise DatasetInvalid(f"{root} has no {VALID}, which --val-batches {req.val_batches} evaluates on "
+                                 "(pass --val-batches 0 to train without validation)",
+                                 details={"path": str(root), "val_batches": req.val_batches})
+        if lines[name] < req.batch_size:
+            raise DatasetInvalid(f"{root / name} has {lines[name]} lines, fewer than --batch-size {req.batch_size}",
+                                 details={"path": str(root / name), "lines": lines[name],
+                                          "batch_size": req.batch_size})
+        formats[name] = _record_format(root / name)
+        if req.mask_prompt and formats[name] == "text":
+            raise DatasetInvalid(f"--mask-prompt needs prompt and completion, or chat records; {root / name} "
+                                 "holds plain text", details={"path": str(root / name)})
+    return {"path": str(root), "formats": formats, "files": files}
+
+
+def resolve_adapter_dir(raw: str, base_path: str) -> str:
+    """Return the absolute adapter output directory, which must be absent or empty; refuse anything else."""
+    out = Path(raw).expanduser().resolve()
+    base = Path(base_path)
+    if out == base or base in out.parents:
+        # Files written there would change the base identity the receipt pins.
+        raise InvalidArguments(f"--adapter-path {out} lies inside the base model directory {base}",
+                               details={"adapter_path": str(out), "base": str(base)})
+    if not out.exists():
+        return str(out)
+    if not out.is_dir():
+        raise AdapterPathNotEmpty(f"--adapter-path {out} exists and is not a directory",
+                                  details={"adapter_path": str(out)})
+    entries = sorted(p.name for p in out.iterdir())
+    if entries:
+        raise AdapterPathNotEmpty(f"--adapter-path {out} is not empty ({len(entries)} entries)",
+                                  details={"adapter_path": str(out), "entries": entries[:20]})
+    return str(out)
+
+
+def _trainer() -> dict[str, Any]:
+    paths = own_site_paths()
+    versions = {dist: dist_version(dist, paths) for dist in ("mlx", "mlx-lm")}
+    if versions["mlx-lm"] is None:
+        raise RuntimeNotInstalled(f"mlx-lm is not installed for {sys.executable}; lora train runs mlx_lm.lora",
+                                  details={"runtime": "mlx_lm", "interpreter": sys.executable})
+    return {"interpreter": str(Path(sys.executable).absolute()), "module": "mlx_lm", "command": "lora",
+            "versions": {**versions, "mlx-agent": mlx_agent.__version__}}
+
+
+def child_env() -> dict[str, str]:
+    """Return the environment added to the watcher and the trainer: offline, and our checkout if not installed."""
+    env = dict(OFFLINE_ENV)
+    root = str(PACKAGE_DIR.parent)
+    if root not in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        env["PYTHONPATH"] = root  # the watcher is python -m mlx_agent.supervise.train_watch
+    return env
+
+
+def hyperparameters(req: TrainRequest) -> dict[str, Any]:
+    """Return every hyperparameter of the training, including those mlx-agent fixes."""
+    return {
+        "fine_tune_type": req.fine_tune_type,
+        "iters": req.iters,
+        "batch_size": req.batch_size,
+        "learning_rate": float(req.learning_rate),
+        "num_layers": req.num_layers,
+        "rank": req.rank,
+        "scale": float(req.scale),
+        "dropout": float(req.dropout),
+        "max_seq_length": req.max_seq_length,
+        "seed": req.seed,
+        "steps_per_report": req.steps_per_report,
+        "steps_per_eval": req.steps_per_eval,
+        "val_batches": req.val_batches,
+        "save_every": req.save_every,
+        "mask_prompt": bool(req.mask_prompt),
+        "optimizer": OPTIMIZER,
+        "grad_accumulation_steps": GRAD_ACCUMULATION_STEPS,
+        "grad_checkpoint": False,
+        "lr_schedule": None,
+    }
+
+
+def config_document(hp: dict[str, Any]) -> dict[str, Any]:
+    """Return the ``-c`` config: what mlx_lm takes only from a file, and what a missing flag would leave open."""
+    return {
+        "lora_parameters": {"rank": hp["rank"], "scale": hp["scale"], "dropout": hp["dropout"]},
+        "mask_prompt": hp["mask_prompt"],  # a flag cannot say false, so the file says it either way
+        "grad_checkpoint": hp["grad_checkpoint"],
+        "lr_schedule": hp["lr_schedule"],
+        "optimizer_config": {OPTIMIZER: {}},
+        "resume_adapter_file": None,
+        "test": False,
+        "report_to": None,
+    }
+
+
+def build_argv(interpreter: str, base: str, data: str, out: str, config_path: str, hp: dict[str, Any]) -> list[str]:
+    """Return the exact argv of the training process."""
+    return [interpreter, "-m", "mlx_lm", "lora", "--model", base, "--train", "--data", data, "--adapter-path", out,
+            "-c", config_path,
+            "--fine-tune-type", hp["fine_tune_type"],
+            "--optimizer", hp["optimizer"],
+            "--num-layers", str(hp["num_layers"]),
+            "--batch-size", str(hp["batch_size"]),
+            "--iters", str(hp["iters"]),
+            "--val-batches", str(hp["val_batches"]),
+            "--learning-rate", repr(hp["learning_rate"]),
+            "--steps-per-report", str(hp["steps_per_report"]),
+            "--steps-per-eval", str(hp["steps_per_eval"]),
+            "--save-every", str(hp["save_every"]),
+            "--grad-accumulation-steps", str(hp["grad_accumulation_steps"]),
+            "--max-seq-length", str(hp["max_seq_length"]),
+            "--seed", str(hp["seed"])]
+
+
+def build_training_plan(req: TrainRequest) -> dict[str, Any]:
+    """Return the plan (without its hash) for one training; reads files, writes nothing."""
+    _validate(req)
+    base, config = resolve_path_source(req.path) if req.path is not None else resolve_repo_source(req.repo or "")
+    layers = _check_base(config, req.num_layers)
+    dataset = resolve_dataset(req.data, req)
+    out = resolve_adapter_dir(req.adapter_path, base["path"])
+    trainer = _trainer()
+    hp = hyperparameters(req)
+    document = config_document(hp)
+    train_dir = receipts_dir("train", req.receipts_dir)
+    config_sha = hashlib.sha256(canonical_json(document).encode("utf-8")).hexdigest()
+    config_path = str(train_dir / f"config-{config_sha[:16]}.yaml")
+    return {
+        "format_version": FORMAT_VERSION,
+        "operation": OPERATION,
+        "base": base,
+        "base_layers": layers,
+        "dataset": dataset,
+        "hyperparameters": hp,
+        "adapter_path": out,
+        "adapter_files": list(ADAPTER_FILES),
+        "trainer": trainer,
+        "watcher": {"module": WATCHER_MODULE, "source_sha256": sha256_file(WATCHER_SOURCE)},
+        "receipts_dir": str(train_dir),
+        "config": document,
+        "config_path": config_path,
+        "argv": build_argv(trainer["interpreter"], base["path"], dataset["path"], out, config_path, hp),
+        "env": child_env(),
+        "cwd": "/",
+    }
