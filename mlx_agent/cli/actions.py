@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from mlx_agent.cli.lora_actions import LORA_ACTIONS
 from mlx_agent.cli.output import run
 from mlx_agent.home import receipts_dir
 
@@ -117,4 +118,4 @@ def serve_policy(opts: dict[str, Any]) -> None:
 
 
 ACTIONS = {("serve", "start"): serve_start, ("serve", "status"): serve_status, ("serve", "stop"): serve_stop,
-           ("serve", "unload"): serve_unload, ("serve", "policy"): serve_policy}
+           ("serve", "unload"): serve_unload, ("serve", "policy"): serve_policy, **LORA_ACTIONS}

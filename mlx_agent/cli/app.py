@@ -58,5 +58,11 @@ def serve() -> None:
     """Launch, inspect and stop local MLX servers from reviewed plans."""
 
 
+@cli.group()
+def lora() -> None:
+    """Train LoRA adapters from reviewed plans and follow their progress."""
+
+
+GROUPS = {"serve": serve, "lora": lora}
 for _key in COMMANDS:
-    _command(serve, _key)
+    _command(GROUPS[_key[0]], _key)

@@ -155,3 +155,78 @@ def spinner(message: str) -> Iterator[Tick]:
             status.update(f"{message} [dim]{elapsed:4.0f}s[/]  {escape(last_line[-100:])}")
 
         yield tick
+
+
+def render_train_preview(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print the training plan a person reviews, its hash, and the command that confirms it."""
+    plan = data["plan"]
+    base, dataset, hp = plan["base"], plan["dataset"], plan["hyperparameters"]
+    table = Table(show_header=False, title="lora train: plan (nothing started)", title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    where = base["path"] if base["kind"] == "path" else f"{base['repo']}@{base['revision']}"
+    table.add_row("base", escape(where))
+    total = sum(f["size"] for f in base["files"])
+    table.add_row("base files", f"{len(base['files'])} bound by identity, {_size(total)}")
+    files = ", ".join(f"{f['name']} ({f['lines']} lines, sha256 {f['sha256'][:12]})" for f in dataset["files"])
+    table.add_row("dataset", escape(f"{dataset['path']}: {files}"))
+    table.add_row("adapter", escape(plan["adapter_path"]))
+    table.add_row("hyperparameters", escape(", ".join(f"{k}={v}" for k, v in hp.items())))
+    versions = ", ".join(f"{k} {v}" for k, v in plan["trainer"]["versions"].items())
+    table.add_row("versions", escape(versions))
+    table.add_row("argv", escape(shlex.join(plan["argv"])))
+    table.add_row("config", escape(f"{plan['config_path']} (written at confirm)"))
+    table.add_row("env", escape(" ".join(f"{k}={v}" for k, v in sorted(plan["env"].items()))))
+    table.add_row("preview_hash", f"[green]{plan['preview_hash']}[/]")
+    out.print(table)
+    _warnings(warnings)
+    confirm = shlex.join([*_invoked_as(), *sys.argv[1:], "--confirm", "--preview-hash", plan["preview_hash"]])
+    out.print(f"To start it, run: [bold]{escape(confirm)}[/]", soft_wrap=True)
+
+
+def render_train_started(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print that a training started detached, where its receipt and log are, and how to follow it."""
+    receipt = data["receipt"]
+    _warnings(warnings)
+    out.print(f"[green]started[/] training {receipt['id']} (watcher pid {receipt['watcher']['pid']})  "
+              f"receipt {escape(data['receipt_path'])}  log {escape(receipt['log_path'])}")
+    out.print(f"Follow it with: [bold]{escape(shlex.join([*_invoked_as(), 'lora', 'status']))}[/]", soft_wrap=True)
+
+
+def _loss(report: dict[str, Any] | None) -> str:
+    return "-" if report is None else f"{report['loss']:.3f} @{report['iteration']}"
+
+
+def render_train_status(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print one row per training with a progress bar and the last losses, then its adapter, log and outcome."""
+    from rich.progress_bar import ProgressBar
+
+    _warnings(warnings)
+    if not data["trainings"]:
+        out.print(f"No trainings have receipts in {escape(data['receipts_dir'])}.")
+        return
+    table = Table("id", "state", "progress", "iters", "train loss", "val loss")
+    table.columns[0].no_wrap = True
+    colours = {"running": "yellow", "completed": "green", "failed": "red", "interrupted": "red", "unreadable": "red"}
+    notes: list[str] = []
+    for t in data["trainings"]:
+        state = t["state"]
+        label = f"[{colours.get(state, 'white')}]{state}[/]"
+        if state == "unreadable":
+            table.add_row(t["id"], label, "-", "-", "-", "-")
+            notes.append(f"{t['id']}: {escape(t['error']['message'])}")
+            continue
+        if t.get("exit_code") not in (None, 0):
+            label += f" ({t.get('signal') or 'exit ' + str(t['exit_code'])})"
+        done, total = t["iterations"]["done"], t["iterations"]["total"] or 0
+        bar = ProgressBar(total=max(total, 1), completed=min(done, total), width=16)
+        table.add_row(t["id"], label, bar, f"{done}/{total}", _loss(t["train_loss"]), _loss(t["val_loss"]))
+        where = f"adapter {t.get('adapter_path') or '-'}  log {t.get('log_path') or '-'}"
+        notes.append(f"{t['id']}: {escape(where)}")
+        if state in ("failed", "interrupted") and t.get("reason"):
+            notes.append(f"{t['id']}: {escape(t['reason'])}")
+        for name, record in ((t.get("adapter") or {}).get("files") or {}).items():
+            notes.append(f"{t['id']}: {escape(name)} {_size(record['size'])} sha256 {record['sha256']}")
+    out.print(table)
+    for note in notes:
+        out.print(note, soft_wrap=True)

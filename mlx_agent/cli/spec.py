@@ -6,6 +6,7 @@ default that the full CLI does not.
 
 from __future__ import annotations
 
+from mlx_agent.plan import training_defaults as train
 from mlx_agent.plan.defaults import DEFAULT_MAX_TOKENS, DEFAULT_READY_TIMEOUT
 
 TYPE_CHECKING = False
@@ -116,12 +117,56 @@ SERVE_POLICY = (
     JSON,
 )
 
+LORA_TRAIN = (
+    Opt("--path", "path", "str", "Absolute path of the local base model directory."),
+    Opt("--repo", "repo", "str", "ORG/NAME of a base model already in the Hugging Face cache."),
+    Opt("--data", "data", "str", "Local directory with train.jsonl (and valid.jsonl).", required=True),
+    Opt("--adapter-path", "adapter_path", "str", "Directory the adapter is written to; absent or empty.",
+        required=True),
+    Opt("--iters", "iters", "int", "Training iterations.", default=train.DEFAULT_ITERS, minimum=1),
+    Opt("--batch-size", "batch_size", "int", "Minibatch size.", default=train.DEFAULT_BATCH_SIZE, minimum=1),
+    Opt("--learning-rate", "learning_rate", "float", "Adam learning rate.", default=train.DEFAULT_LEARNING_RATE,
+        minimum=0, min_open=True),
+    Opt("--num-layers", "num_layers", "int", "Layers to adapt, counted from the top; -1 for all.",
+        default=train.DEFAULT_NUM_LAYERS, minimum=-1),
+    Opt("--rank", "rank", "int", "LoRA rank.", default=train.DEFAULT_RANK, minimum=1),
+    Opt("--scale", "scale", "float", "LoRA scale.", default=train.DEFAULT_SCALE, minimum=0, min_open=True),
+    Opt("--dropout", "dropout", "float", "LoRA dropout, in [0, 1).", default=train.DEFAULT_DROPOUT, minimum=0,
+        maximum=1),
+    Opt("--fine-tune-type", "fine_tune_type", "str", "Adapter kind.", default=train.DEFAULT_FINE_TUNE_TYPE,
+        choices=train.FINE_TUNE_TYPES),
+    Opt("--max-seq-length", "max_seq_length", "int", "Longest sequence; longer ones are truncated.",
+        default=train.DEFAULT_MAX_SEQ_LENGTH, minimum=1),
+    Opt("--seed", "seed", "int", "Random seed.", default=train.DEFAULT_SEED, minimum=0),
+    Opt("--steps-per-report", "steps_per_report", "int", "Iterations between train loss reports.",
+        default=train.DEFAULT_STEPS_PER_REPORT, minimum=1),
+    Opt("--steps-per-eval", "steps_per_eval", "int", "Iterations between validations.",
+        default=train.DEFAULT_STEPS_PER_EVAL, minimum=1),
+    Opt("--val-batches", "val_batches", "int", "Validation batches; -1 for the whole set, 0 for none.",
+        default=train.DEFAULT_VAL_BATCHES, minimum=-1),
+    Opt("--save-every", "save_every", "int", "Iterations between checkpoints in the adapter directory.",
+        default=train.DEFAULT_SAVE_EVERY, minimum=1),
+    Opt("--mask-prompt", "mask_prompt", "flag", "Leave the prompt out of the loss (prompt/completion or chat data).",
+        default=False),
+    Opt("--confirm", "confirm", "flag", "Start the plan whose hash is given with --preview-hash.", default=False),
+    Opt("--preview-hash", "preview_hash", "str", "The preview_hash of the reviewed plan."),
+    RECEIPTS_DIR,
+    JSON,
+)
+LORA_STATUS = (
+    Opt("--receipt", "receipt", "str", "Only this training receipt file."),
+    RECEIPTS_DIR,
+    JSON,
+)
+
 COMMANDS: dict[tuple[str, str], tuple[Opt, ...]] = {
     ("serve", "start"): SERVE_START,
     ("serve", "status"): SERVE_STATUS,
     ("serve", "stop"): SERVE_STOP,
     ("serve", "unload"): SERVE_UNLOAD,
     ("serve", "policy"): SERVE_POLICY,
+    ("lora", "train"): LORA_TRAIN,
+    ("lora", "status"): LORA_STATUS,
 }
 
 
