@@ -84,6 +84,8 @@ def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) ->
     calls: list[str] = []
 
     class Provider:
+        model = draft_model = None
+
         class cli_args:
             model = "m"
             prompt_cache_size = 3
