@@ -154,7 +154,7 @@ def verdict(ok: bool) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200, help="non-streaming requests per side")
-    parser.add_argument("--stream-rounds", type=int, default=15, help="streamed requests per side")
+    parser.add_argument("--stream-rounds", type=int, default=20, help="streamed requests per side")
     parser.add_argument("--stream-tokens", type=int, default=256, help="max_tokens of each streamed request")
     parser.add_argument("--model", type=Path, help="a local MLX model directory (default: build a tiny one)")
     args = parser.parse_args()
