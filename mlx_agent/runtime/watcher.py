@@ -115,6 +115,11 @@ class ReplyWatcher:
         return self._state.cut
 
     @property
+    def phase(self) -> str:
+        """The phase the reply is in, as of the last token read."""
+        return self._state.phase
+
+    @property
     def eager(self) -> bool:
         """Whether every step must read the newest token."""
         return (self.grammar is not None and not self._state.broken) or bool(self._state.forced) \

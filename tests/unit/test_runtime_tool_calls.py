@@ -1,0 +1,41 @@
+"""The tool-call formatter that keeps what it cannot parse."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter, UnparsedToolCall, as_written, split_calls
+
+
+def parse(text: str, tools: Any) -> Any:
+    """Parse a call the way mlx_lm's json_tools parser does."""
+    return json.loads(text.strip())
+
+
+def test_parsed_calls_are_formatted_as_mlx_lm_does() -> None:
+    """A call that parses becomes an OpenAI tool call, with its arguments as a JSON string."""
+    [call] = KeepingToolCallFormatter(parse, None)(['{"name": "f", "arguments": {"a": 1}}'])
+    assert call["type"] == "function"
+    assert call["function"] == {"name": "f", "arguments": '{"a": 1}'}
+
+
+def test_a_call_that_does_not_parse_is_kept_with_its_error() -> None:
+    """Bad JSON, a parser that raises something else, or no parser at all: the text is kept."""
+    def picky(text: str, tools: Any) -> Any:
+        raise KeyError("name")
+
+    [bad] = KeepingToolCallFormatter(parse, None)(['{"name": "f"'])
+    assert isinstance(bad, UnparsedToolCall) and bad["text"] == '{"name": "f"'
+    assert bad["error"].startswith("JSONDecodeError")
+    assert KeepingToolCallFormatter(picky, None)(["x"])[0]["error"] == "KeyError: 'name'"
+    assert KeepingToolCallFormatter(None, None)(["x"])[0]["text"] == "x"
+
+
+def test_calls_are_split_and_written_back_with_their_markers() -> None:
+    """The handler separates kept calls and writes them as the model did, without an end if cut off."""
+    good = {"type": "function", "function": {"name": "f", "arguments": "{}"}, "id": "1"}
+    kept = UnparsedToolCall(text="{bad", error="e")
+    assert split_calls([good, kept]) == ([good], [kept])
+    assert as_written(kept, "<tool_call>", "</tool_call>", finished=True) == "<tool_call>{bad</tool_call>"
+    assert as_written(kept, "<tool_call>", "</tool_call>", finished=False) == "<tool_call>{bad"
