@@ -12,8 +12,8 @@ import signal
 from pathlib import Path
 
 from mlx_agent import FORMAT_VERSION
-from mlx_agent.errors import LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
-from mlx_agent.home import previews_dir
+from mlx_agent.errors import AdapterPathNotEmpty, LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
+from mlx_agent.home import previews_dir, receipts_dir
 from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.training import WATCHER_MODULE, TrainRequest, build_training_plan
 from mlx_agent.plan.training_receipt import read_training_receipt
@@ -83,9 +83,19 @@ def gates(plan: dict[str, Any], directory: Path) -> list[str]:
     return warnings
 
 
+def _build(req: TrainRequest) -> dict[str, Any]:
+    """Build the plan; a non-empty adapter directory that a running training writes to is training_running."""
+    try:
+        return build_training_plan(req)
+    except AdapterPathNotEmpty as exc:
+        out = exc.details.get("adapter_path")
+        gates({"preview_hash": "", "adapter_path": out}, receipts_dir("train", req.receipts_dir))
+        raise
+
+
 def preview(req: TrainRequest) -> tuple[dict[str, Any], list[str]]:
     """Build, gate and save the plan for review; start nothing."""
-    plan = with_hash(build_training_plan(req))
+    plan = with_hash(_build(req))
     warnings = gates(plan, Path(plan["receipts_dir"]))
     save_preview(previews_dir(), plan)
     return plan, warnings
@@ -162,7 +172,7 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
 
 def confirm(req: TrainRequest, preview_hash: str | None) -> tuple[dict[str, Any], Path, list[str]]:
     """Start the reviewed training detached and return its receipt at once."""
-    plan = reviewed_plan(lambda: build_training_plan(req), preview_hash)
+    plan = reviewed_plan(lambda: _build(req), preview_hash)
     directory = Path(plan["receipts_dir"])
     path = directory / f"{training_id(plan)}.json"
     busy = LockTimeout(f"another lora train confirm holds {directory / 'train.lock'}",
