@@ -52,6 +52,10 @@ def api_key_file(raw: str | None) -> str | None:
     path = Path(raw).expanduser().absolute()
     if not path.is_file():
         raise InvalidArguments(f"--api-key-file {raw} is not a file", details={"path": raw})
+    if path.stat().st_mode & 0o077:
+        # The gateway refuses keys others can read; say so at review time, not after confirm.
+        raise InvalidArguments(f"--api-key-file {path} is readable by other users; chmod 600 it",
+                               details={"path": str(path)})
     return str(path)
 
 

@@ -104,7 +104,7 @@ def unload(directory: Path, port: int, expected_pid: int) -> dict[str, Any]:
     """Release the gateway's worker, keeping the gateway up; refused while requests or streams are open."""
     with port_lock(directory, port, timeout=CONTROL_LOCK_SECONDS):
         receipt, _ = _live_gateway(directory, port, expected_pid)
-        code, data = _call(receipt, "POST", "/unload")
+        code, data = _call(receipt, "POST", "/unload", timeout=20.0)  # it waits for the worker to stop
     if code == 409:
         error = data.get("error", {})
         raise UnloadBlocked(f"the gateway on port {port} has open requests or streams",

@@ -67,9 +67,15 @@ def test_jit_lifecycle(agent: Agent, tiny_model: Path) -> None:
     assert not psutil.pid_exists(gateway_pid) or psutil.Process(gateway_pid).status() == psutil.STATUS_ZOMBIE
 
 
-def test_jit_refusals(agent: Agent, tiny_model: Path) -> None:
-    """JIT cannot be a launchd unit, policy flags need --jit, and unload needs a JIT port."""
+def test_jit_refusals(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """JIT cannot be a launchd unit, policy flags need --jit, keys must be private, unload needs a JIT port."""
     base = ["serve", "start", "--path", str(tiny_model), "--port", str(free_port())]
+    keys = tmp_path / "keys"
+    keys.write_text("secret\n")
+    keys.chmod(0o644)
+    assert agent.run(*base, "--jit", "--api-key-file", str(keys)).code == "invalid_arguments"
+    keys.chmod(0o600)
+    assert agent.run(*base, "--jit", "--api-key-file", str(keys)).rc == 0
     assert agent.run(*base, "--jit", "--launchd").code == "launchd_jit_unsupported"
     assert agent.run(*base, "--jit", "--systemd").code == "launchd_jit_unsupported"
     assert agent.run(*base, "--idle-timeout", "5").code == "invalid_arguments"
