@@ -22,15 +22,13 @@ from mlx_agent.errors import (
     SourceError,
     TrainingIncomplete,
 )
-from mlx_agent.plan.adapter import CONFIG, WEIGHTS, file_record
-from mlx_agent.plan.canonical import plan_diff
-from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-ADAPTER_FILES = (CONFIG, WEIGHTS)
+# plan.adapter's CONFIG and WEIGHTS; spelled out so that reading a receipt (lora status) imports nothing more.
+ADAPTER_FILES = ("adapter_config.json", "adapters.safetensors")
 REQUIRED = ("format_version", "kind", "state", "plan")
 NOT_FOUND_REMEDY = "Check the path; `mlx-agent lora status` lists the training receipts and where they are."
 CORRUPT_REMEDY = ("Pass a receipt written by `mlx-agent lora train --confirm` (see `mlx-agent lora status`); "
@@ -94,6 +92,8 @@ def _absolute(raw: str) -> Path:
 
 
 def _base_now(pinned: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
+
     try:
         if pinned.get("kind") == "hf_cache":
             return resolve_repo_source(str(pinned["repo"]))
@@ -108,6 +108,8 @@ def _check_base(receipt: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, A
     pinned = receipt.get("base") or receipt["plan"].get("base")
     if not isinstance(pinned, dict) or "path" not in pinned:
         raise _corrupt(receipt_dir / f"{receipt.get('id', '?')}.json", "it records no base model identity")
+    from mlx_agent.plan.canonical import plan_diff
+
     now, config = _base_now(pinned, receipt_dir)
     expected = dict(pinned)
     if expected.get("kind") == "path":
@@ -125,6 +127,8 @@ def _check_adapter(receipt: dict[str, Any], receipt_dir: Path) -> dict[str, Any]
     if not isinstance(files, dict) or any(not isinstance(files.get(n), dict) for n in ADAPTER_FILES):
         raise _corrupt(receipt_dir / f"{receipt.get('id', '?')}.json",
                        f"a completed training must record {' and '.join(ADAPTER_FILES)}")
+    from mlx_agent.plan.adapter import file_record
+
     directory = _absolute(str(adapter["path"]))
     now: dict[str, Any] = {}
     changes = []

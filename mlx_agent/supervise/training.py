@@ -15,7 +15,6 @@ from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import AdapterPathNotEmpty, LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
 from mlx_agent.home import previews_dir, receipts_dir
 from mlx_agent.plan.canonical import with_hash
-from mlx_agent.plan.training import WATCHER_MODULE, TrainRequest, build_training_plan
 from mlx_agent.plan.training_receipt import read_training_receipt
 from mlx_agent.supervise import process
 from mlx_agent.supervise.atomic import write_json_atomic
@@ -27,6 +26,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
     from typing import Any
+
+    from mlx_agent.plan.training import TrainRequest
 
 LOCK_SECONDS = 30.0
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -85,6 +86,8 @@ def gates(plan: dict[str, Any], directory: Path) -> list[str]:
 
 def _build(req: TrainRequest) -> dict[str, Any]:
     """Build the plan; a non-empty adapter directory that a running training writes to is training_running."""
+    from mlx_agent.plan.training import build_training_plan  # not for status, which stays light
+
     try:
         return build_training_plan(req)
     except AdapterPathNotEmpty as exc:
@@ -126,7 +129,7 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     log.write_bytes(b"")
     log.chmod(0o600)
-    argv = [plan["trainer"]["interpreter"], "-m", WATCHER_MODULE, str(path)]
+    argv = [plan["trainer"]["interpreter"], "-m", plan["watcher"]["module"], str(path)]
     saved = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
     try:
         watcher = _spawn_watcher(plan, argv, log)
