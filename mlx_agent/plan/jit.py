@@ -68,6 +68,9 @@ def gateway_config(plan: dict[str, Any], serve_dir: Path, worker_argv: list[str]
     checks = [] if adapter is None else [
         {"path": str(Path(adapter["path"]) / f["name"]), "sha256": f["sha256"], "size": f["size"]}
         for f in adapter["files"]]
+    receipt = (adapter or {}).get("training_receipt")
+    if receipt is not None:  # the receipt that vouches for the adapter must not change under the gateway either
+        checks.append({"path": receipt["path"], "sha256": receipt["sha256"], "size": receipt["size"]})
     return {
         "format_version": "1.0",
         "host": plan["host"],

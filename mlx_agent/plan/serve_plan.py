@@ -9,7 +9,12 @@ import sysconfig
 from pathlib import Path
 
 from mlx_agent import FORMAT_VERSION
-from mlx_agent.errors import InvalidArguments, LaunchdJitUnsupported, UnsupportedRuntime
+from mlx_agent.errors import (
+    InvalidArguments,
+    LaunchdJitUnsupported,
+    LaunchdTrainingReceiptUnsupported,
+    UnsupportedRuntime,
+)
 from mlx_agent.home import receipts_dir
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
@@ -33,7 +38,7 @@ class ServeRequest:
 
     __slots__ = ("adapter_path", "api_key_file", "chat_template_args", "idle_timeout", "jit", "keep_loaded",
                  "max_tokens", "min_headroom_gb", "path", "port", "ready_timeout", "receipts_dir", "repo", "restart",
-                 "runtime", "runtime_executable", "supervisor", "thinking", "unit_dir")
+                 "runtime", "runtime_executable", "supervisor", "thinking", "training_receipt", "unit_dir")
 
     def __init__(self, *, path: str | None = None, repo: str | None = None, runtime: str = "mlx_lm",
                  port: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -42,7 +47,7 @@ class ServeRequest:
                  supervisor: str = "mlx-agent", unit_dir: str | None = None, restart: str = "on-failure",
                  receipts_dir: str | None = None, adapter_path: str | None = None, jit: bool = False,
                  idle_timeout: float | None = None, keep_loaded: bool = False, min_headroom_gb: float | None = None,
-                 api_key_file: str | None = None) -> None:
+                 api_key_file: str | None = None, training_receipt: str | None = None) -> None:
         self.path = path
         self.repo = repo
         self.runtime = runtime
@@ -62,11 +67,19 @@ class ServeRequest:
         self.keep_loaded = keep_loaded
         self.min_headroom_gb = min_headroom_gb
         self.api_key_file = api_key_file
+        self.training_receipt = training_receipt  # selects base and adapter together
 
 
 def _validate(req: ServeRequest) -> None:
-    if (req.path is None) == (req.repo is None):
-        raise InvalidArguments("give exactly one of --path or --repo")
+    if req.training_receipt is not None:
+        if req.path is not None or req.repo is not None or req.adapter_path is not None:
+            raise InvalidArguments("--training-receipt selects the base model and adapter itself; "
+                                   "do not combine it with --path, --repo or --adapter-path")
+        if req.supervisor != "mlx-agent":
+            raise LaunchdTrainingReceiptUnsupported("a training receipt cannot be installed as a launchd or "
+                                                    "systemd unit")
+    elif (req.path is None) == (req.repo is None):
+        raise InvalidArguments("give exactly one of --path or --repo (or --training-receipt)")
     if req.port is not None and not 1 <= req.port <= 65535:
         raise InvalidArguments(f"--port {req.port} is outside 1-65535", details={"port": req.port})
     if req.max_tokens < 1:
@@ -132,8 +145,21 @@ def _child_env(runtime: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _adapter(req: ServeRequest, recipe: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any] | None:
-    if req.adapter_path is None:
+def _trained(raw: str) -> dict[str, Any]:
+    """Return what a completed training receipt vouches for, checked now, with the receipt's own identity."""
+    from mlx_agent.plan.training_receipt import check_training_receipt, load_training_receipt
+
+    receipt, receipt_sha = load_training_receipt(raw)
+    path = Path(raw).expanduser().absolute()
+    checked = check_training_receipt(receipt, path.parent)
+    checked["receipt"] = {"path": str(path), "sha256": receipt_sha, "size": path.stat().st_size,
+                          "id": receipt.get("id")}
+    return checked
+
+
+def _adapter(req: ServeRequest, recipe: dict[str, Any], runtime: dict[str, Any],
+             trained: dict[str, Any] | None) -> dict[str, Any] | None:
+    if req.adapter_path is None and trained is None:
         return None
     if not recipe.get("capabilities", {}).get("adapter"):
         # mlx_vlm would silently ignore mlx_lm adapter weights: refuse rather than serve the base model.
@@ -143,7 +169,10 @@ def _adapter(req: ServeRequest, recipe: dict[str, Any], runtime: dict[str, Any])
         raise UnsupportedRuntime("an adapter is served only through mlx-agent's own entry, which rechecks it "
                                  "before loading; a --runtime-executable from another environment cannot",
                                  details={"runtime": recipe["name"], "launcher": runtime["launcher"]})
-    return resolve_adapter(req.adapter_path)
+    if trained is None:
+        return resolve_adapter(req.adapter_path or "")
+    # The receipt's recorded hashes were just rechecked; the adapter is still validated like any other.
+    return {**resolve_adapter(trained["adapter"]["path"]), "training_receipt": trained["receipt"]}
 
 
 def _make_jit(plan: dict[str, Any], req: ServeRequest, recipe: dict[str, Any], runtime: dict[str, Any],
@@ -179,12 +208,18 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
     _validate(req)
     if req.runtime != AUTO:
         load_recipe(req.runtime)  # an unknown runtime is refused before any file is read
-    source, config = resolve_path_source(req.path) if req.path is not None else resolve_repo_source(req.repo or "")
+    trained = _trained(req.training_receipt) if req.training_receipt is not None else None
+    if trained is not None:
+        source, config = trained["base"], trained["base_config"]
+    elif req.path is not None:
+        source, config = resolve_path_source(req.path)
+    else:
+        source, config = resolve_repo_source(req.repo or "")
     name, reason = select_runtime(req.runtime, config, req.runtime_executable)
     recipe, recipe_sha = load_recipe(name)
     runtime = resolve_runtime(name, recipe, recipe_sha, req.runtime_executable)
     thinking, template_args, extra_args = thinking_args(recipe, req)
-    adapter = _adapter(req, recipe, runtime)
+    adapter = _adapter(req, recipe, runtime, trained)
     if adapter is not None:
         extra_args += ["--adapter-path", adapter["path"], *expectations(adapter)]
     port = req.port if req.port is not None else int(recipe["default_port"])
