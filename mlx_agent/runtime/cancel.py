@@ -22,7 +22,7 @@ from mlx_agent.runtime.errors_http import from_generation_error, generation_unav
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.2
+POLL_SECONDS = 0.1
 # After stopping, a reply is "stopped" once no token came for this long (mlx_lm sends nothing more).
 QUIET_SECONDS = 0.5
 DRAIN_SECONDS = 5.0

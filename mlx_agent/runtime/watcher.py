@@ -212,15 +212,20 @@ class ReplyWatcher:
 
     def _feed(self, token: int) -> None:
         state = self._state
-        if self.grammar is None or state.broken:
-            return
-        if self.grammar.matcher.consume_token(token):
+        if self.grammar is None or state.broken or token in self.vocab.eos:
+            return  # EOS ends the reply; a draft model may guess on past it
+        matcher = self.grammar.matcher
+        if matcher.is_stopped():
+            return  # the JSON is complete; only EOS can follow, anything else is a guess to be taken back
+        if self.verify_history and not matcher.validate_tokens([token]):
+            return  # a draft guess the main model will reject; feeding it would break the matcher for good
+        if matcher.consume_token(token):
             state.consumed += 1
             return
         # Only possible if llguidance and mlx_lm disagree about the tokenizer; the log says so.
         state.broken = True
         log.error("mlx-agent: the schema of %s rejected token %d (%s); the rest is unconstrained",
-                  self.label, token, self.grammar.matcher.get_error())
+                  self.label, token, matcher.get_error())
 
     def _next_read(self) -> int:
         generated = len(self._reply)

@@ -128,3 +128,12 @@ def test_a_thinking_model_thinks_freely_and_answers_in_the_schema(thinking_serve
     with pytest.raises(ValueError):
         json.loads(message["reasoning"])  # the random model's own words, not JSON
     jsonschema.validate(json.loads(message["content"]), PERSON)
+
+
+def test_a_draft_model_keeps_the_reply_valid(tiny_model: Path, tmp_path: Path) -> None:
+    """With speculative decoding the watcher sees guesses taken back, and the reply still validates."""
+    with running(tiny_model, tmp_path, "--draft-model", str(tiny_model)) as drafting:
+        for max_tokens in (96, 300):
+            choice = ask(drafting, f"A person, speculatively ({max_tokens})", max_tokens,
+                         response_format=PERSON_FORMAT)
+            jsonschema.validate(json.loads(choice.message.content), PERSON)
