@@ -121,7 +121,7 @@ def main() -> int:
         wrapped_log = Path(tmp) / "wrapped.log"
         with server("bare mlx_lm.server", bare_argv, Path(tmp) / "bare.log") as bare, \
                 server("wrapped entry", wrapped_argv, wrapped_log) as wrapped:
-            totals = {"bare": [0, 0.0], "wrapped": [0, 0.0], "wrapped+json": [0, 0.0]}
+            totals: dict[str, list[float]] = {"bare": [0, 0.0], "wrapped": [0, 0.0], "wrapped+json": [0, 0.0]}
             ports = {"bare": bare, "wrapped": wrapped}
             pairs: list[float] = []
             for round_index in range(args.rounds):
@@ -138,15 +138,15 @@ def main() -> int:
                                         response_format={"type": "json_object"})
                 totals["wrapped+json"][0] += tokens
                 totals["wrapped+json"][1] += seconds
-            rate = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
+            rate = {name: count / spent for name, (count, spent) in totals.items()}
             late, delay = cancel_delay(wrapped, wrapped_log, rate["wrapped"])
 
     ratio = statistics.median(pairs)
     print(f"model: random llama, hidden {args.hidden_size}, {args.num_layers} layers; {args.rounds} rounds x "
           f"{len(PROMPTS)} prompts, max_tokens {args.max_tokens}, greedy, non-streaming")
     for name in ("bare", "wrapped", "wrapped+json"):
-        tokens, seconds = totals[name]
-        print(f"  {name:<13} {tokens:>6} tokens in {seconds:7.2f} s = {rate[name]:7.1f} tokens/s")
+        count, spent = totals[name]
+        print(f"  {name:<13} {count:>6.0f} tokens in {spent:7.2f} s = {rate[name]:7.1f} tokens/s")
     print(f"ratio wrapped/bare of the totals: {rate['wrapped'] / rate['bare']:.3f}")
     print(f"ratio wrapped/bare, median of {len(pairs)} back-to-back pairs: {ratio:.3f} (target >= {TARGET_RATIO}) "
           f"{'PASS' if ratio >= TARGET_RATIO else 'FAIL'}")
