@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -71,32 +72,45 @@ class Proxy:
         except RequestRefused as refusal:
             return refusal.response()
         shape = PromptShape.of(endpoint, body) if key_id is not None else None
-        self.lifecycle.request_started(prepared.stream)
         try:
-            try:
-                worker = await self.lifecycle.acquire()
-            except RequestRefused as refusal:
-                return refusal.response()
-            try:
-                upstream = await self.session.post(worker.base_url + path, timeout=UPSTREAM_TIMEOUT,
-                                                   data=json.dumps(prepared.body).encode(),
-                                                   headers={"Content-Type": "application/json"})
-            except (aiohttp.ClientError, OSError) as exc:
-                await self._notice_exit(worker)
-                return _worker_error(502, f"the model worker did not answer: {exc}")
-            async with upstream:
+            async with self.worker_request(prepared.body, path, stream=prepared.stream) as (upstream, worker):
                 if upstream.content_type == "text/event-stream":
                     return await self._stream(request, upstream, prepared, key_id, shape, worker)
                 return await self._plain(upstream, prepared, key_id, shape, worker)
+        except RequestRefused as refusal:
+            return refusal.response()
+
+    @contextlib.asynccontextmanager
+    async def worker_request(self, body: dict[str, Any], path: str, *,
+                             stream: bool) -> AsyncIterator[tuple[aiohttp.ClientResponse, WorkerProcess]]:
+        """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
+
+        The request counts as open (``stream`` says which kind) from before the load until the block ends, so
+        unload and idle unload wait for it. A refused or failed load, and a worker that does not answer
+        (502 ``worker_failed``), raise ``RequestRefused``.
+        """
+        self.lifecycle.request_started(stream)
+        try:
+            worker = await self.lifecycle.acquire()
+            try:
+                upstream = await self.session.post(worker.base_url + path, timeout=UPSTREAM_TIMEOUT,
+                                                   data=json.dumps(body).encode(),
+                                                   headers={"Content-Type": "application/json"})
+            except (aiohttp.ClientError, OSError) as exc:
+                await self.notice_exit(worker)
+                raise RequestRefused(502, f"the model worker did not answer: {exc}", code="worker_failed",
+                                     type_="server_error") from exc
+            async with upstream:
+                yield upstream, worker
         finally:
-            self.lifecycle.request_finished(prepared.stream)
+            self.lifecycle.request_finished(stream)
 
     async def _plain(self, upstream: aiohttp.ClientResponse, prepared: PreparedRequest, key_id: str | None,
                      shape: PromptShape | None, worker: WorkerProcess) -> web.Response:
         try:
             raw = await upstream.read()
         except (aiohttp.ClientError, OSError) as exc:
-            await self._notice_exit(worker)
+            await self.notice_exit(worker)
             return _worker_error(502, f"the model worker failed while answering: {exc}")
         if upstream.status == 200 and (prepared.client_model is not None or key_id is not None):
             raw = self._rewrite_json(raw, prepared, key_id, shape)
@@ -150,7 +164,7 @@ class Proxy:
         if request.transport is None or request.transport.is_closing():
             return response
         if not done:
-            await self._notice_exit(worker)
+            await self.notice_exit(worker)
             message = failure or "the model worker ended the stream before it was complete"
             error = error_body(message, type_="server_error", code="worker_failed")
             with contextlib.suppress(ConnectionResetError):
@@ -173,7 +187,7 @@ class Proxy:
             return b""  # the gateway asked for this chunk for its own accounting
         return b"data: " + json.dumps(doc).encode() + b"\n\n"
 
-    async def _notice_exit(self, worker: WorkerProcess) -> None:
+    async def notice_exit(self, worker: WorkerProcess) -> None:
         """Give a worker that just hung up a moment to be seen exiting, so the next request loads afresh."""
         deadline = time.monotonic() + EXIT_NOTICE_S
         while worker.exited() is None and time.monotonic() < deadline:
