@@ -1,0 +1,89 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: the Anthropic Messages API over the worker.
+
+Requests are translated (``anthropic_messages``), checked and clamped like chat completions, sent to the
+worker's chat completions through the proxy (load on demand, open-request accounting, per-key
+``cached_tokens``), and the reply translated back (``anthropic_reply``, ``anthropic_stream``).
+
+``count_tokens`` counts with the model's own tokenizer and chat template, in the worker: the translated
+request is sent as a chat completion with ``max_tokens: 1`` and the reply's ``usage.prompt_tokens`` is the
+count (the model is loaded first if it is not). It is the prompt a ``/v1/messages`` request with the same
+messages, system and tools would have, generation prompt included; that request reports it as
+``input_tokens + cache_read_input_tokens``.
+
+Every error on these paths, the front door's included (``errors_middleware``), has Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from mlx_agent.gateway.anthropic_messages import to_chat
+from mlx_agent.gateway.anthropic_reply import anthropic_error_response, message_from_chat
+from mlx_agent.gateway.anthropic_stream import AnthropicStream
+from mlx_agent.gateway.chat_bridge import ChatBridge, read_json_body
+from mlx_agent.gateway.responses import RequestRefused, json_response
+from mlx_agent.gateway.security import Handler
+
+MESSAGES_PATH = "/v1/messages"
+KEPT_HEADERS = ("Retry-After", "WWW-Authenticate")
+
+
+class AnthropicApi:
+    """The handlers of the Anthropic Messages endpoints."""
+
+    def __init__(self, bridge: ChatBridge) -> None:
+        self.bridge = bridge
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """Create a message, streamed or not."""
+        try:
+            body = await read_json_body(request)
+            prepared = self.bridge.prepare(to_chat(body))
+            model: str = body["model"]
+            if prepared.stream:
+                return await self.bridge.stream(request, prepared, AnthropicStream(model))
+            doc = await self.bridge.complete(request, prepared)
+            return json_response(message_from_chat(doc, model))
+        except RequestRefused as refusal:
+            return _error(refusal)
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """Count the prompt's tokens with the model's own tokenizer and template (module docstring)."""
+        try:
+            body = await read_json_body(request)
+            chat = to_chat(body, counting=True)
+            chat.update(max_tokens=1, stream=False)
+            doc = await self.bridge.complete(request, self.bridge.prepare(chat))
+        except RequestRefused as refusal:
+            return _error(refusal)
+        usage = doc.get("usage")
+        count = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
+        if not isinstance(count, int) or isinstance(count, bool):
+            return _error(RequestRefused(502, "the model worker did not report the prompt's tokens",
+                                         code="worker_failed", type_="server_error"))
+        return json_response({"input_tokens": count})
+
+
+def _error(refusal: RequestRefused) -> web.Response:
+    return anthropic_error_response(refusal.status, refusal.body(), refusal.headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give every error answered on the Messages paths (the front door's too) Anthropic's shape."""
+    response = await handler(request)
+    if (not request.path.startswith(MESSAGES_PATH) or response.status < 400 or not isinstance(response, web.Response)
+            or response.content_type != "application/json" or not isinstance(response.body, bytes)):
+        return response
+    try:
+        doc: Any = json.loads(response.body)
+    except ValueError:
+        return response
+    if not isinstance(doc, dict) or doc.get("type") == "error" or "error" not in doc:
+        return response
+    headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
+    return anthropic_error_response(response.status, doc, headers)

@@ -1,0 +1,322 @@
+"""An Anthropic Messages request, translated into the worker's chat-completions body (pure).
+
+The rules (docs/gateway.md, "Anthropic Messages API"):
+
+* ``system`` (a string, or text blocks joined by a blank line) becomes the first, ``system`` message.
+* A ``user`` turn: its text blocks (joined by a blank line) become a ``user`` message and each ``tool_result``
+  block a ``tool`` message (``tool_call_id`` = ``tool_use_id``; text content joined by a blank line), in the
+  order they come. An ``assistant`` turn: its text becomes the content and each ``tool_use`` block a
+  ``tool_calls`` entry (arguments = the input as JSON); ``thinking`` blocks are dropped (chat templates drop
+  earlier reasoning themselves).
+* A last ``assistant`` turn is continued (``continue_final_message``), as Anthropic continues a prefill.
+* Custom tools become function tools (``input_schema`` is the parameters). ``tool_choice`` ``auto`` (or
+  none given) sends them; ``none`` sends no tools.
+* ``max_tokens`` (required; the gateway then clamps it to the plan), ``temperature``, ``top_p``, ``top_k``
+  carry over; ``stop_sequences`` becomes ``stop``. ``thinking``: ``enabled`` sets the runtime's
+  ``reasoning_budget`` to ``budget_tokens``, ``disabled`` passes ``enable_thinking: false`` to the chat
+  template, ``adaptive`` leaves the template's default.
+* ``metadata`` and ``cache_control`` (anywhere) are accepted and change nothing (the worker caches prompt
+  prefixes by itself).
+
+Refused with a 400 ``invalid_request_error``: image, document and other non-text content, non-custom
+(server or versioned) tools, strict tools and tool features the runtime does not have, forced ``tool_choice``
+(``any``, ``tool``), ``disable_parallel_tool_use``, and every other top-level parameter (``service_tier``,
+``container``, ``mcp_servers``, ``output_config``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, TypeGuard
+
+from mlx_agent.gateway.responses import RequestRefused
+
+MESSAGE_FIELDS = frozenset({"model", "max_tokens", "messages", "system", "stream", "temperature", "top_p", "top_k",
+                            "stop_sequences", "tools", "tool_choice", "metadata", "thinking", "cache_control"})
+COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "cache_control"})
+TOOL_FIELDS = frozenset({"name", "description", "input_schema", "type", "cache_control", "eager_input_streaming",
+                         "strict"})
+BLOCK_JOIN = "\n\n"
+
+
+def refuse(message: str, param: str, code: str = "invalid_value") -> RequestRefused:
+    """Return the 400 ``invalid_request_error`` the gateway answers for a request it cannot honour."""
+    return RequestRefused(400, message, code=code, param=param)
+
+
+def to_chat(body: object, *, counting: bool = False) -> dict[str, Any]:
+    """Return the chat-completions body for an Anthropic Messages request; raise ``RequestRefused`` if refused.
+
+    ``counting`` translates a ``count_tokens`` request: no ``max_tokens``, no sampling fields.
+    """
+    if not isinstance(body, dict):
+        raise refuse("the request body must be a JSON object", "body", "invalid_body")
+    allowed = COUNT_FIELDS if counting else MESSAGE_FIELDS
+    for name in sorted(body):
+        if name not in allowed and body[name] is not None:
+            raise refuse(f"'{name}' is not supported: the local runtime cannot honour it", name,
+                         "unsupported_parameter")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise refuse("'model' is required and must be a string", "model")
+    out: dict[str, Any] = {"model": model}
+    if not counting:
+        max_tokens = body.get("max_tokens")
+        if not _integer(max_tokens) or max_tokens < 1:
+            raise refuse("'max_tokens' is required and must be a positive integer", "max_tokens")
+        out["max_tokens"] = max_tokens
+
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise refuse("'messages' must be a non-empty list", "messages")
+    chat: list[dict[str, Any]] = []
+    system = _system_text(body.get("system"))
+    if system:
+        chat.append({"role": "system", "content": system})
+    for index, message in enumerate(messages):
+        chat.extend(_message(message, index))
+    out["messages"] = chat
+
+    tools = _tools(body.get("tools"), body.get("tool_choice"))
+    if tools:
+        out["tools"] = tools
+    if not counting:
+        _sampling(body, out)
+    template_kwargs = _thinking(body.get("thinking"), out)
+    last = messages[-1]
+    if isinstance(last, Mapping) and last.get("role") == "assistant":
+        if chat[-1].get("tool_calls"):
+            raise refuse("the last message is an assistant tool_use: send its tool_result in a user message",
+                         "messages")
+        template_kwargs["continue_final_message"] = True
+        template_kwargs["add_generation_prompt"] = False
+    if template_kwargs:
+        out["chat_template_kwargs"] = template_kwargs
+    return out
+
+
+def _integer(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _sampling(body: Mapping[str, Any], out: dict[str, Any]) -> None:
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if value is not None:
+            if not _number(value):
+                raise refuse(f"'{name}' must be a number", name, "invalid_type")
+            out[name] = value
+    top_k = body.get("top_k")
+    if top_k is not None:
+        if not _integer(top_k) or top_k < 0:
+            raise refuse("'top_k' must be a non-negative integer", "top_k", "invalid_type")
+        out["top_k"] = top_k
+    stops = body.get("stop_sequences")
+    if stops is not None:
+        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+            raise refuse("'stop_sequences' must be a list of non-empty strings", "stop_sequences", "invalid_type")
+        if stops:
+            out["stop"] = list(stops)
+    stream = body.get("stream")
+    if stream is not None:
+        if not isinstance(stream, bool):
+            raise refuse("'stream' must be true or false", "stream", "invalid_type")
+        out["stream"] = stream
+
+
+def _thinking(thinking: object, out: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``thinking``; return the chat-template arguments it asks for."""
+    if thinking is None:
+        return {}
+    if not isinstance(thinking, Mapping):
+        raise refuse("'thinking' must be an object", "thinking", "invalid_type")
+    if thinking.get("display") not in (None, "summarized"):
+        raise refuse("thinking.display 'omitted' is not supported: local thinking is returned as written",
+                      "thinking.display", "unsupported_parameter")
+    kind = thinking.get("type")
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not _integer(budget) or budget < 1:
+            raise refuse("thinking.budget_tokens must be a positive integer", "thinking.budget_tokens")
+        out["reasoning_budget"] = budget
+        return {}
+    if kind == "disabled":
+        return {"enable_thinking": False}
+    if kind == "adaptive":
+        return {}
+    raise refuse(f"thinking type {kind!r} is not supported; use enabled, disabled or adaptive", "thinking.type",
+                 "unsupported_parameter")
+
+
+def _system_text(system: object) -> str:
+    if system is None or isinstance(system, str):
+        return system or ""
+    if not isinstance(system, list):
+        raise refuse("'system' must be a string or a list of text blocks", "system", "invalid_type")
+    texts = []
+    for index, block in enumerate(system):
+        if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+            raise refuse("'system' blocks must be text blocks", f"system.{index}", "unsupported_content")
+        texts.append(block["text"])
+    return BLOCK_JOIN.join(texts)
+
+
+def _message(message: object, index: int) -> list[dict[str, Any]]:
+    """Return the chat messages one Anthropic message becomes."""
+    param = f"messages.{index}"
+    if not isinstance(message, Mapping):
+        raise refuse("each message must be an object", param, "invalid_type")
+    role = message.get("role")
+    if role not in ("user", "assistant"):
+        raise refuse("a message's role must be 'user' or 'assistant'", f"{param}.role")
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise refuse("a message's content must be a string or a list of blocks", f"{param}.content", "invalid_type")
+    for block_index, block in enumerate(content):
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise refuse("each content block must be an object with a type", f"{param}.content.{block_index}",
+                         "invalid_type")
+    if role == "user":
+        return _user_blocks(content, param)
+    return [_assistant_blocks(content, param)]
+
+
+def _unsupported_block(kind: str, param: str) -> RequestRefused:
+    if kind in ("image", "document", "search_result", "container_upload"):
+        return refuse(f"{kind} content is not supported: the local model reads text only", param,
+                      "unsupported_content")
+    return refuse(f"content blocks of type '{kind}' are not supported here", param, "unsupported_content")
+
+
+def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            out.append({"role": "user", "content": BLOCK_JOIN.join(texts)})
+            texts.clear()
+
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        where = f"{param}.content.{index}"
+        if kind == "text":
+            texts.append(_text(block, where))
+        elif kind == "tool_result":
+            flush()
+            tool_use_id = block.get("tool_use_id")
+            if not isinstance(tool_use_id, str) or not tool_use_id:
+                raise refuse("a tool_result needs its tool_use_id", f"{where}.tool_use_id")
+            out.append({"role": "tool", "tool_call_id": tool_use_id,
+                        "content": _tool_result_text(block.get("content"), where)})
+        else:
+            raise _unsupported_block(kind, where)
+    flush()
+    return out or [{"role": "user", "content": ""}]
+
+
+def _assistant_blocks(blocks: list[Mapping[str, Any]], param: str) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        where = f"{param}.content.{index}"
+        if kind == "text":
+            texts.append(_text(block, where))
+        elif kind == "tool_use":
+            call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
+            if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, Mapping):
+                raise refuse("a tool_use block needs a string id and name and an object input", where)
+            calls.append({"id": call_id, "type": "function",
+                          "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}})
+        elif kind in ("thinking", "redacted_thinking"):
+            continue
+        else:
+            raise _unsupported_block(kind, where)
+    message: dict[str, Any] = {"role": "assistant", "content": BLOCK_JOIN.join(texts)}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _text(block: Mapping[str, Any], where: str) -> str:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise refuse("a text block needs a string text", f"{where}.text", "invalid_type")
+    return text
+
+
+def _tool_result_text(content: object, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise refuse("a tool_result's content must be a string or a list of blocks", f"{where}.content",
+                     "invalid_type")
+    texts = []
+    for index, block in enumerate(content):
+        inner = f"{where}.content.{index}"
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind != "text":
+            raise _unsupported_block(str(kind), inner)
+        texts.append(_text(block, inner))
+    return BLOCK_JOIN.join(texts)
+
+
+def _tools(tools: object, tool_choice: object) -> list[dict[str, Any]]:
+    """Return the function tools to send (none for ``tool_choice: none``)."""
+    choice = _tool_choice(tool_choice)
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise refuse("'tools' must be a list", "tools", "invalid_type")
+    out = []
+    for index, tool in enumerate(tools):
+        where = f"tools.{index}"
+        if not isinstance(tool, Mapping):
+            raise refuse("each tool must be an object", where, "invalid_type")
+        kind = tool.get("type")
+        if kind not in (None, "custom"):
+            raise refuse(f"tool type {kind!r} is not supported: only custom tools (name, description, "
+                         "input_schema) run locally", f"{where}.type", "unsupported_tool")
+        for name in sorted(tool):
+            if name not in TOOL_FIELDS and tool[name] not in (None, False, [], {}):
+                raise refuse(f"the tool field '{name}' is not supported here", f"{where}.{name}",
+                             "unsupported_tool")
+        if tool.get("strict"):
+            raise refuse("strict tools are not supported: the runtime does not enforce tool schemas",
+                         f"{where}.strict", "unsupported_tool")
+        name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
+        if not isinstance(name, str) or not name:
+            raise refuse("a tool needs a name", f"{where}.name")
+        if not isinstance(schema, Mapping):
+            raise refuse("a tool needs an input_schema object", f"{where}.input_schema")
+        function: dict[str, Any] = {"name": name}
+        if isinstance(description, str):
+            function["description"] = description
+        function["parameters"] = dict(schema)
+        out.append({"type": "function", "function": function})
+    return [] if choice == "none" else out
+
+
+def _tool_choice(tool_choice: object) -> str:
+    if tool_choice is None:
+        return "auto"
+    kind = tool_choice.get("type") if isinstance(tool_choice, Mapping) else None
+    if kind in ("any", "tool"):
+        raise refuse(f"tool_choice '{kind}' forces a tool call, which the local runtime cannot enforce; "
+                     "use 'auto' or 'none'", "tool_choice", "unsupported_tool_choice")
+    if kind not in ("auto", "none"):
+        raise refuse("tool_choice must be an object of type 'auto' or 'none'", "tool_choice",
+                     "unsupported_tool_choice")
+    assert isinstance(tool_choice, Mapping)
+    if tool_choice.get("disable_parallel_tool_use"):
+        raise refuse("disable_parallel_tool_use is not supported: the runtime cannot limit the number of calls",
+                     "tool_choice.disable_parallel_tool_use", "unsupported_tool_choice")
+    return str(kind)

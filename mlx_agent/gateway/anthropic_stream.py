@@ -1,0 +1,120 @@
+"""The worker's chat-completion chunks as Anthropic's Messages stream, translated one chunk at a time (pure).
+
+Anthropic's sequence: ``message_start``; a ``ping``; for each content block ``content_block_start``, its
+deltas (``thinking_delta``, ``text_delta``, ``input_json_delta``) and ``content_block_stop``; then
+``message_delta`` (``stop_reason``, usage) and ``message_stop``. A worker keepalive becomes a ``ping``.
+
+Blocks open in the order the worker writes: reasoning opens a ``thinking`` block, content a ``text`` block,
+each new tool call (a new ``index``) a ``tool_use`` block whose ``input_json_delta``s are the argument
+fragments. A block closes when another kind starts, or at the finish. The worker reports usage only at the
+end, so ``message_start`` says 0 tokens and ``message_delta`` carries the counts (cumulative, as Anthropic's
+do). A stream that breaks ends with an ``error`` event, after which nothing follows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlx_agent.gateway.anthropic_reply import IdMaker, error_type, new_id, stop_reason, usage_of
+from mlx_agent.gateway.chat_bridge import sse
+
+PING = sse("ping", {"type": "ping"})
+
+
+class AnthropicStream:
+    """One Messages stream: the translator ``ChatBridge.stream`` drives."""
+
+    def __init__(self, model: str, make_id: IdMaker = new_id) -> None:
+        self.model = model
+        self.make_id = make_id
+        self.message_id = make_id("msg")
+        self.ended = False
+        self.blocks = 0  # blocks opened so far (the next block's index)
+        self.open: str | None = None  # "thinking", "text" or "tool:<worker index>"
+        self.tool_blocks: set[str] = set()
+        self.finish_reason: object = None
+        self.usage: object = None
+
+    def start(self) -> bytes:
+        """Return ``message_start`` and the first ``ping``."""
+        message: dict[str, Any] = {"id": self.message_id, "type": "message", "role": "assistant", "model": self.model,
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": usage_of(None)}
+        return sse("message_start", {"type": "message_start", "message": message}) + PING
+
+    def keepalive(self) -> bytes:
+        """Return a ``ping``."""
+        return PING
+
+    def chunk(self, doc: dict[str, Any]) -> bytes:
+        """Return the events for one chat-completion chunk."""
+        if isinstance(doc.get("usage"), dict):
+            self.usage = doc["usage"]
+        out: list[bytes] = []
+        for choice in doc.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                self._switch("thinking", out, {"type": "thinking", "thinking": "", "signature": ""})
+                out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._switch("text", out, {"type": "text", "text": ""})
+                out.append(self._delta({"type": "text_delta", "text": content}))
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                self._tool_call(call, position, out)
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+                self._close(out)
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """Return the closing events: the open block's stop, ``message_delta`` and ``message_stop``."""
+        out: list[bytes] = []
+        self._close(out)
+        out.append(sse("message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason(self.finish_reason, bool(self.tool_blocks)), "stop_sequence": None},
+            "usage": usage_of(self.usage)}))
+        out.append(sse("message_stop", {"type": "message_stop"}))
+        self.ended = True
+        return b"".join(out)
+
+    def fail(self, message: str) -> bytes:
+        """Return the ``error`` event that ends a broken stream."""
+        self.ended = True
+        return sse("error", {"type": "error", "error": {"type": error_type(502), "message": message}})
+
+    # -- blocks -------------------------------------------------------------------------------------------
+
+    def _tool_call(self, call: object, position: int, out: list[bytes]) -> None:
+        if not isinstance(call, dict):
+            return
+        key = f"tool:{call.get('index', position)}"
+        function = call.get("function") or {}
+        if key not in self.tool_blocks:
+            self.tool_blocks.add(key)
+            self._switch(key, out, {"type": "tool_use", "id": call.get("id") or self.make_id("toolu"),
+                                    "name": function.get("name") or "", "input": {}})
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments and self.open == key:
+            out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+
+    def _switch(self, kind: str, out: list[bytes], block: dict[str, Any]) -> None:
+        if self.open == kind:
+            return
+        self._close(out)
+        self.open = kind
+        out.append(sse("content_block_start", {"type": "content_block_start", "index": self.blocks,
+                                               "content_block": block}))
+        self.blocks += 1
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse("content_block_delta", {"type": "content_block_delta", "index": self.blocks - 1, "delta": delta})
+
+    def _close(self, out: list[bytes]) -> None:
+        if self.open is not None:
+            out.append(sse("content_block_stop", {"type": "content_block_stop", "index": self.blocks - 1}))
+            self.open = None
