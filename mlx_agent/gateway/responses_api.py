@@ -1,0 +1,68 @@
+"""``POST /v1/responses`` and ``GET /v1/responses/{id}``: the OpenAI Responses API over the worker.
+
+Requests are translated (``openai_responses``), checked and clamped like chat completions, sent to the
+worker's chat completions through the proxy (load on demand, open-request accounting, per-key
+``cached_tokens``), and the reply translated back (``responses_output``, ``responses_stream``). A
+``background`` request is answered when it is complete, with ``status`` completed (or incomplete). Responses
+are stored (``responses_store``) unless the request said ``store: false``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from mlx_agent.gateway.chat_bridge import ChatBridge, read_json_body
+from mlx_agent.gateway.openai_responses import ResponsesRequest, to_chat
+from mlx_agent.gateway.responses import RequestRefused, error_response, json_response
+from mlx_agent.gateway.responses_output import base_response, new_id, response_from_chat
+from mlx_agent.gateway.responses_store import ResponseStore
+from mlx_agent.gateway.responses_stream import ResponsesStream
+from mlx_agent.gateway.security import API_KEY_ID
+
+
+class ResponsesApi:
+    """The handlers of the Responses endpoints."""
+
+    def __init__(self, bridge: ChatBridge, store: ResponseStore, model_id: str) -> None:
+        self.bridge = bridge
+        self.store = store
+        self.model_id = model_id
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        """Create a response, streamed or not."""
+        owner: str | None = request.get(API_KEY_ID)
+        try:
+            body = await read_json_body(request)
+            translated = to_chat(body, default_model=self.model_id)
+            prepared = self.bridge.prepare(translated.chat)
+            base = base_response(translated, new_id("resp"), int(time.time()))
+            if translated.stream:
+                def keep(final: dict[str, Any]) -> None:
+                    self._keep(translated, final, owner)
+
+                return await self.bridge.stream(request, prepared, ResponsesStream(base, keep))
+            doc = await self.bridge.complete(request, prepared)
+        except RequestRefused as refusal:
+            return refusal.response()
+        response = response_from_chat(doc, base)
+        self._keep(translated, response, owner)
+        return json_response(response)
+
+    def _keep(self, translated: ResponsesRequest, response: dict[str, Any], owner: str | None) -> None:
+        if translated.store:
+            self.store.put(response, owner)
+
+    async def retrieve(self, request: web.Request) -> web.Response:
+        """Return a stored response."""
+        response_id = request.match_info["response_id"]
+        if request.query.get("stream") not in (None, "false"):
+            return error_response(400, "replaying a stored response as a stream is not supported",
+                                  code="unsupported_parameter", param="stream")
+        found = self.store.get(response_id, request.get(API_KEY_ID))
+        if found is None:
+            return error_response(404, f"No response with id '{response_id}' is stored here (the gateway keeps "
+                                  "the most recent 64 until it stops)", code="not_found", param="response_id")
+        return json_response(found)

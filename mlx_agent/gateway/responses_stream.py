@@ -1,0 +1,159 @@
+"""The worker's chat-completion chunks as an OpenAI Responses stream, translated one chunk at a time (pure).
+
+The sequence: ``response.created``, ``response.in_progress``; for text, ``response.output_item.added``
+(a message), ``response.content_part.added``, ``response.output_text.delta``..., ``response.output_text.done``,
+``response.content_part.done``, ``response.output_item.done``; for each tool call,
+``response.output_item.added`` (a function_call), ``response.function_call_arguments.delta``...,
+``response.function_call_arguments.done``, ``response.output_item.done``; then ``response.completed``, or
+``response.incomplete`` when the token limit cut the answer. Every event has a ``sequence_number``. An item
+closes when the next one starts, or at the end. A stream the worker breaks ends with ``response.failed``.
+Worker keepalives pass as SSE comments. The final Response object is handed to ``on_final`` (to be stored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mlx_agent.gateway.chat_bridge import sse
+from mlx_agent.gateway.responses_output import (
+    IdMaker,
+    arguments_text,
+    failed,
+    finished,
+    function_call_item,
+    message_item,
+    new_id,
+    output_text,
+)
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+class ResponsesStream:
+    """One Responses stream: the translator ``ChatBridge.stream`` drives."""
+
+    def __init__(self, base: Mapping[str, Any], on_final: Callable[[dict[str, Any]], None] | None = None,
+                 make_id: IdMaker = new_id) -> None:
+        self.base = dict(base)
+        self.on_final = on_final
+        self.make_id = make_id
+        self.ended = False
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []  # closed items, in output order
+        self.item: dict[str, Any] | None = None  # the open item
+        self.text: list[str] = []  # the open message's text so far
+        self.tool_keys: set[object] = set()
+        self.open_key: object = None  # the worker's index of the open function call
+        self.finish_reason: object = None
+        self.usage: object = None
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        event = sse(kind, {"type": kind, "sequence_number": self.sequence, **fields})
+        self.sequence += 1
+        return event
+
+    def start(self) -> bytes:
+        """Return ``response.created`` and ``response.in_progress``."""
+        return (self._event("response.created", response=self.base)
+                + self._event("response.in_progress", response=self.base))
+
+    def keepalive(self) -> bytes:
+        """Return an SSE comment (clients ignore it; it keeps the connection busy)."""
+        return KEEPALIVE
+
+    def chunk(self, doc: dict[str, Any]) -> bytes:
+        """Return the events for one chat-completion chunk."""
+        if isinstance(doc.get("usage"), dict):
+            self.usage = doc["usage"]
+        out: list[bytes] = []
+        for choice in doc.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text_delta(content, out)
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                if isinstance(call, dict):
+                    self._call_delta(call, position, out)
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """Return the last item's closing events and ``response.completed`` (or ``response.incomplete``)."""
+        out: list[bytes] = []
+        self._close(out, "incomplete" if self.finish_reason == "length" else "completed")
+        final = finished(self.base, self.output, self.finish_reason, self.usage)
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        out.append(self._event(kind, response=final))
+        self._end(final)
+        return b"".join(out)
+
+    def fail(self, message: str) -> bytes:
+        """Return ``response.failed`` for a stream the worker broke off."""
+        out: list[bytes] = []
+        self._close(out, "incomplete")
+        final = failed(self.base, self.output, message)
+        out.append(self._event("response.failed", response=final))
+        self._end(final)
+        return b"".join(out)
+
+    def _end(self, final: dict[str, Any]) -> None:
+        self.ended = True
+        if self.on_final is not None:
+            self.on_final(final)
+
+    # -- items --------------------------------------------------------------------------------------------
+
+    def _text_delta(self, text: str, out: list[bytes]) -> None:
+        if self.item is None or self.item["type"] != "message":
+            self._close(out, "completed")
+            self.item = message_item(self.make_id("msg"), None, "in_progress")
+            self.text = []
+            index = len(self.output)
+            out.append(self._event("response.output_item.added", output_index=index, item=self.item))
+            out.append(self._event("response.content_part.added", item_id=self.item["id"], output_index=index,
+                                   content_index=0, part=output_text("")))
+        self.text.append(text)
+        out.append(self._event("response.output_text.delta", item_id=self.item["id"], output_index=len(self.output),
+                               content_index=0, delta=text, logprobs=[]))
+
+    def _call_delta(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
+        key = call.get("index", position)
+        function = call.get("function") or {}
+        if key not in self.tool_keys:
+            self.tool_keys.add(key)
+            self._close(out, "completed")
+            self.item = function_call_item(self.make_id("fc"), str(call.get("id") or self.make_id("call")),
+                                           str(function.get("name") or ""), "", "in_progress")
+            self.open_key = key
+            out.append(self._event("response.output_item.added", output_index=len(self.output), item=self.item))
+        arguments = function.get("arguments")
+        if arguments and self.item is not None and self.open_key == key:
+            piece = arguments_text(arguments)
+            self.item["arguments"] += piece
+            out.append(self._event("response.function_call_arguments.delta", item_id=self.item["id"],
+                                   output_index=len(self.output), delta=piece))
+
+    def _close(self, out: list[bytes], status: str) -> None:
+        item = self.item
+        if item is None:
+            return
+        index = len(self.output)
+        if item["type"] == "message":
+            text = "".join(self.text)
+            out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                   content_index=0, text=text, logprobs=[]))
+            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                   content_index=0, part=output_text(text)))
+            done = message_item(item["id"], text, status)
+        else:
+            out.append(self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                   arguments=item["arguments"]))
+            done = {**item, "status": status}
+        out.append(self._event("response.output_item.done", output_index=index, item=done))
+        self.output.append(done)
+        self.item = None
+        self.open_key = None
