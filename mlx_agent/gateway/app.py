@@ -14,12 +14,16 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
+from mlx_agent.gateway.anthropic_api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
+from mlx_agent.gateway.chat_bridge import ChatBridge
 from mlx_agent.gateway.config import ConfigError, GatewayConfig, read_private_lines, read_secret_file
 from mlx_agent.gateway.control import Control
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.policy import Policy, PolicyError, read_policy_file
 from mlx_agent.gateway.proxy import Proxy
+from mlx_agent.gateway.responses_api import ResponsesApi
+from mlx_agent.gateway.responses_store import ResponseStore
 from mlx_agent.gateway.security import CONTROL_PREFIX, Guard, add_cors_headers
 
 log = logging.getLogger("mlx_agent.gateway")
@@ -50,7 +54,9 @@ def read_secrets(config: GatewayConfig) -> Secrets:
 def build_app(config: GatewayConfig, secrets: Secrets) -> web.Application:
     """Return the gateway application; its session and lifecycle start with it and stop with it."""
     guard = Guard(config.port, config.max_body_bytes, secrets.control_token, secrets.api_keys)
-    app = web.Application(middlewares=[guard.middleware()], client_max_size=config.max_body_bytes)
+    # errors_middleware is outermost: it gives the front door's refusals on /v1/messages Anthropic's shape.
+    app = web.Application(middlewares=[errors_middleware, guard.middleware()],
+                          client_max_size=config.max_body_bytes)
     app.on_response_prepare.append(add_cors_headers)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
@@ -64,6 +70,13 @@ def build_app(config: GatewayConfig, secrets: Secrets) -> web.Application:
         app.router.add_get("/v1/models", proxy.models)
         app.router.add_post("/v1/chat/completions", proxy.chat)
         app.router.add_post("/v1/completions", proxy.completions)
+        bridge = ChatBridge(proxy)
+        anthropic = AnthropicApi(bridge)
+        app.router.add_post("/v1/messages", anthropic.messages)
+        app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
+        responses = ResponsesApi(bridge, ResponseStore(), config.model_id)
+        app.router.add_post("/v1/responses", responses.create)
+        app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
         app.router.add_get(CONTROL_PREFIX + "status", control.status)
         app.router.add_post(CONTROL_PREFIX + "unload", control.unload)
         app.router.add_put(CONTROL_PREFIX + "policy", control.policy)
