@@ -287,3 +287,152 @@ def pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# -- the Anthropic Messages and OpenAI Responses tests ----------------------------------------------------
+
+# A scripted agent model (tests/e2e/test_wrapped_support.scripted_model: a real model whose greedy next token
+# depends only on the current one). Its ChatML template ends the generation prompt according to the
+# conversation, and each ending starts a fixed chain of tokens:
+#   tools offered, last message from the user  ->  "\n"       -> <tool_call>CALL</tool_call><|im_end|>
+#   last message a tool result                 ->  "Result:"  -> Sunny<|im_end|>
+#   no tools offered                           ->  "<think>"  -> Considering</think>Sunny<|im_end|>
+# The tokenizer names mlx_lm's json_tools parser, so the worker returns CALL as a real OpenAI tool call.
+AGENT_CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+AGENT_ANSWER = "Sunny"
+AGENT_THOUGHT = "Considering"
+AGENT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{{- '<tool_call>' + call['function']['name'] + ' ' + (call['function']['arguments'] | tojson) + '</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if messages[-1]['role'] == 'tool' %}{{- 'Result:' }}"
+    "{%- elif not tools %}{{- '<think>' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def agent_model(directory: Path) -> Path:
+    """Build the scripted agent model described above (needs mlx: e2e tests only)."""
+    from tests.e2e.test_wrapped_support import scripted_model
+
+    chain = {"\n": "<tool_call>", "<tool_call>": AGENT_CALL, AGENT_CALL: "</tool_call>",
+             "</tool_call>": "<|im_end|>", "Result:": AGENT_ANSWER, "<think>": AGENT_THOUGHT,
+             AGENT_THOUGHT: "</think>", "</think>": AGENT_ANSWER}
+    special = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
+    return scripted_model(directory, chain, "<|im_end|>", special=special,
+                          plain=[AGENT_CALL, "Result:", AGENT_ANSWER, AGENT_THOUGHT], template=AGENT_TEMPLATE,
+                          tokenizer_config={"tool_parser_type": "json_tools"})
+
+
+# A stand-in worker speaking chat completions the way OpenAI-style servers do, for what the real runtime never
+# does: tool-call arguments streamed in fragments, a stream that breaks off, a stream held open. It answers by
+# the last message: tools offered -> a get_weather call (streamed: id and name, then the arguments in two
+# pieces); "break" -> one delta, then it hangs up without [DONE]; "hold" -> one delta, then it waits until the
+# file $STAND_IN_RELEASE exists; anything else -> "Hello from the stand-in" in three deltas. Every request body
+# it receives is appended to $STAND_IN_LOG (JSON lines).
+CHAT_STAND_IN = r'''
+import argparse, json, os, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+p = argparse.ArgumentParser()
+p.add_argument("--port", type=int, required=True)
+a, _ = p.parse_known_args()
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = b'{"status": "ok"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send(self, doc):
+        self.wfile.write(f"data: {json.dumps(doc)}\n\n".encode())
+        self.wfile.flush()
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with open(os.environ["STAND_IN_LOG"], "a") as log:
+            log.write(json.dumps(body) + "\n")
+        last = body["messages"][-1].get("content") or ""
+        usage = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14,
+                 "prompt_tokens_details": {"cached_tokens": 4}}
+        base = {"id": "chatcmpl-stand-in", "object": "chat.completion.chunk", "model": body.get("model")}
+        call = {"id": "call_stand_in_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": None if body.get("tools") else "Hello from the stand-in"}
+            if body.get("tools"):
+                message["tool_calls"] = [call]
+            doc = {**base, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if body.get("tools") else "stop"}]}
+            raw = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b": keepalive 1/1\n\n")
+        if body.get("tools"):
+            deltas = [{"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+                                       "function": {"name": "get_weather", "arguments": ""}}]},
+                      {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]},
+                      {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}]
+            finish = "tool_calls"
+        else:
+            deltas = [{"role": "assistant", "content": "Hello"}, {"content": " from"}, {"content": " the stand-in"}]
+            finish = "stop"
+        for i, delta in enumerate(deltas):
+            self.send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            if i == 0 and last == "break":
+                return
+            if i == 0 and last == "hold":
+                while not os.path.exists(os.environ["STAND_IN_RELEASE"]):
+                    time.sleep(0.02)
+        self.send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self.send({**base, "choices": [], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()
+'''
+
+
+def chat_stand_in_argv(directory: Path) -> list[str]:
+    """Write the chat stand-in script and return its argv template."""
+    script = directory / "chat_stand_in.py"
+    script.write_text(CHAT_STAND_IN)
+    return [sys.executable, str(script), "--host", "127.0.0.1", "--port", "{port}"]
+
+
+def read_sse(body: bytes) -> list[tuple[str | None, Any]]:
+    """Split a server-sent event stream into (event name, parsed data) pairs; comments are left out."""
+    events: list[tuple[str | None, Any]] = []
+    for block in body.decode().split("\n\n"):
+        name = None
+        data = []
+        for line in block.splitlines():
+            if line.startswith("event: "):
+                name = line[len("event: "):]
+            elif line.startswith("data: "):
+                data.append(line[len("data: "):])
+        if data:
+            text = "\n".join(data)
+            events.append((name, text if text == "[DONE]" else json.loads(text)))
+    return events
