@@ -1,0 +1,242 @@
+"""The OpenAI Responses API of the JIT gateway, driven by the official ``openai`` SDK.
+
+Three workers stand behind the gateway, each for what it shows:
+
+* the real wrapped mlx_lm.server on the tiny random-weight model: plain and streamed text (cut by the plan's
+  token limit, so ``incomplete``), stored responses, background requests, the accepted no-op parameters and
+  the refusals;
+* the real wrapped server on a scripted model (``tests.gateway_support.agent_model``): a random-weight model
+  never chooses a tool, so this one is built to: its greedy next token depends only on the current token, and
+  its chat template ends the generation prompt so that the chain it starts writes ``<tool_call>{...}
+  </tool_call>`` when tools are offered and ``Sunny`` after a tool result. mlx_lm's own json_tools parser turns
+  the call into an OpenAI tool call, so the function-call round trip runs through the real runtime, streamed
+  and not, and ends ``completed``;
+* a stand-in worker (``tests.gateway_support.CHAT_STAND_IN``) for what the runtime never does: arguments
+  streamed in fragments, a stream that breaks off; and for many quick requests (the store's capacity).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.gateway_support import (
+    AGENT_ANSWER,
+    Gateway,
+    agent_model,
+    chat_stand_in_argv,
+    real_worker_argv,
+    running_gateway,
+)
+
+pytestmark = pytest.mark.e2e
+MAX_TOKENS = 8
+WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "strict": False,
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+ASK = "What is the weather in Paris?"
+
+
+def client_for(gateway: Gateway, key: str = "local") -> openai.OpenAI:
+    """Return the official client pointed at the gateway (no retries: a test sees the first answer)."""
+    return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, timeout=120, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
+    """Run a gateway over the real runtime serving the tiny random-weight model."""
+    with running_gateway(tmp_path_factory.mktemp("tiny"), real_worker_argv(tiny_model, MAX_TOKENS),
+                         model_path=tiny_model, max_tokens=MAX_TOKENS) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run a gateway over the real runtime serving the scripted agent model."""
+    directory = tmp_path_factory.mktemp("agent")
+    model = agent_model(directory / "model")
+    with running_gateway(directory, real_worker_argv(model, 32), model_path=model, max_tokens=32) as gateway:
+        yield gateway
+
+
+def stand_in_gateway(directory: Path, **options: Any) -> Any:
+    """Return a context that runs a gateway over the chat stand-in worker."""
+    env = {"STAND_IN_LOG": str(directory / "bodies.jsonl"), "STAND_IN_RELEASE": str(directory / "release")}
+    return running_gateway(directory, chat_stand_in_argv(directory), env=env, **options)
+
+
+# -- the real model -------------------------------------------------------------------------------------------
+
+def test_plain_response_from_the_real_model_is_stored(tiny: Gateway) -> None:
+    """A response is incomplete at the plan's token limit, names the client's model, and can be retrieved."""
+    client = client_for(tiny)
+    response = client.responses.create(model="org/tiny", input=ASK, instructions="Be brief.",
+                                       max_output_tokens=1000)
+    assert response.object == "response" and response.model == "org/tiny" and response.id.startswith("resp_")
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None and response.incomplete_details.reason == "max_output_tokens"
+    assert response.output_text and response.instructions == "Be brief."
+    assert response.usage is not None and response.usage.output_tokens == MAX_TOKENS
+    assert response.usage.input_tokens > 0
+    assert client.responses.retrieve(response.id).model_dump() == response.model_dump()
+    unstored = client.responses.create(model="org/tiny", input=ASK, store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+
+
+def test_streamed_response_follows_the_event_sequence(tiny: Gateway) -> None:
+    """The stream opens with created and in_progress, streams text deltas, and ends with response.incomplete."""
+    client = client_for(tiny)
+    events = list(client.responses.create(model="org/tiny", input=ASK, stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert set(kinds[4:-4]) == {"response.output_text.delta"}
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.incomplete"]
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    final = events[-1]
+    assert final.type == "response.incomplete"
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert final.response.output_text == streamed
+    plain = client.responses.create(model="org/tiny", input=ASK)
+    assert plain.output_text == streamed  # greedy: the same answer either way
+    assert client.responses.retrieve(final.response.id).status == "incomplete"  # streamed responses are stored
+
+
+def test_background_requests_complete_before_the_reply(tiny: Gateway) -> None:
+    """A background request returns the finished response, not a queued one."""
+    response = client_for(tiny).responses.create(model="org/tiny", input=ASK, background=True)
+    assert response.background is True and response.status == "incomplete" and response.output_text
+
+
+def test_accepted_parameters_do_not_change_the_answer(tiny: Gateway) -> None:
+    """parallel_tool_calls, prompt_cache_key, client_metadata, an empty reasoning and the include are accepted."""
+    client = client_for(tiny)
+    plain = client.responses.create(model="org/tiny", input=ASK)
+    accepted = client.responses.create(model="org/tiny", input=ASK, parallel_tool_calls=False,
+                                       prompt_cache_key="thread-1", reasoning={},
+                                       include=["reasoning.encrypted_content"],
+                                       extra_body={"client_metadata": {"client": "tests"}})
+    assert accepted.output_text == plain.output_text
+    assert accepted.parallel_tool_calls is False and accepted.prompt_cache_key == "thread-1"
+
+
+REFUSALS: Any = {
+    "image": {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "What is this?"},
+        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}]}]},
+    "file": {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},
+    "other_tool": {"tools": [{"type": "web_search"}]},
+    "strict_schema": {"tools": [{**WEATHER, "strict": True}]},
+    "reasoning_controls": {"reasoning": {"effort": "high"}},
+    "structured_text": {"text": {"format": {"type": "json_schema", "name": "answer",
+                                            "schema": {"type": "object", "properties": {}}}}},
+    "forced_tool_choice": {"tools": [WEATHER], "tool_choice": "required"},
+    "named_tool_choice": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
+    "previous_response_id": {"previous_response_id": "resp_123"},
+    "other_parameter": {"service_tier": "flex"},
+    "another_model": {"model": "someone/else"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_what_the_runtime_cannot_honour_is_refused(tiny: Gateway, case: str) -> None:
+    """Each refusal is a 400 invalid_request_error the SDK raises as BadRequestError."""
+    request = {"model": "org/tiny", "input": ASK, **REFUSALS[case]}
+    with pytest.raises(openai.BadRequestError) as info:
+        client_for(tiny).responses.create(**request)
+    body: Any = info.value.body
+    assert body["type"] == "invalid_request_error" and body["message"]
+
+
+# -- the scripted agent model -----------------------------------------------------------------------------
+
+def test_function_call_round_trip_through_the_real_runtime(agent: Gateway) -> None:
+    """A function_call item comes back; its function_call_output gets the final answer, completed."""
+    client = client_for(agent)
+    first = client.responses.create(model="org/tiny", input=ASK, tools=[WEATHER])
+    assert first.status == "completed"
+    [call] = first.output
+    assert call.type == "function_call" and call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": "Paris"} and call.call_id
+    history: Any = [{"role": "user", "content": ASK}, call.model_dump(exclude_none=True),
+                    {"type": "function_call_output", "call_id": call.call_id, "output": "20 C"}]
+    second = client.responses.create(model="org/tiny", input=history, tools=[WEATHER])
+    assert (second.status, second.output_text) == ("completed", AGENT_ANSWER)
+
+
+def test_streamed_function_call_round_trip_through_the_real_runtime(agent: Gateway) -> None:
+    """Streamed, the call arrives as argument events the SDK's stream helper assembles; then the answer streams."""
+    client = client_for(agent)
+    with client.responses.stream(model="org/tiny", input=ASK, tools=[WEATHER]) as stream:
+        kinds = [event.type for event in stream]
+        first = stream.get_final_response()
+    assert kinds[-5:] == ["response.output_item.added", "response.function_call_arguments.delta",
+                          "response.function_call_arguments.done", "response.output_item.done",
+                          "response.completed"]
+    [call] = first.output
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
+    history: Any = [{"role": "user", "content": ASK}, call.model_dump(exclude_none=True),
+                    {"type": "function_call_output", "call_id": call.call_id, "output": "20 C"}]
+    with client.responses.stream(model="org/tiny", input=history, tools=[WEATHER]) as stream:
+        text = "".join(event.delta for event in stream if event.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert text == AGENT_ANSWER and (final.status, final.output_text) == ("completed", AGENT_ANSWER)
+
+
+def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
+    """With tool_choice none the template sees no tools, so this model answers instead of calling one."""
+    response = client_for(agent).responses.create(model="org/tiny", input=ASK, tools=[WEATHER], tool_choice="none")
+    assert [item.type for item in response.output] == ["message"] and response.output_text == AGENT_ANSWER
+
+
+# -- the stand-in worker --------------------------------------------------------------------------------------
+
+def test_fragmented_arguments_and_the_body_the_worker_gets(tmp_path: Path) -> None:
+    """Arguments streamed in pieces assemble into one call; the worker got the translated, clamped body."""
+    with stand_in_gateway(tmp_path) as gateway:
+        with client_for(gateway).responses.stream(model="org/tiny", input=ASK, tools=[WEATHER],
+                                                  instructions="Be brief.", max_output_tokens=5000,
+                                                  temperature=0.3) as stream:
+            deltas = [event.delta for event in stream if event.type == "response.function_call_arguments.delta"]
+            final = stream.get_final_response()
+        body = json.loads((tmp_path / "bodies.jsonl").read_text())
+    assert deltas == ['{"city": ', '"Paris"}']
+    [call] = final.output
+    assert call.type == "function_call" and (call.call_id, call.arguments) == ("call_stand_in_1", '{"city": "Paris"}')
+    assert final.usage is not None and final.usage.input_tokens_details.cached_tokens == 4
+    assert body == {
+        "model": "default_model", "max_tokens": 16, "stream": True, "stream_options": {"include_usage": True},
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": ASK}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "description": WEATHER["description"],
+                                                    "parameters": WEATHER["parameters"]}}],
+        "temperature": 0.3}
+
+
+def test_a_stream_the_worker_breaks_ends_failed(tmp_path: Path) -> None:
+    """A worker stream that ends without [DONE] ends with response.failed, which is stored as failed."""
+    with stand_in_gateway(tmp_path) as gateway:
+        client = client_for(gateway)
+        events = list(client.responses.create(model="org/tiny", input="break", stream=True))
+        assert events[-1].type == "response.failed"
+        assert events[-1].response.error is not None and events[-1].response.error.code == "server_error"
+        assert client.responses.retrieve(events[-1].response.id).status == "failed"
+
+
+def test_stored_responses_are_the_last_64_and_per_key(tmp_path: Path) -> None:
+    """The store keeps the 64 most recent responses; another API key cannot read them."""
+    with stand_in_gateway(tmp_path, api_keys=["alice-key", "bob-key"]) as gateway:
+        alice, bob = client_for(gateway, "alice-key"), client_for(gateway, "bob-key")
+        ids = [alice.responses.create(model="org/tiny", input=f"question {i}").id for i in range(65)]
+        with pytest.raises(openai.NotFoundError):
+            alice.responses.retrieve(ids[0])
+        assert alice.responses.retrieve(ids[1]).output_text == "Hello from the stand-in"
+        with pytest.raises(openai.NotFoundError):
+            bob.responses.retrieve(ids[-1])
+        with pytest.raises(openai.AuthenticationError):
+            client_for(gateway, "mallory").responses.retrieve(ids[-1])
