@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from mlx_agent.errors import PreviewHashRequired, PreviewStale
+from mlx_agent.errors import AdapterChanged, PreviewHashRequired, PreviewStale
 from mlx_agent.home import previews_dir
 from mlx_agent.plan.canonical import plan_diff, with_hash
 from mlx_agent.supervise.atomic import write_json_atomic
@@ -47,6 +47,9 @@ def reviewed_plan(build: Callable[[], dict[str, Any]], preview_hash: str | None)
         changes = plan_diff(old, plan) if old is not None else None
         summary = (f"{len(changes)} plan field(s) changed since the preview" if changes is not None
                    else "the reviewed preview is not stored here, so the changes cannot be listed")
-        raise PreviewStale(f"the plan no longer matches --preview-hash: {summary}",
-                           details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes})
+        # A changed adapter gets its own code: it is the one change a reviewer must not wave through.
+        adapter_moved = changes is not None and any(c["field"].startswith("adapter.") for c in changes)
+        error = AdapterChanged if adapter_moved else PreviewStale
+        raise error(f"the plan no longer matches --preview-hash: {summary}",
+                    details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes})
     return plan

@@ -23,6 +23,26 @@ def is_unit(receipt: dict[str, Any]) -> bool:
     return receipt.get("supervisor") in UNIT_SUPERVISORS
 
 
+def plan_receipt(plan: dict[str, Any], supervisor: str, log: str) -> dict[str, Any]:
+    """Return the fields every serve receipt copies from its plan, whoever supervises the server."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": "serve",
+        "supervisor": supervisor,
+        "port": plan["port"],
+        "host": plan["host"],
+        "base_url": plan["base_url"],
+        "runtime": plan["runtime"]["name"],
+        "model": plan["source"]["path"],
+        "repo": plan["source"].get("repo"),
+        "adapter": plan.get("adapter"),
+        "argv": plan["argv"],
+        "log_path": log,
+        "preview_hash": plan["preview_hash"],
+        "plan": plan,
+    }
+
+
 def receipt_path(directory: Path, port: int) -> Path:
     """Return where the receipt of ``port`` lives."""
     return directory / f"{port}.json"

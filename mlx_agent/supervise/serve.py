@@ -8,25 +8,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import (
-    AdapterChanged,
     LaunchInterrupted,
     PortClaimed,
     PortInUse,
-    PreviewHashRequired,
-    PreviewStale,
 )
 from mlx_agent.home import previews_dir, wired_dir
-from mlx_agent.plan.canonical import plan_diff, with_hash
+from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan, model_ids
 from mlx_agent.plan.wired import claims_on_port, read_wired
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.ports import port_is_free
-from mlx_agent.supervise.previews import load_preview, save_preview
+from mlx_agent.supervise.previews import reviewed_plan, save_preview
 from mlx_agent.supervise.readiness import Tick, launch_failed, wait_ready
-from mlx_agent.supervise.receipts import is_unit, log_path, read_receipt, receipt_path, write_receipt
+from mlx_agent.supervise.receipts import is_unit, log_path, plan_receipt, read_receipt, receipt_path, write_receipt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,20 +85,7 @@ def preview(req: ServeRequest, directory: Path) -> tuple[dict[str, Any], list[st
 
 def check_preview(req: ServeRequest, preview_hash: str | None) -> dict[str, Any]:
     """Rebuild the plan and return it if its hash is the reviewed one; otherwise say what changed."""
-    if not preview_hash:
-        raise PreviewHashRequired("--confirm needs the --preview-hash of a reviewed preview")
-    plan = with_hash(build_serve_plan(req))
-    if plan["preview_hash"] != preview_hash:
-        old = load_preview(previews_dir(), preview_hash)
-        changes = plan_diff(old, plan) if old is not None else None
-        summary = (f"{len(changes)} plan field(s) changed since the preview" if changes is not None
-                   else "the reviewed preview is not stored here, so the changes cannot be listed")
-        # A changed adapter gets its own code: it is the one change a reviewer must not wave through.
-        adapter_moved = changes is not None and any(c["field"].startswith("adapter.") for c in changes)
-        error = AdapterChanged if adapter_moved else PreviewStale
-        raise error(f"the plan no longer matches --preview-hash: {summary}",
-                    details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes})
-    return plan
+    return reviewed_plan(lambda: build_serve_plan(req), preview_hash)
 
 
 class _Interrupts:
@@ -145,25 +128,7 @@ class _Interrupts:
 
 
 def _receipt(plan: dict[str, Any], identity: dict[str, Any], log: Path) -> dict[str, Any]:
-    return {
-        "format_version": FORMAT_VERSION,
-        "kind": "serve",
-        "supervisor": "mlx-agent",
-        **identity,
-        "argv": plan["argv"],
-        "port": plan["port"],
-        "host": plan["host"],
-        "base_url": plan["base_url"],
-        "runtime": plan["runtime"]["name"],
-        "model": plan["source"]["path"],
-        "repo": plan["source"].get("repo"),
-        "adapter": plan.get("adapter"),
-        "log_path": str(log),
-        "started_at": _now(),
-        "ready_at": None,
-        "preview_hash": plan["preview_hash"],
-        "plan": plan,
-    }
+    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": _now(), "ready_at": None}
 
 
 def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> dict[str, Any]:

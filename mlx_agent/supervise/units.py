@@ -11,10 +11,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import UnitModified, UnitNotOwned
 from mlx_agent.supervise.readiness import probe
-from mlx_agent.supervise.receipts import write_receipt
+from mlx_agent.supervise.receipts import plan_receipt, write_receipt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,23 +54,10 @@ def install(plan: dict[str, Any], directory: Path, now: str) -> dict[str, Any]:
     check_unit_path(plan)
     Path(unit["log_path"]).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     receipt = {
-        "format_version": FORMAT_VERSION,
-        "kind": "serve",
-        "supervisor": unit["kind"],
-        "port": plan["port"],
-        "host": plan["host"],
-        "base_url": plan["base_url"],
-        "runtime": plan["runtime"]["name"],
-        "model": plan["source"]["path"],
-        "repo": plan["source"].get("repo"),
-        "adapter": plan.get("adapter"),
-        "argv": plan["argv"],
-        "log_path": unit["log_path"],
+        **plan_receipt(plan, unit["kind"], unit["log_path"]),
         "installed_at": now,
-        "preview_hash": plan["preview_hash"],
         "unit": {"kind": unit["kind"], "name": unit["name"], "path": unit["path"],
                  "sha256": _sha256(unit["content"]), "commands": unit["commands"]},
-        "plan": plan,
     }
     # The receipt first: a unit file never exists without the receipt that owns it.
     write_receipt(directory, receipt)
