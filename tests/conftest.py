@@ -101,6 +101,15 @@ class Agent:
         return subprocess.Popen([sys.executable, str(LAUNCHER), *args, "--json"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.home)
 
+    def launch(self, *args: str) -> dict[str, Any]:
+        """Preview and confirm ``serve start ARGS``; return the schema-checked receipt."""
+        preview_hash = self.preview_hash(*args)
+        result = self.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+        assert result.rc == 0, result.stdout + result.stderr
+        receipt: dict[str, Any] = result.data["receipt"]
+        assert_valid("serve_receipt", receipt)
+        return receipt
+
     @property
     def serve_dir(self) -> Path:
         """Return the directory of serve receipts."""

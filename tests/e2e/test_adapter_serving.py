@@ -12,6 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.adapter_support import flip_last_byte, restart_refusal
 from tests.conftest import Agent, free_port
 
 pytestmark = pytest.mark.e2e
@@ -34,11 +35,6 @@ def trained_adapter(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) 
     return adapter
 
 
-def flip_last_byte(path: Path) -> None:
-    """Change one byte of a file, keeping its size."""
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def test_serve_with_adapter_then_refuse_a_changed_one(agent: Agent, tiny_model: Path, trained_adapter: Path,
@@ -72,10 +68,4 @@ def test_serve_with_adapter_then_refuse_a_changed_one(agent: Agent, tiny_model: 
     assert agent.run("serve", "status").data["servers"] == []
 
     # A restart of the reviewed argv (what launchd, systemd or a JIT load does) refuses inside the server.
-    log = tmp_path / "restart.log"
-    with open(log, "wb") as out:
-        code = subprocess.run(receipt["argv"], env={**os.environ, **receipt["plan"]["env"]}, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=120).returncode
-    assert code == 3
-    report = next(line for line in log.read_text().splitlines() if line.startswith("mlx-agent-error "))
-    assert json.loads(report.removeprefix("mlx-agent-error "))["code"] == "adapter_changed"
+    assert restart_refusal(receipt, tmp_path / "restart.log") == (3, "adapter_changed")

@@ -16,14 +16,6 @@ from tests.fixtures.tiny_model import build_hf_cache_repo
 pytestmark = pytest.mark.e2e
 
 
-def launch(agent: Agent, *args: str) -> dict[str, object]:
-    """Preview and confirm ``serve start ARGS``; return the receipt."""
-    preview_hash = agent.preview_hash(*args)
-    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
-    assert result.rc == 0, result.stdout + result.stderr
-    receipt: dict[str, object] = result.data["receipt"]
-    assert_valid("serve_receipt", receipt)
-    return receipt
 
 
 def processes_mentioning(marker: str) -> list[int]:
@@ -38,7 +30,7 @@ def processes_mentioning(marker: str) -> list[int]:
 def test_preview_confirm_chat_status_stop(agent: Agent, model_copy: Path) -> None:
     """The whole lifecycle: a real server answers the official openai client, then stops cleanly."""
     port = free_port()
-    receipt = launch(agent, "--path", str(model_copy), "--port", str(port), "--max-tokens", "16")
+    receipt = agent.launch("--path", str(model_copy), "--port", str(port), "--max-tokens", "16")
     log = Path(str(receipt["log_path"])).read_text()
     assert log.index("mlx-agent: model loaded") < log.index("Starting httpd"), "loaded before listening"
 
@@ -60,7 +52,7 @@ def test_repo_from_the_hf_cache(agent: Agent, tiny_model: Path) -> None:
     """--repo serves a snapshot from the local HF cache, bound by revision and blob ids."""
     snapshot = build_hf_cache_repo(Path(agent.env["HF_HOME"]), "mlx-community/tiny-llama", tiny_model)
     port = free_port()
-    receipt = launch(agent, "--repo", "mlx-community/tiny-llama", "--port", str(port))
+    receipt = agent.launch("--repo", "mlx-community/tiny-llama", "--port", str(port))
     plan = receipt["plan"]
     assert isinstance(plan, dict)
     assert plan["source"]["revision"] == snapshot.name

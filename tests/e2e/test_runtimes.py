@@ -12,7 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.conftest import Agent, assert_valid, free_port
+from tests.conftest import Agent, free_port
 from tests.fixtures.tiny_vlm import build_tiny_vlm
 
 pytestmark = pytest.mark.e2e
@@ -40,20 +40,12 @@ def png(width: int = 32, height: int = 24) -> str:
     return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + body).decode()
 
 
-def launch(agent: Agent, *args: str) -> dict[str, object]:
-    """Preview and confirm; return the receipt."""
-    preview_hash = agent.preview_hash(*args)
-    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
-    assert result.rc == 0, result.stdout + result.stderr
-    receipt: dict[str, object] = result.data["receipt"]
-    assert_valid("serve_receipt", receipt)
-    return receipt
 
 
 def test_auto_serves_a_vision_model_with_mlx_vlm(agent: Agent, tiny_vlm: Path) -> None:
     """Runtime auto reads vision_config, launches mlx_vlm.server on loopback, waits for the load, answers an image."""
     port = free_port()
-    receipt = launch(agent, "--path", str(tiny_vlm), "--runtime", "auto", "--port", str(port))
+    receipt = agent.launch("--path", str(tiny_vlm), "--runtime", "auto", "--port", str(port))
     plan = receipt["plan"]
     assert isinstance(plan, dict)
     assert plan["runtime"]["name"] == "mlx-vlm" and "vision_config" in plan["runtime_reason"]
@@ -83,7 +75,7 @@ def test_thinking_off_reaches_the_template(agent: Agent, model_copy: Path) -> No
     prompt_tokens = {}
     for thinking in ("on", "off"):
         port = free_port()
-        receipt = launch(agent, "--path", str(model_copy), "--port", str(port), "--thinking", thinking)
+        receipt = agent.launch("--path", str(model_copy), "--port", str(port), "--thinking", thinking)
         plan = receipt["plan"]
         assert isinstance(plan, dict)
         assert plan["thinking"] == thinking
@@ -102,7 +94,7 @@ def test_runtime_executable_runs_its_native_argv(agent: Agent, tiny_model: Path)
     """
     exe = Path(sys.executable).parent / "mlx_lm.server"
     port = free_port()
-    receipt = launch(agent, "--path", str(tiny_model), "--port", str(port), "--runtime-executable", str(exe))
+    receipt = agent.launch("--path", str(tiny_model), "--port", str(port), "--runtime-executable", str(exe))
     plan = receipt["plan"]
     assert isinstance(plan, dict)
     assert plan["runtime"]["launcher"] == "native" and plan["runtime"]["adapter_enabled"] is False

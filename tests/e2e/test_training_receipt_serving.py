@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import openai
 import pytest
 
+from tests.adapter_support import flip_last_byte, restart_refusal
 from tests.conftest import Agent, assert_valid, free_port
 from tests.e2e.test_lora_train import settled, start, trainer_agent  # noqa: F401  (fixture)
 from tests.fixtures.tiny_dataset import write_dataset
@@ -18,11 +16,6 @@ from tests.lora_support import train_args
 pytestmark = pytest.mark.e2e
 
 
-def flip_last_byte(path: Path) -> None:
-    """Change one byte of a file, keeping its size."""
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def test_train_then_serve_the_receipt(trainer_agent: Agent, model_copy: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -56,13 +49,7 @@ def test_train_then_serve_the_receipt(trainer_agent: Agent, model_copy: Path, tm
     assert (refused.rc, refused.code) == (1, "adapter_changed")
 
     receipt = started.data["receipt"]
-    log = tmp_path / "restart.log"
-    with open(log, "wb") as out:
-        code = subprocess.run(receipt["argv"], env={**os.environ, **receipt["plan"]["env"]}, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=120).returncode
-    assert code == 3
-    report = next(line for line in log.read_text().splitlines() if line.startswith("mlx-agent-error "))
-    assert json.loads(report.removeprefix("mlx-agent-error "))["code"] == "adapter_changed"
+    assert restart_refusal(receipt, tmp_path / "restart.log") == (3, "adapter_changed")
 
 
 def test_training_receipt_refusals(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:

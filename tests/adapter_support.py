@@ -1,0 +1,30 @@
+"""Helpers for tests that change a bound adapter and watch the server refuse it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def flip_last_byte(path: Path) -> None:
+    """Change one byte of a file, keeping its size."""
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def restart_refusal(receipt: dict[str, Any], log: Path) -> tuple[int, str]:
+    """Run a receipt's reviewed argv again, as launchd, systemd or a JIT load would; return exit code and code.
+
+    The returned code is the one in the entry's ``mlx-agent-error`` line, or "" when there is none.
+    """
+    with open(log, "wb") as out:
+        exit_code = subprocess.run(receipt["argv"], env={**os.environ, **receipt["plan"]["env"]}, stdout=out,
+                                   stderr=subprocess.STDOUT, timeout=120).returncode
+    for line in log.read_text().splitlines():
+        if line.startswith("mlx-agent-error "):
+            return exit_code, str(json.loads(line.removeprefix("mlx-agent-error "))["code"])
+    return exit_code, ""
