@@ -40,8 +40,8 @@ def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
     assert isinstance(env, dict)
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     assert set(plan) == {"format_version", "operation", "supervisor", "source", "requested_runtime",
-                         "runtime_reason", "runtime", "thinking", "chat_template_args", "adapter", "jit", "host", "port",
-                         "base_url", "max_tokens", "ready_timeout_s", "readiness", "argv", "env", "cwd",
+                         "runtime_reason", "runtime", "thinking", "chat_template_args", "adapter", "jit", "host",
+                         "port", "base_url", "max_tokens", "ready_timeout_s", "readiness", "argv", "env", "cwd",
                          "preview_hash"}
 
 
