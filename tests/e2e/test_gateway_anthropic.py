@@ -161,6 +161,31 @@ def test_front_door_errors_take_anthropics_shape_too(tiny: Gateway) -> None:
         "type": "request_too_large", "message": big.json()["error"]["message"], "code": "body_too_large"}}
 
 
+def test_the_workers_own_refusals_pass_through_in_anthropics_shape(tiny: Gateway) -> None:
+    """A parameter the worker refuses (a negative temperature) is a 400 invalid_request_error naming it."""
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client_for(tiny).messages.create(model="org/tiny", max_tokens=8, messages=ASK,
+                                         extra_body={"temperature": -1})  # no SDK argument
+    body: Any = info.value.body
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "temperature"
+
+
+def test_cache_reads_are_reported_only_to_the_key_that_sent_the_prompt(tmp_path: Path, tiny_model: Path) -> None:
+    """With API keys, cache_read_input_tokens counts only prompts the same key sent before."""
+    argv = real_worker_argv(tiny_model, MAX_TOKENS)
+    with running_gateway(tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS,
+                         api_keys=["alice-key", "bob-key"]) as gateway:
+        def cached(key: str) -> int:
+            message = client_for(gateway, key).messages.create(
+                model="org/tiny", max_tokens=2,
+                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}])
+            return message.usage.cache_read_input_tokens or 0
+
+        assert cached("alice-key") == 0
+        assert cached("alice-key") > 0  # her own prompt, cached by the worker
+        assert cached("bob-key") == 0  # the worker has it cached too, but bob never sent it
+
+
 # -- the scripted agent model -----------------------------------------------------------------------------
 
 def test_tool_round_trip_through_the_real_runtime(agent: Gateway) -> None:
@@ -223,7 +248,7 @@ def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in: Gatewa
     client = client_for(stand_in)
     with client.messages.stream(model="org/tiny", max_tokens=5000, messages=ASK, tools=[WEATHER],
                                 system="Be brief.", stop_sequences=["END"],
-                                extra_body={"temperature": 0.3, "top_k": 5}) as stream:  # not stream() options
+                                extra_body={"temperature": 0.3, "top_k": 5}) as stream:  # no SDK arguments
         message = stream.get_final_message()
     assert [(b.type, getattr(b, "id", None), getattr(b, "input", None)) for b in message.content] == [
         ("tool_use", "call_stand_in_1", {"city": "Paris"})]
