@@ -108,7 +108,8 @@ class Guard:
         if request.method == "OPTIONS" and origin is not None:
             return web.Response(status=204, headers={
                 "Access-Control-Allow-Methods": "GET, POST, PUT, OPTIONS",
-                "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key",
+                "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version, "
+                                                "anthropic-beta, openai-beta",
                 "Access-Control-Max-Age": "600"})
         if request.content_length is not None and request.content_length > self.max_body_bytes:
             return _too_large(self.max_body_bytes)

@@ -59,6 +59,8 @@ def test_foreign_host_and_origin_are_forbidden(tmp_path: Path) -> None:
         assert "access-control-allow-origin" not in plain.headers
         preflight = gateway.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://127.0.0.1:3000"})
         assert preflight.status == 204 and preflight.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
+        allowed = {h.strip().lower() for h in preflight.headers["access-control-allow-headers"].split(",")}
+        assert {"anthropic-version", "x-api-key", "authorization"} <= allowed  # what the official SDKs send
 
 
 def test_bodies_over_the_cap_are_413(tmp_path: Path) -> None:
