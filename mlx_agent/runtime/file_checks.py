@@ -8,13 +8,13 @@ line (JSON) that the supervisor turns into the same error code, and exits withou
 from __future__ import annotations
 
 import hashlib
-import json
-import sys
 from pathlib import Path
 
+from mlx_agent.runtime.report import ERROR_PREFIX, EXIT_REFUSED, refuse
+
 FLAG = "--mlx-agent-expect"
-ERROR_PREFIX = "mlx-agent-error "
-EXIT_REFUSED = 3
+
+__all__ = ["ERROR_PREFIX", "EXIT_REFUSED", "changed_files", "refuse_if_changed", "split_expectations"]
 
 
 def split_expectations(argv: list[str]) -> tuple[list[tuple[Path, str, int]], list[str]]:
@@ -60,7 +60,4 @@ def refuse_if_changed(expected: list[tuple[Path, str, int]]) -> None:
     changed = changed_files(expected)
     if not changed:
         return
-    report = {"code": "adapter_changed", "message": "adapter files changed since the plan was reviewed; not loading",
-              "details": {"files": changed}}
-    print(ERROR_PREFIX + json.dumps(report), file=sys.stderr, flush=True)
-    sys.exit(EXIT_REFUSED)
+    refuse("adapter_changed", "adapter files changed since the plan was reviewed; not loading", {"files": changed})

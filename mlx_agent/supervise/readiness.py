@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, error_class
-from mlx_agent.runtime.file_checks import ERROR_PREFIX as REPORT_PREFIX  # no mlx import: a constant
+from mlx_agent.runtime.report import ERROR_PREFIX as REPORT_PREFIX  # no mlx import: a constant
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
