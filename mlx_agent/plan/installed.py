@@ -7,7 +7,6 @@ Versions come from ``*.dist-info`` directory names, and the model types a runtim
 
 from __future__ import annotations
 
-import ast
 import glob
 import importlib.util
 import os
@@ -65,11 +64,24 @@ def package_dir(package: str, paths: list[str] | None) -> Path | None:
 
 
 def _literal_dict(source: str, name: str) -> dict[str, str]:
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            value = ast.literal_eval(node.value)
-            if isinstance(value, dict):
-                return {str(k): str(v) for k, v in value.items()}
+    """Return the dict literal assigned to ``name`` at module level, parsing only that statement.
+
+    Parsing the whole module (mlx_lm's utils.py) would cost most of a preview's time.
+    """
+    import ast
+
+    match = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]*)?=\s*{{", source, re.MULTILINE)
+    if match is None:
+        return {}
+    start = match.end() - 1
+    # The statement ends at the first line that makes the text from the brace a complete expression.
+    for end in (m.end() for m in re.finditer(r"^}", source[start:], re.MULTILINE)):
+        try:
+            value = ast.literal_eval(source[start:start + end])
+        except (SyntaxError, ValueError):
+            continue
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
     return {}
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -31,8 +30,14 @@ ENTRY_MODULE = "mlx_agent.runtime"
 
 
 def entry_sources() -> dict[str, str]:
-    """Return the sha256 of each source file of the wrapped entry, keyed by its package-relative name."""
-    return {f"runtime/{p.name}": sha256_file(p) for p in sorted(ENTRY_DIR.glob("*.py"))}
+    """Return the sha256 of each source file of the wrapped entry, keyed by its package-relative name.
+
+    These are its Python modules (at any depth) and its bundled kernel files (``runtime/kernels/``), so a
+    changed kernel source makes a plan stale.
+    """
+    files = [*ENTRY_DIR.rglob("*.py"), *(p for p in (ENTRY_DIR / "kernels").rglob("*") if p.is_file())]
+    return {p.relative_to(ENTRY_DIR.parent).as_posix(): sha256_file(p) for p in sorted(set(files))
+            if "__pycache__" not in p.parts}
 
 
 def configured_executable(name: str) -> str | None:
@@ -78,6 +83,8 @@ def _interpreter(exe: Path) -> tuple[Path | None, list[str]]:
     if not words:
         return None, [str(exe)]
     if os.path.basename(words[0]) == "env":
+        import shutil  # lazily: it brings compression modules, and only env shebangs need which()
+
         name = next((w for w in words[1:] if not w.startswith("-")), None)
         found = shutil.which(name) if name else None
         if found is None:

@@ -174,3 +174,19 @@ def test_configured_executable_is_bound(tiny_model: Path, tmp_path: Path, monkey
     (tmp_path / "runtimes.json").write_text("{broken")
     with pytest.raises(RuntimeNotInstalled):
         plan(tiny_model, runtime="mlx-vlm")
+
+
+@pytest.mark.parametrize("package", ["mlx_lm", "mlx_vlm"])
+def test_remapping_read_without_parsing_the_module_matches_a_full_parse(package: str) -> None:
+    """The one-statement reading of MODEL_REMAPPING gives what parsing the whole installed module gives."""
+    import ast
+
+    from mlx_agent.plan.installed import model_support, package_dir
+
+    root = package_dir(package, None)
+    assert root is not None
+    tree = ast.parse((root / "utils.py").read_text())
+    full = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "MODEL_REMAPPING" for t in node.targets))
+    support = model_support(package, None)
+    assert support is not None and support[1] == full
