@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import struct
 import subprocess
@@ -35,6 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mlx_agent.supervise.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "mlx-agent"
@@ -74,12 +75,6 @@ class ImportRecord:
 # ---------------------------------------------------------------------------------------------- fixtures
 
 
-def free_port() -> int:
-    """Return a loopback port that nothing is bound to right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -34,19 +34,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from mlx_agent.supervise.ports import free_port  # noqa: E402  (after the checkout is on sys.path)
+
 LATENCY_TARGET_MS = 2.0
 STREAM_TARGET_RATIO = 0.95
 RSS_TARGET_MB = 80.0
 TOKEN = "bench-control-token"
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def private(path: Path, text: str) -> None:

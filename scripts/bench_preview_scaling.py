@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import struct
 import subprocess
@@ -27,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from mlx_agent.supervise.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "mlx-agent"
@@ -39,12 +40,6 @@ BIG_BYTES = 8 * 1000 * 1000 * 1000
 MAX_ALLOCATED = 64 * 1024 * 1024
 
 
-def free_port() -> int:
-    """Return a loopback port that nothing is bound to right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _write_json(path: Path, obj: Any) -> None:

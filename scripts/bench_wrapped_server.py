@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from mlx_agent.supervise.ports import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 POLL_SECONDS = 0.1  # mlx_agent.runtime.cancel.POLL_SECONDS (not imported: that would import mlx_lm here)
 TINY_MODEL = REPO / "tests" / "fixtures" / "tiny_model.py"
@@ -40,11 +41,6 @@ PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers
 STOPPED = re.compile(r"after (\d+) tokens; generation stopped \((\d+) more tokens after the stop\)")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def post(port: int, body: dict[str, Any], timeout: float = 600) -> dict[str, Any]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from mlx_agent.supervise.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, str(ROOT / "scripts" / "mlx-agent")]
@@ -36,11 +37,6 @@ def agent(*args: str) -> dict[str, Any]:
     return doc
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def main() -> int:

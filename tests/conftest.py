@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,12 +45,6 @@ def assert_valid(name: str, document: Any) -> None:
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
 
 
-def free_port() -> int:
-    """Return a loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -157,6 +150,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
 
 FAKE_SERVER = '''
 import argparse, http.server, json, sys
+from mlx_agent.supervise.ports import free_port
 p = argparse.ArgumentParser()
 p.add_argument("--model"); p.add_argument("--host"); p.add_argument("--port", type=int)
 p.add_argument("--max-tokens")

@@ -14,3 +14,11 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a loopback port that nothing was bound to a moment ago (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
