@@ -15,6 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from mlx_agent.supervise.ports import free_port as free_port  # re-exported: the tests import it from here
 from tests.fixtures.tiny_model import build_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +151,6 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
 
 FAKE_SERVER = '''
 import argparse, http.server, json, sys
-from mlx_agent.supervise.ports import free_port
 p = argparse.ArgumentParser()
 p.add_argument("--model"); p.add_argument("--host"); p.add_argument("--port", type=int)
 p.add_argument("--max-tokens")
