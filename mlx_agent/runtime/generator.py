@@ -3,7 +3,9 @@
 ``_tokenize`` runs in the generation thread with the request, the tokenizer and the prompt's thinking state
 together: it renders the template the request asked for (``add_generation_prompt``, ``continue_final_message``)
 and hangs the reply's watcher on the generation arguments, where the replaced ``_make_logits_processors``
-appends it. ``generate`` runs in the handler thread and returns a ``ReplyStream`` that watches the client.
+appends it. ``generate`` runs in the handler thread and returns a ``ReplyStream`` that watches the client; with
+``--prompt-lookup`` it also marks a plain greedy request for the lookup path (``lookup_serving``), which the
+generation thread then serves alone through ``_serve_single``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mlx_agent.runtime.errors_http import (
     generation_unavailable,
 )
 from mlx_agent.runtime.limits import Limits
+from mlx_agent.runtime.lookup_serving import LOOKUP_ATTRIBUTE, LookupSettings, native_reasons, serve_lookup
 from mlx_agent.runtime.request_options import RequestOptions, Served
 from mlx_agent.runtime.watcher import Grammar, ReplyWatcher, Vocabulary
 
@@ -81,9 +84,11 @@ class TemplateCall:
 class WrappedGenerator(server.ResponseGenerator):
     """mlx_lm's generator with schema enforcement, reply limits and client watching (module docstring)."""
 
-    def __init__(self, model_provider: Any, prompt_cache: Any, limit_defaults: Limits) -> None:
+    def __init__(self, model_provider: Any, prompt_cache: Any, limit_defaults: Limits,
+                 lookup: LookupSettings | None = None) -> None:
         # Set before mlx_lm starts the generation thread, which may call _tokenize at once.
         self.served = Served(served_names(model_provider.cli_args.model), limit_defaults)
+        self.lookup = lookup
         self._ll_tokenizers: dict[Any, Any] = {}
         self._classes: dict[Any, structured.TokenClasses] = {}
         self._pieces: dict[Any, dict[int, str]] = {}
@@ -111,7 +116,7 @@ class WrappedGenerator(server.ResponseGenerator):
                  label: str) -> ReplyWatcher | None:
         limits = options.limits
         thinks = bool(tokenizer.has_thinking)
-        if not (options.grammar or thinks or (limits.limit_answers and limits.watches_text)):
+        if not needs_watcher(options, thinks):
             return None  # nothing to watch: the reply keeps mlx_lm's fastest path
         key = self.model_provider.model_key
         width = self._output_width(tokenizer)
@@ -145,7 +150,33 @@ class WrappedGenerator(server.ResponseGenerator):
         width = getattr(args, "vocab_size", None)
         return int(width) if isinstance(width, int) and width > 0 else len(tokenizer)
 
+    def _is_batchable(self, args: Any) -> bool:
+        """Return False for a request marked for prompt lookup (it is served alone); else mlx_lm's answer."""
+        if getattr(args, LOOKUP_ATTRIBUTE, False):
+            return False
+        return bool(super()._is_batchable(args))  # type: ignore[no-untyped-call]
+
+    def _serve_single(self, request: tuple[Any, Any, Any], stream: Any) -> None:
+        """Serve a request marked for prompt lookup with the lookup decoder; any other as mlx_lm does."""
+        if self.lookup is not None and getattr(request[2], LOOKUP_ATTRIBUTE, False):
+            serve_lookup(self, request, stream, self.lookup)
+        else:
+            super()._serve_single(request, stream)  # type: ignore[no-untyped-call]
+
     # -- handler thread ----------------------------------------------------------------------------------
+
+    def lookup_refusals(self, request: Any, generation_args: Any) -> list[str]:
+        """Return why a request keeps native generation under ``--prompt-lookup`` (empty: it takes lookup)."""
+        provider = self.model_provider
+        reasons = native_reasons(generation_args, has_draft_model=provider.draft_model is not None,
+                                 has_adapter=provider.cli_args.adapter_path is not None,
+                                 kv_bits=provider.cli_args.kv_bits)
+        options: RequestOptions = getattr(request, "options", RequestOptions())
+        if needs_watcher(options, bool(getattr(provider.tokenizer, "has_thinking", False))):
+            reasons.append("a reply watcher (structured output, thinking or answer limits)")
+        if any(server._image_parts(request.messages or [])):
+            reasons.append("images")
+        return reasons
 
     def generate(self, request: Any, generation_args: Any, progress_callback: Callable[[int, int], None] | None = None
                  ) -> tuple[Any, Any]:
@@ -156,6 +187,12 @@ class WrappedGenerator(server.ResponseGenerator):
         # mlx_lm would otherwise reload the model without the adapter for a request naming its path.
         generation_args.model = replace(generation_args.model, model="default_model", draft="default_model",
                                         adapter=None)
+        if self.lookup is not None:
+            refusals = self.lookup_refusals(request, generation_args)
+            setattr(generation_args, LOOKUP_ATTRIBUTE, not refusals)
+            if refusals:
+                log.info("mlx-agent: %s keeps native generation (%s)", getattr(request, "label", "request"),
+                         ", ".join(refusals))
         queue: Queue[Any] = Queue()
         self.requests.put((queue, request, generation_args))
         ctx = self._first(queue)
@@ -183,6 +220,12 @@ class WrappedGenerator(server.ResponseGenerator):
             if isinstance(item, Exception):
                 raise from_generation_error(item)
             return item
+
+
+def needs_watcher(options: RequestOptions, thinks: bool) -> bool:
+    """Whether a reply needs the watcher: a schema, a thinking model, or limits on answers."""
+    limits = options.limits
+    return bool(options.grammar or thinks or (limits.limit_answers and limits.watches_text))
 
 
 def served_names(model: str | None) -> frozenset[str]:

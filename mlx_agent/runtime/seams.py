@@ -2,7 +2,8 @@
 
 The wrapper subclasses mlx_lm.server's ``APIHandler``, ``ResponseGenerator``, ``ToolCallFormatter`` and
 ``CompletionRequest``, replaces its module-level ``run``, ``_make_logits_processors`` and
-``ToolCallFormatter``, and reads a few tokenizer properties. pyproject.toml pins the tested range,
+``ToolCallFormatter``, and reads a few tokenizer properties; with ``--prompt-lookup`` it also serves requests
+itself through ``_serve_single`` with mlx_lm's prompt cache and KV cache helpers. pyproject.toml pins the tested range,
 ``mlx-lm>=0.32.2,<0.33`` (``SUPPORTED_MLX_LM``); a newer mlx_lm must pass these checks (and the e2e tests)
 before the pin moves. A failed check stops the server before it listens, naming what changed.
 """
@@ -10,6 +11,7 @@ before the pin moves. A failed check stops the server before it listens, naming 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import logging
 from typing import Any
@@ -28,6 +30,14 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "ResponseGenerator._tokenize": ("self", "tokenizer", "request", "args"),
     "ResponseGenerator.generate": ("self", "request", "generation_args", "progress_callback"),
     "ResponseGenerator.generation_available": ("self",),
+    # --prompt-lookup: a marked request is not batchable, and _serve_single runs the lookup decoder for it
+    "ResponseGenerator._is_batchable": ("self", "args"),
+    "ResponseGenerator._serve_single": ("self", "request", "stream"),
+    "ResponseGenerator._make_state_machine": ("self", "model_key", "tokenizer", "stop_words"),
+    "ResponseGenerator._log_cache_stats": ("self",),
+    "LRUPromptCache.fetch_nearest_cache": ("self", "model", "tokens"),
+    "LRUPromptCache.insert_cache": ("self", "model", "tokens", "prompt_cache"),
+    "_image_parts": ("messages",),
     "APIHandler.__init__": ("self", "response_generator"),
     "APIHandler.do_POST": ("self",),
     "APIHandler.validate_model_parameters": ("self",),
@@ -46,9 +56,25 @@ SEAMS: dict[str, tuple[str, ...]] = {
 # Dataclasses of mlx_lm.server, with the fields we read, build or replace.
 DATACLASS_FIELDS: dict[str, tuple[str, ...]] = {
     "CompletionRequest": ("request_type", "prompt", "messages", "tools", "role_mapping"),
-    "GenerationArguments": ("model", "max_tokens", "chat_template_kwargs"),
+    "GenerationArguments": ("model", "sampling", "logits", "stop_words", "max_tokens", "logprobs", "top_logprobs",
+                            "seed", "chat_template_kwargs"),
+    "SamplingArguments": ("temperature",),
+    "LogitsProcessorArguments": ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty"),
+    "GenerationContext": ("has_tool_calling", "has_thinking", "tool_parser", "text_sm", "initial_state", "prompt",
+                          "prompt_cache_count"),
     "ModelDescription": ("model", "draft", "adapter"),
-    "Response": ("text", "token", "logprob", "finish_reason"),
+    "Response": ("text", "token", "logprob", "finish_reason", "top_tokens"),
+}
+
+# Callables of other mlx_lm modules the prompt-lookup path uses, with the parameters it passes.
+MODULE_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mlx_lm.generate": {"wired_limit": ("model", "streams")},
+    "mlx_lm.models.cache": {
+        "make_prompt_cache": ("model",),
+        "trim_prompt_cache": ("cache", "num_tokens"),
+        "KVCache.trim": ("self", "n"),
+        "KVCache.is_trimmable": ("self",),
+    },
 }
 
 # Properties and methods of mlx_lm.tokenizer_utils.TokenizerWrapper we read.
@@ -86,6 +112,12 @@ def check_seams() -> None:
             raise SeamChanged(f"mlx_lm.server.{name} lost the fields {missing}")
     for attribute in TOKENIZER_ATTRIBUTES:
         _lookup(tokenizer_utils, f"TokenizerWrapper.{attribute}")
+    for module_name, callables in MODULE_SEAMS.items():
+        module = importlib.import_module(module_name)
+        for dotted, params in callables.items():
+            names = list(inspect.signature(_lookup(module, dotted)).parameters)
+            if names[: len(params)] != list(params):
+                raise SeamChanged(f"{module_name}.{dotted} now takes {names}, expected to start with {list(params)}")
 
 
 def version_supported(version: str) -> bool:

@@ -94,7 +94,7 @@ def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) ->
             calls.append("load")
 
     class Generator:
-        def __init__(self, provider: Any, prompt_cache: Any, limits: Limits) -> None:
+        def __init__(self, provider: Any, prompt_cache: Any, limits: Limits, lookup: Any = None) -> None:
             calls.append(f"generator {limits.reasoning_budget}")
 
     def run_http_server(host: str, port: int, response_generator: Any, handler_class: Any) -> None:
