@@ -1,0 +1,213 @@
+"""The M5 Q4 prefill kernel without Metal: its emulated arithmetic, its dispatch, and its failure handling."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, cast
+
+import mlx.core as mx
+import pytest
+from mlx import nn as _nn
+from mlx_lm.models import qwen2
+
+from mlx_agent.runtime import m5_prefill
+from mlx_agent.runtime.m5_prefill import KernelLinear, adapt_model, emulate, layer_reasons, restore, unpack
+
+nn: Any = _nn
+
+
+def quantized(n: int, k: int, *, seed: int = 0, dtype: Any = mx.float16, bits: int = 4,
+              group_size: int = 64) -> Any:
+    """Return a QuantizedLinear of random weights (n outputs, k inputs) with scales of ``dtype``."""
+    mx.random.seed(seed)
+    layer = nn.Linear(k, n, bias=False)
+    layer.weight = mx.random.normal((n, k)) * 0.05
+    q = nn.QuantizedLinear.from_linear(layer, group_size=group_size, bits=bits)
+    q.set_dtype(dtype)
+    q.eval()
+    return q
+
+
+def qwen2_model(*, hidden: int = 128, intermediate: int = 256, model_type: str = "qwen2", dtype: Any = mx.float16,
+                group_size: int = 64) -> Any:
+    """Return a two-layer Qwen2 model quantized to 4 bits, as mlx_lm loads a Q4 checkpoint."""
+    model_args: Any = qwen2.ModelArgs
+    args = model_args.from_dict({
+        "model_type": model_type, "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": 256,
+        "rope_theta": 10000.0, "tie_word_embeddings": False})
+    mx.random.seed(1)
+    model = qwen2.Model(args)
+    nn.quantize(model, group_size=group_size, bits=4)
+    model.set_dtype(dtype)
+    model.eval()
+    return model
+
+
+def relative_error(got: mx.array, want: mx.array) -> float:
+    """Return the largest absolute difference relative to the largest magnitude of ``want``."""
+    diff = cast(float, mx.max(mx.abs(got.astype(mx.float32) - want.astype(mx.float32))).item())
+    scale = cast(float, mx.max(mx.abs(want.astype(mx.float32))).item())
+    return diff / max(scale, 1e-6)
+
+
+def test_the_source_splits_into_header_and_body_with_the_python_tiling() -> None:
+    """The bundled .metal file has both parts, and its tile constants are the ones the emulation uses."""
+    header, body = m5_prefill.kernel_source()
+    constants = dict(re.findall(r"constexpr int (\w+) = (\d+);", header))
+    assert {k: int(v) for k, v in constants.items() if k in ("BM", "BN", "BK", "THREADS")} == {
+        "BM": m5_prefill.BM, "BN": m5_prefill.BN, "BK": m5_prefill.BK, "THREADS": m5_prefill.THREADS}
+    assert "simdgroup_multiply_accumulate" in body and "x_shape[0]" in body and "y[" in body
+
+
+def test_unpack_reads_eight_values_per_word_as_mlx_packs_them() -> None:
+    """Value j of a word sits in bits 4j..4j+3: unpacked and scaled, it is what mx.dequantize returns."""
+    layer = quantized(64, 128, dtype=mx.float32)
+    scale = mx.repeat(layer.scales, 64, axis=1)
+    bias = mx.repeat(layer.biases, 64, axis=1)
+    want = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=64, bits=4)
+    assert mx.allclose(scale * unpack(layer.weight) + bias, want, atol=1e-6).item()
+
+
+@pytest.mark.parametrize(("rows", "k", "n"), [(128, 128, 64), (131, 256, 192), (200, 512, 128), (1, 64, 64)])
+def test_emulated_kernel_matches_quantized_matmul(rows: int, k: int, n: int) -> None:
+    """The kernel's tiling and fp32 accumulation agree with mx.quantized_matmul, and with fp32 within fp16 rounding.
+
+    mx.quantized_matmul on the CPU accumulates in float16 (its error grows with K), so it is held to 2e-2; the
+    float32 product of the dequantized weights to 1e-3, the rounding of a float16 result.
+    """
+    layer = quantized(n, k, seed=rows)
+    mx.random.seed(rows + 1)
+    x = mx.random.normal((rows, k)).astype(mx.float16)
+    got = emulate(x, layer.weight, layer.scales, layer.biases)
+    want = mx.quantized_matmul(x, layer.weight, layer.scales, layer.biases, transpose=True, group_size=64, bits=4)
+    exact = m5_prefill.reference(x, layer.weight, layer.scales, layer.biases)
+    assert got.shape == (rows, n) and got.dtype == mx.float16
+    assert relative_error(got, want) < 2e-2
+    assert relative_error(got, exact) < 1e-3
+
+
+def test_emulated_tail_rows_see_zeros() -> None:
+    """Rows past the last full tile are padded with zeros, so they do not change the rows before them."""
+    layer = quantized(64, 128)
+    x = mx.random.normal((40, 128)).astype(mx.float16)
+    assert mx.array_equal(emulate(x, layer.weight, layer.scales, layer.biases)[:32],
+                          emulate(x[:32], layer.weight, layer.scales, layer.biases)).item()
+
+
+@pytest.mark.parametrize(("layer", "reason"), [
+    (lambda: nn.Linear(128, 64, bias=False), "not a QuantizedLinear"),
+    (lambda: quantized(64, 128, bits=8), "8-bit"),
+    (lambda: quantized(64, 128, group_size=32), "groups of 32"),
+    (lambda: quantized(96, 128, group_size=32), "not divisible by 64"),
+    (lambda: quantized(64, 128, dtype=mx.float32), "not float16"),
+    (lambda: nn.QuantizedLinear(128, 64, bias=True, group_size=64, bits=4), "bias"),
+])
+def test_each_layer_rule(layer: Any, reason: str) -> None:
+    """A layer that is not 4-bit affine, group 64, fp16, bias-free and a multiple of 64 keeps native MLX."""
+    reasons = layer_reasons(layer())
+    assert any(reason in r for r in reasons), reasons
+
+
+def test_a_training_layer_is_not_adapted() -> None:
+    """The kernel is for inference only."""
+    layer = quantized(64, 128)
+    layer.train()
+    assert any("training" in r for r in layer_reasons(layer))
+
+
+class FakeKernel:
+    """Stands in for the Metal call: counts the rows it was given and answers with the emulation."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, x: mx.array, w: mx.array, scales: mx.array, biases: mx.array) -> mx.array:
+        """Record the call and return the emulated product."""
+        self.calls.append((x.shape[0], x.shape[1]))
+        return emulate(x, w, scales, biases)
+
+
+def test_dispatch_swaps_the_six_mlp_projections_and_keeps_the_weights() -> None:
+    """Each layer's gate, up and down projection is wrapped; the wrapper holds the original quantized layer."""
+    model = qwen2_model()
+    originals = [model.layers[i].mlp.gate_proj for i in range(2)]
+    kernel = FakeKernel()
+    result = adapt_model(model, min_rows=128, model_types=["qwen2"], kernel=kernel)
+    assert (result.adapted, result.reasons) == (6, [])
+    for i in range(2):
+        wrapped = model.layers[i].mlp.gate_proj
+        assert isinstance(wrapped, KernelLinear) and wrapped.original is originals[i]
+        assert isinstance(model.layers[i].self_attn.q_proj, nn.QuantizedLinear)  # attention is untouched
+    assert len({shape for shape in kernel.calls}) == 2  # the check ran once per distinct matrix shape
+    assert restore(model) == 6 and model.layers[0].mlp.gate_proj is originals[0]
+
+
+@pytest.mark.parametrize(("rows", "uses_kernel"), [(127, False), (128, True), (300, True)])
+def test_dispatch_by_row_count(rows: int, uses_kernel: bool) -> None:
+    """A batch under 128 rows runs the original layer; 128 rows or more call the kernel."""
+    layer = quantized(128, 256)
+    kernel = FakeKernel()
+    wrapped = KernelLinear(layer, kernel, min_rows=128)
+    x = mx.random.normal((1, rows, 256)).astype(mx.float16)
+    got = wrapped(x)
+    assert got.shape == (1, rows, 128)
+    assert kernel.calls == ([(rows, 256)] if uses_kernel else [])
+    assert relative_error(got, layer(x)) < 5e-3
+
+
+def test_dispatch_keeps_native_mlx_for_other_activations() -> None:
+    """A float32 batch of any size goes to the original layer."""
+    kernel = FakeKernel()
+    layer = quantized(64, 128)
+    KernelLinear(layer, kernel, min_rows=128)(mx.zeros((256, 128), dtype=mx.float32))
+    assert kernel.calls == []
+
+
+def test_a_prefill_through_the_adapted_model_matches_native() -> None:
+    """A 160-token prompt through the adapted model (kernel emulated) gives the native logits."""
+    model = qwen2_model()
+    tokens = mx.arange(160)[None] % 256
+    want = model(tokens)
+    kernel = FakeKernel()
+    assert adapt_model(model, min_rows=128, model_types=["qwen2"], kernel=kernel).adapted == 6
+    kernel.calls.clear()
+    got = model(tokens)
+    assert len(kernel.calls) == 6 and all(rows == 160 for rows, _ in kernel.calls)
+    assert relative_error(got, want) < 2e-2
+    kernel.calls.clear()
+    model(tokens[:, :1])  # a decode step: one row, native everywhere
+    assert kernel.calls == []
+
+
+@pytest.mark.parametrize(("build", "reason"), [
+    (lambda: qwen2_model(model_type="llama"), "model_type 'llama'"),
+    (lambda: qwen2_model(intermediate=160, group_size=32), "groups of 32"),
+    (lambda: qwen2_model(dtype=mx.float32), "not float16"),
+])
+def test_models_that_do_not_fit_adapt_nothing(build: Any, reason: str) -> None:
+    """Another architecture, quantization or activation type leaves every layer native, with the reason."""
+    model = build()
+    result = adapt_model(model, min_rows=128, model_types=["qwen2"], kernel=FakeKernel())
+    assert result.adapted == 0 and any(reason in r for r in result.reasons), result.reasons
+    assert not isinstance(model.layers[0].mlp.gate_proj, KernelLinear)
+
+
+def test_a_compile_failure_keeps_the_original_model() -> None:
+    """On this machine the real kernel cannot compile (no Metal): nothing is swapped, and the error is the reason."""
+    model = qwen2_model()
+    result = adapt_model(model, min_rows=128, model_types=["qwen2"])
+    assert result.adapted == 0 and any("the original model is kept" in r for r in result.reasons)
+    assert all(isinstance(model.layers[i].mlp.down_proj, nn.QuantizedLinear) for i in range(2))
+
+
+def test_a_wrong_answer_keeps_the_original_model() -> None:
+    """A kernel whose answer disagrees with mx.quantized_matmul is not used."""
+    model = qwen2_model()
+
+    def wrong(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array) -> mx.array:
+        return emulate(x, w, scales, biases) + 1
+
+    result = adapt_model(model, min_rows=128, model_types=["qwen2"], kernel=wrong)
+    assert result.adapted == 0 and any("disagrees" in r for r in result.reasons)
+    assert not isinstance(model.layers[1].mlp.up_proj, KernelLinear)
