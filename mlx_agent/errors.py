@@ -10,7 +10,8 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     ├── PreviewError
     │   ├── PreviewHashRequired ............. preview_hash_required
     │   └── PreviewStale .................... preview_stale
-    │       └── AdapterChanged .............. adapter_changed
+    │       ├── AdapterChanged .............. adapter_changed
+    │       └── RuntimeChanged .............. runtime_changed
     ├── SourceError
     │   ├── ModelNotLocal ................... model_not_local
     │   ├── ModelInvalid .................... model_invalid
@@ -131,6 +132,12 @@ class AdapterChanged(PreviewStale):
     code = "adapter_changed"
     remediation = ("The adapter files changed since they were reviewed; preview again (and retrain if the change "
                    "was not intended).")
+
+
+class RuntimeChanged(PreviewStale):
+    code = "runtime_changed"
+    remediation = ("The dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since the plan was "
+                   "reviewed; run the command without --confirm again and confirm the new hash.")
 
 
 class SourceError(MlxAgentError):

@@ -12,10 +12,14 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] != "mlx_lm":
         print(USAGE, file=sys.stderr)
         return 2
+    from mlx_agent.runtime.accel_entry import refuse_if_changed as refuse_if_runtime_changed
+    from mlx_agent.runtime.accel_entry import split_accel_flags
     from mlx_agent.runtime.file_checks import refuse_if_changed, split_expectations
 
     expected, native = split_expectations(argv[1:])
     refuse_if_changed(expected)  # reviewed adapter files, checked in this process before anything loads
+    accel, native = split_accel_flags(native)
+    refuse_if_runtime_changed(accel)  # the reviewed versions and sources of --prompt-lookup/--m5-prefill
     from mlx_agent.runtime.mlx_lm_server import serve
 
-    return serve(native)
+    return serve(native, accel)

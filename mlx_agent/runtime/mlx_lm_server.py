@@ -19,14 +19,15 @@ from typing import Any
 
 import mlx_lm.server as server
 
+from mlx_agent.runtime.accel_entry import AccelFlags, prepare
 from mlx_agent.runtime.limits import Limits, split_server_flags
 from mlx_agent.runtime.seams import SeamChanged, check_seams, warn_if_untested
 
 log = logging.getLogger(__name__)
 
 
-def serving_run(limit_defaults: Limits) -> Callable[..., None]:
-    """Return the replacement for ``mlx_lm.server.run``: load, then serve with our generator and handler."""
+def serving_run(limit_defaults: Limits, accel: AccelFlags | None = None) -> Callable[..., None]:
+    """Return the replacement for ``mlx_lm.server.run``: load, accelerate if asked, then serve with our classes."""
     from mlx_agent.runtime.generator import WrappedGenerator
     from mlx_agent.runtime.handler import WrappedHandler
 
@@ -39,21 +40,22 @@ def serving_run(limit_defaults: Limits) -> Callable[..., None]:
         import mlx.core as mx
 
         mx.eval([m.parameters() for m in (model_provider.model, model_provider.draft_model) if m is not None])
+        lookup = prepare(model_provider, accel) if accel is not None else None
         logging.info("mlx-agent: model loaded in %.2f s; listening on %s:%s", time.monotonic() - started, host, port)
         warn_if_untested()
         prompt_cache = server.LRUPromptCache(model_provider.cli_args.prompt_cache_size)  # type: ignore[attr-defined]
-        generator = WrappedGenerator(model_provider, prompt_cache, limit_defaults)
+        generator = WrappedGenerator(model_provider, prompt_cache, limit_defaults, lookup)
         server._run_http_server(host, port, generator, handler_class=WrappedHandler)
 
     return run
 
 
-def install(limit_defaults: Limits) -> None:
+def install(limit_defaults: Limits, accel: AccelFlags | None = None) -> None:
     """Replace the module-level seams of mlx_lm.server with the wrapper's."""
     from mlx_agent.runtime.generator import with_watcher
     from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter
 
-    server.run = serving_run(limit_defaults)
+    server.run = serving_run(limit_defaults, accel)
     server._make_logits_processors = with_watcher(server._make_logits_processors)
     server.ToolCallFormatter = KeepingToolCallFormatter  # type: ignore[misc]  # replacing the class is the seam
     server.scan_cache_dir = tolerant_scan(server.scan_cache_dir)  # type: ignore[attr-defined]
@@ -77,7 +79,7 @@ def tolerant_scan(scan: Callable[..., Any]) -> Callable[..., Any]:
     return scan_cache_dir
 
 
-def serve(argv: list[str]) -> int:
+def serve(argv: list[str], accel: AccelFlags | None = None) -> int:
     """Run mlx_lm.server's own ``main`` with ``argv`` (less our flags), wrapped; return the exit status."""
     try:
         check_seams()
@@ -85,7 +87,7 @@ def serve(argv: list[str]) -> int:
         print(f"mlx-agent: cannot wrap this mlx_lm: {error}", file=sys.stderr)
         return 2
     limit_defaults, rest = split_server_flags(argv)
-    install(limit_defaults)
+    install(limit_defaults, accel)
     sys.argv = ["mlx_lm.server", *rest]
     upstream_main: Callable[[], None] = server.main  # untyped upstream
     upstream_main()

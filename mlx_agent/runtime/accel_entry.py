@@ -1,0 +1,151 @@
+"""The entry's side of ``--prompt-lookup`` and ``--m5-prefill``: flags, fingerprint, eligibility, application.
+
+The plan (``plan/accel.py``) gives the entry ``--mlx-agent-prompt-lookup`` and/or ``--mlx-agent-m5-prefill``
+with its fingerprint: ``--mlx-agent-expect-versions mlx=V,mlx-lm=V[,mlx-metal=V]`` and one
+``--mlx-agent-expect-source NAME=SHA256`` per bundled source and the support file. ``split_accel_flags``
+takes them out of argv before mlx_lm parses it; ``refuse_if_changed`` compares the fingerprint with what is
+installed and exits with one ``mlx-agent-error`` line (``runtime_changed``) if anything differs, before any
+model loads. After the model has loaded, ``prepare`` rechecks eligibility with the same rules as the plan,
+applies the kernel (logging how many layers it adapted, 0 where it does not apply) and returns the prompt
+lookup settings, or None for native generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlx_agent.plan import accel
+from mlx_agent.runtime.report import refuse
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AccelFlags:
+    """What the plan asked of the entry: which options, and the fingerprint they were reviewed with."""
+
+    prompt_lookup: bool = False
+    m5_prefill: bool = False
+    versions: dict[str, str | None] = field(default_factory=dict)
+    sources: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def requested(self) -> bool:
+        """Whether either acceleration was asked for."""
+        return self.prompt_lookup or self.m5_prefill
+
+
+def _pairs(text: str, separator: str) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for item in filter(None, text.split(separator)):
+        name, _, value = item.partition("=")
+        out[name] = value or None
+    return out
+
+
+def split_accel_flags(argv: list[str]) -> tuple[AccelFlags, list[str]]:
+    """Return the acceleration flags and fingerprint, and the argv without them."""
+    lookup = kernel = False
+    versions: dict[str, str | None] = {}
+    sources: dict[str, str | None] = {}
+    rest: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == accel.PROMPT_LOOKUP_FLAG:
+            lookup = True
+        elif word == accel.M5_PREFILL_FLAG:
+            kernel = True
+        elif word == accel.VERSIONS_FLAG:
+            versions.update(_pairs(next(words, ""), ","))
+        elif word == accel.SOURCE_FLAG:
+            name, _, digest = next(words, "").rpartition("=")
+            sources[name] = digest or None
+        else:
+            rest.append(word)
+    return AccelFlags(lookup, kernel, versions, sources), rest
+
+
+def fingerprint_changes(flags: AccelFlags) -> list[dict[str, Any]]:
+    """Return one record per dependency version or bundled file that differs from the plan's fingerprint."""
+    changes: list[dict[str, Any]] = []
+    installed = accel.installed_versions(tuple(flags.versions))
+    for dep, expected in sorted(flags.versions.items()):
+        if installed[dep] != expected:
+            changes.append({"field": f"versions.{dep}", "expected": expected, "actual": installed[dep]})
+    actual = accel.sources(tuple(flags.sources))
+    for name, expected in sorted(flags.sources.items()):
+        if actual[name] != expected:
+            changes.append({"field": f"sources.{name}", "expected": expected, "actual": actual[name]})
+    return changes
+
+
+def refuse_if_changed(flags: AccelFlags) -> None:
+    """Exit the process with a ``runtime_changed`` report if the plan's fingerprint no longer holds."""
+    changes = fingerprint_changes(flags)
+    if not changes:
+        return
+    refuse("runtime_changed", "the dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since "
+           "the plan was reviewed; not loading", {"changes": changes})
+
+
+def _gpu_architecture() -> str | None:
+    import mlx.core as mx
+
+    if not mx.metal.is_available():
+        return None
+    info = mx.device_info() if hasattr(mx, "device_info") else mx.metal.device_info()
+    value = info.get("architecture")
+    return value if isinstance(value, str) else None
+
+
+def lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
+    """Return the prompt-lookup settings for the loaded model, or None (logged) when it keeps native generation."""
+    from mlx_agent.runtime.lookup_serving import LookupSettings, model_ready
+
+    reasons = accel.lookup_version_reasons(accel.installed_versions(accel.LOOKUP_DEPENDENCIES), rules)
+    if provider.cli_args.adapter_path is not None:
+        reasons.append("an adapter is served, and adapters keep native generation")
+    if provider.draft_model is not None:
+        reasons.append("a draft model is served, and draft models keep native generation")
+    why = model_ready(provider.model)
+    if why is not None:
+        reasons.append(why)
+    if reasons:
+        log.info("mlx-agent: prompt lookup is off (%s); every request keeps native generation", "; ".join(reasons))
+        return None
+    settings = LookupSettings(max_draft=int(rules["max_draft_tokens"]), window=int(rules["lookup_window"]))
+    log.info("mlx-agent: prompt lookup is on: plain greedy requests draft up to %d tokens from the last %d prompt "
+             "tokens and the reply, one request at a time", settings.max_draft, settings.window)
+    return settings
+
+
+def apply_prefill_kernel(provider: Any, rules: dict[str, Any]) -> int:
+    """Adapt the loaded model's eligible layers to the M5 kernel; log and return how many were adapted."""
+    reasons = accel.prefill_platform_reasons(sys.platform, accel.macos_version(),
+                                             accel.installed_versions(accel.PREFILL_DEPENDENCIES), rules)
+    if not reasons:
+        reasons += accel.gpu_reasons(_gpu_architecture(), rules)
+    if provider.cli_args.adapter_path is not None:
+        reasons.append("LoRA adapters are excluded")
+    if reasons:
+        log.info("mlx-agent: M5 prefill kernel not eligible (%s); native MLX; adapted 0 layers", "; ".join(reasons))
+        return 0
+    from mlx_agent.runtime.m5_prefill import adapt_model
+
+    result = adapt_model(provider.model, min_rows=int(rules["min_rows"]), model_types=list(rules["model_types"]))
+    detail = f" (left alone: {'; '.join(result.reasons)})" if result.reasons else ""
+    log.info("mlx-agent: M5 prefill kernel: adapted %d layers%s", result.adapted, detail)
+    return result.adapted
+
+
+def prepare(provider: Any, flags: AccelFlags) -> Any:
+    """Apply what was asked to the loaded model; return the prompt-lookup settings or None."""
+    if not flags.requested:
+        return None
+    rules, _ = accel.support()
+    if flags.m5_prefill:
+        apply_prefill_kernel(provider, rules["m5_prefill"])
+    return lookup_settings(provider, rules["prompt_lookup"]) if flags.prompt_lookup else None
