@@ -37,7 +37,7 @@ def serve_start(opts: dict[str, Any]) -> None:
     as_json = bool(opts["as_json"])
     fields = ("path", "repo", "runtime", "port", "max_tokens", "ready_timeout", "runtime_executable", "thinking",
               "chat_template_args", "unit_dir", "restart", "receipts_dir", "adapter_path", "jit", "idle_timeout",
-              "keep_loaded", "min_headroom_gb", "api_key_file", "training_receipt")
+              "keep_loaded", "min_headroom_gb", "api_key_file", "training_receipt", "prompt_lookup", "m5_prefill")
     # Both flags give "launchd,systemd", which the plan refuses as invalid_arguments.
     supervisor = ",".join(k for k in ("launchd", "systemd") if opts[k]) or "mlx-agent"
     req = ServeRequest(supervisor=supervisor, **{k: opts[k] for k in fields})

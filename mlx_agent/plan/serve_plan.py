@@ -16,6 +16,7 @@ from mlx_agent.errors import (
     UnsupportedRuntime,
 )
 from mlx_agent.home import receipts_dir
+from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.defaults import DEFAULT_MAX_TOKENS, DEFAULT_READY_TIMEOUT, HOST, OFFLINE_ENV
@@ -37,8 +38,9 @@ class ServeRequest:
     """
 
     __slots__ = ("adapter_path", "api_key_file", "chat_template_args", "idle_timeout", "jit", "keep_loaded",
-                 "max_tokens", "min_headroom_gb", "path", "port", "ready_timeout", "receipts_dir", "repo", "restart",
-                 "runtime", "runtime_executable", "supervisor", "thinking", "training_receipt", "unit_dir")
+                 "m5_prefill", "max_tokens", "min_headroom_gb", "path", "port", "prompt_lookup", "ready_timeout",
+                 "receipts_dir", "repo", "restart", "runtime", "runtime_executable", "supervisor", "thinking",
+                 "training_receipt", "unit_dir")
 
     def __init__(self, *, path: str | None = None, repo: str | None = None, runtime: str = "mlx_lm",
                  port: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -47,7 +49,8 @@ class ServeRequest:
                  supervisor: str = "mlx-agent", unit_dir: str | None = None, restart: str = "on-failure",
                  receipts_dir: str | None = None, adapter_path: str | None = None, jit: bool = False,
                  idle_timeout: float | None = None, keep_loaded: bool = False, min_headroom_gb: float | None = None,
-                 api_key_file: str | None = None, training_receipt: str | None = None) -> None:
+                 api_key_file: str | None = None, training_receipt: str | None = None, prompt_lookup: bool = False,
+                 m5_prefill: bool = False) -> None:
         self.path = path
         self.repo = repo
         self.runtime = runtime
@@ -68,6 +71,8 @@ class ServeRequest:
         self.min_headroom_gb = min_headroom_gb
         self.api_key_file = api_key_file
         self.training_receipt = training_receipt  # selects base and adapter together
+        self.prompt_lookup = prompt_lookup  # --prompt-lookup: prompt-lookup decoding (plan/accel.py)
+        self.m5_prefill = m5_prefill  # --m5-prefill: the M5 Q4 prefill kernel (plan/accel.py)
 
 
 def _validate(req: ServeRequest) -> None:
@@ -222,6 +227,9 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
     adapter = _adapter(req, recipe, runtime, trained)
     if adapter is not None:
         extra_args += ["--adapter-path", adapter["path"], *expectations(adapter)]
+    decode = accel.decode_profile(req.prompt_lookup, recipe, runtime, adapter=adapter is not None)
+    prefill = accel.prefill_kernel(req.m5_prefill, recipe, runtime, config, adapter=adapter is not None)
+    extra_args += accel.entry_flags(decode, prefill, runtime)  # before any argv is built: JIT workers get them too
     port = req.port if req.port is not None else int(recipe["default_port"])
     values = {"model": source["path"], "host": HOST, "port": str(port), "max_tokens": str(req.max_tokens)}
     native_args = [*(arg.format(**values) for arg in recipe["argv"]), *extra_args]
@@ -236,6 +244,8 @@ def build_serve_plan(req: ServeRequest) -> dict[str, Any]:
         "thinking": thinking,
         "chat_template_args": template_args,
         "adapter": adapter,
+        "decode_profile": decode,
+        "prefill_kernel": prefill,
         "jit": None,
         "host": HOST,
         "port": port,

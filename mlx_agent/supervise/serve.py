@@ -128,7 +128,8 @@ class _Interrupts:
 
 
 def _receipt(plan: dict[str, Any], identity: dict[str, Any], log: Path) -> dict[str, Any]:
-    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": _now(), "ready_at": None}
+    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": _now(), "ready_at": None,
+            "decode_profile": plan.get("decode_profile"), "prefill_kernel": plan.get("prefill_kernel")}
 
 
 def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> dict[str, Any]:

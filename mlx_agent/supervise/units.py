@@ -56,6 +56,8 @@ def install(plan: dict[str, Any], directory: Path, now: str) -> dict[str, Any]:
     receipt = {
         **plan_receipt(plan, unit["kind"], unit["log_path"]),
         "installed_at": now,
+        "decode_profile": plan.get("decode_profile"),
+        "prefill_kernel": plan.get("prefill_kernel"),
         "unit": {"kind": unit["kind"], "name": unit["name"], "path": unit["path"],
                  "sha256": _sha256(unit["content"]), "commands": unit["commands"]},
     }

@@ -42,7 +42,7 @@ def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
     assert set(plan) == {"format_version", "operation", "supervisor", "source", "requested_runtime",
                          "runtime_reason", "runtime", "thinking", "chat_template_args", "adapter", "jit", "host",
                          "port", "base_url", "max_tokens", "ready_timeout_s", "readiness", "argv", "env", "cwd",
-                         "preview_hash"}
+                         "decode_profile", "prefill_kernel", "preview_hash"}
 
 
 def test_default_port_comes_from_the_recipe(tiny_model: Path) -> None:
