@@ -21,21 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mlx_agent.supervise.ports import free_port  # noqa: E402  (the repository root is on the path now)
+from tests.e2e.test_wrapped_support import running  # noqa: E402
 from tests.fixtures import copy_model  # noqa: E402
 
 CACHE = REPO / ".cache"
@@ -57,33 +53,6 @@ def build_model() -> Path:
     return out
 
 
-@contextmanager
-def server(model: Path, log: Path, *extra: str) -> Iterator[int]:
-    """Run one wrapped server on ``model``; yield its port once it answers."""
-    port = free_port()
-    argv = [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), "--host", "127.0.0.1",
-            "--port", str(port), *extra]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the server did not start:\n{log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    break
-            except (OSError, ValueError):
-                time.sleep(0.2)
-        yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def request(port: int, messages: list[dict[str, str]], max_tokens: int, *, stream: bool) -> dict[str, Any]:
@@ -143,8 +112,8 @@ def main() -> int:
     totals: dict[str, dict[str, float]] = {}
     identical: dict[str, list[bool]] = {}
     kinds: dict[str, str] = {}
-    with server(model, logs / "native.log") as native, server(model, logs / "lookup.log", LOOKUP_FLAG) as lookup:
-        ports = {"native": native, "lookup": lookup}
+    with running(model, logs) as native, running(model, logs, LOOKUP_FLAG) as lookup:
+        ports = {"native": native.port, "lookup": lookup.port}
         for _, messages in prompts()[:2]:  # warm both up
             for port in ports.values():
                 request(port, messages, 16, stream=True)
@@ -165,7 +134,7 @@ def main() -> int:
                     entry["tokens"] += max(reply["tokens"] - 1, 0)
                     entry["seconds"] += reply["decode_s"]
         time.sleep(0.5)
-        log = (logs / "lookup.log").read_text(errors="replace")
+        log = lookup.log()
     drafts: dict[str, list[int]] = {}
     for ident, tokens, passes, accepted, drafted in LINE.findall(log):
         if ident in kinds:

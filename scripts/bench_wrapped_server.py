@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -25,14 +24,15 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from mlx_agent.supervise.ports import free_port
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.test_wrapped_support import running  # noqa: E402  (the repository root is on the path now)
+
 POLL_SECONDS = 0.1  # mlx_agent.runtime.cancel.POLL_SECONDS (not imported: that would import mlx_lm here)
 TINY_MODEL = REPO / "tests" / "fixtures" / "tiny_model.py"
 TARGET_RATIO = 0.95
@@ -51,32 +51,6 @@ def post(port: int, body: dict[str, Any], timeout: float = 600) -> dict[str, Any
         return reply
 
 
-@contextmanager
-def server(name: str, argv: list[str], log: Path) -> Iterator[int]:
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    with log.open("wb") as out:
-        process = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=out,
-                                   stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start:\n{log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    break
-            except (OSError, ValueError):
-                time.sleep(0.2)
-        post(port, {"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 8})
-        yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def timed(port: int, prompt: str, max_tokens: int, **fields: Any) -> tuple[int, float]:
@@ -112,11 +86,10 @@ def main() -> int:
         model = Path(tmp) / "model"
         subprocess.run([sys.executable, str(TINY_MODEL), str(model), "--hidden-size", str(args.hidden_size),
                         "--num-layers", str(args.num_layers)], check=True, capture_output=True, cwd=REPO)
-        bare_argv = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model)]
-        wrapped_argv = [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model)]
-        wrapped_log = Path(tmp) / "wrapped.log"
-        with server("bare mlx_lm.server", bare_argv, Path(tmp) / "bare.log") as bare, \
-                server("wrapped entry", wrapped_argv, wrapped_log) as wrapped:
+        with running(model, Path(tmp), bare=True) as bare_server, running(model, Path(tmp)) as wrapped_server:
+            bare, wrapped, wrapped_log = bare_server.port, wrapped_server.port, wrapped_server.log_path
+            for port in (bare, wrapped):  # the bare server loads its model on the first request
+                post(port, {"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 8})
             totals: dict[str, list[float]] = {"bare": [0, 0.0], "wrapped": [0, 0.0], "wrapped+json": [0, 0.0]}
             ports = {"bare": bare, "wrapped": wrapped}
             pairs: list[float] = []
