@@ -58,6 +58,16 @@ def _invoked_as() -> list[str]:
     return ["python3", argv0]
 
 
+def _finish_plan(table: Table, plan: dict[str, Any], warnings: list[str], lead: str) -> None:
+    """Add the environment and hash rows, print the plan, and the exact command that confirms it."""
+    table.add_row("env", escape(" ".join(f"{k}={v}" for k, v in sorted(plan["env"].items()))))
+    table.add_row("preview_hash", f"[green]{plan['preview_hash']}[/]")
+    out.print(table)
+    _warnings(warnings)
+    confirm = shlex.join([*_invoked_as(), *sys.argv[1:], "--confirm", "--preview-hash", plan["preview_hash"]])
+    out.print(f"{lead}, run: [bold]{escape(confirm)}[/]", soft_wrap=True)
+
+
 def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
     """Print the plan a person reviews, its hash, and the command that confirms it."""
     plan = data["plan"]
@@ -74,12 +84,7 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
     table.add_row("versions", escape(versions))
     table.add_row("listen", plan["base_url"])
     table.add_row("argv", escape(shlex.join(plan["argv"])))
-    table.add_row("env", escape(" ".join(f"{k}={v}" for k, v in sorted(plan["env"].items()))))
-    table.add_row("preview_hash", f"[green]{plan['preview_hash']}[/]")
-    out.print(table)
-    _warnings(warnings)
-    confirm = shlex.join([*_invoked_as(), *sys.argv[1:], "--confirm", "--preview-hash", plan["preview_hash"]])
-    out.print(f"To launch it, run: [bold]{escape(confirm)}[/]", soft_wrap=True)
+    _finish_plan(table, plan, warnings, "To launch it")
 
 
 def render_receipt(data: dict[str, Any], warnings: list[str]) -> None:
@@ -176,12 +181,7 @@ def render_train_preview(data: dict[str, Any], warnings: list[str]) -> None:
     table.add_row("versions", escape(versions))
     table.add_row("argv", escape(shlex.join(plan["argv"])))
     table.add_row("config", escape(f"{plan['config_path']} (written at confirm)"))
-    table.add_row("env", escape(" ".join(f"{k}={v}" for k, v in sorted(plan["env"].items()))))
-    table.add_row("preview_hash", f"[green]{plan['preview_hash']}[/]")
-    out.print(table)
-    _warnings(warnings)
-    confirm = shlex.join([*_invoked_as(), *sys.argv[1:], "--confirm", "--preview-hash", plan["preview_hash"]])
-    out.print(f"To start it, run: [bold]{escape(confirm)}[/]", soft_wrap=True)
+    _finish_plan(table, plan, warnings, "To start it")
 
 
 def render_train_started(data: dict[str, Any], warnings: list[str]) -> None:
