@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlx_agent.gateway.anthropic_reply import IdMaker, error_type, new_id, stop_reason, usage_of
-from mlx_agent.gateway.chat_bridge import sse
+from mlx_agent.gateway.chat_bridge import first_choice, sse
 
 PING = sse("ping", {"type": "ping"})
 
@@ -51,10 +51,7 @@ class AnthropicStream:
         if isinstance(doc.get("usage"), dict):
             self.usage = doc["usage"]
         out: list[bytes] = []
-        for choice in doc.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
+        for delta, finish_reason in first_choice(doc):
             reasoning = delta.get("reasoning") or delta.get("reasoning_content")
             if isinstance(reasoning, str) and reasoning:
                 self._switch("thinking", out, {"type": "thinking", "thinking": "", "signature": ""})
@@ -65,8 +62,8 @@ class AnthropicStream:
                 out.append(self._delta({"type": "text_delta", "text": content}))
             for position, call in enumerate(delta.get("tool_calls") or []):
                 self._tool_call(call, position, out)
-            if choice.get("finish_reason") is not None:
-                self.finish_reason = choice["finish_reason"]
+            if finish_reason is not None:
+                self.finish_reason = finish_reason
                 self._close(out)
         return b"".join(out)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import aiohttp
@@ -194,6 +195,13 @@ class ChatBridge:
             return translator.fail(str(message or "the model worker failed while answering"))
         self._account(key_id, shape, doc)
         return translator.chunk(doc)
+
+
+def first_choice(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Yield the delta and finish reason of choice 0 of a streamed chat-completion chunk (n is always 1)."""
+    for choice in doc.get("choices") or []:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            yield choice.get("delta") or {}, choice.get("finish_reason")
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:

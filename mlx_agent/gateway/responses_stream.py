@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlx_agent.gateway.chat_bridge import sse
+from mlx_agent.gateway.chat_bridge import first_choice, sse
 from mlx_agent.gateway.responses_output import (
     IdMaker,
     arguments_text,
@@ -67,18 +67,15 @@ class ResponsesStream:
         if isinstance(doc.get("usage"), dict):
             self.usage = doc["usage"]
         out: list[bytes] = []
-        for choice in doc.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
+        for delta, finish_reason in first_choice(doc):
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._text_delta(content, out)
             for position, call in enumerate(delta.get("tool_calls") or []):
                 if isinstance(call, dict):
                     self._call_delta(call, position, out)
-            if choice.get("finish_reason") is not None:
-                self.finish_reason = choice["finish_reason"]
+            if finish_reason is not None:
+                self.finish_reason = finish_reason
         return b"".join(out)
 
     def finish(self) -> bytes:
