@@ -14,17 +14,17 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from mlx_agent.gateway.anthropic_api import AnthropicApi, errors_middleware
+from mlx_agent.gateway.anthropic.api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
-from mlx_agent.gateway.chat_bridge import ChatBridge
 from mlx_agent.gateway.config import ConfigError, GatewayConfig, read_private_lines, read_secret_file
 from mlx_agent.gateway.control import Control
 from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.openai.passthrough import OpenAiApi
 from mlx_agent.gateway.policy import Policy, PolicyError, read_policy_file
-from mlx_agent.gateway.proxy import Proxy
-from mlx_agent.gateway.responses_api import ResponsesApi
-from mlx_agent.gateway.responses_store import ResponseStore
+from mlx_agent.gateway.responses.api import ResponsesApi
+from mlx_agent.gateway.responses.store import ResponseStore
 from mlx_agent.gateway.security import CONTROL_PREFIX, Guard, add_cors_headers
+from mlx_agent.gateway.upstream import Upstream
 
 log = logging.getLogger("mlx_agent.gateway")
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
@@ -64,17 +64,17 @@ def build_app(config: GatewayConfig, secrets: Secrets) -> web.Application:
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         lifecycle = Lifecycle(config, secrets.policy, session)
         app[LIFECYCLE] = lifecycle
-        proxy = Proxy(config, lifecycle, session, PromptLedger() if secrets.api_keys else None)
+        upstream = Upstream(config, lifecycle, session, PromptLedger() if secrets.api_keys else None)
+        openai = OpenAiApi(upstream)
         control = Control(lifecycle)
-        app.router.add_get("/health", proxy.health)
-        app.router.add_get("/v1/models", proxy.models)
-        app.router.add_post("/v1/chat/completions", proxy.chat)
-        app.router.add_post("/v1/completions", proxy.completions)
-        bridge = ChatBridge(proxy)
-        anthropic = AnthropicApi(bridge)
+        app.router.add_get("/health", openai.health)
+        app.router.add_get("/v1/models", openai.models)
+        app.router.add_post("/v1/chat/completions", openai.chat)
+        app.router.add_post("/v1/completions", openai.completions)
+        anthropic = AnthropicApi(upstream)
         app.router.add_post("/v1/messages", anthropic.messages)
         app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
-        responses = ResponsesApi(bridge, ResponseStore(), config.model_id)
+        responses = ResponsesApi(upstream, ResponseStore(), config.model_id)
         app.router.add_post("/v1/responses", responses.create)
         app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
         app.router.add_get(CONTROL_PREFIX + "status", control.status)

@@ -13,9 +13,9 @@ import json
 
 from aiohttp import web
 
+from mlx_agent.gateway.http_errors import error_response, json_response
 from mlx_agent.gateway.lifecycle import Lifecycle, UnloadBlocked
 from mlx_agent.gateway.policy import PolicyError, parse_policy
-from mlx_agent.gateway.responses import error_response, json_response
 
 
 class Control:

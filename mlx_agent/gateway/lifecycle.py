@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.config import GatewayConfig
 from mlx_agent.gateway.integrity import changed_files
 from mlx_agent.gateway.policy import (
@@ -27,7 +28,6 @@ from mlx_agent.gateway.policy import (
     memory_check,
     policy_document,
 )
-from mlx_agent.gateway.responses import RequestRefused
 from mlx_agent.gateway.worker import WorkerProcess, WorkerStartError
 
 STATE_VERSION = "1.0"
@@ -199,7 +199,7 @@ class Lifecycle:
         if code is None:
             return
         log.error("worker %d exited with status %s", worker.pid, code)
-        from mlx_agent.supervise.readiness import log_tail
+        from mlx_agent.files import log_tail
 
         self._detach(worker)
         self.state = "failed"
@@ -275,7 +275,7 @@ class Lifecycle:
 
     async def replace_policy(self, policy: Policy) -> None:
         """Persist ``policy`` atomically, then apply it (idle timer rescheduled from when idle time started)."""
-        from mlx_agent.supervise.atomic import write_json_atomic
+        from mlx_agent.files import write_json_atomic
 
         async with self._policy_lock:
             await asyncio.to_thread(write_json_atomic, self.config.policy_path, policy_document(policy))

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from mlx_agent.gateway.responses import error_response
+from mlx_agent.gateway.http_errors import error_response
 
 CONTROL_PREFIX = "/mlx-agent/"
 MODEL_PREFIX = "/v1/"

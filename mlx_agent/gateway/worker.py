@@ -124,7 +124,7 @@ class WorkerProcess:
 
     async def wait_ready(self, session: aiohttp.ClientSession) -> None:
         """Return once the worker answers its readiness check; raise ``WorkerStartError`` if it exits or is slow."""
-        from mlx_agent.supervise.readiness import log_tail
+        from mlx_agent.files import log_tail
 
         readiness = self.spec.readiness
         url = self.base_url + readiness["path"]

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.anthropic_messages import to_chat
-from mlx_agent.gateway.anthropic_reply import anthropic_error, message_from_chat, usage_of
-from mlx_agent.gateway.request_body import prepare
-from mlx_agent.gateway.responses import RequestRefused
+from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.anthropic.reply import anthropic_error, message_from_chat, usage_of
+from mlx_agent.gateway.anthropic.request import to_chat
+from mlx_agent.gateway.openai.request import prepare
 
 WEATHER_TOOL = {"name": "get_weather", "description": "Weather in a city.", "cache_control": {"type": "ephemeral"},
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

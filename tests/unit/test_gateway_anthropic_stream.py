@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlx_agent.gateway.anthropic_stream import AnthropicStream
+from mlx_agent.gateway.anthropic.stream import AnthropicStream
 from tests.gateway_support import read_sse
 
 
@@ -33,7 +33,7 @@ def run(chunks: list[dict[str, Any]], *, done: bool = True) -> list[tuple[str | 
     for index, doc in enumerate(chunks):
         out.append(stream.chunk(doc))
         if index == 0:
-            out.append(stream.keepalive())
+            out.append(stream.keepalive(b": keepalive"))
     out.append(stream.finish() if done else stream.fail("the model worker ended the stream before it was complete"))
     assert stream.ended
     return read_sse(b"".join(out))

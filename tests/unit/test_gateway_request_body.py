@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.request_body import prepare
-from mlx_agent.gateway.responses import RequestRefused
+from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.openai.request import prepare
 
 NAMES = frozenset({"org/tiny", "default_model", "/models/tiny"})
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.openai_responses import to_chat
-from mlx_agent.gateway.responses import RequestRefused
-from mlx_agent.gateway.responses_output import base_response, response_from_chat
-from mlx_agent.gateway.responses_store import ResponseStore
+from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.responses.output import base_response, response_from_chat
+from mlx_agent.gateway.responses.request import to_chat
+from mlx_agent.gateway.responses.store import ResponseStore
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city.", "strict": False,
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_agent.gateway.openai_responses import to_chat
-from mlx_agent.gateway.responses_output import base_response
-from mlx_agent.gateway.responses_stream import ResponsesStream
+from mlx_agent.gateway.responses.output import base_response
+from mlx_agent.gateway.responses.request import to_chat
+from mlx_agent.gateway.responses.stream import ResponsesStream
 from tests.gateway_support import read_sse
 
 
@@ -30,7 +30,7 @@ def run(chunks: list[dict[str, Any]], *, done: bool = True) -> tuple[list[tuple[
     finals: list[dict[str, Any]] = []
     base = base_response(to_chat({"model": "org/tiny", "input": "Hi"}, default_model="org/tiny"), "resp_0", 1)
     stream = ResponsesStream(base, finals.append, sequence_ids())
-    out = [stream.start(), stream.keepalive()]
+    out = [stream.start(), stream.keepalive(b": keepalive")]
     out.extend(stream.chunk(doc) for doc in chunks)
     out.append(stream.finish() if done else stream.fail("the model worker's stream broke"))
     assert stream.ended and len(finals) == 1

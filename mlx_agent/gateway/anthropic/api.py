@@ -21,32 +21,40 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.gateway.anthropic_messages import to_chat
-from mlx_agent.gateway.anthropic_reply import anthropic_error_response, message_from_chat
-from mlx_agent.gateway.anthropic_stream import AnthropicStream
-from mlx_agent.gateway.chat_bridge import ChatBridge, read_json_body
-from mlx_agent.gateway.responses import RequestRefused, json_response
+from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.anthropic.reply import anthropic_error_response, message_from_chat
+from mlx_agent.gateway.anthropic.request import to_chat
+from mlx_agent.gateway.anthropic.stream import AnthropicStream
+from mlx_agent.gateway.http_errors import json_response, retry_headers
+from mlx_agent.gateway.openai.request import PreparedRequest, prepare
 from mlx_agent.gateway.security import Handler
+from mlx_agent.gateway.upstream import Upstream, read_json_body
 
 MESSAGES_PATH = "/v1/messages"
-KEPT_HEADERS = ("Retry-After", "WWW-Authenticate")
+KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry")
 
 
 class AnthropicApi:
     """The handlers of the Anthropic Messages endpoints."""
 
-    def __init__(self, bridge: ChatBridge) -> None:
-        self.bridge = bridge
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+
+    def _prepare(self, chat: dict[str, Any]) -> PreparedRequest:
+        config = self.upstream.config
+        return prepare(chat, endpoint="chat", names=config.model_names, max_tokens=config.max_tokens,
+                       force_usage=True)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         """Create a message, streamed or not."""
         try:
             body = await read_json_body(request)
-            prepared = self.bridge.prepare(to_chat(body))
+            prepared = self._prepare(to_chat(body))
             model: str = body["model"]
             if prepared.stream:
-                return await self.bridge.stream(request, prepared, AnthropicStream(model))
-            doc = await self.bridge.complete(request, prepared)
+                account = self.upstream.accountant(request, "chat", prepared.body)
+                return await self.upstream.stream(request, prepared, AnthropicStream(model, on_usage=account))
+            doc = await self.upstream.complete(request, prepared)
             return json_response(message_from_chat(doc, model))
         except RequestRefused as refusal:
             return _error(refusal)
@@ -57,7 +65,7 @@ class AnthropicApi:
             body = await read_json_body(request)
             chat = to_chat(body, counting=True)
             chat.update(max_tokens=1, stream=False)
-            doc = await self.bridge.complete(request, self.bridge.prepare(chat))
+            doc = await self.upstream.complete(request, self._prepare(chat))
         except RequestRefused as refusal:
             return _error(refusal)
         usage = doc.get("usage")
@@ -69,7 +77,7 @@ class AnthropicApi:
 
 
 def _error(refusal: RequestRefused) -> web.Response:
-    return anthropic_error_response(refusal.status, refusal.body(), refusal.headers)
+    return anthropic_error_response(refusal.status, refusal.body(), retry_headers(refusal.status, refusal.headers))
 
 
 @web.middleware

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_agent.gateway.anthropic_reply import IdMaker, error_type, new_id, stop_reason, usage_of
-from mlx_agent.gateway.chat_bridge import first_choice, sse
+from mlx_agent.gateway.anthropic.reply import IdMaker, error_type, new_id, stop_reason, usage_of
+from mlx_agent.gateway.sse import Accountant, ChunkTranslator, first_choice, sse
 
 PING = sse("ping", {"type": "ping"})
 
 
-class AnthropicStream:
-    """One Messages stream: the translator ``ChatBridge.stream`` drives."""
+class AnthropicStream(ChunkTranslator):
+    """One Messages stream, as ``sse.pump`` drives it."""
 
-    def __init__(self, model: str, make_id: IdMaker = new_id) -> None:
+    def __init__(self, model: str, make_id: IdMaker = new_id, on_usage: Accountant | None = None) -> None:
+        super().__init__(on_usage)
         self.model = model
         self.make_id = make_id
         self.message_id = make_id("msg")
@@ -42,7 +43,7 @@ class AnthropicStream:
                    "usage": usage_of(None)}
         return sse("message_start", {"type": "message_start", "message": message}) + PING
 
-    def keepalive(self) -> bytes:
+    def keepalive(self, event: bytes) -> bytes:
         """Return a ``ping``."""
         return PING
 

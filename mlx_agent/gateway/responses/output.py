@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlx_agent.gateway.openai_responses import ResponsesRequest
+from mlx_agent.gateway.responses.request import ResponsesRequest
 
 IdMaker = Callable[[str], str]
 

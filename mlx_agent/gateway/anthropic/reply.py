@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.gateway.responses import json_response
+from mlx_agent.gateway.http_errors import json_response
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",

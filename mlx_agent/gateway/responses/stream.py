@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlx_agent.gateway.chat_bridge import first_choice, sse
-from mlx_agent.gateway.responses_output import (
+from mlx_agent.gateway.responses.output import (
     IdMaker,
     arguments_text,
     failed,
@@ -26,15 +25,17 @@ from mlx_agent.gateway.responses_output import (
     new_id,
     output_text,
 )
+from mlx_agent.gateway.sse import Accountant, ChunkTranslator, first_choice, sse
 
 KEEPALIVE = b": keepalive\n\n"
 
 
-class ResponsesStream:
-    """One Responses stream: the translator ``ChatBridge.stream`` drives."""
+class ResponsesStream(ChunkTranslator):
+    """One Responses stream, as ``sse.pump`` drives it."""
 
     def __init__(self, base: Mapping[str, Any], on_final: Callable[[dict[str, Any]], None] | None = None,
-                 make_id: IdMaker = new_id) -> None:
+                 make_id: IdMaker = new_id, on_usage: Accountant | None = None) -> None:
+        super().__init__(on_usage)
         self.base = dict(base)
         self.on_final = on_final
         self.make_id = make_id
@@ -58,7 +59,7 @@ class ResponsesStream:
         return (self._event("response.created", response=self.base)
                 + self._event("response.in_progress", response=self.base))
 
-    def keepalive(self) -> bytes:
+    def keepalive(self, event: bytes) -> bytes:
         """Return an SSE comment (clients ignore it; it keeps the connection busy)."""
         return KEEPALIVE
 

@@ -14,20 +14,22 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.gateway.chat_bridge import ChatBridge, read_json_body
-from mlx_agent.gateway.openai_responses import ResponsesRequest, to_chat
-from mlx_agent.gateway.responses import RequestRefused, error_response, json_response
-from mlx_agent.gateway.responses_output import base_response, new_id, response_from_chat
-from mlx_agent.gateway.responses_store import ResponseStore
-from mlx_agent.gateway.responses_stream import ResponsesStream
+from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
+from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.gateway.responses.output import base_response, new_id, response_from_chat
+from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
+from mlx_agent.gateway.responses.store import ResponseStore
+from mlx_agent.gateway.responses.stream import ResponsesStream
 from mlx_agent.gateway.security import API_KEY_ID
+from mlx_agent.gateway.upstream import Upstream, read_json_body
 
 
 class ResponsesApi:
     """The handlers of the Responses endpoints."""
 
-    def __init__(self, bridge: ChatBridge, store: ResponseStore, model_id: str) -> None:
-        self.bridge = bridge
+    def __init__(self, upstream: Upstream, store: ResponseStore, model_id: str) -> None:
+        self.upstream = upstream
         self.store = store
         self.model_id = model_id
 
@@ -37,16 +39,19 @@ class ResponsesApi:
         try:
             body = await read_json_body(request)
             translated = to_chat(body, default_model=self.model_id)
-            prepared = self.bridge.prepare(translated.chat)
+            config = self.upstream.config
+            prepared = prepare(translated.chat, endpoint="chat", names=config.model_names,
+                               max_tokens=config.max_tokens, force_usage=True)
             base = base_response(translated, new_id("resp"), int(time.time()))
             if translated.stream:
                 def keep(final: dict[str, Any]) -> None:
                     self._keep(translated, final, owner)
 
-                return await self.bridge.stream(request, prepared, ResponsesStream(base, keep))
-            doc = await self.bridge.complete(request, prepared)
+                account = self.upstream.accountant(request, "chat", prepared.body)
+                return await self.upstream.stream(request, prepared, ResponsesStream(base, keep, on_usage=account))
+            doc = await self.upstream.complete(request, prepared)
         except RequestRefused as refusal:
-            return refusal.response()
+            return refusal_response(refusal)
         response = response_from_chat(doc, base)
         self._keep(translated, response, owner)
         return json_response(response)

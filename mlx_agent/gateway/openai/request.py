@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mlx_agent.gateway.responses import RequestRefused
+from mlx_agent.errors import RequestRefused
 
 FORBIDDEN_FIELDS = ("adapters", "adapter", "adapter_path", "draft_model")
 TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")

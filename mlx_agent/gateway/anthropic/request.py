@@ -30,7 +30,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from mlx_agent.gateway.responses import RequestRefused
+from mlx_agent.errors import RequestRefused
 
 MESSAGE_FIELDS = frozenset({"model", "max_tokens", "messages", "system", "stream", "temperature", "top_p", "top_k",
                             "stop_sequences", "tools", "tool_choice", "metadata", "thinking", "cache_control"})

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from mlx_agent.gateway.responses import RequestRefused
+from mlx_agent.errors import RequestRefused
 
 RESPONSE_FIELDS = frozenset({
     "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "store", "background",

@@ -1,0 +1,157 @@
+"""The one road from an endpoint to the model worker: load on demand, open-request accounting, reply or stream.
+
+Every endpoint, whatever API it speaks, reaches the worker through ``Upstream``:
+
+* ``worker_request`` counts the request as open (so unload and idle unload wait for it) from before the
+  load until its reply has been read, loads the worker if needed, and posts the body;
+* ``complete`` returns the worker's JSON reply, or raises ``RequestRefused`` carrying the worker's error;
+* ``stream`` pumps the worker's stream through the endpoint's translator (``sse.pump``);
+* ``accountant`` returns the per-API-key ``cached_tokens`` bound (``cache_privacy``) for one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
+from mlx_agent.gateway.config import GatewayConfig
+from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.openai.request import PreparedRequest
+from mlx_agent.gateway.security import API_KEY_ID
+from mlx_agent.gateway.sse import SSE_HEADERS, Accountant, StreamTranslator, end, pump
+from mlx_agent.gateway.worker import WorkerProcess
+
+CHAT_PATH = "/v1/chat/completions"
+EXIT_NOTICE_S = 1.0
+UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
+
+
+def read_error(status: int, doc: object) -> RequestRefused:
+    """Return the refusal that carries a worker's error reply (status, message, type, code, param)."""
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(error, dict):
+        message = str(error.get("message") or f"the model worker answered {status}")
+        type_ = str(error.get("type") or ("invalid_request_error" if status < 500 else "server_error"))
+        code = str(error.get("code") or "worker_error")
+        param = error.get("param") if isinstance(error.get("param"), str) else None
+        return RequestRefused(status, message, code=code, type_=type_, param=param)
+    message = error if isinstance(error, str) else f"the model worker answered {status}"
+    return RequestRefused(status, message, code="worker_error",
+                          type_="invalid_request_error" if status < 500 else "server_error")
+
+
+async def read_json_body(request: web.Request) -> Any:
+    """Return the parsed request body; raise ``RequestRefused`` (400 ``invalid_json``) if it is not JSON."""
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise RequestRefused(400, "the request body is not valid JSON", code="invalid_json", param="body") from None
+
+
+class Upstream:
+    """Sends request bodies to the worker through the lifecycle's accounting."""
+
+    def __init__(self, config: GatewayConfig, lifecycle: Lifecycle, session: aiohttp.ClientSession,
+                 ledger: PromptLedger | None) -> None:
+        self.config = config
+        self.lifecycle = lifecycle
+        self.session = session
+        self.ledger = ledger  # only when API keys are in use
+
+    @contextlib.asynccontextmanager
+    async def worker_request(self, body: dict[str, Any], path: str, *,
+                             stream: bool) -> AsyncIterator[tuple[aiohttp.ClientResponse, WorkerProcess]]:
+        """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
+
+        The request counts as open (``stream`` says which kind) from before the load until the block ends.
+        A refused or failed load, and a worker that does not answer (502 ``worker_failed``), raise
+        ``RequestRefused``.
+        """
+        self.lifecycle.request_started(stream)
+        try:
+            worker = await self.lifecycle.acquire()
+            try:
+                upstream = await self.session.post(worker.base_url + path, timeout=UPSTREAM_TIMEOUT,
+                                                   data=json.dumps(body).encode(),
+                                                   headers={"Content-Type": "application/json"})
+            except (aiohttp.ClientError, OSError) as exc:
+                await self.notice_exit(worker)
+                raise RequestRefused(502, f"the model worker did not answer: {exc}", code="worker_failed",
+                                     type_="server_error") from exc
+            async with upstream:
+                yield upstream, worker
+        finally:
+            self.lifecycle.request_finished(stream)
+
+    async def notice_exit(self, worker: WorkerProcess) -> None:
+        """Give a worker that just hung up a moment to be seen exiting, so the next request loads afresh."""
+        deadline = time.monotonic() + EXIT_NOTICE_S
+        while worker.exited() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.lifecycle.check_worker()
+
+    def accountant(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> Accountant | None:
+        """Return what bounds ``cached_tokens`` in a reply to this request's API key, or None without keys."""
+        key_id: str | None = request.get(API_KEY_ID)
+        ledger = self.ledger
+        if key_id is None or ledger is None:
+            return None
+        shape = PromptShape.of(endpoint, body)
+
+        def account(doc: dict[str, Any]) -> None:
+            if isinstance(doc.get("usage"), dict):
+                ledger.rewrite_usage(key_id, shape, doc["usage"])
+
+        return account
+
+    async def complete(self, request: web.Request, prepared: PreparedRequest, path: str = CHAT_PATH) -> dict[str, Any]:
+        """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
+        account = self.accountant(request, "chat", prepared.body)
+        async with self.worker_request(prepared.body, path, stream=False) as (upstream, worker):
+            try:
+                raw = await upstream.read()
+            except (aiohttp.ClientError, OSError) as exc:
+                await self.notice_exit(worker)
+                raise RequestRefused(502, f"the model worker failed while answering: {exc}", code="worker_failed",
+                                     type_="server_error") from exc
+            status = upstream.status
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if status != 200:
+            raise read_error(status, doc)
+        if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list) or not doc["choices"]:
+            raise RequestRefused(502, "the model worker's reply has no choices", code="worker_failed",
+                                 type_="server_error")
+        if account is not None:
+            account(doc)
+        return doc
+
+    async def stream(self, request: web.Request, prepared: PreparedRequest, translator: StreamTranslator,
+                     path: str = CHAT_PATH) -> web.StreamResponse:
+        """Stream the worker's answer through ``translator``; an error before the first event raises."""
+        async with self.worker_request(prepared.body, path, stream=True) as (upstream, worker):
+            if upstream.status != 200 or upstream.content_type != "text/event-stream":
+                try:
+                    doc = json.loads(await upstream.read())
+                except (aiohttp.ClientError, OSError, ValueError):
+                    doc = None
+                raise read_error(upstream.status if upstream.status != 200 else 502, doc)
+            response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            await response.prepare(request)
+            result = await pump(request, response, upstream, translator)
+            if not result.done and not result.client_gone:
+                await self.notice_exit(worker)
+            await end(response, translator, result)
+            return response
