@@ -54,16 +54,25 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── ExpectedPidMismatch ............. expected_pid_mismatch
     │   ├── GatewayUnreachable .............. gateway_unreachable
     │   ├── UnloadBlocked ................... unload_blocked
-    │   └── PolicyRejected .................. policy_rejected
+    │   ├── PolicyRejected .................. policy_rejected
+    │   └── FrontConfigInvalid .............. front_config_invalid
+    ├── RequestRefused ...................... (its own code: an HTTP error answer of the front or a worker)
+    ├── SeamChanged ......................... seam_changed
     ├── OwnershipMismatch ................... ownership_mismatch
     └── LockTimeout ......................... lock_timeout
+
+Outside the tree, because they are signals inside the servers rather than errors a user meets:
+
+    HttpError (BaseException) ............... a worker's HTTP error answer, raised through mlx_lm's handler
+    ClientGone (BaseException) .............. the worker's client hung up; nothing more is written
+    TemplateFailed, SchemaFailed ............ the generation thread could not render a prompt or a schema
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 
 
@@ -100,6 +109,45 @@ def error_class(code: str) -> type[MlxAgentError] | None:
         if cls.code == code and not cls.__subclasses__():
             return cls
         pending.extend(cls.__subclasses__())
+    return None
+
+
+def refusal_line(error: MlxAgentError) -> str:
+    """Return the one line a child prints on stderr before it exits refusing to serve (``wire.REFUSAL_PREFIX``)."""
+    import json
+
+    from mlx_agent.wire import REFUSAL_PREFIX
+
+    return REFUSAL_PREFIX + json.dumps({"code": error.code, "message": error.message, "details": error.details})
+
+
+def exit_refused(error: MlxAgentError) -> NoReturn:
+    """Print ``error``'s refusal line and exit with ``wire.EXIT_REFUSED`` (a child that will not serve)."""
+    import sys
+
+    from mlx_agent.wire import EXIT_REFUSED
+
+    print(refusal_line(error), file=sys.stderr, flush=True)
+    sys.exit(EXIT_REFUSED)
+
+
+def from_refusal_lines(lines: list[str], details: dict[str, Any]) -> MlxAgentError | None:
+    """Return the error of the last refusal line among a child's log lines (with ``details`` added), if any."""
+    import json
+
+    from mlx_agent.wire import REFUSAL_PREFIX
+
+    for line in reversed(lines):
+        if not line.startswith(REFUSAL_PREFIX):
+            continue
+        try:
+            report = json.loads(line[len(REFUSAL_PREFIX):])
+            cls = error_class(report["code"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if cls is None:
+            return None
+        return cls(str(report.get("message", report["code"])), details={**details, **(report.get("details") or {})})
     return None
 
 
@@ -360,6 +408,45 @@ class PolicyRejected(GatewayError):
     remediation = "Fix the policy values named in details and run `mlx-agent serve policy` again."
 
 
+class FrontConfigInvalid(GatewayError):
+    code = "front_config_invalid"
+    remediation = ("Preview and confirm the server again: the front's config, control token, key file or "
+                   "persisted policy is missing or invalid.")
+
+
+class RequestRefused(MlxAgentError):
+    """An HTTP request the front (or a worker) answers with an error object: status, type, code and param.
+
+    Its ``code`` is per instance (``model_not_found``, ``invalid_value``, ...), documented in docs/gateway.md
+    and docs/wrapped-server.md; ``headers`` and ``extra`` ride along into the answer.
+    """
+
+    code = "request_refused"
+    remediation = "Change the request as error.message and error.param say; docs/gateway.md lists every code."
+
+    def __init__(self, status: int, message: str, *, code: str, type_: str = "invalid_request_error",
+                 param: str | None = None, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.type_ = type_
+        self.param = param
+        self.headers = dict(headers or {})
+        self.extra = dict(extra or {})
+
+    def body(self) -> dict[str, Any]:
+        """Return the OpenAI-style error document ``{"error": {"message", "type", "param", "code", ...}}``."""
+        return {"error": {"message": self.message, "type": self.type_, "param": self.param, "code": self.code,
+                          **self.extra}}
+
+
+class SeamChanged(MlxAgentError):
+    code = "seam_changed"
+    remediation = ("Install the mlx-lm version range mlx-agent pins (see pyproject.toml); the installed one no "
+                   "longer has a name the wrapper uses.")
+
+
 class OwnershipMismatch(MlxAgentError):
     code = "ownership_mismatch"
     remediation = ("The receipt's pid now belongs to another process; nothing was signalled. "
@@ -369,3 +456,44 @@ class OwnershipMismatch(MlxAgentError):
 class LockTimeout(MlxAgentError):
     code = "lock_timeout"
     remediation = "Another mlx-agent command is working on this port; retry when it has finished."
+
+
+class HttpError(BaseException):
+    """An error answer that must reach the worker's handler through mlx_lm's ``except Exception`` blocks.
+
+    mlx_lm's handler catches every ``Exception`` raised while it starts a generation and answers 404 with the
+    message. Deriving from ``BaseException`` lets this pass those blocks untouched; only the wrapped handler
+    catches it. Never raise it in the generation thread: that thread only survives ``Exception``.
+    """
+
+    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """Return the OpenAI-style error document."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class ClientGone(BaseException):
+    """The worker's client closed its connection; the reply was stopped and nothing more is written.
+
+    A ``BaseException`` so that it leaves mlx_lm's handler code untouched by its ``except Exception`` blocks.
+    """
+
+
+class TemplateFailed(Exception):
+    """The chat template (or the prompt around it) could not be built for this request.
+
+    Raised in the generation thread, which mlx_lm keeps alive for ``Exception`` subclasses, and carried back
+    to the handler on the request's queue.
+    """
+
+
+class SchemaFailed(Exception):
+    """llguidance could not build the schema's matcher for this model's tokenizer (generation thread)."""

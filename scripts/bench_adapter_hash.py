@@ -1,7 +1,7 @@
 """Measure whether hashing an adapter file with ``sha256_file`` keeps up with coreutils ``sha256sum``.
 
 Writes one 512 MB file of random bytes to a temporary directory, hashes it once with each to warm the page
-cache (nothing is dropped: both read from memory), then times ``mlx_agent.plan.identity.sha256_file`` (in
+cache (nothing is dropped: both read from memory), then times ``mlx_agent.files.sha256_file`` (in
 this process) and ``sha256sum`` (a subprocess, whose start-up is part of its time) in interleaved rounds.
 Prints the median throughput of each in MB/s and the ratio ours/sha256sum. Target: ratio >= 0.90. A miss
 prints FAIL but does not change the exit status; exit 2 means the two digests differ or sha256sum is missing.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlx_agent.plan.identity import CHUNK, sha256_file
+from mlx_agent.files import CHUNK, sha256_file
 
 TARGET_RATIO = 0.90
 

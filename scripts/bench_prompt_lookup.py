@@ -31,11 +31,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from mlx_agent.wire import PROMPT_LOOKUP_FLAG as LOOKUP_FLAG  # noqa: E402
 from tests.e2e.test_wrapped_support import running  # noqa: E402
 from tests.fixtures import copy_model  # noqa: E402
 
 CACHE = REPO / ".cache"
-LOOKUP_FLAG = "--mlx-agent-prompt-lookup"  # mlx_agent.plan.accel.PROMPT_LOOKUP_FLAG
+
 CODE_TARGET, CHAT_TARGET = 2.0, 0.90
 LINE = re.compile(r"(chatcmpl-\S+) prompt lookup: (\d+) tokens in (\d+) forward passes, (\d+) of (\d+) drafted")
 CHAT = ["Tell me something about the village.", "Describe the weather today.", "What do scientists measure?",

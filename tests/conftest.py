@@ -20,7 +20,7 @@ from tests.fixtures.tiny_model import build_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO_ROOT / "scripts" / "mlx-agent"
-SCHEMAS = REPO_ROOT / "mlx_agent" / "schemas"
+SCHEMAS = REPO_ROOT / "schemas"
 
 
 def _registry() -> Registry:

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from mlx_agent.errors import AdapterInvalid
-from mlx_agent.plan.identity import read_safetensors_header, sha256_file
+from mlx_agent.files import sha256_file
+from mlx_agent.plan.identity import read_safetensors_header
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -14,27 +14,16 @@ import struct
 from pathlib import Path
 
 from mlx_agent.errors import ModelInvalid
+from mlx_agent.files import sha256_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-CHUNK = 4 * 1024 * 1024
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin", ".pt", ".pth")
 SMALL_FILE_LIMIT = 64 * 1024 * 1024
 # A safetensors header is JSON describing tensors; anything near this size is corruption, not a model.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-
-def sha256_file(path: Path) -> str:
-    """Return the sha256 hex of a file, read in 4 MiB chunks into one reused buffer."""
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as fh:
-        buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size)))  # small files: small buffer
-        view = memoryview(buf)
-        while n := fh.readinto(buf):
-            digest.update(view[:n])
-    return digest.hexdigest()
 
 
 def read_safetensors_header(path: Path) -> tuple[bytes, dict[str, Any]]:

@@ -1,26 +1,23 @@
-"""Runtime recipes: one JSON file per runtime, shipped inside the package."""
+"""Runtime recipes: one JSON file per runtime in ``recipes/`` (shipped inside the wheel)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
-import mlx_agent
 from mlx_agent.errors import UnsupportedRuntime
+from mlx_agent.resources import recipes_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-PACKAGE_DIR = Path(mlx_agent.__file__).resolve().parent
-RECIPES_DIR = PACKAGE_DIR / "recipes"
 AUTO = "auto"
 
 
 def recipe_names() -> list[str]:
     """Return the names of the runtimes mlx-agent has recipes for."""
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
+    return sorted(p.stem for p in recipes_dir().glob("*.json"))
 
 
 def runtime_choices() -> list[str]:
@@ -33,5 +30,5 @@ def load_recipe(name: str) -> tuple[dict[str, Any], str]:
     if name not in recipe_names():
         raise UnsupportedRuntime(f"no recipe for runtime {name!r}",
                                  details={"runtime": name, "known": recipe_names()})
-    raw = (RECIPES_DIR / f"{name}.json").read_bytes()
+    raw = (recipes_dir() / f"{name}.json").read_bytes()
     return json.loads(raw), hashlib.sha256(raw).hexdigest()

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import mlx_agent
 from mlx_agent.errors import RuntimeNotExecutable, RuntimeNotInstalled, RuntimeSymlinkLoop
+from mlx_agent.files import sha256_file
 from mlx_agent.home import agent_home
-from mlx_agent.plan.identity import sha256_file
-from mlx_agent.plan.installed import dist_version, env_site_paths, own_site_paths, package_dir
-from mlx_agent.plan.recipes import PACKAGE_DIR
+from mlx_agent.installed import dist_version, env_site_paths, own_site_paths, package_dir
+from mlx_agent.resources import PACKAGE_DIR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ files; no code from the model repository or the runtimes is imported.
 from __future__ import annotations
 
 from mlx_agent.errors import RuntimeModelMismatch, UnsupportedModel
-from mlx_agent.plan.installed import model_support
+from mlx_agent.installed import model_support
 from mlx_agent.plan.runtime import runtime_site_paths
 
 TYPE_CHECKING = False

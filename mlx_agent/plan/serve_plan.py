@@ -20,10 +20,11 @@ from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.defaults import DEFAULT_MAX_TOKENS, DEFAULT_READY_TIMEOUT, HOST, OFFLINE_ENV
-from mlx_agent.plan.recipes import AUTO, PACKAGE_DIR, load_recipe
+from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
+from mlx_agent.resources import PACKAGE_DIR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -25,16 +25,16 @@ from mlx_agent.errors import (
     RuntimeNotInstalled,
     UnsupportedModel,
 )
+from mlx_agent.files import sha256_file
 from mlx_agent.home import receipts_dir
+from mlx_agent.installed import dist_version, model_support, own_site_paths
 from mlx_agent.plan import training_defaults as d
 from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.defaults import OFFLINE_ENV
-from mlx_agent.plan.identity import sha256_file
-from mlx_agent.plan.installed import dist_version, model_support, own_site_paths
-from mlx_agent.plan.recipes import PACKAGE_DIR
 from mlx_agent.plan.runtime_select import vision_markers
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.plan.training_receipt import ADAPTER_FILES
+from mlx_agent.resources import PACKAGE_DIR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The entry's side of ``--prompt-lookup`` and ``--m5-prefill``: flags, fingerprint, eligibility, application.
 
-The plan (``plan/accel.py``) gives the entry ``--mlx-agent-prompt-lookup`` and/or ``--mlx-agent-m5-prefill``
+The plan (``plan/accel_rules.py``) gives the entry ``--mlx-agent-prompt-lookup`` and/or ``--mlx-agent-m5-prefill``
 with its fingerprint: ``--mlx-agent-expect-versions mlx=V,mlx-lm=V[,mlx-metal=V]`` and one
 ``--mlx-agent-expect-source NAME=SHA256`` per bundled source and the support file. ``split_accel_flags``
 takes them out of argv before mlx_lm parses it; ``refuse_if_changed`` compares the fingerprint with what is
@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_agent.plan import accel
-from mlx_agent.runtime.report import refuse
+from mlx_agent import accel_rules, wire
+from mlx_agent.errors import RuntimeChanged, exit_refused
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,13 @@ def split_accel_flags(argv: list[str]) -> tuple[AccelFlags, list[str]]:
     rest: list[str] = []
     words = iter(argv)
     for word in words:
-        if word == accel.PROMPT_LOOKUP_FLAG:
+        if word == wire.PROMPT_LOOKUP_FLAG:
             lookup = True
-        elif word == accel.M5_PREFILL_FLAG:
+        elif word == wire.M5_PREFILL_FLAG:
             kernel = True
-        elif word == accel.VERSIONS_FLAG:
+        elif word == wire.EXPECT_VERSIONS_FLAG:
             versions.update(_pairs(next(words, ""), ","))
-        elif word == accel.SOURCE_FLAG:
+        elif word == wire.EXPECT_SOURCE_FLAG:
             name, _, digest = next(words, "").rpartition("=")
             sources[name] = digest or None
         else:
@@ -71,11 +71,11 @@ def split_accel_flags(argv: list[str]) -> tuple[AccelFlags, list[str]]:
 def fingerprint_changes(flags: AccelFlags) -> list[dict[str, Any]]:
     """Return one record per dependency version or bundled file that differs from the plan's fingerprint."""
     changes: list[dict[str, Any]] = []
-    installed = accel.installed_versions(tuple(flags.versions))
+    installed = accel_rules.installed_versions(tuple(flags.versions))
     for dep, expected in sorted(flags.versions.items()):
         if installed[dep] != expected:
             changes.append({"field": f"versions.{dep}", "expected": expected, "actual": installed[dep]})
-    actual = accel.sources(tuple(flags.sources))
+    actual = accel_rules.sources(tuple(flags.sources))
     for name, expected in sorted(flags.sources.items()):
         if actual[name] != expected:
             changes.append({"field": f"sources.{name}", "expected": expected, "actual": actual[name]})
@@ -87,8 +87,8 @@ def refuse_if_changed(flags: AccelFlags) -> None:
     changes = fingerprint_changes(flags)
     if not changes:
         return
-    refuse("runtime_changed", "the dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since "
-           "the plan was reviewed; not loading", {"changes": changes})
+    exit_refused(RuntimeChanged("the dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since "
+                                "the plan was reviewed; not loading", details={"changes": changes}))
 
 
 def _gpu_architecture() -> str | None:
@@ -105,7 +105,7 @@ def lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
     """Return the prompt-lookup settings for the loaded model, or None (logged) when it keeps native generation."""
     from mlx_agent.runtime.lookup_serving import LookupSettings, model_ready
 
-    reasons = accel.lookup_version_reasons(accel.installed_versions(accel.LOOKUP_DEPENDENCIES), rules)
+    reasons = accel_rules.lookup_version_reasons(accel_rules.installed_versions(accel_rules.LOOKUP_DEPENDENCIES), rules)
     if provider.cli_args.adapter_path is not None:
         reasons.append("an adapter is served, and adapters keep native generation")
     if provider.draft_model is not None:
@@ -124,10 +124,10 @@ def lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
 
 def apply_prefill_kernel(provider: Any, rules: dict[str, Any]) -> int:
     """Adapt the loaded model's eligible layers to the M5 kernel; log and return how many were adapted."""
-    reasons = accel.prefill_platform_reasons(sys.platform, accel.macos_version(),
-                                             accel.installed_versions(accel.PREFILL_DEPENDENCIES), rules)
+    reasons = accel_rules.prefill_platform_reasons(sys.platform, accel_rules.macos_version(),
+                                             accel_rules.installed_versions(accel_rules.PREFILL_DEPENDENCIES), rules)
     if not reasons:
-        reasons += accel.gpu_reasons(_gpu_architecture(), rules)
+        reasons += accel_rules.gpu_reasons(_gpu_architecture(), rules)
     if provider.cli_args.adapter_path is not None:
         reasons.append("LoRA adapters are excluded")
     if reasons:
@@ -145,7 +145,7 @@ def prepare(provider: Any, flags: AccelFlags) -> Any:
     """Apply what was asked to the loaded model; return the prompt-lookup settings or None."""
     if not flags.requested:
         return None
-    rules, _ = accel.support()
+    rules, _ = accel_rules.support()
     if flags.m5_prefill:
         apply_prefill_kernel(provider, rules["m5_prefill"])
     return lookup_settings(provider, rules["prompt_lookup"]) if flags.prompt_lookup else None

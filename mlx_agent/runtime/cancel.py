@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from queue import Empty, Queue
 from typing import Any
 
+from mlx_agent.errors import ClientGone
 from mlx_agent.runtime.errors_http import from_generation_error, generation_unavailable
 
 log = logging.getLogger(__name__)
@@ -26,13 +27,6 @@ POLL_SECONDS = 0.1
 # After stopping, a reply is "stopped" once no token came for this long (mlx_lm sends nothing more).
 QUIET_SECONDS = 0.5
 DRAIN_SECONDS = 5.0
-
-
-class ClientGone(BaseException):
-    """The client closed its connection; the reply was stopped and nothing more is written.
-
-    A ``BaseException`` so that it leaves mlx_lm's handler code untouched by its ``except Exception`` blocks.
-    """
 
 
 def client_gone(connection: socket.socket | None) -> bool:

@@ -8,34 +8,11 @@ including bad arguments; we never do.
 
 from __future__ import annotations
 
-from typing import Any
+from mlx_agent.errors import HttpError, SchemaFailed, TemplateFailed
 
 # OpenAI's error types; ``code`` is ours, stable and snake_case (listed in docs/wrapped-server.md).
-INVALID_REQUEST = "invalid_request_error"
 NOT_FOUND = "not_found_error"
 SERVER_ERROR = "server_error"
-
-
-class HttpError(BaseException):
-    """An error answer that must reach our handler through mlx_lm's ``except Exception`` blocks.
-
-    mlx_lm's handler catches every ``Exception`` raised while it starts a generation and answers 404 with the
-    message. Deriving from ``BaseException`` lets this pass those blocks untouched; only ``WrappedHandler``
-    catches it. Never raise it in the generation thread: that thread only survives ``Exception``.
-    """
-
-    def __init__(self, status: int, message: str, *, type_: str = INVALID_REQUEST, param: str | None = None,
-                 code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.param = param
-        self.code = code
-
-    def body(self) -> dict[str, Any]:
-        """Return the OpenAI-style error document."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> HttpError:
@@ -53,18 +30,6 @@ def generation_unavailable() -> HttpError:
     """Return the 503 for a server whose generation thread has died."""
     return HttpError(503, "The server's generation thread has stopped; restart the server.",
                      type_=SERVER_ERROR, code="generation_unavailable")
-
-
-class TemplateFailed(Exception):
-    """The chat template (or the prompt around it) could not be built for this request.
-
-    Raised in the generation thread, which mlx_lm keeps alive for ``Exception`` subclasses, and carried back
-    to the handler on the request's queue.
-    """
-
-
-class SchemaFailed(Exception):
-    """llguidance could not build the schema's matcher for this model's tokenizer (generation thread)."""
 
 
 def from_generation_error(error: Exception) -> HttpError:

@@ -19,14 +19,10 @@ from typing import Any
 
 import mlx_lm.server as server
 
+from mlx_agent.errors import SchemaFailed, TemplateFailed
 from mlx_agent.runtime import structured
 from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
-from mlx_agent.runtime.errors_http import (
-    SchemaFailed,
-    TemplateFailed,
-    from_generation_error,
-    generation_unavailable,
-)
+from mlx_agent.runtime.errors_http import from_generation_error, generation_unavailable
 from mlx_agent.runtime.limits import Limits
 from mlx_agent.runtime.lookup_serving import LOOKUP_ATTRIBUTE, LookupSettings, native_reasons, serve_lookup
 from mlx_agent.runtime.request_options import RequestOptions, Served

@@ -15,8 +15,8 @@ from typing import Any
 
 import mlx_lm.server as server
 
-from mlx_agent.runtime.cancel import ClientGone
-from mlx_agent.runtime.errors_http import HttpError, bad_request, from_upstream_validation
+from mlx_agent.errors import ClientGone, HttpError
+from mlx_agent.runtime.errors_http import bad_request, from_upstream_validation
 from mlx_agent.runtime.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.runtime.request_options import RequestOptions, prepare_body
 from mlx_agent.runtime.tool_calls import MARKER, as_written, split_calls

@@ -19,9 +19,10 @@ from typing import Any
 
 import mlx_lm.server as server
 
+from mlx_agent.errors import SeamChanged
 from mlx_agent.runtime.accel_entry import AccelFlags, prepare
 from mlx_agent.runtime.limits import Limits, split_server_flags
-from mlx_agent.runtime.seams import SeamChanged, check_seams, warn_if_untested
+from mlx_agent.runtime.seams import check_seams, warn_if_untested
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,8 @@ import inspect
 import logging
 from typing import Any
 
+from mlx_agent.errors import SeamChanged
+
 SUPPORTED_MLX_LM = ">=0.32.2,<0.33"
 
 # Callables of mlx_lm.server, with the parameters (in order, from the first) that we call or override.
@@ -80,10 +82,6 @@ MODULE_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
 # Properties and methods of mlx_lm.tokenizer_utils.TokenizerWrapper we read.
 TOKENIZER_ATTRIBUTES = ("apply_chat_template", "has_thinking", "think_start_tokens", "think_end_tokens",
                         "eos_token_ids", "tool_call_start", "tool_call_end")
-
-
-class SeamChanged(RuntimeError):
-    """The installed mlx_lm no longer has a name, parameter or field the wrapper depends on."""
 
 
 def _lookup(module: Any, dotted: str) -> Any:

@@ -20,8 +20,8 @@ from mlx_agent.errors import (
     ReceiptNotFound,
     UnloadBlocked,
 )
+from mlx_agent.files import write_json_atomic
 from mlx_agent.supervise import process
-from mlx_agent.supervise.atomic import write_json_atomic
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.receipts import read_receipt, receipt_path
 

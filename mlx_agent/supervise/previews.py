@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mlx_agent.errors import AdapterChanged, PreviewHashRequired, PreviewStale
+from mlx_agent.files import write_json_atomic
 from mlx_agent.home import previews_dir
 from mlx_agent.plan.canonical import plan_diff, with_hash
-from mlx_agent.supervise.atomic import write_json_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

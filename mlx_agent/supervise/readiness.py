@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, error_class
-from mlx_agent.runtime.report import ERROR_PREFIX as REPORT_PREFIX  # no mlx import: a constant
+from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, from_refusal_lines
+from mlx_agent.files import log_tail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,19 +17,6 @@ if TYPE_CHECKING:
 
 Tick = Callable[[float, str], None]
 POLL_SECONDS = 0.25
-
-
-def log_tail(log_path: Path, lines: int = 20) -> list[str]:
-    """Return the last ``lines`` lines of a log, decoded leniently."""
-    try:
-        with open(log_path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read()
-    except OSError:
-        return []
-    return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
 def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0) -> bool:
@@ -64,19 +51,13 @@ def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0)
 def launch_failed(exit_code: int, log_path: Path) -> MlxAgentError:
     """Return the error for a server that exited before it was ready, with its last log lines.
 
-    If our entry reported a refusal of its own (``mlx-agent-error {json}``), that code is the error.
+    If the child reported a refusal of its own (its refusal line), that error is the answer.
     """
     tail = log_tail(log_path, 60)
     details = {"exit_code": exit_code, "log_path": str(log_path), "log_tail": tail[-20:]}
-    for line in reversed(tail):
-        if line.startswith(REPORT_PREFIX):
-            try:
-                report = json.loads(line[len(REPORT_PREFIX):])
-                cls = error_class(report["code"])
-            except (ValueError, KeyError, TypeError):
-                break
-            if cls is not None:
-                return cls(report.get("message", report["code"]), details={**details, **report.get("details", {})})
+    reported = from_refusal_lines(tail, details)
+    if reported is not None:
+        return reported
     return LaunchFailed(f"the server exited with status {exit_code} before it was ready", details=details)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
-from mlx_agent.supervise.atomic import write_json_atomic
+from mlx_agent.files import write_json_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

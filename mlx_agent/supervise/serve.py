@@ -13,6 +13,7 @@ from mlx_agent.errors import (
     PortClaimed,
     PortInUse,
 )
+from mlx_agent.files import utc_now
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan, model_ids
@@ -28,12 +29,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
     from typing import Any
-
-def _now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
 
 def gates(plan: dict[str, Any], directory: Path, *, cleanup: bool) -> list[str]:
     """Refuse a port that is ours and live, claimed by a wired config, or bound by anyone; return warnings.
@@ -128,7 +123,7 @@ class _Interrupts:
 
 
 def _receipt(plan: dict[str, Any], identity: dict[str, Any], log: Path) -> dict[str, Any]:
-    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": _now(), "ready_at": None,
+    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": utc_now(), "ready_at": None,
             "decode_profile": plan.get("decode_profile"), "prefill_kernel": plan.get("prefill_kernel")}
 
 
@@ -149,7 +144,7 @@ def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interru
             # The receipt exists from the moment the process does, so even a killed CLI leaves nothing unowned.
             write_receipt(directory, receipt)
         wait_ready(child, plan, log, on_tick)
-        receipt["ready_at"] = _now()
+        receipt["ready_at"] = utc_now()
         write_receipt(directory, receipt)
         return receipt
     except BaseException as exc:
@@ -171,7 +166,7 @@ def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
 
         with port_lock(directory, plan["port"], timeout=0, busy=PortInUse):
             warnings = gates(plan, directory, cleanup=True)
-            return units.install(plan, directory, _now()), warnings
+            return units.install(plan, directory, utc_now()), warnings
     interrupts = _Interrupts()
     with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), interrupts.installed():
         warnings = gates(plan, directory, cleanup=True)

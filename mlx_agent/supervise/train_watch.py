@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from mlx_agent.files import utc_now, write_json_atomic
 from mlx_agent.plan.adapter import file_record
 from mlx_agent.supervise import process
-from mlx_agent.supervise.atomic import write_json_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,13 +33,6 @@ if TYPE_CHECKING:
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
-
-
-def now() -> str:
-    """Return the current UTC time as an ISO 8601 string (milliseconds)."""
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def say(message: str) -> None:
@@ -90,7 +83,7 @@ class Watcher:
                                 stderr=subprocess.STDOUT, env=env, cwd=self.plan["cwd"], preexec_fn=preexec)
 
     def _outcome(self, code: int) -> dict[str, Any]:
-        fields: dict[str, Any] = {"exit_code": code, "finished_at": now(), "adapter": None}
+        fields: dict[str, Any] = {"exit_code": code, "finished_at": utc_now(), "adapter": None}
         if code < 0:
             fields["signal"] = signal.Signals(-code).name
         out = Path(self.plan["adapter_path"])
@@ -113,18 +106,18 @@ class Watcher:
             signal.signal(sig, self._on_signal)
         if not self._config_intact():
             say(f"refusing to start: {self.plan['config_path']} no longer holds the reviewed config")
-            self._record(state="failed", exit_code=None, finished_at=now(),
+            self._record(state="failed", exit_code=None, finished_at=utc_now(),
                          reason="the -c config file changed after confirm; nothing was trained")
             return 0
         if self.stop_signal is not None:
-            self._record(state="failed", exit_code=None, finished_at=now(),
+            self._record(state="failed", exit_code=None, finished_at=utc_now(),
                          reason=f"stopped by {signal.Signals(self.stop_signal).name} before the trainer started")
             return 0
         try:
             self.child = self._spawn()
         except OSError as exc:
             say(f"could not start the trainer: {exc}")
-            self._record(state="failed", exit_code=None, finished_at=now(), reason=f"could not start: {exc}")
+            self._record(state="failed", exit_code=None, finished_at=utc_now(), reason=f"could not start: {exc}")
             return 0
         late = self.pending_stop()  # a stop that arrived while the trainer was being forked
         if late is not None:
@@ -134,7 +127,7 @@ class Watcher:
         except ProcessLookupError:  # it already ended; its exit status is recorded below all the same
             trainer = {"pid": self.child.pid, "pgid": os.getpgrp(), "create_time": None, "cmdline": None,
                        "argv": self.plan["argv"]}
-        self._record(trainer=trainer, trainer_started_at=now())
+        self._record(trainer=trainer, trainer_started_at=utc_now())
         say(f"trainer started, pid {self.child.pid}")
         code = self.child.wait()
         outcome = self._outcome(code)
@@ -150,7 +143,7 @@ def _abandon(path: Path) -> None:
     except (OSError, ValueError):
         return
     if isinstance(receipt, dict) and (receipt.get("watcher") or {}).get("pid") == os.getpid():
-        receipt.update(state="failed", exit_code=None, finished_at=now(),
+        receipt.update(state="failed", exit_code=None, finished_at=utc_now(),
                        reason="the confirming command ended before the training started; nothing was trained")
         write_json_atomic(path, receipt)
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import AdapterPathNotEmpty, LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
+from mlx_agent.files import utc_now, write_json_atomic
 from mlx_agent.home import previews_dir, receipts_dir
 from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.training_receipt import read_training_receipt
 from mlx_agent.supervise import process
-from mlx_agent.supervise.atomic import write_json_atomic
 from mlx_agent.supervise.locks import file_lock
 from mlx_agent.supervise.previews import reviewed_plan, save_preview
 from mlx_agent.supervise.train_log import read_progress
@@ -104,12 +104,6 @@ def preview(req: TrainRequest) -> tuple[dict[str, Any], list[str]]:
     return plan, warnings
 
 
-def _now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 def _spawn_watcher(plan: dict[str, Any], argv: list[str], log: Path) -> subprocess.Popen[bytes]:
     import os
     import subprocess
@@ -139,7 +133,7 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
                 identity = process.identity(watcher.pid)
             except ProcessLookupError:
                 code = watcher.wait()
-                from mlx_agent.supervise.readiness import log_tail
+                from mlx_agent.files import log_tail
 
                 raise LaunchFailed(f"the training watcher exited with status {code} at once",
                                    details={"exit_code": code, "log_path": str(log),
@@ -153,7 +147,7 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
                 "adapter_path": plan["adapter_path"],
                 "log_path": str(log),
                 "config_path": plan["config_path"],
-                "started_at": _now(),
+                "started_at": utc_now(),
                 "trainer_started_at": None,
                 "finished_at": None,
                 "exit_code": None,

@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from mlx_agent.plan.accel import M5_PREFILL_FLAG, PROMPT_LOOKUP_FLAG
+from mlx_agent.wire import M5_PREFILL_FLAG, PROMPT_LOOKUP_FLAG
 from tests.conftest import Agent, assert_valid, free_port
 from tests.e2e.test_wrapped_support import Server, running
 

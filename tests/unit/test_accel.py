@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mlx_agent import accel_rules, wire
 from mlx_agent.errors import UnsupportedRuntime
 from mlx_agent.plan import accel
 from mlx_agent.plan import runtime as plan_runtime
@@ -18,7 +19,7 @@ from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan
 from mlx_agent.runtime import accel_entry
 from tests.conftest import assert_valid
 
-RULES = accel.support()[0]
+RULES = accel_rules.support()[0]
 QWEN2_Q4 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "torch_dtype": "float16",
             "quantization": {"bits": 4, "group_size": 64, "mode": "affine"}}
 
@@ -51,11 +52,11 @@ def test_prompt_lookup_applies_here_and_passes_its_fingerprint(tiny_model: Path)
     decode = plan["decode_profile"]
     assert (decode["requested"], decode["applied"], decode["reasons"]) == ("prompt_lookup", True, [])
     assert decode["max_draft_tokens"] == 8 and decode["lookup_window"] == 8192
-    assert set(decode["sources"]) == set(accel.DECODE_SOURCES) and all(decode["sources"].values())
+    assert set(decode["sources"]) == set(accel_rules.DECODE_SOURCES) and all(decode["sources"].values())
     flags, rest = accel_entry.split_accel_flags(plan["argv"][4:])
     assert flags.prompt_lookup and not flags.m5_prefill
     assert flags.versions == decode["versions"]
-    assert flags.sources == {**decode["sources"], accel.SUPPORT_NAME: decode["support_sha256"]}
+    assert flags.sources == {**decode["sources"], accel_rules.SUPPORT_NAME: decode["support_sha256"]}
     assert rest == ["--model", str(tiny_model), "--host", "127.0.0.1", "--port", "18998", "--max-tokens", "512"]
     assert accel_entry.fingerprint_changes(flags) == []
 
@@ -68,7 +69,7 @@ def test_m5_prefill_is_recorded_as_not_eligible_here(tiny_model: Path) -> None:
     assert prefill["requested"] == "m5_q4" and prefill["eligible"] is False
     assert any("needs macOS 26.0+" in r for r in prefill["reasons"])
     assert any("model_type 'llama'" in r for r in prefill["reasons"])
-    assert set(prefill["sources"]) == set(accel.PREFILL_SOURCES) and all(prefill["sources"].values())
+    assert set(prefill["sources"]) == set(accel_rules.PREFILL_SOURCES) and all(prefill["sources"].values())
     assert prefill["min_rows"] == 128 and "mlx-metal" in prefill["versions"]
     flags, _ = accel_entry.split_accel_flags(plan["argv"][4:])
     assert flags.m5_prefill and not flags.prompt_lookup and "mlx-metal" in flags.versions
@@ -79,14 +80,14 @@ def test_both_options_combine(tiny_model: Path) -> None:
     plan = plan_for(tiny_model, prompt_lookup=True, m5_prefill=True)
     flags, _ = accel_entry.split_accel_flags(plan["argv"][4:])
     assert flags.prompt_lookup and flags.m5_prefill
-    assert set(flags.sources) == {*accel.DECODE_SOURCES, *accel.PREFILL_SOURCES, accel.SUPPORT_NAME}
+    assert set(flags.sources) == {*accel_rules.DECODE_SOURCES, *accel_rules.PREFILL_SOURCES, accel_rules.SUPPORT_NAME}
 
 
 def test_a_jit_worker_gets_the_flags(tiny_model: Path) -> None:
     """The JIT gateway's worker argv carries the same acceleration flags and fingerprint."""
     plan = plan_for(tiny_model, prompt_lookup=True, jit=True)
     worker = json.dumps(plan["jit"]["config"])
-    assert accel.PROMPT_LOOKUP_FLAG in worker and accel.VERSIONS_FLAG in worker
+    assert wire.PROMPT_LOOKUP_FLAG in worker and wire.EXPECT_VERSIONS_FLAG in worker
 
 
 def test_a_foreign_entrypoint_keeps_its_native_argv(tiny_model: Path, tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_an_adapter_keeps_both_native(tiny_model: Path, tmp_path: Path) -> None:
     assert plan["decode_profile"]["applied"] is False
     assert any("adapter" in r for r in plan["decode_profile"]["reasons"])
     assert any("LoRA adapters are excluded" in r for r in plan["prefill_kernel"]["reasons"])
-    assert accel.PROMPT_LOOKUP_FLAG not in plan["argv"]
+    assert wire.PROMPT_LOOKUP_FLAG not in plan["argv"]
 
 
 def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,12 +127,12 @@ def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypa
     assert {"runtime/kernels/m5_q4_prefill.metal", "runtime/kernels/support.json", "runtime/prompt_lookup.py",
             "runtime/entry.py"} <= set(sources)
     before = plan_for(tiny_model, m5_prefill=True)
-    from mlx_agent.plan.identity import sha256_file as real
+    from mlx_agent.files import sha256_file as real
 
     def changed(path: Path) -> str:
         return "0" * 64 if Path(path).name == "m5_q4_prefill.metal" else real(path)
 
-    monkeypatch.setattr(accel, "sha256_file", changed)
+    monkeypatch.setattr(accel_rules, "sha256_file", changed)
     monkeypatch.setattr(plan_runtime, "sha256_file", changed)
     after = plan_for(tiny_model, m5_prefill=True)
     fields = {c["field"] for c in plan_diff(before, after)}

@@ -10,16 +10,17 @@ from typing import Any
 
 import pytest
 
+from mlx_agent import accel_rules, wire
 from mlx_agent.errors import RuntimeChanged, error_class
 from mlx_agent.plan import accel
 from mlx_agent.plan.recipes import load_recipe
 from mlx_agent.plan.runtime import resolve_runtime
 from mlx_agent.runtime import accel_entry, entry, m5_prefill
-from mlx_agent.runtime.report import ERROR_PREFIX
 from mlx_agent.supervise.readiness import launch_failed
+from mlx_agent.wire import REFUSAL_PREFIX as ERROR_PREFIX
 from tests.unit.test_m5_prefill import FakeKernel, qwen2_model
 
-RULES = accel.support()[0]
+RULES = accel_rules.support()[0]
 QWEN2_Q4 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "torch_dtype": "float16",
             "quantization": {"bits": 4, "group_size": 64, "mode": "affine"}}
 
@@ -36,8 +37,8 @@ def planned_flags() -> list[str]:
 def test_untested_versions_keep_native_decoding() -> None:
     """Prompt lookup applies only with the mlx and mlx-lm minor versions listed in support.json."""
     rules = RULES["prompt_lookup"]
-    assert accel.lookup_version_reasons({"mlx": "0.32.4", "mlx-lm": "0.32.2"}, rules) == []
-    reasons = accel.lookup_version_reasons({"mlx": "0.31.1", "mlx-lm": None}, rules)
+    assert accel_rules.lookup_version_reasons({"mlx": "0.32.4", "mlx-lm": "0.32.2"}, rules) == []
+    reasons = accel_rules.lookup_version_reasons({"mlx": "0.31.1", "mlx-lm": None}, rules)
     assert [r.split()[0] for r in reasons] == ["mlx", "mlx-lm"]
 
 
@@ -45,19 +46,19 @@ def test_prefill_platform_rules() -> None:
     """An M5-era system (macOS 26, the exact supported stack) passes; anything else names what is wrong."""
     rules = RULES["m5_prefill"]
     good: dict[str, str | None] = {"mlx": "0.31.1", "mlx-metal": "0.31.1", "mlx-lm": "0.29.1"}
-    assert accel.prefill_platform_reasons("darwin", "26.0", good, rules) == []
-    assert accel.prefill_platform_reasons("darwin", "26.1.2", good, rules) == []
-    assert "older than 26.0" in accel.prefill_platform_reasons("darwin", "15.5", good, rules)[0]
-    assert "this is linux" in accel.prefill_platform_reasons("linux", None, good, rules)[0]
-    reasons = accel.prefill_platform_reasons("darwin", "26.0", {**good, "mlx-metal": "0.32.0"}, rules)
+    assert accel_rules.prefill_platform_reasons("darwin", "26.0", good, rules) == []
+    assert accel_rules.prefill_platform_reasons("darwin", "26.1.2", good, rules) == []
+    assert "older than 26.0" in accel_rules.prefill_platform_reasons("darwin", "15.5", good, rules)[0]
+    assert "this is linux" in accel_rules.prefill_platform_reasons("linux", None, good, rules)[0]
+    reasons = accel_rules.prefill_platform_reasons("darwin", "26.0", {**good, "mlx-metal": "0.32.0"}, rules)
     assert reasons == ["mlx-metal 0.32.0 is not a supported version (0.31.1)"]
-    assert accel.gpu_reasons("applegpu_g17s", rules) == []
-    assert accel.gpu_reasons("applegpu_g16s", rules) == ["GPU architecture applegpu_g16s is not applegpu_g17s"]
+    assert accel_rules.gpu_reasons("applegpu_g17s", rules) == []
+    assert accel_rules.gpu_reasons("applegpu_g16s", rules) == ["GPU architecture applegpu_g16s is not applegpu_g17s"]
 
 
 def test_a_fitting_model_has_no_shape_reasons() -> None:
     """A Q4 group-64 fp16 Qwen2 whose dimensions divide by 64 fits the kernel."""
-    assert accel.model_shape_reasons(QWEN2_Q4, RULES["m5_prefill"]) == []
+    assert accel_rules.model_shape_reasons(QWEN2_Q4, RULES["m5_prefill"]) == []
 
 
 @pytest.mark.parametrize(("change", "reason"), [
@@ -72,14 +73,14 @@ def test_a_fitting_model_has_no_shape_reasons() -> None:
 ])
 def test_each_model_shape_rule(change: dict[str, Any], reason: str) -> None:
     """Each rule of the model check names itself."""
-    reasons = accel.model_shape_reasons({**QWEN2_Q4, **change}, RULES["m5_prefill"])
+    reasons = accel_rules.model_shape_reasons({**QWEN2_Q4, **change}, RULES["m5_prefill"])
     assert any(reason in r for r in reasons), reasons
 
 
 def test_split_leaves_every_other_argument_in_order() -> None:
     """The entry takes out exactly its flags and their values."""
-    argv = ["--model", "m", accel.PROMPT_LOOKUP_FLAG, accel.VERSIONS_FLAG, "mlx=1.0,mlx-metal=", "--port", "1",
-            accel.SOURCE_FLAG, "runtime/x.py=abc", accel.M5_PREFILL_FLAG, "--max-tokens", "5"]
+    argv = ["--model", "m", wire.PROMPT_LOOKUP_FLAG, wire.EXPECT_VERSIONS_FLAG, "mlx=1.0,mlx-metal=", "--port", "1",
+            wire.EXPECT_SOURCE_FLAG, "runtime/x.py=abc", wire.M5_PREFILL_FLAG, "--max-tokens", "5"]
     flags, rest = accel_entry.split_accel_flags(argv)
     assert rest == ["--model", "m", "--port", "1", "--max-tokens", "5"]
     assert flags == accel_entry.AccelFlags(True, True, {"mlx": "1.0", "mlx-metal": None}, {"runtime/x.py": "abc"})
@@ -96,7 +97,7 @@ def test_a_changed_dependency_or_source_is_named() -> None:
 
 def test_the_entry_refuses_with_runtime_changed(capsys: pytest.CaptureFixture[str]) -> None:
     """A fingerprint that no longer holds stops the entry before anything loads, with a runtime_changed line."""
-    argv = ["mlx_lm", "--model", "m", accel.PROMPT_LOOKUP_FLAG, accel.VERSIONS_FLAG, "mlx=0.0.1,mlx-lm=0.0.1"]
+    argv = ["mlx_lm", "--model", "m", wire.PROMPT_LOOKUP_FLAG, wire.EXPECT_VERSIONS_FLAG, "mlx=0.0.1,mlx-lm=0.0.1"]
     with pytest.raises(SystemExit) as exit_info:
         entry.main(argv)
     assert exit_info.value.code == 3
@@ -131,14 +132,14 @@ def test_the_entry_strips_its_flags_before_mlx_lm(monkeypatch: pytest.MonkeyPatc
     assert entry.main(["mlx_lm", *native[:2], *planned_flags(), *native[2:]]) == 0
     assert seen["argv"] == native
     assert seen["flags"].prompt_lookup and seen["flags"].m5_prefill
-    assert accel.SUPPORT_NAME in seen["flags"].sources and "mlx-metal" in seen["flags"].versions
+    assert accel_rules.SUPPORT_NAME in seen["flags"].sources and "mlx-metal" in seen["flags"].versions
 
 
 def test_the_planned_fingerprint_holds_here() -> None:
     """What the plan records of this environment is what the entry finds in it."""
     flags, rest = accel_entry.split_accel_flags(planned_flags())
     assert rest == [] and flags.requested
-    assert set(flags.sources) == {*accel.DECODE_SOURCES, *accel.PREFILL_SOURCES, accel.SUPPORT_NAME}
+    assert set(flags.sources) == {*accel_rules.DECODE_SOURCES, *accel_rules.PREFILL_SOURCES, accel_rules.SUPPORT_NAME}
     assert accel_entry.fingerprint_changes(flags) == []
 
 
@@ -177,7 +178,7 @@ def test_the_log_says_zero_layers_here(caplog: pytest.LogCaptureFixture) -> None
 def test_the_log_counts_adapted_layers_on_an_eligible_system(caplog: pytest.LogCaptureFixture,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the system qualifies (faked here) the log names how many layers took the kernel."""
-    monkeypatch.setattr(accel, "prefill_platform_reasons", lambda *_: [])
+    monkeypatch.setattr(accel_rules, "prefill_platform_reasons", lambda *_: [])
     monkeypatch.setattr(accel_entry, "_gpu_architecture", lambda: "applegpu_g17s")
     monkeypatch.setattr(m5_prefill, "q4_matmul", FakeKernel())
     caplog.set_level(logging.INFO)
@@ -187,7 +188,7 @@ def test_the_log_counts_adapted_layers_on_an_eligible_system(caplog: pytest.LogC
 
 def test_an_adapter_excludes_the_kernel(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """LoRA adapters are excluded even on an eligible system."""
-    monkeypatch.setattr(accel, "prefill_platform_reasons", lambda *_: [])
+    monkeypatch.setattr(accel_rules, "prefill_platform_reasons", lambda *_: [])
     monkeypatch.setattr(accel_entry, "_gpu_architecture", lambda: "applegpu_g17s")
     caplog.set_level(logging.INFO)
     assert accel_entry.apply_prefill_kernel(provider(qwen2_model(), adapter="/a"), RULES["m5_prefill"]) == 0

@@ -11,9 +11,10 @@ import pytest
 from safetensors.numpy import save_file
 
 from mlx_agent.errors import AdapterInvalid, UnsupportedRuntime
+from mlx_agent.files import changed_files
 from mlx_agent.plan.adapter import resolve_adapter, verify
 from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan
-from mlx_agent.runtime.file_checks import changed_files, split_expectations
+from mlx_agent.runtime.file_checks import split_expectations
 from mlx_agent.supervise.servers import adapter_fields
 from tests.conftest import assert_valid
 

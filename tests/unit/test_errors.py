@@ -34,8 +34,36 @@ def test_readme_lists_every_code_with_its_remediation() -> None:
         assert f"| `{cls.code}` | {cls.exit_code} | {cls.remediation} |" in text, cls.code
 
 
-def test_tree_is_drawn_in_the_module_docstring() -> None:
-    """The module docstring draws every leaf code."""
+TREE_LINE = re.compile(r"^(?P<indent>[ │├└─]*?)(?:[├└]── )?(?P<name>[A-Z][A-Za-z]+)\b[ .]*(?P<code>[a-z_]+)?")
+
+
+def drawn_tree() -> dict[str, tuple[str | None, str | None]]:
+    """Return each class the docstring draws in the tree with its drawn parent and code."""
     assert errors.__doc__ is not None
-    for cls in leaf_classes():
-        assert cls.code in errors.__doc__
+    text = errors.__doc__.split("Outside the tree")[0]
+    lines = [line for line in text.splitlines() if line.startswith("    ") and line.strip()]
+    drawn: dict[str, tuple[str | None, str | None]] = {}
+    parents: list[tuple[int, str]] = []  # (depth, name) of the open branches
+    for line in lines:
+        body = line[4:]
+        match = TREE_LINE.match(body)
+        assert match is not None, line
+        depth = len(match.group("indent")) // 4 + (0 if body.startswith("MlxAgentError") else 1)
+        while parents and parents[-1][0] >= depth:
+            parents.pop()
+        drawn[match.group("name")] = (parents[-1][1] if parents else None, match.group("code"))
+        parents.append((depth, match.group("name")))
+    return drawn
+
+
+def test_tree_is_drawn_in_the_module_docstring() -> None:
+    """The docstring draws every error class under its real parent, and each leaf with its own code."""
+    drawn = drawn_tree()
+    classes = {cls.__name__: cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(cls, errors.MlxAgentError)}
+    assert set(drawn) == set(classes)
+    for name, (parent, code) in drawn.items():
+        cls = classes[name]
+        assert (cls.__bases__[0].__name__ if parent else None) == parent, name
+        if not cls.__subclasses__() and cls is not errors.RequestRefused:
+            assert code == cls.code, name

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mlx_agent.errors import ModelInvalid
-from mlx_agent.plan.identity import directory_identity, safetensors_header_sha256, sha256_file
+from mlx_agent.files import sha256_file
+from mlx_agent.plan.identity import directory_identity, safetensors_header_sha256
 
 
 def write_safetensors(path: Path, data_bytes: int = 16) -> bytes:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from mlx_lm.server import Response
 
-from mlx_agent.runtime.cancel import ClientGone, ReplyStream, client_gone
-from mlx_agent.runtime.errors_http import HttpError, TemplateFailed
+from mlx_agent.errors import ClientGone, HttpError, TemplateFailed
+from mlx_agent.runtime.cancel import ReplyStream, client_gone
 
 
 class Context:

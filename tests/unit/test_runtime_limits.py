@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_agent.runtime.errors_http import HttpError
+from mlx_agent.errors import HttpError
 from mlx_agent.runtime.limits import (
     Limits,
     answer_reserve,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.runtime.errors_http import HttpError
+from mlx_agent.errors import HttpError
 from mlx_agent.runtime.limits import Limits
 from mlx_agent.runtime.request_options import Served, fold_system_messages, prepare_body
 

@@ -181,7 +181,7 @@ def test_remapping_read_without_parsing_the_module_matches_a_full_parse(package:
     """The one-statement reading of MODEL_REMAPPING gives what parsing the whole installed module gives."""
     import ast
 
-    from mlx_agent.plan.installed import model_support, package_dir
+    from mlx_agent.installed import model_support, package_dir
 
     root = package_dir(package, None)
     assert root is not None

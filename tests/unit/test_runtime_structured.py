@@ -10,8 +10,8 @@ import jsonschema
 import numpy as np
 import pytest
 
+from mlx_agent.errors import HttpError
 from mlx_agent.runtime import structured
-from mlx_agent.runtime.errors_http import HttpError
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
                                            "tags": {"type": "array", "items": {"type": "string"}}},

@@ -10,6 +10,7 @@ import mlx_lm
 import mlx_lm.server
 import pytest
 
+from mlx_agent.errors import SeamChanged
 from mlx_agent.runtime import mlx_lm_server, seams
 from mlx_agent.runtime.limits import Limits
 
@@ -37,7 +38,7 @@ def test_a_renamed_seam_fails_loudly(monkeypatch: pytest.MonkeyPatch, dotted: st
     for part in parents:
         owner = getattr(owner, part)
     monkeypatch.delattr(owner, name)
-    with pytest.raises(seams.SeamChanged, match=name):
+    with pytest.raises(SeamChanged, match=name):
         seams.check_seams()
 
 
@@ -47,7 +48,7 @@ def test_a_changed_signature_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> No
         raise AssertionError
 
     monkeypatch.setattr(mlx_lm.server, "run", run)
-    with pytest.raises(seams.SeamChanged, match="expected to start with"):
+    with pytest.raises(SeamChanged, match="expected to start with"):
         seams.check_seams()
 
 
@@ -57,7 +58,7 @@ def test_a_lost_dataclass_field_fails_loudly(monkeypatch: pytest.MonkeyPatch) ->
         pass
 
     monkeypatch.setattr(mlx_lm.server, "CompletionRequest", CompletionRequest)
-    with pytest.raises(seams.SeamChanged, match="CompletionRequest"):
+    with pytest.raises(SeamChanged, match="CompletionRequest"):
         seams.check_seams()
 
 
@@ -66,7 +67,7 @@ def test_a_lost_tokenizer_property_fails_loudly(monkeypatch: pytest.MonkeyPatch)
     import mlx_lm.tokenizer_utils
 
     monkeypatch.delattr(mlx_lm.tokenizer_utils.TokenizerWrapper, "think_end_tokens")
-    with pytest.raises(seams.SeamChanged, match="think_end_tokens"):
+    with pytest.raises(SeamChanged, match="think_end_tokens"):
         seams.check_seams()
 
 

@@ -1,0 +1,115 @@
+"""File helpers every process shares (standard library only): hashing, rechecking, atomic JSON, log tails, times.
+
+* ``sha256_file`` reads in 4 MiB chunks into one reused buffer.
+* ``changed_files`` rechecks files a plan bound by content (adapter files, a training receipt): the one
+  place that decides whether a reviewed file is still what was reviewed.
+* ``write_json_atomic`` writes a private file readers see whole or not at all.
+* ``log_tail`` reads the last lines of a log leniently.
+* ``utc_now`` / ``utc_iso`` are the one timestamp format: ISO 8601, UTC, milliseconds, ``Z``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+CHUNK = 4 * 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    """Return the sha256 hex of a file, read in 4 MiB chunks into one reused buffer."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size)))  # small files: small buffer
+        view = memoryview(buf)
+        while n := fh.readinto(buf):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def changed_files(checks: Iterable[tuple[Path, str, int]]) -> list[dict[str, Any]]:
+    """Return one record per ``(path, sha256, size)`` whose file is gone, a link, or not what was reviewed.
+
+    ``reason`` is ``missing`` (absent, not a regular file, or a symbolic link), ``unreadable``,
+    ``size_changed`` or ``content_changed``; the list is empty when every file is unchanged.
+    """
+    changed: list[dict[str, Any]] = []
+    for path, digest, size in checks:
+        entry: dict[str, Any] = {"path": str(path), "expected_size": size, "expected_sha256": digest}
+        if path.is_symlink() or not path.is_file():
+            changed.append({**entry, "reason": "missing"})
+            continue
+        try:
+            actual_size = path.stat().st_size
+            if actual_size != size:
+                changed.append({**entry, "size": actual_size, "reason": "size_changed"})
+                continue
+            actual = sha256_file(path)
+        except OSError as exc:
+            changed.append({**entry, "reason": "unreadable", "error": exc.strerror or str(exc)})
+            continue
+        if actual != digest:
+            changed.append({**entry, "sha256": actual, "reason": "content_changed"})
+    return changed
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` (mode 0600) so readers see the old file or the new one, never a half."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # O_EXCL on a random name in the same directory, as tempfile.mkstemp does, without its import cost.
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def log_tail(log_path: Path, lines: int = 20) -> list[str]:
+    """Return the last ``lines`` lines of a log (at most its last 64 KiB), decoded leniently."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+def utc_iso(timestamp: float | None) -> str | None:
+    """Return a Unix timestamp as ISO 8601 UTC with milliseconds and ``Z``, or None."""
+    if timestamp is None:
+        return None
+    from datetime import UTC, datetime  # lazily: status calls that print no time need not import it
+
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def utc_now() -> str:
+    """Return the current time in the one timestamp format."""
+    import time
+
+    stamp = utc_iso(time.time())
+    assert stamp is not None
+    return stamp

@@ -1,0 +1,47 @@
+"""What crosses a process boundary, in one place below everything (standard library only, no imports at all).
+
+The CLI plans and supervises, the front (``mlx_agent.gateway``) serves, and the worker (``mlx_agent.runtime``)
+generates; they are separate processes that agree on what is written here: the format versions of the files
+they hand each other, the wrapped entry's own argv flags, the refusal line a child prints before it exits,
+the control path, the environment every child gets, and the limits of a request body.
+"""
+
+# Format versions: readers refuse an unknown major version and read older minors.
+ENVELOPE_VERSION = "1.0"  # the CLI's --json envelope
+PLAN_VERSION = "2.0"  # serve plans and the serve receipts that embed them (2.0: every server has a front)
+TRAINING_VERSION = "1.0"  # lora train plans and receipts
+FRONT_CONFIG_VERSION = "2.0"  # the config file the front reads
+FRONT_STATE_VERSION = "2.0"  # the front's control status document
+POLICY_FILE_VERSION = "2.0"  # the policy the front persists after `serve policy`
+RECIPE_VERSION = "1.0"  # runtime recipes
+
+# Every process mlx-agent starts gets these: nothing is ever downloaded at run time.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+HOST = "127.0.0.1"
+
+# A child that refuses to start prints one line ``REFUSAL_PREFIX + {"code", "message", "details"}`` on stderr
+# (the code is an mlx-agent error code) and exits with EXIT_REFUSED; its supervisor raises the same error.
+REFUSAL_PREFIX = "mlx-agent-error "
+EXIT_REFUSED = 3
+
+# The front's control endpoints live under this prefix, which no OpenAI- or Anthropic-style path uses.
+CONTROL_PREFIX = "/mlx-agent/"
+
+# The largest request body the front reads (413 beyond it).
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+# The wrapped entry's own flags, taken out of argv before the runtime parses the rest.
+ENTRY_MODULE = "mlx_agent.runtime"
+FRONT_MODULE = "mlx_agent.gateway"
+FILE_CHECK_FLAG = "--mlx-agent-expect"  # PATH=SHA256:SIZE, rechecked before the model loads
+PROMPT_LOOKUP_FLAG = "--mlx-agent-prompt-lookup"
+M5_PREFILL_FLAG = "--mlx-agent-m5-prefill"
+EXPECT_VERSIONS_FLAG = "--mlx-agent-expect-versions"  # mlx=V,mlx-lm=V[,mlx-metal=V]
+EXPECT_SOURCE_FLAG = "--mlx-agent-expect-source"  # NAME=SHA256 of a bundled source or the support file
+SOCKET_FLAG = "--mlx-agent-socket"  # the Unix socket a worker behind the front listens on
+# Placeholders in a worker's argv template that the front fills in per load.
+SOCKET_PLACEHOLDER = "{socket}"
+PORT_PLACEHOLDER = "{port}"
+
+# The name a front gives the worker for its one model; the worker serves nothing else.
+WORKER_MODEL_NAME = "default_model"
