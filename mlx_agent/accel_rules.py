@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 KERNELS_DIR = PACKAGE_DIR / "runtime" / "kernels"
 SUPPORT_FILE = KERNELS_DIR / "support.json"
 SUPPORT_NAME = "runtime/kernels/support.json"
-DECODE_SOURCES = ("runtime/prompt_lookup.py", "runtime/lookup_serving.py")
+LOOKUP_SOURCES = ("runtime/prompt_lookup.py", "runtime/lookup_serving.py")
 PREFILL_SOURCES = ("runtime/m5_prefill.py", "runtime/kernels/m5_q4_prefill.metal")
 LOOKUP_DEPENDENCIES = ("mlx", "mlx-lm")
 PREFILL_DEPENDENCIES = ("mlx", "mlx-metal", "mlx-lm")

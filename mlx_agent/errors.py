@@ -50,7 +50,7 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── LaunchdJitUnsupported ........... launchd_jit_unsupported
     │   └── LaunchdTrainingReceiptUnsupported  launchd_training_receipt_unsupported
     ├── GatewayError
-    │   ├── NotJit .......................... not_jit
+    │   ├── NoFront ......................... no_front
     │   ├── ExpectedPidMismatch ............. expected_pid_mismatch
     │   ├── GatewayUnreachable .............. gateway_unreachable
     │   ├── UnloadBlocked ................... unload_blocked
@@ -66,6 +66,7 @@ Outside the tree, because they are signals inside the servers rather than errors
     HttpError (BaseException) ............... a worker's HTTP error answer, raised through mlx_lm's handler
     ClientGone (BaseException) .............. the worker's client hung up; nothing more is written
     TemplateFailed, SchemaFailed ............ the generation thread could not render a prompt or a schema
+    ContextLengthExceeded ................... the prompt does not fit the model's context
 """
 
 from __future__ import annotations
@@ -369,8 +370,8 @@ class UnitModified(UnitError):
 
 class LaunchdJitUnsupported(UnitError):
     code = "launchd_jit_unsupported"
-    remediation = ("Drop --launchd/--systemd, or supervise the JIT gateway with a process manager you already run; "
-                   "a unit would restart it without its control token.")
+    remediation = ("Drop --jit for a unit (a unit's server loads its model when it starts), or drop "
+                   "--launchd/--systemd and let mlx-agent supervise the JIT server.")
 
 
 class LaunchdTrainingReceiptUnsupported(UnitError):
@@ -380,12 +381,13 @@ class LaunchdTrainingReceiptUnsupported(UnitError):
 
 
 class GatewayError(MlxAgentError):
-    """A JIT gateway control request could not be made or was refused."""
+    """A control request to a server's front could not be made or was refused."""
 
 
-class NotJit(GatewayError):
-    code = "not_jit"
-    remediation = "Use this command on a port started with --jit; `mlx-agent serve status` shows which are."
+class NoFront(GatewayError):
+    code = "no_front"
+    remediation = ("Use this command on a server mlx-agent supervises; a unit-owned server, or one started by an "
+                   "older mlx-agent, has no front to control.")
 
 
 class ExpectedPidMismatch(GatewayError):
@@ -497,3 +499,7 @@ class TemplateFailed(Exception):
 
 class SchemaFailed(Exception):
     """llguidance could not build the schema's matcher for this model's tokenizer (generation thread)."""
+
+
+class ContextLengthExceeded(Exception):
+    """The rendered prompt leaves no room in the model's context for a reply (generation thread)."""

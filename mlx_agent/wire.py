@@ -39,6 +39,7 @@ M5_PREFILL_FLAG = "--mlx-agent-m5-prefill"
 EXPECT_VERSIONS_FLAG = "--mlx-agent-expect-versions"  # mlx=V,mlx-lm=V[,mlx-metal=V]
 EXPECT_SOURCE_FLAG = "--mlx-agent-expect-source"  # NAME=SHA256 of a bundled source or the support file
 SOCKET_FLAG = "--mlx-agent-socket"  # the Unix socket a worker behind the front listens on
+CONTEXT_WINDOW_FLAG = "--mlx-agent-context-window"  # the model's context: longer prompts are refused, replies cut
 # Placeholders in a worker's argv template that the front fills in per load.
 SOCKET_PLACEHOLDER = "{socket}"
 PORT_PLACEHOLDER = "{port}"

@@ -50,7 +50,8 @@ def main() -> int:
     step("preview: the plan is printed and nothing starts")
     start = ["serve", "start", "--path", str(model), "--port", str(port), "--max-tokens", "32"]
     plan = agent(*start)["data"]["plan"]
-    print(f"  model {plan['source']['path']} ({len(plan['source']['files'])} files bound)")
+    source = plan["models"][0]["source"]
+    print(f"  model {source['path']} ({len(source['files'])} files bound)")
     print(f"  argv  {shlex.join(plan['argv'])}")
     print(f"  preview_hash {plan['preview_hash']}")
 

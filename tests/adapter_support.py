@@ -17,12 +17,14 @@ def flip_last_byte(path: Path) -> None:
 
 
 def restart_refusal(receipt: dict[str, Any], log: Path) -> tuple[int, str]:
-    """Run a receipt's reviewed argv again, as launchd, systemd or a JIT load would; return exit code and code.
+    """Run a receipt's reviewed worker argv again, as every load by its front does; return exit code and code.
 
     The returned code is the one in the entry's ``mlx-agent-error`` line, or "" when there is none.
     """
+    worker = receipt["plan"]["models"][0]["worker"]
+    argv = [arg.replace("{socket}", str(log.with_suffix(".sock"))) for arg in worker["argv"]]
     with open(log, "wb") as out:
-        exit_code = subprocess.run(receipt["argv"], env={**os.environ, **receipt["plan"]["env"]}, stdout=out,
+        exit_code = subprocess.run(argv, env={**os.environ, **worker["env"]}, stdout=out,
                                    stderr=subprocess.STDOUT, timeout=120).returncode
     for line in log.read_text().splitlines():
         if line.startswith("mlx-agent-error "):

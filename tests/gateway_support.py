@@ -95,35 +95,54 @@ def private_file(path: Path, text: str) -> Path:
 
 
 def fake_worker_argv(directory: Path) -> list[str]:
-    """Write the stand-in worker script and return its argv template."""
+    """Write the stand-in worker script and return its argv template (a TCP worker: ``{port}``)."""
     script = directory / "fake_worker.py"
     script.write_text(FAKE_WORKER)
     return [sys.executable, str(script), "--host", "127.0.0.1", "--port", "{port}"]
 
 
 def real_worker_argv(model: Path, max_tokens: int) -> list[str]:
-    """Return the argv template of the real wrapped mlx_lm.server worker."""
-    return [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), "--host", "127.0.0.1",
-            "--port", "{port}", "--max-tokens", str(max_tokens)]
+    """Return the argv template of the real wrapped mlx_lm.server worker (on the socket the front gives it)."""
+    return [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), "--max-tokens",
+            str(max_tokens), "--mlx-agent-socket", "{socket}"]
+
+
+MODEL_KEYS = ("name", "aliases", "hidden_names", "max_tokens", "max_tokens_ceiling", "context_window", "weight_bytes",
+              "file_checks")
 
 
 def gateway_config(directory: Path, port: int, argv: list[str], *, model_path: Path,
                    **overrides: Any) -> dict[str, Any]:
-    """Return a gateway config whose private files live in ``directory``."""
+    """Return a front config (one model) whose private files live in ``directory``.
+
+    ``overrides`` are the model's fields (``MODEL_KEYS``), its ``policy`` as ``serve policy`` sends it
+    (``idle_timeout``, ``keep_loaded``, ``min_headroom_gb``, and optionally ``preload``), or the front's own.
+    """
     serve = directory / "serve"
-    config: dict[str, Any] = {
-        "format_version": "1.0", "host": "127.0.0.1", "port": port,
-        "model_id": "org/tiny", "model_path": str(model_path), "max_tokens": 16,
-        "worker": {"argv": argv, "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, "cwd": "/",
+    policy = {"idle_timeout": 0, "keep_loaded": False, "min_headroom_gb": None, **overrides.pop("policy", {})}
+    transport = "unix" if any("{socket}" in a for a in argv) else "tcp"
+    model: dict[str, Any] = {
+        "name": "org/tiny", "aliases": [], "hidden_names": ["default_model", str(model_path)],
+        "max_tokens": 16, "max_tokens_ceiling": None, "context_window": None, "weight_bytes": 1000,
+        "file_checks": [],
+        "policy": {"idle_timeout": policy["idle_timeout"], "keep_loaded": policy["keep_loaded"],
+                   "preload": policy.get("preload", False)},
+        "worker": {"transport": transport, "model_name": "default_model", "argv": argv,
+                   "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, "cwd": "/",
                    "readiness": {"path": "/health", "status": 200, "json": {"status": "ok"}},
-                   "ready_timeout_s": 60, "log_path": str(serve / f"{port}.worker.log")},
-        "weight_bytes": 1000,
-        "policy": {"idle_timeout_s": 0, "keep_loaded": False, "min_headroom_gb": None},
+                   "ready_timeout": 60, "log_path": str(serve / f"{port}.worker.log")},
+    }
+    for key in MODEL_KEYS:
+        if key in overrides:
+            model[key] = overrides.pop(key)
+    config: dict[str, Any] = {
+        "format_version": "2.0", "host": "127.0.0.1", "port": port, "mode": "jit", "models": [model],
+        "min_headroom_gb": policy["min_headroom_gb"],
         "policy_path": str(serve / f"{port}.policy.json"),
         "control_token_path": str(serve / f"{port}.token"),
         "api_key_path": None,
-        "file_checks": [],
         "max_body_bytes": 1024 * 1024,
+        "socket_dir": "",
     }
     config.update(overrides)
     return config
@@ -165,8 +184,8 @@ class Gateway:
 
     @property
     def worker_log(self) -> Path:
-        """Return the worker log path."""
-        return Path(self.config["worker"]["log_path"])
+        """Return the (first model's) worker log path."""
+        return Path(self.config["models"][0]["worker"]["log_path"])
 
     def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
                 timeout: float = 120, raw: bytes | None = None) -> Reply:
@@ -186,14 +205,20 @@ class Gateway:
         headers = {} if token is None else {"Authorization": f"Bearer {token}"}
         return self.request(method, "/mlx-agent/" + path, body, headers)
 
-    def status(self) -> dict[str, Any]:
-        """Return the gateway state, remembering any worker pid seen."""
+    def state(self) -> dict[str, Any]:
+        """Return the front's state document, remembering any worker pid seen."""
         reply = self.control("GET", "status")
         assert reply.status == 200, reply.body
-        state: dict[str, Any] = reply.json()
-        if state["worker"]:
-            self.worker_pids.add(state["worker"]["pid"])
-        return state
+        front: dict[str, Any] = reply.json()
+        for model in front["models"]:
+            if model["worker"]:
+                self.worker_pids.add(model["worker"]["pid"])
+        return front
+
+    def status(self) -> dict[str, Any]:
+        """Return the first model's state with the front's own fields (what a one-model front reports)."""
+        front = self.state()
+        return {**front, **front["models"][0]}
 
     def wait_state(self, model_state: str, timeout: float = 60) -> dict[str, Any]:
         """Poll status until ``model_state`` is reached (a wait, not a timing assertion)."""
@@ -212,7 +237,7 @@ class Gateway:
     def worker_loads(self) -> int:
         """Return how many worker loads the worker log records."""
         text = self.worker_log.read_text() if self.worker_log.exists() else ""
-        return text.count("mlx-agent gateway: worker load ")
+        return text.count("mlx-agent front: worker load ")
 
     def stop(self) -> None:
         """TERM the gateway (which stops its worker), then KILL anything of ours that is left."""
@@ -272,7 +297,7 @@ def running_gateway(directory: Path, argv: list[str] | None = None, *, model_pat
     config = gateway_config(directory, free_port(), argv or fake_worker_argv(directory),
                             model_path=model_path or directory / "model", **overrides)
     if env:
-        config["worker"]["env"].update(env)
+        config["models"][0]["worker"]["env"].update(env)
     gateway = start_gateway(directory, config, api_keys=api_keys)
     try:
         yield gateway

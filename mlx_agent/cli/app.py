@@ -1,4 +1,4 @@
-"""The Click command tree, built from ``spec.py``; each command hands its options to ``actions.py``."""
+"""The Click command tree, built from ``requests.COMMANDS``; each command hands its record to ``actions.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import click
 
 from mlx_agent import __version__
 from mlx_agent.cli.actions import ACTIONS
-from mlx_agent.cli.spec import COMMANDS, Opt, choices
+from mlx_agent.options import Opt, choices
+from mlx_agent.requests import COMMANDS
 
 
 def _click_type(opt: Opt) -> Any:
@@ -29,6 +30,8 @@ def _with_options(options: tuple[Opt, ...]) -> Callable[[Callable[..., None]], C
         for opt in reversed(options):
             if opt.kind == "flag":
                 fn = click.option(opt.flag, opt.dest, is_flag=True, help=opt.help)(fn)
+            elif opt.kind == "multi":
+                fn = click.option(opt.flag, opt.dest, multiple=True, type=click.STRING, help=opt.help)(fn)
             else:
                 fn = click.option(opt.flag, opt.dest, type=_click_type(opt), default=opt.default,
                                   required=opt.required, show_default=opt.default is not None, help=opt.help)(fn)
@@ -39,12 +42,14 @@ def _with_options(options: tuple[Opt, ...]) -> Callable[[Callable[..., None]], C
 
 def _command(group: click.Group, key: tuple[str, str]) -> None:
     action = ACTIONS[key]
+    command = COMMANDS[key]
 
-    def callback(**opts: Any) -> None:
-        action(opts)
+    def callback(**values: Any) -> None:
+        record, flags = command.parse(values)
+        action(record, flags)
 
     callback.__doc__ = action.__doc__
-    group.command(name=key[1])(_with_options(COMMANDS[key])(callback))
+    group.command(name=key[1])(_with_options(command.options)(callback))
 
 
 @click.group()

@@ -1,20 +1,23 @@
 """A click-free path for the ``--json`` calls agents make in loops (previews, status, stop).
 
 Importing Click costs several times Python's own start-up, so a well-formed ``--json`` invocation of a
-command in ``spec.COMMANDS`` is parsed here from the same option table. Anything this parser does not
-accept outright (``--help``, an unknown option, a bad value, ``--confirm``) falls back to Click, which
+command in ``requests.COMMANDS`` is parsed here from the same option declarations. Anything this parser does
+not accept outright (``--help``, an unknown option, a bad value, ``--confirm``) falls back to Click, which
 owns every error message.
 """
 
 from __future__ import annotations
 
-from mlx_agent.cli.spec import COMMANDS, Opt, choices
+from mlx_agent.options import Opt, choices
+from mlx_agent.requests import COMMANDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_CONVERT = {"str": str, "int": int, "float": float}
+    from mlx_agent.options import Record
+
+_CONVERT = {"str": str, "multi": str, "int": int, "float": float}
 
 
 def _value(opt: Opt, raw: str) -> Any:
@@ -29,16 +32,17 @@ def _value(opt: Opt, raw: str) -> Any:
     return value
 
 
-def parse(argv: list[str]) -> tuple[tuple[str, str], dict[str, Any]] | None:
-    """Return the command and its options if ``argv`` is a plain ``--json`` call this path serves."""
+def parse(argv: list[str]) -> tuple[tuple[str, str], Record, dict[str, Any]] | None:
+    """Return the command, its record and its own flags if ``argv`` is a plain ``--json`` call this path serves."""
     if len(argv) < 2 or "--json" not in argv or "--confirm" in argv:
         return None
     key = (argv[0], argv[1])
-    options = COMMANDS.get(key)
-    if options is None:
+    command = COMMANDS.get(key)
+    if command is None:
         return None
+    options = command.options
     by_flag = {opt.flag: opt for opt in options}
-    opts: dict[str, Any] = {opt.dest: opt.default for opt in options}
+    values: dict[str, Any] = {opt.dest: [] if opt.kind == "multi" else opt.default for opt in options}
     seen: set[str] = set()
     rest = argv[2:]
     i = 0
@@ -46,27 +50,31 @@ def parse(argv: list[str]) -> tuple[tuple[str, str], dict[str, Any]] | None:
         while i < len(rest):
             flag, eq, inline = rest[i].partition("=")
             opt = by_flag.get(flag)
-            if opt is None or flag in seen:
+            if opt is None or (flag in seen and opt.kind != "multi"):
                 return None
             seen.add(flag)
             if opt.kind == "flag":
                 if eq:
                     return None
-                opts[opt.dest] = True
+                values[opt.dest] = True
                 i += 1
-            elif eq:
-                opts[opt.dest] = _value(opt, inline)
-                i += 1
+                continue
+            if eq:
+                raw, i = inline, i + 1
             elif i + 1 < len(rest):
-                opts[opt.dest] = _value(opt, rest[i + 1])
-                i += 2
+                raw, i = rest[i + 1], i + 2
             else:
                 return None
+            if opt.kind == "multi":
+                values[opt.dest].append(_value(opt, raw))
+            else:
+                values[opt.dest] = _value(opt, raw)
     except ValueError:
         return None
     if any(opt.required and opt.flag not in seen for opt in options):
         return None
-    return key, opts
+    record, flags = command.parse(values)
+    return key, record, flags
 
 
 def run_fast(argv: list[str]) -> bool:
@@ -76,6 +84,6 @@ def run_fast(argv: list[str]) -> bool:
         return False
     from mlx_agent.cli.actions import ACTIONS
 
-    key, opts = parsed
-    ACTIONS[key](opts)
+    key, record, flags = parsed
+    ACTIONS[key](record, flags)
     return True

@@ -6,8 +6,8 @@ import json
 import sys
 from collections.abc import Callable
 
-from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import MlxAgentError
+from mlx_agent.wire import ENVELOPE_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ def envelope(operation: str, data: dict[str, Any] | None, warnings: list[str],
              error: MlxAgentError | None = None) -> dict[str, Any]:
     """Return the one JSON document a ``--json`` command prints."""
     doc: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": ENVELOPE_VERSION,
         "operation": operation,
         "status": "error" if error else "ok",
         "data": data or {},

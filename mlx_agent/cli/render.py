@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,6 +15,10 @@ from rich.table import Table
 
 from mlx_agent.errors import MlxAgentError
 from mlx_agent.supervise.readiness import Tick
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.records import ServePlan
 
 out = Console()
 err = Console(stderr=True)
@@ -58,7 +62,7 @@ def _invoked_as() -> list[str]:
     return ["python3", argv0]
 
 
-def _finish_plan(table: Table, plan: dict[str, Any], warnings: list[str], lead: str) -> None:
+def _finish_plan(table: Table, plan: Mapping[str, Any], warnings: list[str], lead: str) -> None:
     """Add the environment and hash rows, print the plan, and the exact command that confirms it."""
     table.add_row("env", escape(" ".join(f"{k}={v}" for k, v in sorted(plan["env"].items()))))
     table.add_row("preview_hash", f"[green]{plan['preview_hash']}[/]")
@@ -70,19 +74,26 @@ def _finish_plan(table: Table, plan: dict[str, Any], warnings: list[str], lead: 
 
 def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
     """Print the plan a person reviews, its hash, and the command that confirms it."""
-    plan = data["plan"]
-    source, runtime = plan["source"], plan["runtime"]
+    plan: ServePlan = data["plan"]
+    front = plan["front"]
     table = Table(show_header=False, title="serve start: plan (nothing started)", title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    where = source["path"] if source["kind"] == "path" else f"{source['repo']}@{source['revision']}"
-    table.add_row("model", escape(where))
-    total = sum(f["size"] for f in source["files"])
-    table.add_row("files", f"{len(source['files'])} bound by identity, {_size(total)}")
-    table.add_row("runtime", f"{runtime['name']} ({runtime['launcher']})")
-    versions = ", ".join(f"{k} {v}" for k, v in runtime["versions"].items())
-    table.add_row("versions", escape(versions))
-    table.add_row("listen", plan["base_url"])
+    table.add_row("listen", f"{plan['base_url']} ({front['mode']}: "
+                  + ("loads a model on the first request that names it)" if front["mode"] == "jit"
+                     else "loads its model before it answers)"))
+    for model in plan["models"]:
+        source, runtime = model["source"], model["runtime"]
+        where = source["path"] if source["kind"] == "path" else f"{source['repo']}@{source['revision']}"
+        names = ", ".join([model["name"], *model["aliases"]])
+        table.add_row("model", escape(f"{names}: {where}"))
+        total = sum(f["size"] for f in source["files"])
+        table.add_row("files", f"{len(source['files'])} bound by identity, {_size(total)}")
+        table.add_row("runtime", f"{runtime['name']} ({runtime['launcher']})")
+        versions = ", ".join(f"{k} {v}" for k, v in (runtime.get("versions") or {}).items())
+        table.add_row("versions", escape(versions))
+        table.add_row("worker", escape(shlex.join(model["worker"]["argv"])))
+    table.add_row("api keys", escape(front["api_key_file"] or "none (every loopback client is trusted)"))
     table.add_row("argv", escape(shlex.join(plan["argv"])))
     _finish_plan(table, plan, warnings, "To launch it")
 
@@ -114,25 +125,29 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     if not data["servers"]:
         out.print(f"No servers have receipts in {escape(data['receipts_dir'])}.")
         return
-    table = Table("port", "state", "health", "pid", "runtime", "model", "started")
+    table = Table("port", "state", "health", "pid", "model", "model state", "runtime", "started")
     colours = {"running": "green", "starting": "yellow", "exited": "dim", "foreign": "red", "unreadable": "red"}
     for s in data["servers"]:
-        state = s["state"]
-        if s.get("jit"):
-            state = f"{state} (jit, model {s.get('model_state') or '?'})"
-        table.add_row(str(s["port"]), f"[{colours.get(s['state'], 'white')}]{state}[/]", s.get("health") or "-",
-                      str(s.get("pid", "-")), s.get("runtime") or "-",
-                      escape(s.get("repo") or s.get("model") or "-"), s.get("started_at") or "-")
+        state = s["state"] + (f" ({s['mode']})" if s.get("mode") else "")
+        models = s.get("models") or [{"name": s.get("name") or s.get("repo") or s.get("model"),
+                                      "model_state": s.get("model_state")}]
+        for index, m in enumerate(models):
+            first = index == 0
+            table.add_row(str(s["port"]) if first else "",
+                          f"[{colours.get(s['state'], 'white')}]{state}[/]" if first else "",
+                          (s.get("health") or "-") if first else "", str(s.get("pid", "-")) if first else "",
+                          escape(str(m.get("name") or "-")), str(m.get("model_state") or "-"),
+                          (s.get("runtime") or "-") if first else "", (s.get("started_at") or "-") if first else "")
     out.print(table)
 
 
 def render_control(data: dict[str, Any], warnings: list[str]) -> None:
-    """Print the answer of a JIT gateway control command."""
+    """Print the answer of a front's control command."""
     _warnings(warnings)
     if "policy" in data:
         out.print(f"port {data['port']}: policy is now {escape(str(data['policy']))}")
     else:
-        out.print(f"port {data['port']}: worker unloaded; the gateway stays up and loads on the next request")
+        out.print(f"port {data['port']}: models unloaded; the front stays up and loads on the next request")
 
 
 def render_stop(data: dict[str, Any], warnings: list[str]) -> None:

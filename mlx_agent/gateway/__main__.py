@@ -1,6 +1,7 @@
-"""``python -m mlx_agent.gateway --config /abs/gateway.json``: run the JIT gateway until SIGTERM.
+"""``python -m mlx_agent.gateway --config /abs/front.json``: run a server's front until SIGTERM.
 
-Exit status: 0 after a clean stop, 1 if it cannot listen, 2 for an unusable config, token, key file or policy.
+Exit status: 0 after a clean stop, 1 if it cannot listen, 2 for an unusable config, token, key file or
+policy, 3 (with a refusal line) when an eager front cannot load one of its models.
 """
 
 from __future__ import annotations
@@ -15,19 +16,20 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     """Parse the command line, read the config, serve."""
     parser = argparse.ArgumentParser(prog="python -m mlx_agent.gateway", description=__doc__)
-    parser.add_argument("--config", required=True, help="absolute path of the gateway config (JSON, 0600)")
+    parser.add_argument("--config", required=True, help="absolute path of the front's config (JSON, 0600)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s mlx-agent gateway: %(message)s")
+                        format="%(asctime)s %(levelname)s mlx-agent front: %(message)s")
 
+    from mlx_agent.errors import FrontConfigInvalid
     from mlx_agent.gateway.app import read_secrets, serve
-    from mlx_agent.gateway.config import ConfigError, load_config
+    from mlx_agent.gateway.config import load_config
 
     try:
         config = load_config(Path(args.config))
         secrets = read_secrets(config)
-    except ConfigError as exc:
-        print(f"mlx-agent gateway: {exc}", file=sys.stderr)
+    except FrontConfigInvalid as exc:
+        print(f"mlx-agent front: {exc.message}", file=sys.stderr)
         return 2
     return asyncio.run(serve(config, secrets))
 

@@ -1,6 +1,8 @@
-"""Wiring the gateway: read its secrets and policy, build the aiohttp app, listen on loopback, stop cleanly.
+"""Wiring the front: read its secrets and policy, build the aiohttp app, listen on loopback, stop cleanly.
 
-On SIGTERM or SIGINT the worker is stopped first (open streams end with an error event), then the server.
+An eager front loads its ``preload`` models once it listens (``/health`` says ``ready: false`` until then)
+and exits with the load's refusal line if one fails, so its supervisor reports the worker's own error. On
+SIGTERM or SIGINT the workers are stopped first (open streams end with an error event), then the server.
 """
 
 from __future__ import annotations
@@ -8,106 +10,127 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
+from mlx_agent.errors import MlxAgentError, refusal_line
+from mlx_agent.gateway.admission import read_policy_file
 from mlx_agent.gateway.anthropic.api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
-from mlx_agent.gateway.config import ConfigError, GatewayConfig, read_private_lines, read_secret_file
+from mlx_agent.gateway.config import read_private_lines, read_secret_file
 from mlx_agent.gateway.control import Control
-from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
-from mlx_agent.gateway.policy import Policy, PolicyError, read_policy_file
 from mlx_agent.gateway.responses.api import ResponsesApi
 from mlx_agent.gateway.responses.store import ResponseStore
-from mlx_agent.gateway.security import CONTROL_PREFIX, Guard, add_cors_headers
+from mlx_agent.gateway.security import Guard, add_cors_headers
 from mlx_agent.gateway.upstream import Upstream
+from mlx_agent.policy import Policy
+from mlx_agent.wire import CONTROL_PREFIX, EXIT_REFUSED
+
+if TYPE_CHECKING:
+    from mlx_agent.records import FrontConfig
 
 log = logging.getLogger("mlx_agent.gateway")
-LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+FLEET = web.AppKey("fleet", Fleet)
 SHUTDOWN_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
 class Secrets:
-    """What the gateway reads once at start besides its config."""
+    """What the front reads once at start besides its config."""
 
     control_token: str
     api_keys: list[str] | None
-    policy: Policy
+    policies: dict[str, Policy] | None  # the persisted per-model policies (None: the config's)
+    min_headroom_gb: float | None
 
 
-def read_secrets(config: GatewayConfig) -> Secrets:
-    """Read the control token, the API keys and the live policy; raise ``ConfigError`` if any is unusable."""
-    token = read_secret_file(config.control_token_path, "control token file")
-    keys = None if config.api_key_path is None else read_private_lines(config.api_key_path, "API key file")
-    try:
-        persisted = read_policy_file(config.policy_path)
-    except PolicyError as exc:
-        raise ConfigError(str(exc)) from exc
-    return Secrets(token, keys, persisted if persisted is not None else config.policy)
+def read_secrets(config: FrontConfig) -> Secrets:
+    """Read the control token, the API keys and the live policy; raise ``FrontConfigInvalid`` if unusable."""
+    token = read_secret_file(Path(config["control_token_path"]), "control token file")
+    key_path = config["api_key_path"]
+    keys = None if key_path is None else read_private_lines(Path(key_path), "API key file")
+    persisted = read_policy_file(Path(config["policy_path"]))
+    if persisted is None:
+        return Secrets(token, keys, None, config["min_headroom_gb"])
+    reserve, policies = persisted
+    return Secrets(token, keys, policies, reserve)
 
 
-def build_app(config: GatewayConfig, secrets: Secrets) -> web.Application:
-    """Return the gateway application; its session and lifecycle start with it and stop with it."""
-    guard = Guard(config.port, config.max_body_bytes, secrets.control_token, secrets.api_keys)
+def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
+    """Return the front's application; its fleet starts with it and stops with it."""
+    guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys)
     # errors_middleware is outermost: it gives the front door's refusals on /v1/messages Anthropic's shape.
     app = web.Application(middlewares=[errors_middleware, guard.middleware()],
-                          client_max_size=config.max_body_bytes)
+                          client_max_size=config["max_body_bytes"])
     app.on_response_prepare.append(add_cors_headers)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=0, force_close=True)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
-        lifecycle = Lifecycle(config, secrets.policy, session)
-        app[LIFECYCLE] = lifecycle
-        upstream = Upstream(config, lifecycle, session, PromptLedger() if secrets.api_keys else None)
+        fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
+        app[FLEET] = fleet
+        upstream = Upstream(fleet, PromptLedger() if secrets.api_keys else None)
         openai = OpenAiApi(upstream)
-        control = Control(lifecycle)
+        control = Control(fleet)
+        app.router.add_get("/", openai.root)  # also answers HEAD
         app.router.add_get("/health", openai.health)
         app.router.add_get("/v1/models", openai.models)
+        app.router.add_get("/v1/models/{model_id:.+}", openai.model)
         app.router.add_post("/v1/chat/completions", openai.chat)
         app.router.add_post("/v1/completions", openai.completions)
         anthropic = AnthropicApi(upstream)
         app.router.add_post("/v1/messages", anthropic.messages)
         app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
-        responses = ResponsesApi(upstream, ResponseStore(), config.model_id)
+        responses = ResponsesApi(upstream, ResponseStore())
         app.router.add_post("/v1/responses", responses.create)
         app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
         app.router.add_get(CONTROL_PREFIX + "status", control.status)
         app.router.add_post(CONTROL_PREFIX + "unload", control.unload)
         app.router.add_put(CONTROL_PREFIX + "policy", control.policy)
-        lifecycle.start_watching()
+        fleet.start_watching()
         yield
-        await lifecycle.close()
-        await session.close()
+        await fleet.close()
 
     app.cleanup_ctx.append(lifespan)
     return app
 
 
-async def serve(config: GatewayConfig, secrets: Secrets) -> int:
+async def serve(config: FrontConfig, secrets: Secrets) -> int:
     """Listen until SIGTERM/SIGINT; return the exit status."""
     app = build_app(config, secrets)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    site = web.TCPSite(runner, config["host"], config["port"], shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     try:
         await site.start()
     except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", config.host, config.port, exc.strerror or exc)
+        log.error("cannot listen on %s:%d: %s", config["host"], config["port"], exc.strerror or exc)
         await runner.cleanup()
         return 1
-    log.info("listening on http://%s:%d for %s (model unloaded)", config.host, config.port, config.model_id)
+    names = ", ".join(m["name"] for m in config["models"])
+    log.info("listening on http://%s:%d for %s (%s)", config["host"], config["port"], names, config["mode"])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("stopping: worker first, then the gateway")
-    await app[LIFECYCLE].close()
+    preload = loop.create_task(app[FLEET].preload())
+    failure: MlxAgentError | None = None
+    stopped = loop.create_task(stop.wait())
+    await asyncio.wait({preload, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if preload.done() and not preload.cancelled():
+        failure = preload.result()
+    if failure is None and not stop.is_set():
+        await stopped
+    log.info("stopping: workers first, then the front")
+    preload.cancel()
+    await app[FLEET].close()
     await runner.cleanup()
+    if failure is not None:
+        print(refusal_line(failure), file=sys.stderr, flush=True)
+        return EXIT_REFUSED
     return 0

@@ -1,55 +1,91 @@
 """Control endpoints under ``/mlx-agent/`` (control token required, see security.py).
 
-* ``GET  /mlx-agent/status`` -> the gateway state (``schemas/gateway_state.json``).
-* ``POST /mlx-agent/unload`` -> 200 ``{"unloaded": true, "worker_pid", "model_state"}``, or 409
-  ``{"error": {"code": "unload_blocked", "open_requests", "open_streams", "loading", ...}}``.
-* ``PUT  /mlx-agent/policy`` with the whole policy object -> 200 ``{"policy", "policy_path"}`` once it is
-  persisted and applied; 400 ``invalid_policy`` for a bad object, 500 ``policy_not_saved`` if it cannot be written.
+* ``GET  /mlx-agent/status`` -> the front's state (``records.FrontState``, ``schemas/front_state.json``).
+* ``POST /mlx-agent/unload`` with ``{"model": NAME}`` (or ``{}`` for every model) -> 200
+  ``{"unloaded": true, "models": [...], ...}``, or 409 ``{"error": {"code": "unload_blocked", "open_requests",
+  "open_streams", "loading", "model"}}`` while the model (any of them) has open work.
+* ``PUT  /mlx-agent/policy`` with the whole policy ``{"idle_timeout", "keep_loaded", "min_headroom_gb"}`` and
+  optionally ``"model"`` -> 200 ``{"policy", "policy_path"}`` once it is persisted and applied; 400
+  ``policy_rejected`` for a bad object, 500 ``policy_not_saved`` if it cannot be written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 from aiohttp import web
 
-from mlx_agent.gateway.http_errors import error_response, json_response
-from mlx_agent.gateway.lifecycle import Lifecycle, UnloadBlocked
-from mlx_agent.gateway.policy import PolicyError, parse_policy
+from mlx_agent.errors import PolicyRejected, RequestRefused, UnloadBlocked
+from mlx_agent.files import write_json_atomic
+from mlx_agent.gateway.admission import policy_file
+from mlx_agent.gateway.fleet import Fleet
+from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
+from mlx_agent.policy import parse_policy
+
+
+async def _body(request: web.Request) -> dict[str, object]:
+    raw = await request.read()
+    try:
+        doc = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise PolicyRejected("the body must be a JSON object", details={"field": "body"})
+    return doc
 
 
 class Control:
-    """The control handlers, over one lifecycle."""
+    """The control handlers, over the front's fleet of models."""
 
-    def __init__(self, lifecycle: Lifecycle) -> None:
-        self.lifecycle = lifecycle
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self._policy_lock = asyncio.Lock()
 
     async def status(self, request: web.Request) -> web.Response:
-        """Return the gateway state."""
-        return json_response(self.lifecycle.status())
+        """Return the front's state."""
+        return json_response(self.fleet.status())
 
     async def unload(self, request: web.Request) -> web.Response:
-        """Stop the worker and keep the gateway up, unless requests or streams are open."""
+        """Stop the worker(s) and keep the front up, unless requests or streams are open."""
         try:
-            result = await self.lifecycle.unload()
+            doc = await _body(request)
+            name = doc.get("model")
+            result = await self.fleet.unload(name if isinstance(name, str) else None)
+        except RequestRefused as refusal:
+            return refusal_response(refusal)
+        except PolicyRejected as exc:
+            return error_response(400, exc.message, code=exc.code, param="body")
         except UnloadBlocked as blocked:
-            what = "a load is in progress" if blocked.loading and not (blocked.open_requests or blocked.open_streams) \
-                else f"{blocked.open_requests} open request(s) and {blocked.open_streams} open stream(s)"
-            return error_response(409, f"cannot unload while {what}; retry when they finish", code="unload_blocked",
-                                  type_="conflict_error", open_requests=blocked.open_requests,
-                                  open_streams=blocked.open_streams, loading=blocked.loading)
+            d = blocked.details
+            what = "a load is in progress" if d["loading"] and not (d["open_requests"] or d["open_streams"]) \
+                else f"{d['open_requests']} open request(s) and {d['open_streams']} open stream(s)"
+            return error_response(409, f"cannot unload {d['model']} while {what}; retry when they finish",
+                                  code=blocked.code, type_="conflict_error", **d)
         return json_response(result)
 
     async def policy(self, request: web.Request) -> web.Response:
         """Replace the whole policy, persisted atomically, and apply it without a restart."""
         try:
-            policy = parse_policy(json.loads(await request.read()))
-        except ValueError as exc:  # PolicyError is a ValueError, as is a JSON decoding error
-            message = str(exc) if isinstance(exc, PolicyError) else "the body must be a JSON policy object"
-            return error_response(400, message, code="invalid_policy", param="policy")
-        try:
-            await self.lifecycle.replace_policy(policy)
-        except OSError as exc:
-            return error_response(500, f"the policy could not be saved: {exc}", code="policy_not_saved",
-                                  type_="server_error")
-        return json_response({"policy": policy.to_json(), "policy_path": str(self.lifecycle.config.policy_path)})
+            doc = await _body(request)
+            name = doc.pop("model", None)
+            if name is not None and not isinstance(name, str):
+                raise PolicyRejected("model must be a served model's name", details={"field": "model"})
+            policy = parse_policy(doc)
+            if name is not None:
+                self.fleet.route(name)  # an unknown name is refused before anything changes
+        except PolicyRejected as exc:
+            return error_response(400, exc.message, code=exc.code, param=str(exc.details.get("field", "policy")))
+        except RequestRefused as refusal:
+            return refusal_response(refusal)
+        path = Path(self.fleet.config["policy_path"])
+        async with self._policy_lock:
+            self.fleet.replace_policy(policy, name)
+            try:
+                await asyncio.to_thread(write_json_atomic, path,
+                                        policy_file(self.fleet.min_headroom_gb, self.fleet.policies()))
+            except OSError as exc:
+                return error_response(500, f"the policy could not be saved: {exc}", code="policy_not_saved",
+                                      type_="server_error")
+        return json_response({"policy": policy.to_json(), "model": name, "policy_path": str(path)})

@@ -1,9 +1,9 @@
-"""The model's lifecycle behind the gateway: one shared cold load, open-request accounting, unload, idle unload.
+"""One model's lifecycle behind the front: one shared cold load, open-request accounting, unload, idle unload.
 
 ``model_state`` is ``unloaded`` (no worker), ``loading`` (one load in progress, shared by every request that
 needs it), ``loaded`` (a ready worker) or ``failed`` (the last load failed or the worker died; the next
 request loads again). A worker is detached from the state synchronously before it is stopped, so a request
-never reaches a worker that is going away.
+never reaches a worker that is going away. Admission (memory, how many models may be loaded) is the fleet's.
 """
 
 from __future__ import annotations
@@ -11,72 +11,64 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
+from mlx_agent.errors import AdapterChanged, MlxAgentError, RequestRefused, UnloadBlocked
+from mlx_agent.files import changed_files, log_tail, utc_iso
+from mlx_agent.gateway.worker import WorkerProcess
+from mlx_agent.policy import Policy
 
-from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.config import GatewayConfig
-from mlx_agent.gateway.integrity import changed_files
-from mlx_agent.gateway.policy import (
-    RETRY_AFTER_S,
-    Policy,
-    available_memory,
-    iso_from_timestamp,
-    memory_check,
-    policy_document,
-)
-from mlx_agent.gateway.worker import WorkerProcess, WorkerStartError
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
-STATE_VERSION = "1.0"
-WATCH_INTERVAL_S = 0.5
+    from mlx_agent.records import FrontModelConfig, ModelState
+
 log = logging.getLogger("mlx_agent.gateway")
 
 
-class UnloadBlocked(Exception):
-    """Open requests or streams (or a load in progress) keep the worker loaded."""
-
-    def __init__(self, open_requests: int, open_streams: int, loading: bool) -> None:
-        super().__init__("open requests or streams block unload")
-        self.open_requests = open_requests
-        self.open_streams = open_streams
-        self.loading = loading
-
-
 class Lifecycle:
-    """Owns the worker and everything the control endpoints report about it."""
+    """Owns one model's worker and everything the control endpoints report about it."""
 
-    def __init__(self, config: GatewayConfig, policy: Policy, session: aiohttp.ClientSession) -> None:
-        self.config = config
+    def __init__(self, index: int, model: FrontModelConfig, policy: Policy,
+                 admit: Callable[[Lifecycle], Awaitable[None]], socket_path: Callable[[int, int], Path]) -> None:
+        self.index = index
+        self.model = model
+        self.name = model["name"]
         self.policy = policy
-        self.session = session
+        self._admit = admit  # the fleet's memory and loaded-model check; raises RequestRefused to refuse
+        self._socket_path = socket_path
         self.state = "unloaded"
         self.worker: WorkerProcess | None = None
         self.loads = 0
+        self.evictions = 0
         self.open_requests = 0
         self.open_streams = 0
         self.last_error: dict[str, Any] | None = None
         self.memory_check: dict[str, Any] | None = None
         self.load_blocked_reason: str | None = None
-        self.started_at = time.time()
+        self.last_used: float | None = None
         self.idle_since: float | None = None
         self._idle_mono: float | None = None
         self._idle_handle: asyncio.TimerHandle | None = None
         self._load_task: asyncio.Task[WorkerProcess] | None = None
         self._stopping: set[asyncio.Task[str]] = set()
-        self._policy_lock = asyncio.Lock()
-        self._watch_task: asyncio.Task[None] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Say whether a request, a stream or a load is open (such a model is never evicted or unloaded)."""
+        return bool(self.open_requests or self.open_streams or self.state == "loading")
 
     # -- requests ---------------------------------------------------------------------------------------------
 
     def request_started(self, stream: bool) -> None:
-        """Count an open model request; a busy gateway is not idle."""
+        """Count an open model request; a busy model is not idle."""
         if stream:
             self.open_streams += 1
         else:
             self.open_requests += 1
+        self.last_used = time.time()
         self._cancel_idle()
         self.idle_since = self._idle_mono = None
 
@@ -86,6 +78,7 @@ class Lifecycle:
             self.open_streams -= 1
         else:
             self.open_requests -= 1
+        self.last_used = time.time()
         if self.open_requests == 0 and self.open_streams == 0:
             self._became_idle()
 
@@ -108,25 +101,27 @@ class Lifecycle:
         try:
             if self._stopping:  # a worker still shutting down holds memory the check must not count as used
                 await asyncio.gather(*self._stopping, return_exceptions=True)
-            self._admit()
+            await self._admit(self)
             await self._check_files("before")
             self.loads += 1
-            log.info("loading worker (load %d)", self.loads)
+            log.info("%s: loading worker (load %d)", self.name, self.loads)
+            spec = self.model["worker"]
             try:
-                worker = WorkerProcess.spawn(self.config.worker, self.loads)
+                worker = WorkerProcess.spawn(spec, self.loads, self._socket_path(self.index, self.loads))
             except OSError as exc:
-                raise self._fail("launch_failed", f"the worker could not be started: {exc}",
-                                 {"argv": list(self.config.worker.argv)}) from exc
+                raise self._fail(MlxAgentError(f"the worker could not be started: {exc}",
+                                               details={"argv": spec["argv"]}), "launch_failed") from exc
             self.worker = worker
             try:
-                await worker.wait_ready(self.session)
-            except WorkerStartError as exc:
+                await worker.wait_ready()
+            except MlxAgentError as exc:
                 self.worker = None
                 await worker.stop()
-                raise self._fail(exc.code, exc.message, exc.details) from exc
+                raise self._fail(exc, exc.code) from exc
             except BaseException:
                 self.worker = None
                 worker.kill_now()
+                await worker.session.close()
                 raise
             try:
                 await self._check_files("after")
@@ -136,12 +131,12 @@ class Lifecycle:
                 raise
             self.state = "loaded"
             self.last_error = None
-            log.info("worker %d ready on port %d", worker.pid, worker.port)
+            log.info("%s: worker %d ready on %s", self.name, worker.pid, worker.address)
             if self.open_requests == 0 and self.open_streams == 0:
                 self._became_idle()
             return worker
         except RequestRefused as refusal:
-            if refusal.code in ("insufficient_headroom", "memory_unknown"):
+            if refusal.code in ("insufficient_headroom", "memory_unknown", "too_many_loaded"):
                 self.state = previous
             raise
         except BaseException:
@@ -151,41 +146,24 @@ class Lifecycle:
         finally:
             self._load_task = None
 
-    def _admit(self) -> None:
-        reserve = self.policy.min_headroom_gb
-        check = memory_check(self.config.weight_bytes, reserve or 0, available_memory())
-        check["enforced"] = reserve is not None
-        self.memory_check = check
-        if reserve is None or check["ok"]:
-            self.load_blocked_reason = None
-            return
-        reason = check["reason"]
-        self.load_blocked_reason = reason
-        if reason == "memory_unknown":
-            message = "cannot tell whether the model fits: the weight size or the available memory is unknown"
-        else:
-            message = (f"not enough free memory to load the model: {check['available_bytes'] / 1e9:.2f} GB "
-                       f"available, {check['required_bytes'] / 1e9:.2f} GB required (weights x 1.10 + 1.5 GB "
-                       f"runtime + {reserve:g} GB reserve)")
-        raise RequestRefused(503, message, code=reason, type_="server_error",
-                             headers={"Retry-After": str(RETRY_AFTER_S)}, extra={"memory_check": check})
-
     async def _check_files(self, when: str) -> None:
-        if not self.config.file_checks:
+        checks = self.model["file_checks"]
+        if not checks:
             return
-        changed = await asyncio.to_thread(changed_files, self.config.file_checks)
+        changed = await asyncio.to_thread(changed_files, [(Path(c["path"]), c["sha256"], c["size"]) for c in checks])
         if changed:
-            raise self._fail("adapter_changed",
-                             f"adapter or training files changed since the plan was reviewed (checked {when} load); "
-                             "preview and confirm a new serve plan", {"changed": changed, "checked": when})
+            error = AdapterChanged(f"adapter or training files changed since the plan was reviewed (checked {when} "
+                                   "load); preview and confirm a new serve plan",
+                                   details={"changed": changed, "checked": when})
+            raise self._fail(error, error.code)
 
-    def _fail(self, code: str, message: str, details: dict[str, Any]) -> RequestRefused:
+    def _fail(self, error: MlxAgentError, code: str) -> RequestRefused:
         self.state = "failed"
-        self.last_error = {"code": code, "message": message, "at": iso_from_timestamp(time.time()),
-                           "details": details}
-        log.error("load failed: %s: %s", code, message)
-        client_code = "adapter_changed" if code == "adapter_changed" else "load_failed"
-        return RequestRefused(503, f"the model could not be loaded: {message}", code=client_code,
+        self.last_error = {"code": code, "message": error.message, "at": utc_iso(time.time()),
+                           "details": error.details}
+        log.error("%s: load failed: %s: %s", self.name, code, error.message)
+        client_code = AdapterChanged.code if code == AdapterChanged.code else "load_failed"
+        return RequestRefused(503, f"the model could not be loaded: {error.message}", code=client_code,
                               type_="server_error")
 
     # -- liveness ---------------------------------------------------------------------------------------------
@@ -198,24 +176,13 @@ class Lifecycle:
         code = worker.exited()
         if code is None:
             return
-        log.error("worker %d exited with status %s", worker.pid, code)
-        from mlx_agent.files import log_tail
-
+        log.error("%s: worker %d exited with status %s", self.name, worker.pid, code)
         self._detach(worker)
         self.state = "failed"
         self.last_error = {"code": "worker_exited", "message": f"the worker exited with status {code}",
-                           "at": iso_from_timestamp(time.time()),
-                           "details": {"exit_code": code, "log_path": str(worker.spec.log_path),
-                                       "log_tail": log_tail(worker.spec.log_path)}}
-
-    def start_watching(self) -> None:
-        """Start the background check that notices a worker dying while nothing talks to it."""
-        async def watch() -> None:
-            while True:
-                await asyncio.sleep(WATCH_INTERVAL_S)
-                self.check_worker()
-
-        self._watch_task = asyncio.get_running_loop().create_task(watch())
+                           "at": utc_iso(time.time()),
+                           "details": {"exit_code": code, "log_path": str(worker.log_path),
+                                       "log_tail": log_tail(worker.log_path)}}
 
     # -- unloading --------------------------------------------------------------------------------------------
 
@@ -230,18 +197,28 @@ class Lifecycle:
         task.add_done_callback(self._stopping.discard)
         return task
 
-    async def unload(self) -> dict[str, Any]:
-        """Stop the worker and keep the gateway up; raise ``UnloadBlocked`` while requests or a load are open."""
+    def blocked(self) -> UnloadBlocked | None:
+        """Return why this model cannot be unloaded now (open requests, streams or a load), or None."""
         self.check_worker()
-        if self.open_requests or self.open_streams or self.state == "loading":
-            raise UnloadBlocked(self.open_requests, self.open_streams, self.state == "loading")
+        if not self.busy:
+            return None
+        return UnloadBlocked(f"{self.name} has open requests or streams",
+                             details={"open_requests": self.open_requests, "open_streams": self.open_streams,
+                                      "loading": self.state == "loading"})
+
+    async def unload(self, why: str = "on request") -> dict[str, Any]:
+        """Stop the worker and keep the front up; raise ``UnloadBlocked`` while requests or a load are open."""
+        refusal = self.blocked()
+        if refusal is not None:
+            raise refusal
         worker = self.worker
         if worker is None:
             self.state = "unloaded"
-            return {"unloaded": True, "worker_pid": None, "model_state": self.state}
+            return {"name": self.name, "unloaded": True, "worker_pid": None, "model_state": self.state}
         how = await asyncio.shield(self._detach(worker))
-        log.info("worker %d unloaded on request (%s)", worker.pid, how)
-        return {"unloaded": True, "worker_pid": worker.pid, "stopped": how, "model_state": self.state}
+        log.info("%s: worker %d unloaded %s (%s)", self.name, worker.pid, why, how)
+        return {"name": self.name, "unloaded": True, "worker_pid": worker.pid, "stopped": how,
+                "model_state": self.state}
 
     def _became_idle(self) -> None:
         if self.state != "loaded":
@@ -259,66 +236,57 @@ class Lifecycle:
         self._cancel_idle()
         if self.state != "loaded" or self._idle_mono is None or not self.policy.idle_unload:
             return
-        delay = max(0.0, self._idle_mono + self.policy.idle_timeout_s - time.monotonic())
+        delay = max(0.0, self._idle_mono + self.policy.idle_timeout - time.monotonic())
         self._idle_handle = asyncio.get_running_loop().call_later(delay, self._idle_expired)
 
     def _idle_expired(self) -> None:
         self._idle_handle = None
         worker = self.worker
-        if (worker is None or self.state != "loaded" or self.open_requests or self.open_streams
-                or not self.policy.idle_unload):
+        if worker is None or self.state != "loaded" or self.busy or not self.policy.idle_unload:
             return
-        log.info("worker %d idle for %g s: unloading", worker.pid, self.policy.idle_timeout_s)
+        log.info("%s: worker %d idle for %g s: unloading", self.name, worker.pid, self.policy.idle_timeout)
         self._detach(worker)
 
-    # -- policy -----------------------------------------------------------------------------------------------
-
-    async def replace_policy(self, policy: Policy) -> None:
-        """Persist ``policy`` atomically, then apply it (idle timer rescheduled from when idle time started)."""
-        from mlx_agent.files import write_json_atomic
-
-        async with self._policy_lock:
-            await asyncio.to_thread(write_json_atomic, self.config.policy_path, policy_document(policy))
-            self.policy = policy
-            if policy.min_headroom_gb is None:
-                self.load_blocked_reason = None
-            self._schedule_idle()
+    def replace_policy(self, policy: Policy) -> None:
+        """Apply a new idle policy (the idle timer is rescheduled from when idle time started)."""
+        self.policy = policy
+        self._schedule_idle()
 
     # -- status and shutdown ----------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        """Return the gateway state document (``mlx_agent/schemas/gateway_state.json``)."""
+    def status(self, min_headroom_gb: float | None) -> ModelState:
+        """Return this model's part of the front's state document."""
         self.check_worker()
         worker = self.worker
         unload_at = None
         if self._idle_handle is not None and self.idle_since is not None:
-            unload_at = iso_from_timestamp(self.idle_since + self.policy.idle_timeout_s)
+            unload_at = utc_iso(self.idle_since + self.policy.idle_timeout)
+        state: Any = self.state
         return {
-            "format_version": STATE_VERSION,
-            "pid": os.getpid(),
-            "port": self.config.port,
-            "model_id": self.config.model_id,
-            "started_at": iso_from_timestamp(self.started_at),
-            "model_state": self.state,
+            "name": self.name,
+            "aliases": self.model["aliases"],
+            "model_state": state,
             "worker": None if worker is None else {
-                "pid": worker.pid, "port": worker.port, "started_at": iso_from_timestamp(worker.started_at),
-                "ready_at": iso_from_timestamp(worker.ready_at), "log_path": str(worker.spec.log_path)},
-            "policy": self.policy.to_json(),
+                "pid": worker.pid, "transport": worker.spec["transport"], "address": worker.address,
+                "started_at": utc_iso(worker.started_at), "ready_at": utc_iso(worker.ready_at),
+                "log_path": str(worker.log_path)},
+            "policy": {"idle_timeout": self.policy.idle_timeout, "keep_loaded": self.policy.keep_loaded,
+                       "min_headroom_gb": min_headroom_gb},
             "memory_check": self.memory_check,
             "load_blocked_reason": self.load_blocked_reason,
             "open_requests": self.open_requests,
             "open_streams": self.open_streams,
             "last_error": self.last_error,
             "loads": self.loads,
-            "idle_since": iso_from_timestamp(self.idle_since),
+            "evictions": self.evictions,
+            "last_used": utc_iso(self.last_used),
+            "idle_since": utc_iso(self.idle_since),
             "idle_unload_at": unload_at,
         }
 
     async def close(self) -> None:
-        """Stop everything: the watcher, a load in progress, the worker."""
+        """Stop everything: a load in progress, the worker."""
         self._cancel_idle()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
         if self._load_task is not None:
             self._load_task.cancel()
             with contextlib.suppress(BaseException):

@@ -21,8 +21,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mlx_agent.gateway.http_errors import error_response
+from mlx_agent.wire import CONTROL_PREFIX
 
-CONTROL_PREFIX = "/mlx-agent/"
 MODEL_PREFIX = "/v1/"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 API_KEY_ID = "mlx_agent_api_key_id"
@@ -75,8 +75,8 @@ class Guard:
         token = _bearer(request)
         return token is not None and hmac.compare_digest(token.encode(), self._control_token)
 
-    def api_key(self, request: web.Request) -> str | None:
-        """Return the matching API key presented by the request, or None."""
+    def api_key(self, request: web.Request) -> tuple[str | None, bool]:
+        """Return the matching API key the request presents (or None), and whether it presented any."""
         assert self._api_keys is not None
         presented = [v for v in (_bearer(request), request.headers.get("x-api-key")) if v]
         found = None
@@ -85,7 +85,7 @@ class Guard:
             for key in self._api_keys:  # compare against every key: no early exit to time
                 if hmac.compare_digest(candidate, key):
                     found = value
-        return found
+        return found, bool(presented)
 
     def middleware(self) -> Middleware:
         """Return the aiohttp middleware that applies this guard."""
@@ -119,10 +119,11 @@ class Guard:
                 return error_response(401, "control endpoints need the gateway's control token",
                                       code="unauthorized", type_="authentication_error")
         elif path.startswith(MODEL_PREFIX) and self._api_keys is not None:
-            key = self.api_key(request)
+            key, presented = self.api_key(request)
             if key is None:
-                return error_response(401, "an API key is required (Authorization: Bearer KEY or x-api-key)",
-                                      code="invalid_api_key", type_="authentication_error",
+                message = "invalid API key" if presented else \
+                    "an API key is required (Authorization: Bearer KEY or x-api-key)"
+                return error_response(401, message, code="invalid_api_key", type_="authentication_error",
                                       headers={"WWW-Authenticate": "Bearer"})
             request[API_KEY_ID] = key_id(key)
         try:

@@ -1,6 +1,8 @@
-"""The one road from an endpoint to the model worker: load on demand, open-request accounting, reply or stream.
+"""The one road from an endpoint to a model's worker: routing, load on demand, open-request accounting, replies.
 
-Every endpoint, whatever API it speaks, reaches the worker through ``Upstream``:
+Every endpoint, whatever API it speaks, reaches a worker through ``Upstream``:
+
+* ``route`` picks the model the request names (``Fleet.route``);
 
 * ``worker_request`` counts the request as open (so unload and idle unload wait for it) from before the
   load until its reply has been read, loads the worker if needed, and posts the body;
@@ -23,9 +25,9 @@ from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
-from mlx_agent.gateway.config import GatewayConfig
+from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.openai.request import PreparedRequest
+from mlx_agent.gateway.openai.request import PreparedRequest, prepare
 from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.sse import SSE_HEADERS, Accountant, StreamTranslator, end, pump
 from mlx_agent.gateway.worker import WorkerProcess
@@ -59,17 +61,21 @@ async def read_json_body(request: web.Request) -> Any:
 
 
 class Upstream:
-    """Sends request bodies to the worker through the lifecycle's accounting."""
+    """Sends request bodies to the models' workers through their lifecycles' accounting."""
 
-    def __init__(self, config: GatewayConfig, lifecycle: Lifecycle, session: aiohttp.ClientSession,
-                 ledger: PromptLedger | None) -> None:
-        self.config = config
-        self.lifecycle = lifecycle
-        self.session = session
+    def __init__(self, fleet: Fleet, ledger: PromptLedger | None) -> None:
+        self.fleet = fleet
         self.ledger = ledger  # only when API keys are in use
 
+    def prepare(self, request: web.Request, body: object, endpoint: str,
+                force_usage: bool | None = None) -> tuple[Lifecycle, PreparedRequest]:
+        """Route a body to its model and prepare it for that model's worker (``openai.request.prepare``)."""
+        model = self.fleet.route(body.get("model") if isinstance(body, dict) else None)
+        force = request.get(API_KEY_ID) is not None if force_usage is None else force_usage
+        return model, prepare(body, endpoint=endpoint, model=model.model, force_usage=force)
+
     @contextlib.asynccontextmanager
-    async def worker_request(self, body: dict[str, Any], path: str, *,
+    async def worker_request(self, model: Lifecycle, body: dict[str, Any], path: str, *,
                              stream: bool) -> AsyncIterator[tuple[aiohttp.ClientResponse, WorkerProcess]]:
         """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
 
@@ -77,28 +83,28 @@ class Upstream:
         A refused or failed load, and a worker that does not answer (502 ``worker_failed``), raise
         ``RequestRefused``.
         """
-        self.lifecycle.request_started(stream)
+        model.request_started(stream)
         try:
-            worker = await self.lifecycle.acquire()
+            worker = await model.acquire()
             try:
-                upstream = await self.session.post(worker.base_url + path, timeout=UPSTREAM_TIMEOUT,
-                                                   data=json.dumps(body).encode(),
-                                                   headers={"Content-Type": "application/json"})
+                upstream = await worker.session.post(worker.base_url + path, timeout=UPSTREAM_TIMEOUT,
+                                                     data=json.dumps(body).encode(),
+                                                     headers={"Content-Type": "application/json"})
             except (aiohttp.ClientError, OSError) as exc:
-                await self.notice_exit(worker)
+                await self.notice_exit(model, worker)
                 raise RequestRefused(502, f"the model worker did not answer: {exc}", code="worker_failed",
                                      type_="server_error") from exc
             async with upstream:
                 yield upstream, worker
         finally:
-            self.lifecycle.request_finished(stream)
+            model.request_finished(stream)
 
-    async def notice_exit(self, worker: WorkerProcess) -> None:
+    async def notice_exit(self, model: Lifecycle, worker: WorkerProcess) -> None:
         """Give a worker that just hung up a moment to be seen exiting, so the next request loads afresh."""
         deadline = time.monotonic() + EXIT_NOTICE_S
         while worker.exited() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        self.lifecycle.check_worker()
+        model.check_worker()
 
     def accountant(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> Accountant | None:
         """Return what bounds ``cached_tokens`` in a reply to this request's API key, or None without keys."""
@@ -114,14 +120,15 @@ class Upstream:
 
         return account
 
-    async def complete(self, request: web.Request, prepared: PreparedRequest, path: str = CHAT_PATH) -> dict[str, Any]:
+    async def complete(self, request: web.Request, model: Lifecycle, prepared: PreparedRequest,
+                       path: str = CHAT_PATH) -> dict[str, Any]:
         """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
         account = self.accountant(request, "chat", prepared.body)
-        async with self.worker_request(prepared.body, path, stream=False) as (upstream, worker):
+        async with self.worker_request(model, prepared.body, path, stream=False) as (upstream, worker):
             try:
                 raw = await upstream.read()
             except (aiohttp.ClientError, OSError) as exc:
-                await self.notice_exit(worker)
+                await self.notice_exit(model, worker)
                 raise RequestRefused(502, f"the model worker failed while answering: {exc}", code="worker_failed",
                                      type_="server_error") from exc
             status = upstream.status
@@ -138,10 +145,10 @@ class Upstream:
             account(doc)
         return doc
 
-    async def stream(self, request: web.Request, prepared: PreparedRequest, translator: StreamTranslator,
-                     path: str = CHAT_PATH) -> web.StreamResponse:
+    async def stream(self, request: web.Request, model: Lifecycle, prepared: PreparedRequest,
+                     translator: StreamTranslator, path: str = CHAT_PATH) -> web.StreamResponse:
         """Stream the worker's answer through ``translator``; an error before the first event raises."""
-        async with self.worker_request(prepared.body, path, stream=True) as (upstream, worker):
+        async with self.worker_request(model, prepared.body, path, stream=True) as (upstream, worker):
             if upstream.status != 200 or upstream.content_type != "text/event-stream":
                 try:
                     doc = json.loads(await upstream.read())
@@ -152,6 +159,6 @@ class Upstream:
             await response.prepare(request)
             result = await pump(request, response, upstream, translator)
             if not result.done and not result.client_gone:
-                await self.notice_exit(worker)
+                await self.notice_exit(model, worker)
             await end(response, translator, result)
             return response

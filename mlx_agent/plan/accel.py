@@ -1,6 +1,7 @@
 """The two accelerations of the wrapped entry, as the plan records them.
 
-They are prompt-lookup decoding (``decode_profile``) and the M5 Q4 prefill kernel (``prefill_kernel``).
+They are prompt-lookup decoding (``prompt_lookup``) and the M5 Q4 prefill kernel (``m5_prefill``), each
+recorded under the name of its option.
 
 Both are checked here at preview against ``runtime/kernels/support.json`` and checked again inside the
 server (``runtime/accel_entry.py``, with the same rules from this module). Neither is an error when it cannot
@@ -17,8 +18,8 @@ from __future__ import annotations
 import sys
 
 from mlx_agent.accel_rules import (
-    DECODE_SOURCES,
     LOOKUP_DEPENDENCIES,
+    LOOKUP_SOURCES,
     PREFILL_DEPENDENCIES,
     PREFILL_SOURCES,
     SUPPORT_NAME,
@@ -38,6 +39,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mlx_agent.records import M5PrefillRecord, PromptLookupRecord, RuntimeRecord
+
 FOREIGN = "a runtime from another environment keeps its exact native argv"
 
 
@@ -54,44 +57,38 @@ def _gpu_architecture(interpreter: str) -> str | None:
     return out.stdout.strip() or None
 
 
-def _check_runtime(recipe: dict[str, Any], option: str, kernel: str) -> None:
-    if kernel not in recipe.get("capabilities", {}).get("kernels", []):
+def _rules(recipe: dict[str, Any], runtime: RuntimeRecord, option: str, name: str) -> tuple[dict[str, Any], str,
+                                                                                         list[str]]:
+    """Refuse ``option`` on a runtime without it; return its rules, the support file's sha256, and first reasons."""
+    if name not in recipe.get("capabilities", {}).get("kernels", []):
         raise UnsupportedRuntime(f"{option} is an mlx_lm option; runtime {recipe['name']} rejects it",
                                  details={"runtime": recipe["name"], "option": option})
-
-
-def decode_profile(requested: bool, recipe: dict[str, Any], runtime: dict[str, Any], *,
-                   adapter: bool = False) -> dict[str, Any]:
-    """Return the plan's ``decode_profile``: prompt lookup as requested and whether it will apply."""
-    if not requested:
-        return {"requested": "native", "applied": False, "reasons": []}
-    _check_runtime(recipe, "--prompt-lookup", "prompt_lookup")
     rules_all, support_sha = support()
-    rules = rules_all["prompt_lookup"]
+    return rules_all[name], support_sha, [FOREIGN] if runtime["launcher"] != "wrapped" else []
+
+
+def prompt_lookup(requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, *,
+                  adapter: bool = False) -> PromptLookupRecord:
+    """Return the plan's ``prompt_lookup``: whether it was asked for and whether it will apply."""
+    if not requested:
+        return {"requested": False, "applied": False, "reasons": []}
+    rules, support_sha, reasons = _rules(recipe, runtime, "--prompt-lookup", "prompt_lookup")
     versions = installed_versions(LOOKUP_DEPENDENCIES)
-    reasons = []
-    if runtime["launcher"] != "wrapped":
-        reasons.append(FOREIGN)
     reasons += lookup_version_reasons(versions, rules)
     if adapter:
         reasons.append("an adapter is served, and adapters keep native generation")
-    return {"requested": "prompt_lookup", "applied": not reasons, "reasons": reasons,
+    return {"requested": True, "applied": not reasons, "reasons": reasons,
             "max_draft_tokens": rules["max_draft_tokens"], "lookup_window": rules["lookup_window"],
-            "versions": versions, "support_sha256": support_sha, "sources": sources(DECODE_SOURCES)}
+            "versions": versions, "support_sha256": support_sha, "sources": sources(LOOKUP_SOURCES)}
 
 
-def prefill_kernel(requested: bool, recipe: dict[str, Any], runtime: dict[str, Any], config: dict[str, Any], *,
-                   adapter: bool = False) -> dict[str, Any]:
-    """Return the plan's ``prefill_kernel``: the M5 Q4 profile as requested and whether it is eligible."""
+def m5_prefill(requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, config: dict[str, Any], *,
+               adapter: bool = False) -> M5PrefillRecord:
+    """Return the plan's ``m5_prefill``: whether the M5 Q4 kernel was asked for and whether it is eligible."""
     if not requested:
-        return {"requested": "native", "eligible": False, "reasons": []}
-    _check_runtime(recipe, "--m5-prefill", "m5_prefill")
-    rules_all, support_sha = support()
-    rules = rules_all["m5_prefill"]
+        return {"requested": False, "eligible": False, "reasons": []}
+    rules, support_sha, reasons = _rules(recipe, runtime, "--m5-prefill", "m5_prefill")
     versions = installed_versions(PREFILL_DEPENDENCIES)
-    reasons = []
-    if runtime["launcher"] != "wrapped":
-        reasons.append(FOREIGN)
     macos = macos_version()
     reasons += prefill_platform_reasons(sys.platform, macos, versions, rules)
     reasons += model_shape_reasons(config, rules)
@@ -99,14 +96,14 @@ def prefill_kernel(requested: bool, recipe: dict[str, Any], runtime: dict[str, A
         reasons.append("LoRA adapters are excluded")
     gpu = None
     if not reasons:  # only a fully matching Mac is worth starting MLX for
-        gpu = _gpu_architecture(runtime["interpreter"])
+        gpu = _gpu_architecture(runtime.get("interpreter") or sys.executable)
         reasons += gpu_reasons(gpu, rules)
-    return {"requested": "m5_q4", "eligible": not reasons, "reasons": reasons, "gpu_architecture": gpu,
+    return {"requested": True, "eligible": not reasons, "reasons": reasons, "gpu_architecture": gpu,
             "macos": macos, "versions": versions, "min_rows": rules["min_rows"], "support_sha256": support_sha,
             "sources": sources(PREFILL_SOURCES)}
 
 
-def entry_flags(decode: dict[str, Any], prefill: dict[str, Any], runtime: dict[str, Any]) -> list[str]:
+def entry_flags(lookup: PromptLookupRecord, prefill: M5PrefillRecord, runtime: RuntimeRecord) -> list[str]:
     """Return the wrapped entry's flags: lookup when it applies, the kernel whenever asked, and the fingerprint.
 
     The entry rechecks the kernel's eligibility itself and logs how many layers it adapted (zero where it
@@ -114,19 +111,19 @@ def entry_flags(decode: dict[str, Any], prefill: dict[str, Any], runtime: dict[s
     """
     if runtime["launcher"] != "wrapped":
         return []
-    lookup = bool(decode["applied"])
-    kernel = prefill["requested"] != "native"
-    if not (lookup or kernel):
+    use_lookup = lookup["applied"]
+    use_kernel = prefill["requested"]
+    if not (use_lookup or use_kernel):
         return []
     versions: dict[str, str | None] = {}
     files: dict[str, str | None] = {}
-    for record, used in ((decode, lookup), (prefill, kernel)):
+    for record, used in ((lookup, use_lookup), (prefill, use_kernel)):
         if used:
-            versions.update(record["versions"])
-            files.update(record["sources"])
-            files[SUPPORT_NAME] = record["support_sha256"]
-    flags = [PROMPT_LOOKUP_FLAG] if lookup else []
-    flags += [M5_PREFILL_FLAG] if kernel else []
+            versions.update(record.get("versions") or {})
+            files.update(record.get("sources") or {})
+            files[SUPPORT_NAME] = record.get("support_sha256")
+    flags = [PROMPT_LOOKUP_FLAG] if use_lookup else []
+    flags += [M5_PREFILL_FLAG] if use_kernel else []
     flags += [EXPECT_VERSIONS_FLAG, ",".join(f"{dep}={versions[dep] or ''}" for dep in sorted(versions))]
     for name in sorted(files):
         flags += [EXPECT_SOURCE_FLAG, f"{name}={files[name] or ''}"]

@@ -17,6 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mlx_agent.records import AdapterRecord, ContentRecord
+
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapters.safetensors"
 FINE_TUNE_TYPES = ("lora", "dora")
@@ -78,12 +80,12 @@ def _check_weights(path: Path) -> None:
                              details={"path": str(path), "foreign_tensors": foreign[:10]})
 
 
-def file_record(path: Path) -> dict[str, Any]:
+def file_record(path: Path) -> ContentRecord:
     """Return the content identity of one adapter file."""
     return {"name": path.name, "size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def resolve_adapter(raw: str) -> dict[str, Any]:
+def resolve_adapter(raw: str) -> AdapterRecord:
     """Return the plan's adapter record for ``--adapter-path``, refusing anything mlx_lm could not use."""
     directory = _real_directory(raw)
     config_path, weights_path = _file(directory, CONFIG), _file(directory, WEIGHTS)
@@ -97,7 +99,7 @@ def resolve_adapter(raw: str) -> dict[str, Any]:
     }
 
 
-def expectations(adapter: dict[str, Any]) -> list[str]:
+def expectations(adapter: AdapterRecord) -> list[str]:
     """Return the entry arguments that make the server recheck each adapter file before loading."""
     args = []
     for record in adapter["files"]:
@@ -105,7 +107,7 @@ def expectations(adapter: dict[str, Any]) -> list[str]:
     return args
 
 
-def verify(adapter: dict[str, Any]) -> str:
+def verify(adapter: AdapterRecord) -> str:
     """Re-hash a bound adapter now: ``verified``, ``changed`` or ``missing``."""
     for record in adapter["files"]:
         path = Path(adapter["path"]) / record["name"]

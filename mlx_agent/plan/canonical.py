@@ -7,7 +7,10 @@ import json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Mapping
+    from typing import Any, TypeVar
+
+    Plan = TypeVar("Plan", bound=Mapping[str, Any])
 
 _MISSING = "<absent>"
 
@@ -17,15 +20,16 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def plan_hash(plan: dict[str, Any]) -> str:
+def plan_hash(plan: Mapping[str, Any]) -> str:
     """Return the sha256 hex of the canonical plan without its own ``preview_hash``."""
     body = {k: v for k, v in plan.items() if k != "preview_hash"}
     return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
-def with_hash(plan: dict[str, Any]) -> dict[str, Any]:
+def with_hash(plan: Plan) -> Plan:
     """Return a copy of ``plan`` carrying its ``preview_hash``."""
-    return {**plan, "preview_hash": plan_hash(plan)}
+    hashed: Plan = {**plan, "preview_hash": plan_hash(plan)}  # type: ignore[assignment]  # same keys, plus the hash
+    return hashed
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -40,7 +44,7 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def plan_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+def plan_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
     """List every leaf field that differs, as ``{"field", "old", "new"}`` in field order."""
     flat_old: dict[str, Any] = {}
     flat_new: dict[str, Any] = {}

@@ -20,13 +20,15 @@ from mlx_agent.files import sha256_file
 from mlx_agent.home import agent_home
 from mlx_agent.installed import dist_version, env_site_paths, own_site_paths, package_dir
 from mlx_agent.resources import PACKAGE_DIR
+from mlx_agent.wire import ENTRY_MODULE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mlx_agent.records import RuntimeRecord
+
 ENTRY_DIR = PACKAGE_DIR / "runtime"
-ENTRY_MODULE = "mlx_agent.runtime"
 
 
 def entry_sources() -> dict[str, str]:
@@ -125,14 +127,14 @@ def runtime_site_paths(name: str, executable: str | None) -> list[str] | None:
     return env_site_paths(interpreter) if interpreter is not None else []
 
 
-def resolve_runtime(name: str, recipe: dict[str, Any], recipe_sha: str, executable: str | None) -> dict[str, Any]:
+def resolve_runtime(name: str, recipe: dict[str, Any], recipe_sha: str, executable: str | None) -> RuntimeRecord:
     """Return the plan's runtime record: recipe, launcher, interpreter and versions."""
-    base = {"name": name, "recipe_sha256": recipe_sha}
+    base: RuntimeRecord = {"name": name, "recipe_sha256": recipe_sha}
     if executable is not None:
-        return {**base, **_native(recipe, executable, "option")}
+        return {**base, **_native(recipe, executable, "option")}  # type: ignore[typeddict-item]
     configured = configured_executable(name)
     if configured is not None:
-        return {**base, **_native(recipe, configured, "runtimes.json")}
+        return {**base, **_native(recipe, configured, "runtimes.json")}  # type: ignore[typeddict-item]
     paths = own_site_paths()
     versions = {dep: dist_version(dep, paths) for dep in recipe["dependencies"]}
     if versions.get(recipe["distribution"]) is None or package_dir(recipe["package"], None) is None:
@@ -141,8 +143,10 @@ def resolve_runtime(name: str, recipe: dict[str, Any], recipe_sha: str, executab
             details={"runtime": name, "interpreter": sys.executable})
     interpreter = str(Path(sys.executable).absolute())
     if recipe.get("wrapper"):
-        return {**base, "launcher": "wrapped", "interpreter": interpreter, "module": ENTRY_MODULE,
-                "entry_sources": entry_sources(), "versions": {**versions, "mlx-agent": mlx_agent.__version__},
+        return {"name": name, "recipe_sha256": recipe_sha, "launcher": "wrapped", "interpreter": interpreter,
+                "module": ENTRY_MODULE, "entry_sources": entry_sources(),
+                "versions": {**versions, "mlx-agent": mlx_agent.__version__},
                 "adapter_enabled": True}
-    return {**base, "launcher": "module", "interpreter": interpreter, "module": recipe["native_module"],
+    return {"name": name, "recipe_sha256": recipe_sha, "launcher": "module", "interpreter": interpreter,
+            "module": recipe["native_module"],
             "versions": versions, "adapter_enabled": False}

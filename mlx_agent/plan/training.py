@@ -15,7 +15,6 @@ import sysconfig
 from pathlib import Path
 
 import mlx_agent
-from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import (
     AdapterPathNotEmpty,
     DatasetInvalid,
@@ -30,15 +29,17 @@ from mlx_agent.home import receipts_dir
 from mlx_agent.installed import dist_version, model_support, own_site_paths
 from mlx_agent.plan import training_defaults as d
 from mlx_agent.plan.canonical import canonical_json
-from mlx_agent.plan.defaults import OFFLINE_ENV
 from mlx_agent.plan.runtime_select import vision_markers
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.plan.training_receipt import ADAPTER_FILES
 from mlx_agent.resources import PACKAGE_DIR
+from mlx_agent.wire import OFFLINE_ENV, TRAINING_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from mlx_agent.requests import TrainRequest
 
 OPERATION = "lora.train"
 WATCHER_MODULE = "mlx_agent.supervise.train_watch"
@@ -47,44 +48,6 @@ TRAIN, VALID = "train.jsonl", "valid.jsonl"
 # Fixed for every plan, written out so that mlx_lm's defaults never decide them.
 OPTIMIZER = "adam"
 GRAD_ACCUMULATION_STEPS = 1
-
-
-class TrainRequest:
-    """What the user asked ``lora train`` for, before any file is read (a plain class, as ServeRequest)."""
-
-    __slots__ = ("adapter_path", "batch_size", "data", "dropout", "fine_tune_type", "iters", "learning_rate",
-                 "mask_prompt", "max_seq_length", "num_layers", "path", "rank", "receipts_dir", "repo", "save_every",
-                 "scale", "seed", "steps_per_eval", "steps_per_report", "val_batches")
-
-    def __init__(self, *, data: str, adapter_path: str, path: str | None = None, repo: str | None = None,
-                 iters: int = d.DEFAULT_ITERS, batch_size: int = d.DEFAULT_BATCH_SIZE,
-                 learning_rate: float = d.DEFAULT_LEARNING_RATE, num_layers: int = d.DEFAULT_NUM_LAYERS,
-                 rank: int = d.DEFAULT_RANK, scale: float = d.DEFAULT_SCALE, dropout: float = d.DEFAULT_DROPOUT,
-                 fine_tune_type: str = d.DEFAULT_FINE_TUNE_TYPE, max_seq_length: int = d.DEFAULT_MAX_SEQ_LENGTH,
-                 seed: int = d.DEFAULT_SEED, steps_per_report: int = d.DEFAULT_STEPS_PER_REPORT,
-                 steps_per_eval: int = d.DEFAULT_STEPS_PER_EVAL, val_batches: int = d.DEFAULT_VAL_BATCHES,
-                 save_every: int = d.DEFAULT_SAVE_EVERY, mask_prompt: bool = False,
-                 receipts_dir: str | None = None) -> None:
-        self.path = path
-        self.repo = repo
-        self.data = data
-        self.adapter_path = adapter_path
-        self.iters = iters
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.num_layers = num_layers
-        self.rank = rank
-        self.scale = scale
-        self.dropout = dropout
-        self.fine_tune_type = fine_tune_type
-        self.max_seq_length = max_seq_length
-        self.seed = seed
-        self.steps_per_report = steps_per_report
-        self.steps_per_eval = steps_per_eval
-        self.val_batches = val_batches
-        self.save_every = save_every
-        self.mask_prompt = mask_prompt
-        self.receipts_dir = receipts_dir
 
 
 def _validate(req: TrainRequest) -> None:
@@ -316,7 +279,7 @@ def build_training_plan(req: TrainRequest) -> dict[str, Any]:
     config_sha = hashlib.sha256(canonical_json(document).encode("utf-8")).hexdigest()
     config_path = str(train_dir / f"config-{config_sha[:16]}.yaml")
     return {
-        "format_version": FORMAT_VERSION,
+        "format_version": TRAINING_VERSION,
         "operation": OPERATION,
         "base": base,
         "base_layers": layers,

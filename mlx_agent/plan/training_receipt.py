@@ -12,7 +12,6 @@ import hashlib
 import json
 from pathlib import Path
 
-from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import (
     AdapterChanged,
     BaseModelChanged,
@@ -22,6 +21,7 @@ from mlx_agent.errors import (
     SourceError,
     TrainingIncomplete,
 )
+from mlx_agent.wire import TRAINING_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def parse_training_receipt(path: Path, raw: bytes) -> dict[str, Any]:
     if data["kind"] != "train":
         raise _corrupt(path, f"it is a {data['kind']!r} receipt, not a training one")
     major = str(data["format_version"]).split(".")[0]
-    if major != FORMAT_VERSION.split(".")[0]:
+    if major != TRAINING_VERSION.split(".")[0]:
         raise ReceiptVersionUnsupported(f"receipt {path} has format_version {data['format_version']}",
                                         details={"path": str(path), "format_version": data["format_version"]})
     if not isinstance(data["plan"], dict):

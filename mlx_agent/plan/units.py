@@ -17,7 +17,7 @@ from mlx_agent.errors import InvalidArguments
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from mlx_agent.records import ServePlan, UnitRecord
 
 LAUNCHD = "launchd"
 SYSTEMD = "systemd"
@@ -102,7 +102,7 @@ def commands(kind: str, name: str, path: Path) -> dict[str, list[list[str]]]:
             "stop": [["systemctl", "--user", "disable", "--now", name]]}
 
 
-def build_unit(kind: str, plan: dict[str, Any], unit_dir: str | None, log: str, restart: str) -> dict[str, Any]:
+def build_unit(kind: str, plan: ServePlan, unit_dir: str | None, log: str, restart: str) -> UnitRecord:
     """Return the plan's ``unit`` record: where the file goes, its exact content, and the commands."""
     if restart not in RESTART_POLICIES:
         raise InvalidArguments(f"--restart must be one of {', '.join(RESTART_POLICIES)}")

@@ -44,14 +44,14 @@ def loopback_claims(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "model": c.get("model")} for c in configs if _is_loopback(c["host"])]
 
 
-def claims_on_port(configs: list[dict[str, Any]], port: int, runtime: str,
+def claims_on_port(configs: list[dict[str, Any]], port: int, runtimes: set[str],
                    model_ids: set[str]) -> list[dict[str, Any]]:
-    """Return the configs that expect a different server than (runtime, model) on loopback ``port``."""
+    """Return the configs that expect another server on loopback ``port`` than one of these runtimes and models."""
     claims = []
     for cfg in configs:
         if cfg["port"] != port or not _is_loopback(cfg["host"]):
             continue
-        same_runtime = cfg.get("runtime") in (None, runtime)
+        same_runtime = cfg.get("runtime") is None or cfg.get("runtime") in runtimes
         same_model = cfg.get("model") is None or cfg.get("model") in model_ids
         if not (same_runtime and same_model):
             claims.append({"file": cfg["file"], "base_url": cfg["base_url"],

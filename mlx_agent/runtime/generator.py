@@ -19,7 +19,7 @@ from typing import Any
 
 import mlx_lm.server as server
 
-from mlx_agent.errors import SchemaFailed, TemplateFailed
+from mlx_agent.errors import ContextLengthExceeded, SchemaFailed, TemplateFailed
 from mlx_agent.runtime import structured
 from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
 from mlx_agent.runtime.errors_http import from_generation_error, generation_unavailable
@@ -81,10 +81,11 @@ class WrappedGenerator(server.ResponseGenerator):
     """mlx_lm's generator with schema enforcement, reply limits and client watching (module docstring)."""
 
     def __init__(self, model_provider: Any, prompt_cache: Any, limit_defaults: Limits,
-                 lookup: LookupSettings | None = None) -> None:
+                 lookup: LookupSettings | None = None, context_window: int | None = None) -> None:
         # Set before mlx_lm starts the generation thread, which may call _tokenize at once.
         self.served = Served(served_names(model_provider.cli_args.model), limit_defaults)
         self.lookup = lookup
+        self.context_window = context_window
         self._ll_tokenizers: dict[Any, Any] = {}
         self._classes: dict[Any, structured.TokenClasses] = {}
         self._pieces: dict[Any, dict[int, str]] = {}
@@ -101,12 +102,24 @@ class WrappedGenerator(server.ResponseGenerator):
         except Exception as error:
             raise TemplateFailed(f"The chat template could not render this request: {type(error).__name__}: "
                                  f"{error}") from error
+        self._fit_context(result[0], args)
         initial_state = result[3]
         watcher = self._watcher(tokenizer, options, args.max_tokens, initial_state == "reasoning", label)
         setattr(args, WATCHER_ATTRIBUTE, watcher)
         if isinstance(request, WrappedRequest):
             request.watcher = watcher
         return result
+
+    def _fit_context(self, prompt: list[int], args: Any) -> None:
+        """Refuse a prompt the model's context cannot hold, and cut the reply limit to what the context leaves."""
+        window = self.context_window
+        if window is None:
+            return
+        room = window - len(prompt)
+        if room < 1:
+            raise ContextLengthExceeded(f"The prompt is {len(prompt)} tokens, and this model's context holds "
+                                        f"{window}; shorten the conversation.")
+        args.max_tokens = min(args.max_tokens, room)
 
     def _watcher(self, tokenizer: Any, options: RequestOptions, max_tokens: int, thinking_open: bool,
                  label: str) -> ReplyWatcher | None:

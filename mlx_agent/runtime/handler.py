@@ -37,6 +37,10 @@ class WrappedHandler(server.APIHandler):
     tool_calls_parsed = 0
     wrapped_request: WrappedRequest | None = None
 
+    def address_string(self) -> str:
+        """Name the client in mlx_lm's log lines (a Unix socket's peer has no address)."""
+        return self.client_address[0] if isinstance(self.client_address, tuple) else "front"
+
     def do_POST(self) -> None:
         """Answer a POST: check and prepare the body, let mlx_lm serve it, answer errors as objects."""
         self._reset()

@@ -13,12 +13,15 @@ from mlx_agent.plan.canonical import plan_diff, with_hash
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
+
+    from mlx_agent.plan.canonical import Plan
 
 KEEP = 200
 
 
-def save_preview(directory: Path, plan: dict[str, Any]) -> None:
+def save_preview(directory: Path, plan: Mapping[str, Any]) -> None:
     """Keep ``plan`` under its hash, pruning all but the most recent previews."""
     write_json_atomic(directory / f"{plan['preview_hash']}.json", plan)
     saved = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
@@ -37,7 +40,7 @@ def load_preview(directory: Path, preview_hash: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def reviewed_plan(build: Callable[[], dict[str, Any]], preview_hash: str | None) -> dict[str, Any]:
+def reviewed_plan(build: Callable[[], Plan], preview_hash: str | None) -> Plan:
     """Rebuild a plan with its hash and return it if that hash is the reviewed one; otherwise say what changed."""
     if not preview_hash:
         raise PreviewHashRequired("--confirm needs the --preview-hash of a reviewed preview")
@@ -48,7 +51,7 @@ def reviewed_plan(build: Callable[[], dict[str, Any]], preview_hash: str | None)
         summary = (f"{len(changes)} plan field(s) changed since the preview" if changes is not None
                    else "the reviewed preview is not stored here, so the changes cannot be listed")
         # A changed adapter gets its own code: it is the one change a reviewer must not wave through.
-        adapter_moved = changes is not None and any(c["field"].startswith("adapter.") for c in changes)
+        adapter_moved = changes is not None and any(".adapter." in "." + c["field"] for c in changes)
         error = AdapterChanged if adapter_moved else PreviewStale
         raise error(f"the plan no longer matches --preview-hash: {summary}",
                     details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes})

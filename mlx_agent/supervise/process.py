@@ -10,14 +10,16 @@ import contextlib
 import os
 import signal
 import time
-from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Mapping
     from typing import Any, Literal
 
     import psutil
+
+    from mlx_agent.records import ProcessIdentity
 
     State = Literal["running", "exited", "foreign"]
 
@@ -26,18 +28,7 @@ if TYPE_CHECKING:
 CREATE_TIME_TOLERANCE = 0.005
 
 
-def spawn(argv: list[str], env_add: dict[str, str], log_path: Path, cwd: str) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a new session and process group, stdout and stderr appended to ``log_path``."""
-    import subprocess
-
-    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(log_path, "ab") as log:
-        os.fchmod(log.fileno(), 0o600)
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **env_add}, cwd=cwd, start_new_session=True)
-
-
-def identity(pid: int) -> dict[str, Any]:
+def identity(pid: int) -> ProcessIdentity:
     """Return the identity a receipt records for a live process.
 
     ``cmdline`` is what the kernel reports, which differs from the launched argv for a script with a
@@ -55,7 +46,7 @@ def identity(pid: int) -> dict[str, Any]:
         raise ProcessLookupError(pid) from exc
 
 
-def classify(receipt: dict[str, Any]) -> State:
+def classify(receipt: Mapping[str, Any]) -> State:
     """Say whether the receipt's process is still running, has exited, or the pid is now someone else's."""
     if os.path.isdir("/proc/self") and not os.path.exists(f"/proc/{receipt['pid']}"):
         # No such pid at all: settled without importing psutil, which would dominate `serve status` time.

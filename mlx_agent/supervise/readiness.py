@@ -2,47 +2,38 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, from_refusal_lines
 from mlx_agent.files import log_tail
+from mlx_agent.readiness import Readiness
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
-    from typing import Any
+
+    from mlx_agent.records import ReadinessRecord, ServePlan
 
 Tick = Callable[[float, str], None]
 POLL_SECONDS = 0.25
+FRONT_GRACE_S = 10.0
 
 
-def probe(host: str, port: int, readiness: dict[str, Any], timeout: float = 1.0) -> bool:
-    """Say whether the server answers its readiness check as the recipe expects."""
+def probe(host: str, port: int, record: ReadinessRecord, timeout: float = 1.0) -> bool:
+    """Say whether the server answers its readiness check as the plan expects."""
     import http.client  # lazily: it drags in ssl and email, and most status calls probe nothing
 
-    conn = http.client.HTTPConnection(host, port, timeout=readiness.get("timeout_s", timeout))
+    check = Readiness(record, timeout)
+    conn = http.client.HTTPConnection(host, port, timeout=check.timeout)
     try:
-        post = readiness.get("post")
-        if post is None:
-            conn.request("GET", readiness["path"])
-        else:  # a tiny real request: the only proof of a loaded model for a server whose /health answers early
-            conn.request("POST", readiness["path"], body=json.dumps(post),
-                         headers={"Content-Type": "application/json"})
+        body = check.body()
+        conn.request(check.method, check.path, body=body,
+                     headers={"Content-Type": "application/json"} if body is not None else {})
         resp = conn.getresponse()
-        body = resp.read()
-        if resp.status != readiness.get("status", 200):
-            return False
-        expected = readiness.get("json")
-        nonnull = readiness.get("nonnull", [])
-        if expected is None and not nonnull:
-            return True
-        data = json.loads(body)
-        return (isinstance(data, dict) and all(data.get(k) == v for k, v in (expected or {}).items())
-                and all(data.get(k) is not None for k in nonnull))
-    except (OSError, http.client.HTTPException, ValueError):
+        return check.matches(resp.status, resp.read())
+    except (OSError, http.client.HTTPException):
         return False
     finally:
         conn.close()
@@ -61,11 +52,17 @@ def launch_failed(exit_code: int, log_path: Path) -> MlxAgentError:
     return LaunchFailed(f"the server exited with status {exit_code} before it was ready", details=details)
 
 
-def wait_ready(child: subprocess.Popen[bytes], plan: dict[str, Any], log_path: Path,
-               on_tick: Tick | None = None) -> None:
-    """Return once the server is ready; raise ``launch_failed`` if it exits, ``readiness_timeout`` if slow."""
+def wait_ready(child: subprocess.Popen[bytes], plan: ServePlan, log_path: Path, on_tick: Tick | None = None,
+               tick_log: Path | None = None) -> None:
+    """Return once the server is ready; raise ``launch_failed`` if it exits, ``readiness_timeout`` if slow.
+
+    The front enforces the plan's ``ready_timeout`` on its own loads and exits with a refusal line; waiting a
+    little longer here lets its own, more precise error arrive. ``tick_log`` is the log whose last line the
+    spinner shows (the worker's, while an eager front loads it).
+    """
     start = time.monotonic()
-    deadline = start + float(plan["ready_timeout_s"])
+    limit = float(plan["ready_timeout"]) + FRONT_GRACE_S
+    deadline = start + limit
     while True:
         code = child.poll()
         if code is not None:
@@ -74,11 +71,11 @@ def wait_ready(child: subprocess.Popen[bytes], plan: dict[str, Any], log_path: P
             return
         now = time.monotonic()
         if on_tick is not None:
-            tail = log_tail(log_path, 1)
+            tail = log_tail(tick_log or log_path, 1)
             on_tick(now - start, tail[-1] if tail else "")
         if now >= deadline:
             raise ReadinessTimeout(
-                f"the server was not ready within {plan['ready_timeout_s']} s",
-                details={"ready_timeout_s": plan["ready_timeout_s"], "log_path": str(log_path),
+                f"the server was not ready within {limit:g} s",
+                details={"ready_timeout": plan["ready_timeout"], "log_path": str(log_path),
                          "log_tail": log_tail(log_path)})
         time.sleep(POLL_SECONDS)

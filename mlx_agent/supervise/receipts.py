@@ -5,40 +5,52 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
 from mlx_agent.files import write_json_atomic
+from mlx_agent.wire import PLAN_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
+
+    from mlx_agent.records import ServePlan, ServeReceipt
 
 REQUIRED = ("format_version", "port")
 PROCESS_FIELDS = ("pid", "pgid", "create_time", "argv")
 UNIT_SUPERVISORS = ("launchd", "systemd")
 
 
-def is_unit(receipt: dict[str, Any]) -> bool:
+# Readers accept these major versions: 2 (every server has a front) and 1 (a plain server or a JIT gateway).
+READABLE_MAJORS = ("1", "2")
+
+
+def is_unit(receipt: Mapping[str, Any]) -> bool:
     """Say whether a receipt records an installed launchd/systemd unit rather than a process of ours."""
     return receipt.get("supervisor") in UNIT_SUPERVISORS
 
 
-def plan_receipt(plan: dict[str, Any], supervisor: str, log: str) -> dict[str, Any]:
+def has_front(receipt: Mapping[str, Any]) -> bool:
+    """Say whether a receipt's server is a front (written by this version: format 2.x)."""
+    return str(receipt.get("format_version", "")).startswith("2.") and isinstance(receipt.get("plan"), dict)
+
+
+def plan_receipt(plan: ServePlan, supervisor: str, log: str) -> ServeReceipt:
     """Return the fields every serve receipt copies from its plan, whoever supervises the server."""
     return {
-        "format_version": FORMAT_VERSION,
+        "format_version": PLAN_VERSION,
         "kind": "serve",
         "supervisor": supervisor,
         "port": plan["port"],
         "host": plan["host"],
         "base_url": plan["base_url"],
-        "runtime": plan["runtime"]["name"],
-        "model": plan["source"]["path"],
-        "repo": plan["source"].get("repo"),
-        "adapter": plan.get("adapter"),
+        "models": [{"name": m["name"], "aliases": m["aliases"], "runtime": m["runtime"]["name"],
+                    "model": m["source"]["path"], "repo": m["source"].get("repo"), "adapter": m["adapter"],
+                    "prompt_lookup": m["prompt_lookup"], "m5_prefill": m["m5_prefill"]}
+                   for m in plan["models"]],
         "argv": plan["argv"],
         "log_path": log,
-        "preview_hash": plan["preview_hash"],
+        "preview_hash": plan.get("preview_hash", ""),
         "plan": plan,
     }
 
@@ -63,7 +75,7 @@ def _check(path: Path, data: Any) -> dict[str, Any]:
     if any(k not in data for k in PROCESS_FIELDS):
         raise ReceiptCorrupt(f"receipt {path} lacks required fields", details={"path": str(path)})
     major = str(data["format_version"]).split(".")[0]
-    if major != FORMAT_VERSION.split(".")[0]:
+    if major not in READABLE_MAJORS:
         raise ReceiptVersionUnsupported(
             f"receipt {path} has format_version {data['format_version']}",
             details={"path": str(path), "format_version": data["format_version"]})
@@ -95,7 +107,7 @@ def receipt_files(directory: Path) -> list[Path]:
     return sorted(paths, key=lambda p: int(p.stem))
 
 
-def write_receipt(directory: Path, receipt: dict[str, Any]) -> Path:
+def write_receipt(directory: Path, receipt: ServeReceipt) -> Path:
     """Write a receipt atomically (temp, fsync, rename, mode 0600) and return its path."""
     path = receipt_path(directory, int(receipt["port"]))
     write_json_atomic(path, receipt)

@@ -16,9 +16,11 @@ from mlx_agent.errors import (
 from mlx_agent.files import utc_now
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.canonical import with_hash
-from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan, model_ids
+from mlx_agent.plan.serve_plan import build_serve_plan, model_ids
 from mlx_agent.plan.wired import claims_on_port, read_wired
+from mlx_agent.spawn import spawn
 from mlx_agent.supervise import process
+from mlx_agent.supervise.front import remove_front_files, write_front_files
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.supervise.previews import reviewed_plan, save_preview
@@ -28,9 +30,11 @@ from mlx_agent.supervise.receipts import is_unit, log_path, plan_receipt, read_r
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
-    from typing import Any
 
-def gates(plan: dict[str, Any], directory: Path, *, cleanup: bool) -> list[str]:
+    from mlx_agent.records import ProcessIdentity, ServePlan, ServeReceipt
+    from mlx_agent.requests import ServeRequest
+
+def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:
     """Refuse a port that is ours and live, claimed by a wired config, or bound by anyone; return warnings.
 
     With ``cleanup`` a receipt whose process has gone is removed (confirm does this, preview only reports).
@@ -56,7 +60,8 @@ def gates(plan: dict[str, Any], directory: Path, *, cleanup: bool) -> list[str]:
             warnings.append(f"the receipt of port {port} is stale (its process is {state}); confirm replaces it")
     configs, wired_warnings = read_wired(wired_dir())
     warnings.extend(wired_warnings)
-    claims = claims_on_port(configs, port, plan["runtime"]["name"], model_ids(plan))
+    runtimes = {m["runtime"]["name"] for m in plan["models"]}
+    claims = claims_on_port(configs, port, runtimes, model_ids(plan))
     if claims:
         raise PortClaimed(f"port {port} is claimed by a wired config for another server",
                           details={"port": port, "claims": claims})
@@ -70,7 +75,7 @@ def gates(plan: dict[str, Any], directory: Path, *, cleanup: bool) -> list[str]:
     return warnings
 
 
-def preview(req: ServeRequest, directory: Path) -> tuple[dict[str, Any], list[str]]:
+def preview(req: ServeRequest, directory: Path) -> tuple[ServePlan, list[str]]:
     """Build, gate and save the plan for review; start nothing."""
     plan = with_hash(build_serve_plan(req))
     warnings = gates(plan, directory, cleanup=False)
@@ -78,7 +83,7 @@ def preview(req: ServeRequest, directory: Path) -> tuple[dict[str, Any], list[st
     return plan, warnings
 
 
-def check_preview(req: ServeRequest, preview_hash: str | None) -> dict[str, Any]:
+def check_preview(req: ServeRequest, preview_hash: str | None) -> ServePlan:
     """Rebuild the plan and return it if its hash is the reviewed one; otherwise say what changed."""
     return reviewed_plan(lambda: build_serve_plan(req), preview_hash)
 
@@ -122,12 +127,11 @@ class _Interrupts:
             raise KeyboardInterrupt
 
 
-def _receipt(plan: dict[str, Any], identity: dict[str, Any], log: Path) -> dict[str, Any]:
-    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": utc_now(), "ready_at": None,
-            "decode_profile": plan.get("decode_profile"), "prefill_kernel": plan.get("prefill_kernel")}
+def _receipt(plan: ServePlan, identity: ProcessIdentity, log: Path) -> ServeReceipt:
+    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": utc_now(), "ready_at": None}
 
 
-def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> dict[str, Any]:
+def _launch(plan: ServePlan, directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> ServeReceipt:
     """Spawn, record, wait; on any failure stop the child and remove its receipt (we hold the port lock)."""
     log = log_path(directory, plan["port"])
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -135,7 +139,7 @@ def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interru
     child: subprocess.Popen[bytes] | None = None
     try:
         with interrupts.held():
-            child = process.spawn(plan["argv"], plan["env"], log, plan["cwd"])
+            child = spawn(plan["argv"], plan["env"], log, plan["cwd"])
             try:
                 identity = process.identity(child.pid)
             except ProcessLookupError:
@@ -143,7 +147,7 @@ def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interru
             receipt = _receipt(plan, identity, log)
             # The receipt exists from the moment the process does, so even a killed CLI leaves nothing unowned.
             write_receipt(directory, receipt)
-        wait_ready(child, plan, log, on_tick)
+        wait_ready(child, plan, log, on_tick, tick_log=Path(plan["models"][0]["worker"]["log_path"]))
         receipt["ready_at"] = utc_now()
         write_receipt(directory, receipt)
         return receipt
@@ -151,6 +155,7 @@ def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interru
         if child is not None:
             process.stop_group(child.pid, child.pid, grace=5.0, child=child)
             receipt_path(directory, plan["port"]).unlink(missing_ok=True)
+        remove_front_files(plan)
         if isinstance(exc, KeyboardInterrupt):
             raise LaunchInterrupted("the launch was interrupted; the server was stopped",
                                     details={"log_path": str(log)}) from None
@@ -158,7 +163,7 @@ def _launch(plan: dict[str, Any], directory: Path, on_tick: Tick | None, interru
 
 
 def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
-            on_tick: Tick | None = None) -> tuple[dict[str, Any], list[str]]:
+            on_tick: Tick | None = None) -> tuple[ServeReceipt, list[str]]:
     """Launch the reviewed plan under the port lock and return its receipt once the model answers."""
     plan = check_preview(req, preview_hash)
     if plan.get("unit") is not None:
@@ -166,12 +171,10 @@ def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
 
         with port_lock(directory, plan["port"], timeout=0, busy=PortInUse):
             warnings = gates(plan, directory, cleanup=True)
+            write_front_files(plan)  # the unit runs the same front, which reads them at every start
             return units.install(plan, directory, utc_now()), warnings
     interrupts = _Interrupts()
     with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), interrupts.installed():
         warnings = gates(plan, directory, cleanup=True)
-        if plan.get("jit"):
-            from mlx_agent.supervise.jit import write_gateway_files
-
-            write_gateway_files(plan)
+        write_front_files(plan)
         return _launch(plan, directory, on_tick, interrupts), warnings

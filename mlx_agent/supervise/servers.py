@@ -10,7 +10,7 @@ from mlx_agent.errors import OwnershipMismatch, ReceiptError
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.readiness import probe
-from mlx_agent.supervise.receipts import is_unit, read_receipt, receipt_files, receipt_path
+from mlx_agent.supervise.receipts import has_front, is_unit, read_receipt, receipt_files, receipt_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,12 +21,16 @@ STOP_LOCK_SECONDS = 30.0
 
 
 def adapter_fields(receipt: dict[str, Any], verify: bool) -> dict[str, Any]:
-    """Return a receipt's adapter path and status, apart from the base model.
+    """Return the first model's adapter path and status, apart from the base model.
 
     Plain status reports ``bound`` without reading the files; ``verify`` re-hashes them. A receipt from
     before adapter identity was recorded, whose argv names an adapter, reports ``unknown``.
     """
-    adapter = receipt.get("adapter", (receipt.get("plan") or {}).get("adapter"))
+    models = receipt.get("models")
+    if isinstance(models, list) and models and isinstance(models[0], dict):
+        adapter = models[0].get("adapter")
+    else:
+        adapter = receipt.get("adapter", (receipt.get("plan") or {}).get("adapter"))
     argv = receipt.get("argv") or []
     if adapter is None:
         if "--adapter-path" in argv:
@@ -39,6 +43,17 @@ def adapter_fields(receipt: dict[str, Any], verify: bool) -> dict[str, Any]:
     return {"adapter_path": adapter["path"], "adapter_status": verify_adapter(adapter)}
 
 
+def model_fields(receipt: dict[str, Any]) -> dict[str, Any]:
+    """Return the first model's runtime, path and repo (and every model, for a receipt with a front)."""
+    models = receipt.get("models")
+    if has_front(receipt) and isinstance(models, list) and models:
+        first = models[0]
+        return {"name": first.get("name"), "runtime": first.get("runtime"), "model": first.get("model"),
+                "repo": first.get("repo")}
+    return {"name": None, "runtime": receipt.get("runtime"), "model": receipt.get("model"),
+            "repo": receipt.get("repo")}
+
+
 def _entry(path: Path, verify: bool) -> dict[str, Any]:
     port = int(path.stem)
     try:
@@ -48,30 +63,27 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
     if is_unit(receipt):
         from mlx_agent.supervise import units
 
-        return {**units.status_entry(receipt, path), **adapter_fields(receipt, verify)}
+        return {**units.status_entry(receipt, path), **model_fields(receipt), **adapter_fields(receipt, verify)}
     state = process.classify(receipt)
     healthy = None
     if state == "running":
-        readiness = receipt.get("plan", {}).get("readiness", {"path": "/health"})
-        if "post" in readiness:  # status only asks whether it answers; it never generates
-            readiness = {"path": "/health", "status": 200}
-        healthy = probe(receipt.get("host", "127.0.0.1"), port, readiness, timeout=0.5)
-    gateway: dict[str, Any] = {}
-    if (receipt.get("plan") or {}).get("jit"):
-        from mlx_agent.supervise.jit import gateway_status
+        healthy = probe(receipt.get("host", "127.0.0.1"), port, {"path": "/health", "status": 200}, timeout=0.5)
+    front: dict[str, Any] = {}
+    if has_front(receipt):
+        from mlx_agent.supervise.front import front_status
 
-        gateway = {"jit": True, **(gateway_status(receipt) if state == "running" else {"model_state": None})}
+        front = front_status(receipt) if state == "running" else {"model_state": None, "models": []}  # type: ignore[arg-type]
+    elif (receipt.get("plan") or {}).get("jit"):
+        front = {"jit": True, "model_state": None}  # an older JIT gateway: its control API has changed
     return {
-        **gateway,
+        **front,
         "port": port,
         "state": "starting" if state == "running" and receipt.get("ready_at") is None else state,
         "health": None if healthy is None else ("ok" if healthy else "unreachable"),
         "pid": receipt["pid"],
         "pgid": receipt["pgid"],
         "base_url": receipt.get("base_url"),
-        "runtime": receipt.get("runtime"),
-        "model": receipt.get("model"),
-        "repo": receipt.get("repo"),
+        **model_fields(receipt),
         "preview_hash": receipt.get("preview_hash"),
         "started_at": receipt.get("started_at"),
         "ready_at": receipt.get("ready_at"),
@@ -115,12 +127,12 @@ def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str
             f"pid {receipt['pid']} is no longer the server this receipt started; nothing was signalled",
             details={**result, "receipt_kept": True})
     if state == "exited":
-        path.unlink(missing_ok=True)
+        _forget(receipt, path)
         return {**result, "result": "already_stopped"}
     try:
         live_pgid = os.getpgid(receipt["pid"])
     except ProcessLookupError:
-        path.unlink(missing_ok=True)
+        _forget(receipt, path)
         return {**result, "result": "already_stopped"}
     if live_pgid != receipt["pgid"]:
         raise OwnershipMismatch(
@@ -128,5 +140,14 @@ def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str
             details={**result, "receipt_kept": True})
     started = time.monotonic()
     how = process.stop_group(receipt["pid"], receipt["pgid"], grace=grace)
-    path.unlink(missing_ok=True)
+    _forget(receipt, path)
     return {**result, "result": "stopped", "how": how, "seconds": round(time.monotonic() - started, 3)}
+
+
+def _forget(receipt: dict[str, Any], path: Path) -> None:
+    """Remove a stopped server's receipt, and its front's private files."""
+    path.unlink(missing_ok=True)
+    if has_front(receipt):
+        from mlx_agent.supervise.front import remove_front_files
+
+        remove_front_files(receipt["plan"])

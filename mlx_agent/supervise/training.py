@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from mlx_agent import FORMAT_VERSION
 from mlx_agent.errors import AdapterPathNotEmpty, LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
 from mlx_agent.files import utc_now, write_json_atomic
 from mlx_agent.home import previews_dir, receipts_dir
@@ -21,13 +20,14 @@ from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import file_lock
 from mlx_agent.supervise.previews import reviewed_plan, save_preview
 from mlx_agent.supervise.train_log import read_progress
+from mlx_agent.wire import TRAINING_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
     from typing import Any
 
-    from mlx_agent.plan.training import TrainRequest
+    from mlx_agent.requests import TrainRequest
 
 LOCK_SECONDS = 30.0
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -139,7 +139,7 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
                                    details={"exit_code": code, "log_path": str(log),
                                             "log_tail": log_tail(log)}) from None
             receipt = {
-                "format_version": FORMAT_VERSION,
+                "format_version": TRAINING_VERSION,
                 "kind": "train",
                 "id": path.stem,
                 "state": "running",

@@ -19,12 +19,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mlx_agent.records import ServePlan, ServeReceipt
+
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def check_unit_path(plan: dict[str, Any]) -> None:
+def check_unit_path(plan: ServePlan) -> None:
     """Refuse a unit path where a file exists that no receipt of this port owns."""
     path = Path(plan["unit"]["path"])
     if path.exists() or path.is_symlink():
@@ -48,16 +50,14 @@ def _write_unit(path: Path, content: str) -> None:
         raise
 
 
-def install(plan: dict[str, Any], directory: Path, now: str) -> dict[str, Any]:
+def install(plan: ServePlan, directory: Path, now: str) -> ServeReceipt:
     """Write the plan's unit file and the receipt that owns it; return the receipt. Starts nothing."""
     unit = plan["unit"]
     check_unit_path(plan)
     Path(unit["log_path"]).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    receipt = {
+    receipt: ServeReceipt = {
         **plan_receipt(plan, unit["kind"], unit["log_path"]),
         "installed_at": now,
-        "decode_profile": plan.get("decode_profile"),
-        "prefill_kernel": plan.get("prefill_kernel"),
         "unit": {"kind": unit["kind"], "name": unit["name"], "path": unit["path"],
                  "sha256": _sha256(unit["content"]), "commands": unit["commands"]},
     }
@@ -93,9 +93,6 @@ def status_entry(receipt: dict[str, Any], path: Path) -> dict[str, Any]:
         "unit_path": receipt["unit"]["path"],
         "commands": receipt["unit"]["commands"],
         "base_url": receipt.get("base_url"),
-        "runtime": receipt.get("runtime"),
-        "model": receipt.get("model"),
-        "repo": receipt.get("repo"),
         "preview_hash": receipt.get("preview_hash"),
         "started_at": receipt.get("installed_at"),
         "log_path": receipt.get("log_path"),

@@ -48,7 +48,8 @@ def test_serve_with_adapter_then_refuse_a_changed_one(agent: Agent, tiny_model: 
     started = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
     assert started.rc == 0, started.stdout
     receipt = started.data["receipt"]
-    assert receipt["adapter"]["path"] == str(adapter) and receipt["model"] == str(tiny_model)
+    served = receipt["models"][0]
+    assert served["adapter"]["path"] == str(adapter) and served["model"] == str(tiny_model)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     reply = client.chat.completions.create(model="default_model", max_tokens=4,
                                            messages=[{"role": "user", "content": "Question 2"}])
@@ -64,8 +65,8 @@ def test_serve_with_adapter_then_refuse_a_changed_one(agent: Agent, tiny_model: 
     refused = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
     assert (refused.rc, refused.code) == (1, "adapter_changed")
     fields = [c["field"] for c in refused.doc["error"]["details"]["changes"]]
-    assert "adapter.files[adapters.safetensors].sha256" in fields
+    assert f"models[{tiny_model.name}].adapter.files[adapters.safetensors].sha256" in fields
     assert agent.run("serve", "status").data["servers"] == []
 
-    # A restart of the reviewed argv (what launchd, systemd or a JIT load does) refuses inside the server.
+    # A new load of the reviewed worker argv (what every front load does) refuses inside the worker.
     assert restart_refusal(receipt, tmp_path / "restart.log") == (3, "adapter_changed")

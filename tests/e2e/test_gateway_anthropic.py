@@ -52,7 +52,7 @@ def client_for(gateway: Gateway, key: str = "local") -> anthropic.Anthropic:
 def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
     """Run a gateway over the real runtime serving the tiny random-weight model."""
     with running_gateway(tmp_path_factory.mktemp("tiny"), real_worker_argv(tiny_model, MAX_TOKENS),
-                         model_path=tiny_model, max_tokens=MAX_TOKENS) as gateway:
+                         model_path=tiny_model, max_tokens=MAX_TOKENS, max_tokens_ceiling=MAX_TOKENS) as gateway:
         yield gateway
 
 
@@ -75,7 +75,7 @@ def stand_in(tmp_path: Path) -> Iterator[Gateway]:
 
 def sent_bodies(gateway: Gateway) -> list[dict[str, Any]]:
     """Return the request bodies the stand-in worker received."""
-    path = Path(gateway.config["worker"]["env"]["STAND_IN_LOG"])
+    path = Path(gateway.config["models"][0]["worker"]["env"]["STAND_IN_LOG"])
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -88,7 +88,7 @@ def test_plain_message_from_the_real_model(tiny: Gateway) -> None:
     assert message.id.startswith("msg_")
     [block] = message.content
     assert block.type == "text" and block.text
-    assert message.stop_reason == "max_tokens"  # the random model never ends; the plan's clamp of 8 does
+    assert message.stop_reason == "max_tokens"  # the random model never ends; the plan's ceiling of 8 does
     assert message.usage.output_tokens == MAX_TOKENS
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 0
 
@@ -137,8 +137,7 @@ REFUSALS: Any = {
     "tool_choice_any": {"tools": [WEATHER], "tool_choice": {"type": "any"}},
     "tool_choice_tool": {"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "get_weather"}},
     "other_parameter": {"service_tier": "auto"},
-    "another_model": {"model": "someone/else"},
-}
+    }
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
@@ -150,6 +149,15 @@ def test_what_the_runtime_cannot_honour_is_refused_in_anthropics_shape(tiny: Gat
     body: Any = info.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"]
+
+
+def test_an_unknown_model_is_not_found_in_anthropics_shape(tiny: Gateway) -> None:
+    """A model the front does not serve is a 404 not_found_error naming the served models; the SDK does not retry."""
+    with pytest.raises(anthropic.NotFoundError) as info:
+        client_for(tiny).messages.create(model="someone/else", max_tokens=8, messages=ASK)
+    body: Any = info.value.body
+    assert body["error"]["type"] == "not_found_error" and "org/tiny" in body["error"]["message"]
+    assert info.value.response.headers["x-should-retry"] == "false"
 
 
 def test_front_door_errors_take_anthropics_shape_too(tiny: Gateway) -> None:
@@ -244,7 +252,7 @@ def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
 # -- the stand-in worker --------------------------------------------------------------------------------------
 
 def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in: Gateway) -> None:
-    """Arguments streamed in pieces assemble into the input; the worker got the translated, clamped body."""
+    """Arguments streamed in pieces assemble into the input; the worker got the translated body with its own limit."""
     client = client_for(stand_in)
     with client.messages.stream(model="org/tiny", max_tokens=5000, messages=ASK, tools=[WEATHER],
                                 system="Be brief.", stop_sequences=["END"],
@@ -255,7 +263,7 @@ def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in: Gatewa
     assert message.usage.input_tokens == 7 and message.usage.cache_read_input_tokens == 4
     [body] = sent_bodies(stand_in)
     assert body == {
-        "model": "default_model", "max_tokens": 16, "stream": True, "stream_options": {"include_usage": True},
+        "model": "default_model", "max_tokens": 5000, "stream": True, "stream_options": {"include_usage": True},
         "messages": [{"role": "system", "content": "Be brief."}, *ASK],
         "tools": [{"type": "function", "function": {"name": "get_weather", "description": WEATHER["description"],
                                                     "parameters": WEATHER["input_schema"]}}],

@@ -24,7 +24,7 @@ def gateway(tmp_path: Path, tiny_model: Path) -> Iterator[Gateway]:
     """Run a gateway whose worker is the real runtime entry serving the tiny model."""
     weight_bytes = sum(p.stat().st_size for p in tiny_model.glob("*.safetensors"))
     with running_gateway(tmp_path, real_worker_argv(tiny_model, MAX_TOKENS), model_path=tiny_model,
-                         max_tokens=MAX_TOKENS, weight_bytes=weight_bytes) as running:
+                         max_tokens=MAX_TOKENS, max_tokens_ceiling=MAX_TOKENS, weight_bytes=weight_bytes) as running:
         yield running
 
 
@@ -46,15 +46,15 @@ def test_sixteen_concurrent_cold_requests_load_the_model_once(gateway: Gateway) 
     assert [r.status for r in replies] == [200] * 16
     assert all(r.json()["choices"][0]["message"]["role"] == "assistant" for r in replies)
     status = gateway.status()
-    assert_valid("gateway_state", status)
+    assert_valid("front_state", gateway.state())
     assert (status["loads"], status["model_state"]) == (1, "loaded")
     assert gateway.worker_loads() == 1 and real_loads(gateway) == 1
     maps = Path(f"/proc/{gateway.proc.pid}/maps").read_text()
     assert "/mlx/" not in maps and "libmlx" not in maps  # the model lives in the worker only
 
 
-def test_openai_client_chat_plain_and_streamed_with_the_clamp(gateway: Gateway) -> None:
-    """The official client chats through the gateway, plain and streamed, and max_tokens is held to the plan."""
+def test_openai_client_chat_plain_and_streamed_with_the_ceiling(gateway: Gateway) -> None:
+    """The official client chats through the front, plain and streamed; max_tokens is held to the ceiling."""
     client = client_for(gateway)
     reply = client.chat.completions.create(model="org/tiny", max_tokens=1000,
                                            messages=[{"role": "user", "content": "Say hello"}])
@@ -73,8 +73,11 @@ def test_openai_client_chat_plain_and_streamed_with_the_clamp(gateway: Gateway) 
     assert text and usage is not None and usage.completion_tokens <= MAX_TOKENS
     completion = client.completions.create(model="default_model", prompt="Once upon", max_tokens=500)
     assert completion.usage is not None and completion.usage.completion_tokens <= MAX_TOKENS
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="someone/else", messages=[{"role": "user", "content": "hi"}])
+    assert client.models.retrieve("org/tiny").id == "org/tiny"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("someone/else")
     assert gateway.status()["loads"] == 1
 
 
@@ -85,7 +88,7 @@ def test_unload_keeps_the_gateway_and_the_next_request_loads_again(gateway: Gate
     assert gateway.control("POST", "unload").json()["unloaded"] is True
     assert not pid_alive(worker_pid)
     assert gateway.request("GET", "/v1/models").status == 200
-    assert gateway.request("GET", "/health").json() == {"status": "ok", "model_state": "unloaded"}
+    assert gateway.request("GET", "/health").json()["model_state"] == "unloaded"
     assert gateway.chat().status == 200
     assert (gateway.status()["loads"], real_loads(gateway)) == (2, 2)
 

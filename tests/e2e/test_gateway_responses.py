@@ -50,7 +50,7 @@ def client_for(gateway: Gateway, key: str = "local") -> openai.OpenAI:
 def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
     """Run a gateway over the real runtime serving the tiny random-weight model."""
     with running_gateway(tmp_path_factory.mktemp("tiny"), real_worker_argv(tiny_model, MAX_TOKENS),
-                         model_path=tiny_model, max_tokens=MAX_TOKENS) as gateway:
+                         model_path=tiny_model, max_tokens=MAX_TOKENS, max_tokens_ceiling=MAX_TOKENS) as gateway:
         yield gateway
 
 
@@ -140,8 +140,14 @@ REFUSALS: Any = {
     "named_tool_choice": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
     "previous_response_id": {"previous_response_id": "resp_123"},
     "other_parameter": {"service_tier": "flex"},
-    "another_model": {"model": "someone/else"},
-}
+    }
+
+
+def test_an_unknown_model_is_not_found(tiny: Gateway) -> None:
+    """A model the front does not serve is a 404 the SDK raises as NotFoundError."""
+    with pytest.raises(openai.NotFoundError) as info:
+        client_for(tiny).responses.create(model="someone/else", input=ASK)
+    assert "org/tiny" in str(info.value)
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
@@ -198,7 +204,7 @@ def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
 # -- the stand-in worker --------------------------------------------------------------------------------------
 
 def test_fragmented_arguments_and_the_body_the_worker_gets(tmp_path: Path) -> None:
-    """Arguments streamed in pieces assemble into one call; the worker got the translated, clamped body."""
+    """Arguments streamed in pieces assemble into one call; the worker got the translated body with its own limit."""
     with stand_in_gateway(tmp_path) as gateway:
         with client_for(gateway).responses.stream(model="org/tiny", input=ASK, tools=[WEATHER],
                                                   instructions="Be brief.", max_output_tokens=5000,
@@ -211,7 +217,7 @@ def test_fragmented_arguments_and_the_body_the_worker_gets(tmp_path: Path) -> No
     assert call.type == "function_call" and (call.call_id, call.arguments) == ("call_stand_in_1", '{"city": "Paris"}')
     assert final.usage is not None and final.usage.input_tokens_details.cached_tokens == 4
     assert body == {
-        "model": "default_model", "max_tokens": 16, "stream": True, "stream_options": {"include_usage": True},
+        "model": "default_model", "max_tokens": 5000, "stream": True, "stream_options": {"include_usage": True},
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": ASK}],
         "tools": [{"type": "function", "function": {"name": "get_weather", "description": WEATHER["description"],
                                                     "parameters": WEATHER["parameters"]}}],

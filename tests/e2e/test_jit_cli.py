@@ -23,19 +23,20 @@ def test_jit_lifecycle(agent: Agent, tiny_model: Path) -> None:
     assert preview.rc == 0, preview.stdout
     plan = preview.data["plan"]
     assert_valid("serve_plan", plan)
-    assert plan["argv"][1:3] == ["-m", "mlx_agent.gateway"]
-    assert "{port}" in plan["jit"]["config"]["worker"]["argv"]
-    assert plan["jit"]["policy"] == {"idle_timeout_s": 600, "keep_loaded": False, "min_headroom_gb": None}
-    assert plan["jit"]["weight_bytes"] > 0
+    assert plan["argv"][1:3] == ["-m", "mlx_agent.gateway"] and plan["front"]["mode"] == "jit"
+    model = plan["models"][0]
+    assert "{socket}" in model["worker"]["argv"] and model["worker"]["transport"] == "unix"
+    assert model["policy"] == {"idle_timeout": 600, "keep_loaded": False, "preload": False}
+    assert plan["front"]["min_headroom_gb"] is None and model["weight_bytes"] > 0
     started = agent.run("serve", "start", *args, "--confirm", "--preview-hash", plan["preview_hash"])
     assert started.rc == 0, started.stdout + started.stderr
     receipt = started.data["receipt"]
     gateway_pid = receipt["pid"]
-    token = Path(plan["jit"]["config"]["control_token_path"])
+    token = Path(plan["front"]["token_path"])
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
 
     server = agent.run("serve", "status").data["servers"][0]
-    assert (server["state"], server["jit"], server["model_state"]) == ("running", True, "unloaded")
+    assert (server["state"], server["mode"], server["model_state"]) == ("running", "jit", "unloaded")
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     assert [m.id for m in client.models.list().data]
@@ -56,19 +57,21 @@ def test_jit_lifecycle(agent: Agent, tiny_model: Path) -> None:
     replaced = agent.run("serve", "policy", "--port", str(port), "--expected-pid", str(gateway_pid),
                          "--keep-loaded", "--min-headroom-gb", "0.5")
     assert replaced.rc == 0, replaced.stdout
-    policy_path = Path(plan["jit"]["config"]["policy_path"])
-    saved = json.loads(policy_path.read_text())["policy"]
-    assert saved == {"idle_timeout_s": 0, "keep_loaded": True, "min_headroom_gb": 0.5}
+    policy_path = Path(plan["front"]["policy_path"])
+    saved = json.loads(policy_path.read_text())
+    assert (saved["min_headroom_gb"], saved["models"]) == (0.5, {model["name"]: {"idle_timeout": 0,
+                                                                                 "keep_loaded": True}})
     assert stat.S_IMODE(policy_path.stat().st_mode) == 0o600
     assert agent.run("serve", "status").data["servers"][0]["policy"]["keep_loaded"] is True
 
     stop = agent.run("serve", "stop", "--port", str(port))
     assert (stop.rc, stop.data["result"]) == (0, "stopped")
+    assert not token.exists() and not policy_path.exists()  # the front's private files go with it
     assert not psutil.pid_exists(gateway_pid) or psutil.Process(gateway_pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_jit_refusals(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
-    """JIT cannot be a launchd unit, policy flags need --jit, keys must be private, unload needs a JIT port."""
+    """JIT cannot be a launchd unit, idle flags need --jit, keys must be private, unload needs a receipt."""
     base = ["serve", "start", "--path", str(tiny_model), "--port", str(free_port())]
     keys = tmp_path / "keys"
     keys.write_text("secret\n")

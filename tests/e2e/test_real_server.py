@@ -31,8 +31,9 @@ def test_preview_confirm_chat_status_stop(agent: Agent, model_copy: Path) -> Non
     """The whole lifecycle: a real server answers the official openai client, then stops cleanly."""
     port = free_port()
     receipt = agent.launch("--path", str(model_copy), "--port", str(port), "--max-tokens", "16")
-    log = Path(str(receipt["log_path"])).read_text()
-    assert log.index("mlx-agent: model loaded") < log.index("Starting httpd"), "loaded before listening"
+    log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text()
+    assert log.index("mlx-agent: model loaded") < log.index("listening on unix socket"), "loaded before listening"
+    assert "Starting httpd" not in log  # mlx_lm's own HTTP port (CORS *, no auth) is never opened
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     reply = client.chat.completions.create(model="default_model", max_tokens=8,
@@ -55,8 +56,9 @@ def test_repo_from_the_hf_cache(agent: Agent, tiny_model: Path) -> None:
     receipt = agent.launch("--repo", "mlx-community/tiny-llama", "--port", str(port))
     plan = receipt["plan"]
     assert isinstance(plan, dict)
-    assert plan["source"]["revision"] == snapshot.name
-    assert receipt["repo"] == "mlx-community/tiny-llama"
+    assert plan["models"][0]["source"]["revision"] == snapshot.name
+    assert receipt["models"][0]["repo"] == "mlx-community/tiny-llama"
+    assert plan["models"][0]["name"] == "mlx-community/tiny-llama"  # the served name is the repo id
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     reply = client.chat.completions.create(model="default_model", max_tokens=4,
                                            messages=[{"role": "user", "content": "hi"}])

@@ -46,10 +46,10 @@ def test_auto_serves_a_vision_model_with_mlx_vlm(agent: Agent, tiny_vlm: Path) -
     """Runtime auto reads vision_config, launches mlx_vlm.server on loopback, waits for the load, answers an image."""
     port = free_port()
     receipt = agent.launch("--path", str(tiny_vlm), "--runtime", "auto", "--port", str(port))
-    plan = receipt["plan"]
-    assert isinstance(plan, dict)
-    assert plan["runtime"]["name"] == "mlx-vlm" and "vision_config" in plan["runtime_reason"]
-    assert plan["argv"][plan["argv"].index("--host") + 1] == "127.0.0.1"
+    model = receipt["plan"]["models"][0]
+    assert model["runtime"]["name"] == "mlx-vlm" and "vision_config" in model["runtime_reason"]
+    worker = model["worker"]["argv"]
+    assert worker[worker.index("--host") + 1] == "127.0.0.1" and model["worker"]["transport"] == "tcp"
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     reply = client.chat.completions.create(
         model=str(tiny_vlm), max_tokens=6,
@@ -76,9 +76,7 @@ def test_thinking_off_reaches_the_template(agent: Agent, model_copy: Path) -> No
     for thinking in ("on", "off"):
         port = free_port()
         receipt = agent.launch("--path", str(model_copy), "--port", str(port), "--thinking", thinking)
-        plan = receipt["plan"]
-        assert isinstance(plan, dict)
-        assert plan["thinking"] == thinking
+        assert receipt["plan"]["models"][0]["thinking"] == thinking
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
         reply = client.chat.completions.create(model="default_model", max_tokens=1, messages=messages)  # type: ignore[arg-type]
         assert reply.usage is not None
@@ -95,11 +93,11 @@ def test_runtime_executable_runs_its_native_argv(agent: Agent, tiny_model: Path)
     exe = Path(sys.executable).parent / "mlx_lm.server"
     port = free_port()
     receipt = agent.launch("--path", str(tiny_model), "--port", str(port), "--runtime-executable", str(exe))
-    plan = receipt["plan"]
-    assert isinstance(plan, dict)
-    assert plan["runtime"]["launcher"] == "native" and plan["runtime"]["adapter_enabled"] is False
-    assert plan["argv"][0] == str(exe.resolve()) and "mlx_agent.runtime" not in plan["argv"]
-    assert plan["readiness"]["path"] == "/v1/chat/completions"
+    model = receipt["plan"]["models"][0]
+    assert model["runtime"]["launcher"] == "native" and model["runtime"]["adapter_enabled"] is False
+    worker = model["worker"]["argv"]
+    assert worker[0] == str(exe.resolve()) and "mlx_agent.runtime" not in worker
+    assert model["worker"]["readiness"]["path"] == "/v1/chat/completions"
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["state"], server["health"]) == ("running", "ok")
     assert agent.run("serve", "stop", "--port", str(port)).data["result"] == "stopped"

@@ -31,9 +31,10 @@ def test_train_then_serve_the_receipt(trainer_agent: Agent, model_copy: Path, tm
     assert preview.rc == 0, preview.stdout
     plan = preview.data["plan"]
     assert_valid("serve_plan", plan)
-    assert plan["source"]["path"] == str(model_copy) and plan["runtime"]["name"] == "mlx_lm"
-    assert plan["adapter"]["path"] == str(adapter)
-    assert plan["adapter"]["training_receipt"]["path"] == receipt_path
+    model = plan["models"][0]
+    assert model["source"]["path"] == str(model_copy) and model["runtime"]["name"] == "mlx_lm"
+    assert model["adapter"]["path"] == str(adapter)
+    assert model["adapter"]["training_receipt"]["path"] == receipt_path
     started = trainer_agent.run("serve", "start", *args, "--confirm", "--preview-hash", plan["preview_hash"])
     assert started.rc == 0, started.stdout + started.stderr
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")

@@ -70,8 +70,9 @@ def test_stale_hash_after_changed_argument_lists_the_changes(agent: Agent, tiny_
                        "--confirm", "--preview-hash", preview_hash)
     assert (result.rc, result.code) == (1, "preview_stale")
     changes = {c["field"]: (c["old"], c["new"]) for c in result.doc["error"]["details"]["changes"]}
-    assert changes["max_tokens"] == (32, 64)
-    assert set(changes) == {"max_tokens", "argv"}
+    name = tiny_model.name
+    assert changes[f"models[{name}].max_tokens"] == (32, 64)
+    assert set(changes) == {f"models[{name}].max_tokens", f"models[{name}].worker.argv"}
 
 
 def test_stale_hash_after_changed_model_file(agent: Agent, model_copy: Path) -> None:
@@ -84,7 +85,8 @@ def test_stale_hash_after_changed_model_file(agent: Agent, model_copy: Path) -> 
                        "--preview-hash", preview_hash)
     assert result.code == "preview_stale"
     fields = [c["field"] for c in result.doc["error"]["details"]["changes"]]
-    assert fields == ["source.files[config.json].sha256", "source.files[config.json].size"]
+    assert fields == [f"models[{model_copy.name}].source.files[config.json].sha256",
+                      f"models[{model_copy.name}].source.files[config.json].size"]
 
 
 def test_unknown_hash_is_stale_without_changes(agent: Agent, tiny_model: Path) -> None:

@@ -31,9 +31,12 @@ def test_api_keys_guard_model_endpoints_only(tmp_path: Path) -> None:
     """With an API key file, /v1 needs a key (Bearer or x-api-key); /health stays open; no key loads nothing."""
     with running_gateway(tmp_path, api_keys=["key-one", "key-two"]) as gateway:
         assert gateway.request("GET", "/v1/models").status == 401
-        assert gateway.request("GET", "/v1/models", headers={"Authorization": "Bearer nope"}).status == 401
+        wrong = gateway.request("GET", "/v1/models", headers={"Authorization": "Bearer nope"})
+        assert (wrong.status, wrong.json()["error"]["message"]) == (401, "invalid API key")
+        assert wrong.headers["x-should-retry"] == "false"  # agents stop retrying a wrong key
         denied = gateway.chat()
         assert (denied.status, denied.json()["error"]["code"]) == (401, "invalid_api_key")
+        assert "required" in denied.json()["error"]["message"]
         assert gateway.status()["loads"] == 0
         assert gateway.request("GET", "/v1/models", headers={"Authorization": "Bearer key-one"}).status == 200
         assert gateway.request("GET", "/v1/models", headers={"x-api-key": "key-two"}).status == 200
@@ -77,14 +80,14 @@ def test_bodies_over_the_cap_are_413(tmp_path: Path) -> None:
         assert gateway.status()["loads"] == 0
 
 
-def test_other_models_adapters_and_bad_json_are_400(tmp_path: Path) -> None:
-    """Another model name, a request-time adapter or draft model, and invalid JSON are OpenAI-style 400s."""
+def test_other_models_are_404_and_adapters_and_bad_json_400(tmp_path: Path) -> None:
+    """Another model name is 404 model_not_found; a request-time adapter or draft model and bad JSON are 400s."""
     with running_gateway(tmp_path) as gateway:
         other = gateway.request("POST", "/v1/chat/completions", {"model": "other/model", "messages": []})
-        assert other.status == 400
-        assert other.json()["error"] == {**other.json()["error"], "type": "invalid_request_error",
+        assert other.status == 404 and other.headers["x-should-retry"] == "false"
+        assert other.json()["error"] == {**other.json()["error"], "type": "not_found_error",
                                          "param": "model", "code": "model_not_found"}
-        assert isinstance(other.json()["error"]["message"], str)
+        assert "org/tiny" in other.json()["error"]["message"]
         for field in ("adapters", "adapter", "draft_model", "adapter_path"):
             reply = gateway.chat(**{field: "/somewhere"})
             assert (reply.status, reply.json()["error"]["param"]) == (400, field)
@@ -94,16 +97,18 @@ def test_other_models_adapters_and_bad_json_are_400(tmp_path: Path) -> None:
         assert gateway.status()["loads"] == 0
 
 
-def test_max_tokens_is_clamped_and_model_rewritten_for_the_worker(tmp_path: Path) -> None:
-    """The worker receives default_model and token limits clamped to the plan (16); the client sees its name."""
-    with running_gateway(tmp_path) as gateway:
-        over = gateway.chat(max_tokens=5000).json()
-        assert over["echo"]["max_tokens"] == 16 and over["echo"]["model"] == "default_model"
+def test_reply_limits_are_honoured_up_to_the_ceiling_and_the_model_renamed(tmp_path: Path) -> None:
+    """The worker gets default_model, the plan's limit when none is asked, and the request's own up to the ceiling."""
+    with running_gateway(tmp_path, max_tokens_ceiling=4096) as gateway:
+        over = gateway.chat(max_tokens=32000).json()
+        assert over["echo"]["max_tokens"] == 4096 and over["echo"]["model"] == "default_model"
         assert over["model"] == "org/tiny"
-        assert gateway.chat(max_completion_tokens=7).json()["echo"]["max_completion_tokens"] == 7
+        assert gateway.chat(max_completion_tokens=7).json()["echo"]["max_tokens"] == 7
         assert gateway.chat().json()["echo"]["max_tokens"] == 16
+        unnamed = gateway.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
+        assert unnamed.json()["model"] == "org/tiny"  # a reply to a request without model names the served one
         completion = gateway.request("POST", "/v1/completions", {"prompt": "once", "max_tokens": 99}).json()
-        assert completion["echo"]["max_tokens"] == 16
+        assert completion["echo"]["max_tokens"] == 99
 
 
 def test_worker_errors_pass_through_with_their_status(tmp_path: Path) -> None:
@@ -155,21 +160,22 @@ def test_policy_replacement_persists_atomically_and_takes_effect(tmp_path: Path)
     """PUT policy writes a 0600 schema-valid file (no temp left), applies at once, and survives a restart."""
     with running_gateway(tmp_path) as gateway:
         assert gateway.chat().status == 200
-        policy = {"idle_timeout_s": 0.3, "keep_loaded": False, "min_headroom_gb": 0.5}
+        policy = {"idle_timeout": 0.3, "keep_loaded": False, "min_headroom_gb": 0.5}
         reply = gateway.control("PUT", "policy", policy)
         assert reply.status == 200 and reply.json()["policy"] == policy
         path = Path(gateway.config["policy_path"])
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         doc = json.loads(path.read_text())
-        assert_valid("gateway_policy", doc)
-        assert doc["policy"] == policy
+        assert_valid("front_policy", doc)
+        assert (doc["min_headroom_gb"], doc["models"]) == (0.5, {"org/tiny": {"idle_timeout": 0.3,
+                                                                               "keep_loaded": False}})
         assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []
         assert gateway.status()["policy"] == policy
         assert gateway.wait_state("unloaded")["model_state"] == "unloaded"  # idle unload now applies
-        for bad in ({"idle_timeout_s": 1}, {**policy, "keep_loaded": "yes"}, {**policy, "min_headroom_gb": -1}):
+        for bad in ({"idle_timeout": 1}, {**policy, "keep_loaded": "yes"}, {**policy, "min_headroom_gb": -1}):
             refused = gateway.control("PUT", "policy", bad)
-            assert (refused.status, refused.json()["error"]["code"]) == (400, "invalid_policy")
-        assert json.loads(path.read_text())["policy"] == policy
+            assert (refused.status, refused.json()["error"]["code"]) == (400, "policy_rejected")
+        assert json.loads(path.read_text())["min_headroom_gb"] == 0.5
         gateway.stop()
         restarted = start_gateway(tmp_path, gateway.config)
         try:
@@ -185,7 +191,7 @@ def test_gateway_imports_no_mlx(tmp_path: Path) -> None:
         "import mlx_agent.gateway.__main__, mlx_agent.gateway.app as app\n"
         "from mlx_agent.gateway.config import parse_config\n"
         f"cfg = parse_config(json.loads(open({str(tmp_path / 'c.json')!r}).read()))\n"
-        "app.build_app(cfg, app.Secrets('t', None, cfg.policy))\n"
+        "app.build_app(cfg, app.Secrets('t', None, None, None))\n"
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))\n"
     )
     from tests.gateway_support import fake_worker_argv, gateway_config

@@ -67,11 +67,12 @@ def worker_pids_in_log(gateway: Gateway) -> list[int]:
 def test_health_and_models_answer_before_any_load(tmp_path: Path) -> None:
     """/health says ok and unloaded, /v1/models lists the model, and nothing has been loaded."""
     with running_gateway(tmp_path) as gateway:
-        assert gateway.request("GET", "/health").json() == {"status": "ok", "model_state": "unloaded"}
+        assert gateway.request("GET", "/health").json() == {"status": "ok", "ready": True, "model_state": "unloaded",
+                                                            "models": {"org/tiny": "unloaded"}}
         models = gateway.request("GET", "/v1/models").json()
-        assert [m["id"] for m in models["data"]] == ["org/tiny"]
+        assert [(m["id"], m["state"]) for m in models["data"]] == [("org/tiny", "unloaded")]
         status = gateway.status()
-        assert_valid("gateway_state", status)
+        assert_valid("front_state", gateway.state())
         assert (status["model_state"], status["loads"], status["worker"]) == ("unloaded", 0, None)
         assert status["pid"] == gateway.proc.pid
 
@@ -85,7 +86,7 @@ def test_sixteen_concurrent_cold_requests_share_one_load(tmp_path: Path) -> None
         status = gateway.status()
         assert (status["loads"], status["model_state"]) == (1, "loaded")
         assert gateway.worker_loads() == 1 and len(worker_pids_in_log(gateway)) == 1
-        assert_valid("gateway_state", status)
+        assert_valid("front_state", gateway.state())
 
 
 def test_unload_is_blocked_by_an_open_stream_then_succeeds(tmp_path: Path) -> None:
@@ -120,8 +121,8 @@ def test_sse_passes_through_event_by_event_with_keepalives(tmp_path: Path) -> No
 
 
 def test_idle_timeout_unloads_only_after_the_last_stream_ends(tmp_path: Path) -> None:
-    """With idle_timeout_s set, a long stream keeps the worker; after it ends the worker is unloaded."""
-    policy = {"idle_timeout_s": 0.5, "keep_loaded": False, "min_headroom_gb": None}
+    """With idle_timeout set, a long stream keeps the worker; after it ends the worker is unloaded."""
+    policy = {"idle_timeout": 0.5, "keep_loaded": False, "min_headroom_gb": None}
     with running_gateway(tmp_path, policy=policy) as gateway:
         stream = OpenStream(gateway, x_chunks=20, x_delay=0.1)
         stream.next_event()
@@ -138,7 +139,7 @@ def test_idle_timeout_unloads_only_after_the_last_stream_ends(tmp_path: Path) ->
 
 def test_keep_loaded_prevents_idle_unload(tmp_path: Path) -> None:
     """keep_loaded leaves the worker loaded past the idle timeout; manual unload still works."""
-    policy = {"idle_timeout_s": 0.2, "keep_loaded": True, "min_headroom_gb": None}
+    policy = {"idle_timeout": 0.2, "keep_loaded": True, "min_headroom_gb": None}
     with running_gateway(tmp_path, policy=policy) as gateway:
         assert gateway.chat().status == 200
         time.sleep(1.0)
@@ -149,7 +150,7 @@ def test_keep_loaded_prevents_idle_unload(tmp_path: Path) -> None:
 
 def test_huge_reserve_is_refused_with_numbers_and_retry_after(tmp_path: Path) -> None:
     """A reserve no machine has gives 503 insufficient_headroom with the estimate; the gateway stays up."""
-    policy = {"idle_timeout_s": 0, "keep_loaded": False, "min_headroom_gb": 10**9}
+    policy = {"idle_timeout": 0, "keep_loaded": False, "min_headroom_gb": 10**9}
     with running_gateway(tmp_path, policy=policy) as gateway:
         reply = gateway.chat()
         assert reply.status == 503 and int(reply.headers["retry-after"]) > 0
@@ -159,7 +160,7 @@ def test_huge_reserve_is_refused_with_numbers_and_retry_after(tmp_path: Path) ->
         assert check["required_bytes"] > check["available_bytes"] > 0
         assert check["reserve_bytes"] == 10**18 and check["weight_bytes"] == 1000
         status = gateway.status()
-        assert_valid("gateway_state", status)
+        assert_valid("front_state", gateway.state())
         assert (status["model_state"], status["loads"], status["load_blocked_reason"]) == (
             "unloaded", 0, "insufficient_headroom")
         assert status["memory_check"]["ok"] is False and status["memory_check"]["enforced"] is True
@@ -168,7 +169,7 @@ def test_huge_reserve_is_refused_with_numbers_and_retry_after(tmp_path: Path) ->
 
 def test_unknown_weight_size_is_memory_unknown(tmp_path: Path) -> None:
     """With a reserve set and no weight size, a cold load is 503 memory_unknown."""
-    policy = {"idle_timeout_s": 0, "keep_loaded": False, "min_headroom_gb": 1}
+    policy = {"idle_timeout": 0, "keep_loaded": False, "min_headroom_gb": 1}
     with running_gateway(tmp_path, policy=policy, weight_bytes=None) as gateway:
         reply = gateway.chat()
         assert (reply.status, reply.json()["error"]["code"]) == (503, "memory_unknown")
@@ -191,7 +192,7 @@ def test_worker_killed_mid_stream_gives_an_error_and_the_next_request_reloads(tm
                 pass
         state = gateway.wait_state("failed")
         assert state["last_error"]["code"] == "worker_exited" and state["worker"] is None
-        assert_valid("gateway_state", state)
+        assert_valid("front_state", gateway.state())
         assert gateway.chat().status == 200
         assert gateway.status()["loads"] == 2 and gateway.proc.poll() is None
 

@@ -98,7 +98,9 @@ def test_lifecycle_with_a_stand_in_server(agent: Agent, tiny_model: Path, tmp_pa
     path = Path(data["receipt_path"])
     assert path.parent == agent.serve_dir
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert Path(receipt["log_path"]).read_text().startswith("fake server listening")
+    assert "listening on http://127.0.0.1" in Path(receipt["log_path"]).read_text()  # the front's own log
+    worker_log = Path(receipt["plan"]["models"][0]["worker"]["log_path"])
+    assert "fake server listening" in worker_log.read_text()
     assert receipt["argv"] == receipt["plan"]["argv"]
     assert psutil.Process(receipt["pid"]).environ()["HF_HUB_OFFLINE"] == "1"
     server = agent.run("serve", "status", "--port", str(port)).data["servers"][0]

@@ -66,7 +66,8 @@ def test_launchd_plist_runs_exactly_the_plan(agent: Agent, odd_model: Path, tmp_
     plist = plistlib.loads(path.read_bytes())
     assert plist["Label"] == f"com.mlx-agent.serve.{port}"
     assert plist["ProgramArguments"] == plan["argv"]
-    assert str(odd_model) in plist["ProgramArguments"]
+    front = json.loads(Path(plan["front"]["config_path"]).read_text())  # written at confirm; the unit reads it
+    assert str(odd_model) in front["models"][0]["worker"]["argv"]
     assert plist["EnvironmentVariables"] == plan["env"]
     assert plist["EnvironmentVariables"]["HF_HUB_OFFLINE"] == "1"
     assert plist["RunAtLoad"] is True and plist["KeepAlive"] is True

@@ -29,9 +29,9 @@ def planned_flags() -> list[str]:
     """Return the entry flags the plan gives for both options on this machine."""
     recipe, sha = load_recipe("mlx_lm")
     runtime = resolve_runtime("mlx_lm", recipe, sha, None)
-    decode = accel.decode_profile(True, recipe, runtime)
-    prefill = accel.prefill_kernel(True, recipe, runtime, QWEN2_Q4)
-    return accel.entry_flags(decode, prefill, runtime)
+    lookup = accel.prompt_lookup(True, recipe, runtime)
+    prefill = accel.m5_prefill(True, recipe, runtime, QWEN2_Q4)
+    return accel.entry_flags(lookup, prefill, runtime)
 
 
 def test_untested_versions_keep_native_decoding() -> None:
@@ -139,7 +139,7 @@ def test_the_planned_fingerprint_holds_here() -> None:
     """What the plan records of this environment is what the entry finds in it."""
     flags, rest = accel_entry.split_accel_flags(planned_flags())
     assert rest == [] and flags.requested
-    assert set(flags.sources) == {*accel_rules.DECODE_SOURCES, *accel_rules.PREFILL_SOURCES, accel_rules.SUPPORT_NAME}
+    assert set(flags.sources) == {*accel_rules.LOOKUP_SOURCES, *accel_rules.PREFILL_SOURCES, accel_rules.SUPPORT_NAME}
     assert accel_entry.fingerprint_changes(flags) == []
 
 

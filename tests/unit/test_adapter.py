@@ -13,7 +13,8 @@ from safetensors.numpy import save_file
 from mlx_agent.errors import AdapterInvalid, UnsupportedRuntime
 from mlx_agent.files import changed_files
 from mlx_agent.plan.adapter import resolve_adapter, verify
-from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan
+from mlx_agent.plan.serve_plan import build_serve_plan
+from mlx_agent.requests import ServeRequest
 from mlx_agent.runtime.file_checks import split_expectations
 from mlx_agent.supervise.servers import adapter_fields
 from tests.conftest import assert_valid
@@ -43,7 +44,7 @@ def test_plan_passes_adapter_and_its_expected_hashes(tiny_model: Path, tmp_path:
     adapter = make_adapter(tmp_path / "a")
     plan = build_serve_plan(ServeRequest(path=str(tiny_model), port=18990, adapter_path=str(adapter)))
     assert_valid("serve_plan", {**plan, "preview_hash": "0" * 64})
-    argv = plan["argv"]
+    argv = plan["models"][0]["worker"]["argv"]
     assert argv[argv.index("--adapter-path") + 1] == str(adapter)
     expected, rest = split_expectations(argv[4:])
     assert [p.name for p, _, _ in expected] == ["adapter_config.json", "adapters.safetensors"]

@@ -10,6 +10,7 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.anthropic.reply import anthropic_error, message_from_chat, usage_of
 from mlx_agent.gateway.anthropic.request import to_chat
 from mlx_agent.gateway.openai.request import prepare
+from tests.unit.test_gateway_request_body import model as request_model
 
 WEATHER_TOOL = {"name": "get_weather", "description": "Weather in a city.", "cache_control": {"type": "ephemeral"},
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -68,12 +69,12 @@ def test_golden_body_of_a_tool_round_trip() -> None:
     }
 
 
-def test_the_worker_gets_default_model_the_clamp_and_a_usage_chunk() -> None:
-    """The translated body goes through the gateway's own checks: model name, max_tokens clamp, usage chunk."""
+def test_the_worker_gets_default_model_the_ceiling_and_a_usage_chunk() -> None:
+    """The translated body goes through the front's own checks: model name, the planned ceiling, usage chunk."""
     prepared = prepare(to_chat(ask(max_tokens=5000, stream=True)), endpoint="chat",
-                       names=frozenset({"org/tiny", "default_model"}), max_tokens=256, force_usage=True)
+                       model=request_model(max_tokens=256, max_tokens_ceiling=1024), force_usage=True)
     assert prepared.body["model"] == "default_model"
-    assert prepared.body["max_tokens"] == 256
+    assert prepared.body["max_tokens"] == 1024
     assert prepared.body["stream_options"] == {"include_usage": True}
     assert prepared.client_model == "org/tiny"
 

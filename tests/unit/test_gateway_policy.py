@@ -1,4 +1,4 @@
-"""Gateway policy: whole-object validation, the persisted file, and the admission arithmetic."""
+"""Policy: whole-object validation in one place, the persisted file, and the admission arithmetic."""
 
 from __future__ import annotations
 
@@ -8,55 +8,56 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.policy import (
-    GB,
-    RUNTIME_ALLOWANCE_BYTES,
-    Policy,
-    PolicyError,
-    memory_check,
-    parse_policy,
-    policy_document,
-    read_policy_file,
-)
+from mlx_agent.errors import FrontConfigInvalid, PolicyRejected
+from mlx_agent.gateway.admission import GB, RUNTIME_ALLOWANCE_BYTES, memory_check, policy_file, read_policy_file
+from mlx_agent.policy import Policy, parse_policy, policy_from_options
 from tests.conftest import assert_valid
 
 
 def test_policy_round_trips_and_says_when_idle_unload_applies() -> None:
     """A parsed policy serialises back to itself; idle unload needs a timeout and no keep_loaded."""
-    raw = {"idle_timeout_s": 600, "keep_loaded": False, "min_headroom_gb": 2}
+    raw = {"idle_timeout": 600, "keep_loaded": False, "min_headroom_gb": 2}
     policy = parse_policy(raw)
     assert policy.to_json() == raw and policy.idle_unload
     assert not parse_policy({**raw, "keep_loaded": True}).idle_unload
-    assert not parse_policy({**raw, "idle_timeout_s": 0}).idle_unload
+    assert not parse_policy({**raw, "idle_timeout": 0}).idle_unload
 
 
-@pytest.mark.parametrize("raw", [
-    {"idle_timeout_s": 1, "keep_loaded": False},
-    {"idle_timeout_s": 1, "keep_loaded": False, "min_headroom_gb": None, "extra": 1},
-    {"idle_timeout_s": "1", "keep_loaded": False, "min_headroom_gb": None},
-    {"idle_timeout_s": True, "keep_loaded": False, "min_headroom_gb": None},
-    {"idle_timeout_s": float("inf"), "keep_loaded": False, "min_headroom_gb": None},
-    {"idle_timeout_s": 1, "keep_loaded": 1, "min_headroom_gb": None},
-    {"idle_timeout_s": 1, "keep_loaded": False, "min_headroom_gb": -2},
-    [1, 2, 3],
+@pytest.mark.parametrize(("raw", "field"), [
+    ({"idle_timeout": 1, "keep_loaded": False}, "min_headroom_gb"),
+    ({"idle_timeout": 1, "keep_loaded": False, "min_headroom_gb": None, "extra": 1}, "extra"),
+    ({"idle_timeout": "1", "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
+    ({"idle_timeout": True, "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
+    ({"idle_timeout": float("inf"), "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
+    ({"idle_timeout": 1, "keep_loaded": 1, "min_headroom_gb": None}, "keep_loaded"),
+    ({"idle_timeout": 1, "keep_loaded": False, "min_headroom_gb": -2}, "min_headroom_gb"),
+    ([1, 2, 3], "policy"),
 ])
-def test_malformed_policies_are_refused(raw: Any) -> None:
+def test_malformed_policies_are_refused_naming_the_field(raw: Any, field: str) -> None:
     """Missing, unknown, mistyped or negative fields are refused: a policy is replaced whole."""
-    with pytest.raises(PolicyError):
+    with pytest.raises(PolicyRejected) as info:
         parse_policy(raw)
+    assert info.value.details["field"] == field
+
+
+def test_the_options_build_the_policy_through_the_same_rules() -> None:
+    """--idle-timeout omitted means 0 (never), and a negative value is refused by the one parser."""
+    assert policy_from_options(None, False, None) == Policy(0, False, None)
+    with pytest.raises(PolicyRejected):
+        policy_from_options(-1, False, None)
 
 
 def test_policy_file_is_schema_valid_and_read_back(tmp_path: Path) -> None:
-    """The persisted document validates against its schema and reads back as the same policy."""
-    policy = Policy(idle_timeout_s=30, keep_loaded=True, min_headroom_gb=1.5)
-    doc = policy_document(policy)
-    assert_valid("gateway_policy", doc)
+    """The persisted document validates against its schema and reads back as the same policies."""
+    doc = policy_file(1.5, {"org/tiny": Policy(30, True), "org/small": Policy(0, False)})
+    assert_valid("front_policy", doc)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
-    assert read_policy_file(path) == policy
+    reserve, policies = read_policy_file(path) or (None, {})
+    assert reserve == 1.5 and policies["org/tiny"] == Policy(30, True, 1.5)
     assert read_policy_file(tmp_path / "absent.json") is None
     path.write_text("{not json")
-    with pytest.raises(PolicyError):
+    with pytest.raises(FrontConfigInvalid):
         read_policy_file(path)
 
 

@@ -1,15 +1,26 @@
-"""Request bodies: only the planned model, no request-time adapters, token limits clamped."""
+"""Request bodies: routed to a served model by name or alias, no request-time adapters, reply limits as planned."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.config import parse_config
+from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.records import FrontModelConfig
+from tests.gateway_support import gateway_config
 
-NAMES = frozenset({"org/tiny", "default_model", "/models/tiny"})
+
+def model(**fields: Any) -> FrontModelConfig:
+    """Return the one model of a valid front config, with ``fields`` changed."""
+    config = gateway_config(Path("/tmp/x"), 8080, ["python", "w.py", "--port", "{port}"], model_path=Path("/m/tiny"),
+                            **fields)
+    parsed: FrontModelConfig = parse_config(config)["models"][0]
+    return parsed
 
 
 def chat(**fields: Any) -> dict[str, Any]:
@@ -20,23 +31,49 @@ def chat(**fields: Any) -> dict[str, Any]:
 def refused(body: Any, endpoint: str = "chat") -> RequestRefused:
     """Return the refusal ``prepare`` raises for ``body``."""
     with pytest.raises(RequestRefused) as info:
-        prepare(body, endpoint=endpoint, names=NAMES, max_tokens=64)
+        prepare(body, endpoint=endpoint, model=model(max_tokens=64))
     return info.value
 
 
-@pytest.mark.parametrize("name", sorted(NAMES))
-def test_every_name_of_the_model_is_sent_as_default_model(name: str) -> None:
-    """The id, default_model and the path are accepted; the worker always sees default_model."""
-    prepared = prepare(chat(model=name), endpoint="chat", names=NAMES, max_tokens=64)
+def fleet(tmp_path: Path) -> Fleet:
+    """Return a fleet of two models: org/tiny (alias claude-*) and org/small (aliases gpt-4o, gpt-*)."""
+    config = gateway_config(tmp_path, 8080, ["python", "w.py", "--port", "{port}"], model_path=tmp_path / "tiny",
+                            aliases=["claude-*"])
+    second = {**config["models"][0], "name": "org/small", "aliases": ["gpt-4o", "gpt-*"],
+              "hidden_names": [str(tmp_path / "small")]}
+    config["models"].append(second)
+    return Fleet(parse_config(config))
+
+
+@pytest.mark.parametrize(("name", "reply_name"), [("org/tiny", "org/tiny"), ("default_model", "org/tiny"),
+                                                  (None, "org/tiny"), ("claude-haiku", "claude-haiku")])
+def test_the_worker_sees_default_model_and_the_reply_names_the_model(name: str | None, reply_name: str) -> None:
+    """The worker always gets default_model; the reply uses the client's name, or the served one."""
+    prepared = prepare(chat(model=name) if name else chat(), endpoint="chat", model=model(max_tokens=64))
     assert prepared.body["model"] == "default_model"
-    assert prepared.client_model == (None if name == "default_model" else name)
+    assert prepared.client_model == reply_name
 
 
-def test_another_model_is_model_not_found() -> None:
-    """A request naming another model gets an OpenAI-style 400 on param model."""
-    refusal = refused(chat(model="other/model"))
+def test_routing_by_name_alias_and_hidden_name(tmp_path: Path) -> None:
+    """Names, glob aliases (first match in plan order) and hidden names route; no model means the first."""
+    models = fleet(tmp_path)
+    assert models.route("org/small").name == "org/small"
+    assert models.route("claude-sonnet-4-5").name == "org/tiny"
+    assert models.route("gpt-5-codex").name == "org/small"
+    assert models.route("default_model").name == "org/tiny"
+    assert models.route(str(tmp_path / "small")).name == "org/small"
+    assert models.route(None).name == "org/tiny"
+
+
+def test_an_unknown_model_is_a_404_listing_the_served_names(tmp_path: Path) -> None:
+    """An unknown name gets 404 model_not_found naming every served name and alias, never default_model."""
+    with pytest.raises(RequestRefused) as info:
+        fleet(tmp_path).route("llama-3")
+    refusal = info.value
     assert (refusal.status, refusal.code, refusal.param, refusal.type_) == (
-        400, "model_not_found", "model", "invalid_request_error")
+        404, "model_not_found", "model", "not_found_error")
+    assert "org/tiny, claude-*, org/small, gpt-4o, gpt-*" in refusal.message
+    assert "default_model" not in refusal.message
 
 
 @pytest.mark.parametrize("field", ["adapters", "adapter", "adapter_path", "draft_model"])
@@ -46,14 +83,28 @@ def test_request_time_adapters_and_draft_models_are_refused(field: str) -> None:
     assert (refusal.status, refusal.param) == (400, field)
 
 
-def test_token_limits_are_clamped_or_filled_in() -> None:
-    """max_tokens and max_completion_tokens are clamped to the plan; absent, max_tokens is set to it."""
-    assert prepare(chat(max_tokens=1000), endpoint="chat", names=NAMES, max_tokens=64).body["max_tokens"] == 64
-    assert prepare(chat(max_tokens=8), endpoint="chat", names=NAMES, max_tokens=64).body["max_tokens"] == 8
-    both = prepare(chat(max_completion_tokens=500), endpoint="chat", names=NAMES, max_tokens=64).body
-    assert both["max_completion_tokens"] == 64 and "max_tokens" not in both
-    assert prepare(chat(), endpoint="chat", names=NAMES, max_tokens=64).body["max_tokens"] == 64
+def test_reply_limits_default_ceiling_and_context() -> None:
+    """No limit: the plan's; the request's own: honoured up to the ceiling, else left for the worker to cut."""
+    def limit(m: FrontModelConfig, **fields: Any) -> Any:
+        return prepare(chat(**fields), endpoint="chat", model=m).body["max_tokens"]
+
+    plain = model(max_tokens=64)
+    assert limit(plain) == 64
+    assert limit(plain, max_tokens=32000) == 32000  # the worker cuts by what the context leaves after the prompt
+    assert limit(plain, max_completion_tokens=500, max_tokens=900) == 500
+    assert limit(model(max_tokens=64, max_tokens_ceiling=4096), max_tokens=32000) == 4096
+    tcp_windowed = model(max_tokens=64, context_window=2048)  # a runtime's own server: cut by the window
+    assert limit(tcp_windowed, max_tokens=32000) == 2048
+    body = prepare(chat(max_completion_tokens=50), endpoint="chat", model=plain).body
+    assert "max_completion_tokens" not in body and body["max_tokens"] == 50
     assert refused(chat(max_tokens="many")).param == "max_tokens"
+    assert refused(chat(max_tokens=0)).param == "max_tokens"
+
+
+def test_n_above_one_is_refused_clearly() -> None:
+    """N > 1 cannot be honoured by the local runtime and is refused with param n (n = 1 is fine)."""
+    assert refused(chat(n=3)).param == "n"
+    assert prepare(chat(n=1), endpoint="chat", model=model()).body["n"] == 1
 
 
 def test_malformed_bodies_are_refused() -> None:
@@ -66,8 +117,8 @@ def test_malformed_bodies_are_refused() -> None:
 
 def test_forced_usage_is_remembered_as_not_requested() -> None:
     """With force_usage a stream asks the worker for usage, and the client's own wish is kept apart."""
-    prepared = prepare(chat(stream=True), endpoint="chat", names=NAMES, max_tokens=64, force_usage=True)
+    prepared = prepare(chat(stream=True), endpoint="chat", model=model(), force_usage=True)
     assert prepared.body["stream_options"] == {"include_usage": True} and not prepared.usage_requested
-    asked = prepare(chat(stream=True, stream_options={"include_usage": True}), endpoint="chat", names=NAMES,
-                    max_tokens=64, force_usage=True)
+    asked = prepare(chat(stream=True, stream_options={"include_usage": True}), endpoint="chat", model=model(),
+                    force_usage=True)
     assert asked.usage_requested

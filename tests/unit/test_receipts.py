@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
 from mlx_agent.supervise.receipts import read_receipt, receipt_files, write_receipt
 
-RECEIPT = {"format_version": "1.0", "kind": "serve", "port": 8080, "pid": 1, "pgid": 1,
+RECEIPT: Any = {"format_version": "2.0", "kind": "serve", "port": 8080, "pid": 1, "pgid": 1,
            "create_time": 1.5, "argv": ["x"]}
 
 
@@ -39,19 +40,22 @@ def test_corrupt_receipt_is_receipt_corrupt(tmp_path: Path, content: str) -> Non
         read_receipt(path)
 
 
-def test_unknown_major_version_is_refused_and_older_minor_read(tmp_path: Path) -> None:
-    """A receipt of major version 2 is refused; 1.x with unknown extra fields is read."""
+def test_unknown_major_version_is_refused_and_older_ones_read(tmp_path: Path) -> None:
+    """A receipt of major version 3 is refused; 2.x with unknown extra fields, and an older 1.x, are read."""
     path = tmp_path / "8080.json"
-    path.write_text(json.dumps({**RECEIPT, "format_version": "2.0"}))
+    path.write_text(json.dumps({**RECEIPT, "format_version": "3.0"}))
     with pytest.raises(ReceiptVersionUnsupported):
         read_receipt(path)
-    path.write_text(json.dumps({**RECEIPT, "format_version": "1.7", "future": True}))
+    path.write_text(json.dumps({**RECEIPT, "format_version": "2.7", "future": True}))
     assert read_receipt(path)["future"] is True
+    path.write_text(json.dumps({**RECEIPT, "format_version": "1.0"}))
+    assert read_receipt(path)["format_version"] == "1.0"
 
 
 def test_receipt_files_are_ordered_by_port(tmp_path: Path) -> None:
     """Receipts list in port order and other files are ignored."""
     for port in (9000, 80, 8080):
-        write_receipt(tmp_path, {**RECEIPT, "port": port})
+        receipt: Any = dict(RECEIPT, port=port)
+        write_receipt(tmp_path, receipt)
     (tmp_path / "8080.log").write_text("")
     assert [p.name for p in receipt_files(tmp_path)] == ["80.json", "8080.json", "9000.json"]

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,17 +20,20 @@ from mlx_agent.errors import (
 )
 from mlx_agent.plan.canonical import plan_diff, with_hash
 from mlx_agent.plan.runtime_select import select_runtime
-from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan
+from mlx_agent.plan.serve_plan import build_serve_plan
+from mlx_agent.records import ModelPlan
+from mlx_agent.requests import ServeRequest
 from tests.conftest import assert_valid
 
 VISION = {"model_type": "qwen2_vl", "vision_config": {"depth": 2}, "image_token_id": 5}
 
 
-def plan(model: Path, **kw: object) -> dict[str, object]:
-    """Return the hashed, schema-checked plan for ``model`` with extra request fields."""
-    result = with_hash(build_serve_plan(ServeRequest(path=str(model), **{"port": 18998, **kw})))  # type: ignore[arg-type]
+def plan(model: Path, **kw: object) -> Any:
+    """Return the (only) model of the hashed, schema-checked plan for ``model``, with the front's port."""
+    result = with_hash(build_serve_plan(ServeRequest(path=str(model), **{"port": 18998, **kw})))
     assert_valid("serve_plan", result)
-    return result
+    served: ModelPlan = result["models"][0]
+    return {**served, "port": result["port"], "argv": served["worker"]["argv"]}
 
 
 def set_config(model: Path, **changes: object) -> None:
@@ -42,7 +46,7 @@ def set_config(model: Path, **changes: object) -> None:
 def test_auto_picks_mlx_lm_for_a_text_model_and_says_why(tiny_model: Path) -> None:
     """Auto on a llama config resolves to mlx_lm (port 8080) and records the reason."""
     result = plan(tiny_model, runtime="auto", port=None)
-    assert (result["runtime"]["name"], result["port"]) == ("mlx_lm", 8080)  # type: ignore[index]
+    assert (result["runtime"]["name"], result["port"]) == ("mlx_lm", 8080)
     assert result["requested_runtime"] == "auto"
     assert "text model" in str(result["runtime_reason"]) and "llama" in str(result["runtime_reason"])
 
@@ -86,9 +90,9 @@ def test_explicit_mlx_vlm_launches_its_module_on_8083(tiny_model: Path) -> None:
     argv = result["argv"]
     assert isinstance(argv, list)
     assert argv[:3] == [sys.executable, "-m", "mlx_vlm.server"]
-    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and "{port}" in argv
     assert result["port"] == 8083
-    assert result["runtime"]["adapter_enabled"] is False  # type: ignore[index]
+    assert result["runtime"]["adapter_enabled"] is False
 
 
 def test_thinking_off_merges_into_chat_template_args(tiny_model: Path) -> None:
@@ -103,14 +107,14 @@ def test_thinking_off_merges_into_chat_template_args(tiny_model: Path) -> None:
 def test_thinking_default_adds_nothing(tiny_model: Path) -> None:
     """Without --thinking the template decides and no template args are passed."""
     result = plan(tiny_model)
-    assert result["thinking"] == "default" and "--chat-template-args" not in result["argv"]  # type: ignore[operator]
+    assert result["thinking"] == "default" and "--chat-template-args" not in result["argv"]
 
 
 def test_thinking_on_mlx_vlm_uses_its_flag(tiny_model: Path) -> None:
     """mlx-vlm has its own switch: --thinking on passes --enable-thinking, off passes nothing."""
-    assert "--enable-thinking" in plan(tiny_model, runtime="mlx-vlm", thinking="on")["argv"]  # type: ignore[operator]
+    assert "--enable-thinking" in plan(tiny_model, runtime="mlx-vlm", thinking="on")["argv"]
     off = plan(tiny_model, runtime="mlx-vlm", thinking="off")
-    assert "--enable-thinking" not in off["argv"] and off["thinking"] == "off"  # type: ignore[operator]
+    assert "--enable-thinking" not in off["argv"] and off["thinking"] == "off"
 
 
 def test_template_args_on_mlx_vlm_are_unsupported(tiny_model: Path) -> None:
@@ -145,7 +149,7 @@ def test_env_shebang_is_bound_to_the_interpreter_path_gave_at_preview(
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     result = plan(tiny_model, runtime_executable=str(exe))
-    assert result["argv"][:2] == [str(bindir / "python3"), str(exe)]  # type: ignore[index]
+    assert result["argv"][:2] == [str(bindir / "python3"), str(exe)]
     runtime = result["runtime"]
     assert isinstance(runtime, dict)
     assert runtime["versions"]["mlx-lm"]

@@ -95,8 +95,9 @@ def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) ->
             calls.append("load")
 
     class Generator:
-        def __init__(self, provider: Any, prompt_cache: Any, limits: Limits, lookup: Any = None) -> None:
-            calls.append(f"generator {limits.reasoning_budget}")
+        def __init__(self, provider: Any, prompt_cache: Any, limits: Limits, lookup: Any = None,
+                     context_window: int | None = None) -> None:
+            calls.append(f"generator {limits.reasoning_budget} {context_window}")
 
     def run_http_server(host: str, port: int, response_generator: Any, handler_class: Any) -> None:
         calls.append(f"listen {host}:{port} {handler_class.__name__}")
@@ -104,4 +105,11 @@ def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(generator, "WrappedGenerator", Generator)
     monkeypatch.setattr(mlx_lm.server, "_run_http_server", run_http_server)
     mlx_lm_server.serving_run(Limits(reasoning_budget=7))("127.0.0.1", 1, Provider())
-    assert calls == ["load", "generator 7", f"listen 127.0.0.1:1 {handler.WrappedHandler.__name__}"]
+    assert calls == ["load", "generator 7 None", f"listen 127.0.0.1:1 {handler.WrappedHandler.__name__}"]
+
+
+def test_the_front_flags_are_taken_out_before_mlx_lm_parses() -> None:
+    """--mlx-agent-socket and --mlx-agent-context-window reach the worker's own settings, not mlx_lm's parser."""
+    listening, rest = mlx_lm_server.split_front_flags(["--model", "m", "--mlx-agent-socket", "/s/0-1.sock",
+                                                      "--mlx-agent-context-window", "4096"])
+    assert rest == ["--model", "m"] and listening == mlx_lm_server.Listening("/s/0-1.sock", 4096)

@@ -6,18 +6,21 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mlx_agent.errors import InvalidArguments, RuntimeNotExecutable, RuntimeNotInstalled, UnsupportedRuntime
 from mlx_agent.plan.canonical import canonical_json, plan_diff, with_hash
-from mlx_agent.plan.serve_plan import ServeRequest, build_serve_plan
+from mlx_agent.plan.serve_plan import build_serve_plan
+from mlx_agent.records import ServePlan
+from mlx_agent.requests import ServeRequest
 from tests.conftest import assert_valid
 
 
-def plan_for(model: Path, **kw: object) -> dict[str, object]:
+def plan_for(model: Path, **kw: Any) -> ServePlan:
     """Return the hashed plan for a model path with extra request fields."""
-    return with_hash(build_serve_plan(ServeRequest(path=str(model), port=18999, **kw)))  # type: ignore[arg-type]
+    return with_hash(build_serve_plan(ServeRequest(path=str(model), port=18999, **kw)))
 
 
 def test_plan_is_deterministic_and_valid(tiny_model: Path) -> None:
@@ -30,19 +33,24 @@ def test_plan_is_deterministic_and_valid(tiny_model: Path) -> None:
 def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
     """The plan names the absolute interpreter, versions, loopback host, argv and offline environment."""
     plan = plan_for(tiny_model, max_tokens=64)
-    runtime = plan["runtime"]
-    assert isinstance(runtime, dict)
-    assert runtime["interpreter"] == str(Path(sys.executable).absolute())
-    assert runtime["versions"]["mlx-lm"] and runtime["versions"]["mlx"]
-    assert plan["argv"] == [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(tiny_model),
-                            "--host", "127.0.0.1", "--port", "18999", "--max-tokens", "64"]
-    env = plan["env"]
-    assert isinstance(env, dict)
-    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
-    assert set(plan) == {"format_version", "operation", "supervisor", "source", "requested_runtime",
-                         "runtime_reason", "runtime", "thinking", "chat_template_args", "adapter", "jit", "host",
-                         "port", "base_url", "max_tokens", "ready_timeout_s", "readiness", "argv", "env", "cwd",
-                         "decode_profile", "prefill_kernel", "preview_hash"}
+    model = plan["models"][0]
+    runtime = model["runtime"]
+    assert runtime.get("interpreter") == str(Path(sys.executable).absolute())
+    versions = runtime.get("versions") or {}
+    assert versions["mlx-lm"] and versions["mlx"]
+    window = model["context_window"]
+    assert window is not None
+    assert model["worker"]["argv"] == [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model",
+                                       str(tiny_model), "--max-tokens", "64", "--mlx-agent-socket", "{socket}",
+                                       "--mlx-agent-context-window", str(window)]
+    assert model["worker"]["transport"] == "unix" and model["name"] == tiny_model.name
+    assert plan["argv"] == [sys.executable, "-m", "mlx_agent.gateway", "--config", plan["front"]["config_path"]]
+    for env in (plan["env"], model["worker"]["env"]):
+        assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert (plan["host"], plan["port"], plan["front"]["mode"]) == ("127.0.0.1", 18999, "eager")
+    assert model["policy"] == {"idle_timeout": 0, "keep_loaded": True, "preload": True}
+    assert set(plan) == {"format_version", "operation", "supervisor", "host", "port", "base_url", "front", "models",
+                         "argv", "env", "cwd", "readiness", "ready_timeout", "preview_hash"}
 
 
 def test_default_port_comes_from_the_recipe(tiny_model: Path) -> None:
@@ -58,7 +66,7 @@ def test_changed_small_file_changes_the_hash(model_copy: Path) -> None:
     after = plan_for(model_copy)
     assert before["preview_hash"] != after["preview_hash"]
     fields = [c["field"] for c in plan_diff(before, after)]
-    assert "source.files[tokenizer_config.json].sha256" in fields
+    assert f"models[{model_copy.name}].source.files[tokenizer_config.json].sha256" in fields
 
 
 def test_touched_weight_file_changes_the_hash(model_copy: Path) -> None:
@@ -68,7 +76,8 @@ def test_touched_weight_file_changes_the_hash(model_copy: Path) -> None:
     st = weights.stat()
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     after = plan_for(model_copy)
-    assert [c["field"] for c in plan_diff(before, after)] == ["source.files[model.safetensors].mtime_ns"]
+    assert [c["field"] for c in plan_diff(before, after)] == [
+        f"models[{model_copy.name}].source.files[model.safetensors].mtime_ns"]
 
 
 @pytest.mark.parametrize("port", [0, 70000, -1])
@@ -112,10 +121,10 @@ def test_runtime_executable_binds_its_content(tiny_model: Path, tmp_path: Path) 
     exe.write_text(f"#!{sys.executable}\nprint('server')\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     first = plan_for(tiny_model, runtime_executable=str(exe))
-    runtime = first["runtime"]
-    assert isinstance(runtime, dict)
-    assert runtime["launcher"] == "native" and runtime["adapter_enabled"] is False
-    assert first["argv"][0] == str(exe)  # type: ignore[index]
+    model = first["models"][0]
+    runtime = model["runtime"]
+    assert runtime.get("launcher") == "native" and runtime.get("adapter_enabled") is False
+    assert model["worker"]["argv"][0] == str(exe) and model["worker"]["transport"] == "tcp"
     exe.write_text(f"#!{sys.executable}\nprint('changed')\n")
     second = plan_for(tiny_model, runtime_executable=str(exe))
-    assert [c["field"] for c in plan_diff(first, second)] == ["runtime.executable_sha256"]
+    assert [c["field"] for c in plan_diff(first, second)] == [f"models[{tiny_model.name}].runtime.executable_sha256"]

@@ -26,7 +26,6 @@ from mlx_agent.gateway.anthropic.reply import anthropic_error_response, message_
 from mlx_agent.gateway.anthropic.request import to_chat
 from mlx_agent.gateway.anthropic.stream import AnthropicStream
 from mlx_agent.gateway.http_errors import json_response, retry_headers
-from mlx_agent.gateway.openai.request import PreparedRequest, prepare
 from mlx_agent.gateway.security import Handler
 from mlx_agent.gateway.upstream import Upstream, read_json_body
 
@@ -40,22 +39,17 @@ class AnthropicApi:
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
 
-    def _prepare(self, chat: dict[str, Any]) -> PreparedRequest:
-        config = self.upstream.config
-        return prepare(chat, endpoint="chat", names=config.model_names, max_tokens=config.max_tokens,
-                       force_usage=True)
-
     async def messages(self, request: web.Request) -> web.StreamResponse:
         """Create a message, streamed or not."""
         try:
             body = await read_json_body(request)
-            prepared = self._prepare(to_chat(body))
-            model: str = body["model"]
+            model, prepared = self.upstream.prepare(request, to_chat(body), "chat", force_usage=True)
+            name = prepared.client_model
             if prepared.stream:
                 account = self.upstream.accountant(request, "chat", prepared.body)
-                return await self.upstream.stream(request, prepared, AnthropicStream(model, on_usage=account))
-            doc = await self.upstream.complete(request, prepared)
-            return json_response(message_from_chat(doc, model))
+                return await self.upstream.stream(request, model, prepared, AnthropicStream(name, on_usage=account))
+            doc = await self.upstream.complete(request, model, prepared)
+            return json_response(message_from_chat(doc, name))
         except RequestRefused as refusal:
             return _error(refusal)
 
@@ -65,7 +59,8 @@ class AnthropicApi:
             body = await read_json_body(request)
             chat = to_chat(body, counting=True)
             chat.update(max_tokens=1, stream=False)
-            doc = await self.upstream.complete(request, self._prepare(chat))
+            model, prepared = self.upstream.prepare(request, chat, "chat", force_usage=True)
+            doc = await self.upstream.complete(request, model, prepared)
         except RequestRefused as refusal:
             return _error(refusal)
         usage = doc.get("usage")

@@ -18,13 +18,10 @@ from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
-from mlx_agent.gateway.openai.request import PreparedRequest, prepare
-from mlx_agent.gateway.security import API_KEY_ID
+from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_json_body
-from mlx_agent.wire import WORKER_MODEL_NAME
-
-WORKER_MODEL_FIELD = b'"model": "' + WORKER_MODEL_NAME.encode() + b'"'
 
 
 class PassThrough:
@@ -34,9 +31,8 @@ class PassThrough:
         self.ended = False
         self.account = account
         self.usage_requested = prepared.usage_requested
-        self.model_field = None
-        if prepared.client_model is not None:
-            self.model_field = b'"model": ' + json.dumps(prepared.client_model).encode()
+        self.worker_field = b'"model": ' + json.dumps(prepared.worker_model).encode()
+        self.model_field = b'"model": ' + json.dumps(prepared.client_model).encode()
 
     def start(self) -> bytes:
         """Return nothing: chat completion streams have no opening event."""
@@ -48,8 +44,7 @@ class PassThrough:
 
     def data(self, payload: bytes) -> bytes:
         """Return one chunk as the worker wrote it, the model renamed and usage bounded where needed."""
-        if self.model_field is not None:
-            payload = payload.replace(WORKER_MODEL_FIELD, self.model_field)
+        payload = payload.replace(self.worker_field, self.model_field)
         if self.account is not None and payload.startswith(b"{") and b'"usage"' in payload:
             try:
                 doc: Any = json.loads(payload)
@@ -75,21 +70,60 @@ class PassThrough:
 
 
 class OpenAiApi:
-    """The handlers of the OpenAI-style endpoints the worker serves itself."""
+    """The handlers of the OpenAI-style endpoints the workers serve themselves, and the front's listings."""
 
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
         self.created = int(time.time())
 
+    async def root(self, request: web.Request) -> web.Response:
+        """Answer ``GET /`` and ``HEAD /`` (agents probe the base URL before their first request)."""
+        return json_response({"status": "ok", "service": "mlx-agent", "models": self.upstream.fleet.names})
+
     async def health(self, request: web.Request) -> web.Response:
-        """Answer 200 while the front listens, whatever the model's state."""
-        return json_response({"status": "ok", "model_state": self.upstream.lifecycle.state})
+        """Answer 200 while the front listens; ``ready`` says every model it preloads is loaded."""
+        fleet = self.upstream.fleet
+        return json_response({"status": "ok", "ready": fleet.ready, "model_state": fleet.models[0].state,
+                              "models": {m.name: m.state for m in fleet.models}})
+
+    def _entries(self, request: web.Request) -> list[dict[str, Any]]:
+        anthropic = "anthropic-version" in request.headers
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))
+        entries = []
+        for model in self.upstream.fleet.models:
+            for name in (model.name, *model.model["aliases"]):
+                entry: dict[str, Any] = {"id": name, "object": "model", "created": self.created,
+                                         "owned_by": "mlx-agent", "state": model.state}
+                if name != model.name:
+                    entry["alias_of"] = model.name
+                if anthropic:  # the Anthropic models API's fields, for clients that list through it
+                    entry.update(type="model", display_name=name, created_at=created)
+                entries.append(entry)
+        return entries
 
     async def models(self, request: web.Request) -> web.Response:
-        """List the one model, loaded or not."""
-        return json_response({"object": "list", "data": [
-            {"id": self.upstream.config.model_id, "object": "model", "created": self.created,
-             "owned_by": "mlx-agent"}]})
+        """List every served name and alias with its model's state, loaded or not."""
+        entries = self._entries(request)
+        doc: dict[str, Any] = {"object": "list", "data": entries}
+        if "anthropic-version" in request.headers:
+            doc.update(has_more=False, first_id=entries[0]["id"] if entries else None,
+                       last_id=entries[-1]["id"] if entries else None)
+        return json_response(doc)
+
+    async def model(self, request: web.Request) -> web.Response:
+        """Describe one served name or alias (a glob alias answers for every name it matches)."""
+        name = request.match_info["model_id"]
+        try:
+            model = self.upstream.fleet.route(name)
+        except RequestRefused as refusal:
+            return refusal_response(refusal)
+        entry = next((e for e in self._entries(request) if e["id"] == name), None)
+        if entry is None:
+            entry = {**next(e for e in self._entries(request) if e["id"] == model.name), "id": name,
+                     "alias_of": model.name}
+            if "display_name" in entry:
+                entry["display_name"] = name
+        return json_response(entry)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         """Forward a chat completion."""
@@ -100,28 +134,27 @@ class OpenAiApi:
         return await self._forward(request, "completions", "/v1/completions")
 
     async def _forward(self, request: web.Request, endpoint: str, path: str) -> web.StreamResponse:
-        config = self.upstream.config
         try:
             body = await read_json_body(request)
-            prepared = prepare(body, endpoint=endpoint, names=config.model_names, max_tokens=config.max_tokens,
-                               force_usage=request.get(API_KEY_ID) is not None)
+            model, prepared = self.upstream.prepare(request, body, endpoint)
             account = self.upstream.accountant(request, endpoint, body)
             if prepared.stream:
-                return await self.upstream.stream(request, prepared, PassThrough(prepared, account), path)
-            return await self._plain(prepared, account, path)
+                return await self.upstream.stream(request, model, prepared, PassThrough(prepared, account), path)
+            return await self._plain(model, prepared, account, path)
         except RequestRefused as refusal:
             return refusal_response(refusal)
 
-    async def _plain(self, prepared: PreparedRequest, account: Accountant | None, path: str) -> web.Response:
-        async with self.upstream.worker_request(prepared.body, path, stream=False) as (upstream, worker):
+    async def _plain(self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None,
+                     path: str) -> web.Response:
+        async with self.upstream.worker_request(model, prepared.body, path, stream=False) as (upstream, worker):
             try:
                 raw = await upstream.read()
             except (aiohttp.ClientError, OSError) as exc:
-                await self.upstream.notice_exit(worker)
+                await self.upstream.notice_exit(model, worker)
                 return error_response(502, f"the model worker failed while answering: {exc}", code="worker_failed",
                                       type_="server_error")
             status, content_type = upstream.status, upstream.content_type
-        if status == 200 and (prepared.client_model is not None or account is not None):
+        if status == 200:
             raw = _rewrite_json(raw, prepared, account)
         return web.Response(body=raw, status=status, content_type=content_type or "application/json")
 
@@ -133,7 +166,7 @@ def _rewrite_json(raw: bytes, prepared: PreparedRequest, account: Accountant | N
         return raw
     if not isinstance(doc, dict):
         return raw
-    if prepared.client_model is not None and doc.get("model") == WORKER_MODEL_NAME:
+    if doc.get("model") == prepared.worker_model:
         doc["model"] = prepared.client_model
     if account is not None:
         account(doc)

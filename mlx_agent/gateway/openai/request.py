@@ -1,21 +1,26 @@
-"""Checking and rewriting an OpenAI request body before it reaches the worker (pure).
+"""Checking and rewriting an OpenAI-style request body before it reaches a model's worker (pure).
 
-The gateway serves its planned model only: ``model`` must be one of its names (or absent) and is sent on as
-``default_model``, so the worker never loads anything else (mlx_lm would load a named path without the
-planned adapter). Request-time adapters and draft models are refused, and ``max_tokens`` /
-``max_completion_tokens`` are clamped to the plan's limit (filled in when absent).
+The front has already chosen the model (``Fleet.route``); the worker serves its one model only, so the
+body is sent on with ``model: default_model`` and the reply names the model as the client did (or by its
+served name when the request named none). Request-time adapters and draft models are refused. Reply
+limits: a request that sets no ``max_tokens`` / ``max_completion_tokens`` gets the plan's ``max_tokens``;
+one that does is honoured up to ``max_tokens_ceiling`` when the plan sets one, and otherwise up to what the
+model's context leaves after the prompt (the worker knows the prompt's length and cuts there).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlx_agent.errors import RequestRefused
+from mlx_agent.wire import WORKER_MODEL_NAME
+
+if TYPE_CHECKING:
+    from mlx_agent.records import FrontModelConfig
 
 FORBIDDEN_FIELDS = ("adapters", "adapter", "adapter_path", "draft_model")
 TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
-WORKER_MODEL_NAME = "default_model"
 
 
 @dataclass(frozen=True)
@@ -24,32 +29,38 @@ class PreparedRequest:
 
     body: dict[str, Any]
     stream: bool
-    client_model: str | None  # the name the client used, reported back in place of the worker's
-    usage_requested: bool  # the client asked for a usage chunk in its stream
+    client_model: str  # the name the reply gives the model: the client's, or the served name
+    worker_model: str  # the name the worker gives it
+    usage_requested: bool = False  # the client asked for a usage chunk in its stream
 
 
 def _refuse(message: str, *, param: str, code: str) -> RequestRefused:
     return RequestRefused(400, message, code=code, param=param)
 
 
-def prepare(body: object, *, endpoint: str, names: frozenset[str], max_tokens: int,
-            force_usage: bool = False) -> PreparedRequest:
-    """Return the worker's copy of ``body``; raise ``RequestRefused`` (400) for anything the gateway refuses.
+def reply_limit(requested: int | None, model: FrontModelConfig) -> int:
+    """Return the ``max_tokens`` the worker gets: the plan's default, or the request's own up to the ceiling."""
+    if requested is None:
+        return model["max_tokens"]
+    ceiling = model["max_tokens_ceiling"]
+    if ceiling is None and model["worker"]["transport"] != "unix":
+        ceiling = model["context_window"]  # a runtime's own server cannot cut by the prompt's length
+    return requested if ceiling is None else min(requested, ceiling)
+
+
+def prepare(body: object, *, endpoint: str, model: FrontModelConfig, force_usage: bool = False) -> PreparedRequest:
+    """Return the worker's copy of ``body``; raise ``RequestRefused`` (400) for anything the front refuses.
 
     ``endpoint`` is ``chat`` or ``completions``. ``force_usage`` asks a stream for its usage chunk even if the
-    client did not (the gateway needs the token counts; the chunk is then dropped on the way back).
+    client did not (the front needs the token counts; the chunk is then dropped on the way back).
     """
     if not isinstance(body, dict):
         raise _refuse("the request body must be a JSON object", param="body", code="invalid_body")
     for name in FORBIDDEN_FIELDS:
         if name in body:
-            raise _refuse(f"'{name}' is not accepted: this endpoint serves its reviewed model only; "
+            raise _refuse(f"'{name}' is not accepted: this endpoint serves its reviewed models only; "
                           "preview a new serve plan to change adapters or draft models",
                           param=name, code="unsupported_parameter")
-    model = body.get("model")
-    if model is not None and (not isinstance(model, str) or model not in names):
-        raise _refuse(f"The model '{model}' does not exist or is not served here; use one of: "
-                      f"{', '.join(sorted(names))}", param="model", code="model_not_found")
     if endpoint == "chat" and not isinstance(body.get("messages"), list):
         raise _refuse("'messages' must be a list", param="messages", code="invalid_value")
     if endpoint == "completions" and not isinstance(body.get("prompt"), str):
@@ -57,20 +68,23 @@ def prepare(body: object, *, endpoint: str, names: frozenset[str], max_tokens: i
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _refuse("'stream' must be true or false", param="stream", code="invalid_type")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise _refuse("'n' must be 1: the local runtime generates one choice per request", param="n",
+                      code="unsupported_parameter")
 
     out = dict(body)
-    out["model"] = WORKER_MODEL_NAME
-    present = False
+    client_model = body.get("model")
+    out["model"] = model["worker"]["model_name"]
+    requested: int | None = None
     for name in TOKEN_LIMIT_FIELDS:
-        value = out.get(name)
+        value = out.pop(name, None)
         if value is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise _refuse(f"'{name}' must be an integer", param=name, code="invalid_type")
-        present = True
-        out[name] = min(value, max_tokens)
-    if not present:
-        out["max_tokens"] = max_tokens
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _refuse(f"'{name}' must be a positive integer", param=name, code="invalid_type")
+        requested = value if requested is None else min(requested, value)
+    out["max_tokens"] = reply_limit(requested, model)
 
     options = out.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -78,4 +92,6 @@ def prepare(body: object, *, endpoint: str, names: frozenset[str], max_tokens: i
     usage_requested = bool(stream and options and options.get("include_usage"))
     if stream and force_usage and not usage_requested:
         out["stream_options"] = {**(options or {}), "include_usage": True}
-    return PreparedRequest(out, stream, model if model != WORKER_MODEL_NAME else None, usage_requested)
+    name = client_model if isinstance(client_model, str) and client_model and client_model != WORKER_MODEL_NAME \
+        else model["name"]
+    return PreparedRequest(out, stream, name, model["worker"]["model_name"], usage_requested)

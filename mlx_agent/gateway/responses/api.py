@@ -16,7 +16,6 @@ from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
-from mlx_agent.gateway.openai.request import prepare
 from mlx_agent.gateway.responses.output import base_response, new_id, response_from_chat
 from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -28,28 +27,27 @@ from mlx_agent.gateway.upstream import Upstream, read_json_body
 class ResponsesApi:
     """The handlers of the Responses endpoints."""
 
-    def __init__(self, upstream: Upstream, store: ResponseStore, model_id: str) -> None:
+    def __init__(self, upstream: Upstream, store: ResponseStore) -> None:
         self.upstream = upstream
         self.store = store
-        self.model_id = model_id
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         """Create a response, streamed or not."""
         owner: str | None = request.get(API_KEY_ID)
         try:
             body = await read_json_body(request)
-            translated = to_chat(body, default_model=self.model_id)
-            config = self.upstream.config
-            prepared = prepare(translated.chat, endpoint="chat", names=config.model_names,
-                               max_tokens=config.max_tokens, force_usage=True)
+            named = self.upstream.fleet.route(body.get("model") if isinstance(body, dict) else None)
+            translated = to_chat(body, default_model=named.name)
+            model, prepared = self.upstream.prepare(request, translated.chat, "chat", force_usage=True)
             base = base_response(translated, new_id("resp"), int(time.time()))
             if translated.stream:
                 def keep(final: dict[str, Any]) -> None:
                     self._keep(translated, final, owner)
 
                 account = self.upstream.accountant(request, "chat", prepared.body)
-                return await self.upstream.stream(request, prepared, ResponsesStream(base, keep, on_usage=account))
-            doc = await self.upstream.complete(request, prepared)
+                return await self.upstream.stream(request, model, prepared,
+                                                  ResponsesStream(base, keep, on_usage=account))
+            doc = await self.upstream.complete(request, model, prepared)
         except RequestRefused as refusal:
             return refusal_response(refusal)
         response = response_from_chat(doc, base)

@@ -1,0 +1,104 @@
+"""The front of a serve plan: the one HTTP server on the port, its private files, and the config it reads.
+
+Every server is a front (``python -m mlx_agent.gateway``) in front of its models' workers. An eager front
+loads its models when it starts, so its readiness means loaded; a JIT front loads a model on the first
+request that names it. The front's config is a pure projection of the plan (``front_config``), written at
+confirm; only the control token is not in the plan (random, in its own 0600 file).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.wire import FRONT_CONFIG_VERSION, FRONT_MODULE, MAX_BODY_BYTES, WORKER_MODEL_NAME
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.records import FrontConfig, FrontModelConfig, FrontRecord, ModelPlan, ReadinessRecord, ServePlan
+
+# The front answers /health at once; "ready" says every model it preloads has loaded.
+FRONT_READINESS: ReadinessRecord = {"path": "/health", "status": 200, "json": {"status": "ok", "ready": True}}
+# AF_UNIX paths are limited to 108 bytes; a longer state directory gets a private temporary one at start.
+MAX_SOCKET_DIR = 80
+
+
+def front_paths(serve_dir: Path, port: int) -> dict[str, str]:
+    """Return where the front's private files live, beside the receipt of ``port``."""
+    return {"config_path": str(serve_dir / f"{port}.front.json"), "token_path": str(serve_dir / f"{port}.token"),
+            "policy_path": str(serve_dir / f"{port}.policy.json")}
+
+
+def worker_log(serve_dir: Path, port: int, index: int) -> Path:
+    """Return the log of a front's ``index``-th model's worker (every load appends to it)."""
+    return serve_dir / (f"{port}.worker.log" if index == 0 else f"{port}.worker-{index}.log")
+
+
+def socket_dir(serve_dir: Path, port: int) -> str:
+    """Return the directory the front creates (0700) for its workers' sockets, or "" for a private temp one."""
+    path = serve_dir / f"{port}.sockets"
+    return str(path) if len(str(path)) <= MAX_SOCKET_DIR else ""
+
+
+def api_key_file(raw: str | None) -> str | None:
+    """Return the absolute API key file, refusing one that does not exist or that others can read."""
+    if raw is None:
+        return None
+    path = Path(raw).expanduser().absolute()
+    if not path.is_file():
+        raise InvalidArguments(f"--api-key-file {raw} is not a file", details={"path": raw})
+    if path.stat().st_mode & 0o077:
+        # The front refuses keys others can read; say so at review time, not after confirm.
+        raise InvalidArguments(f"--api-key-file {path} is readable by other users; chmod 600 it",
+                               details={"path": str(path)})
+    return str(path)
+
+
+def front_record(serve_dir: Path, port: int, *, jit: bool, api_key: str | None,
+                 min_headroom_gb: float | None) -> FrontRecord:
+    """Return the plan's ``front`` record."""
+    paths = front_paths(serve_dir, port)
+    return {"mode": "jit" if jit else "eager", "config_path": paths["config_path"], "token_path": paths["token_path"],
+            "policy_path": paths["policy_path"], "api_key_file": api_key_file(api_key),
+            "min_headroom_gb": min_headroom_gb, "max_body_bytes": MAX_BODY_BYTES,
+            "socket_dir": socket_dir(serve_dir, port)}
+
+
+def front_argv(config_path: str) -> list[str]:
+    """Return the front's exact argv."""
+    return [str(Path(sys.executable).absolute()), "-m", FRONT_MODULE, "--config", config_path]
+
+
+def hidden_names(model: ModelPlan) -> list[str]:
+    """Return names a request may use for a model without them being listed: the worker's, the path, the repo."""
+    source = model["source"]
+    names = [WORKER_MODEL_NAME, source["path"]]
+    if source.get("repo"):
+        names.append(source["repo"])
+    return [n for n in names if n != model["name"]]
+
+
+def _model_config(model: ModelPlan) -> FrontModelConfig:
+    return {"name": model["name"], "aliases": model["aliases"], "hidden_names": hidden_names(model),
+            "max_tokens": model["max_tokens"], "max_tokens_ceiling": model["max_tokens_ceiling"],
+            "context_window": model["context_window"], "weight_bytes": model["weight_bytes"],
+            "file_checks": model["file_checks"], "policy": model["policy"], "worker": model["worker"]}
+
+
+def front_config(plan: ServePlan) -> FrontConfig:
+    """Return the config document (``schemas/front_config.json``) confirm writes for the plan's front."""
+    front = plan["front"]
+    return {
+        "format_version": FRONT_CONFIG_VERSION,
+        "host": "127.0.0.1",
+        "port": plan["port"],
+        "mode": "jit" if front["mode"] == "jit" else "eager",
+        "models": [_model_config(m) for m in plan["models"]],
+        "min_headroom_gb": front["min_headroom_gb"],
+        "policy_path": front["policy_path"],
+        "control_token_path": front["token_path"],
+        "api_key_path": front["api_key_file"],
+        "max_body_bytes": front["max_body_bytes"],
+        "socket_dir": front["socket_dir"],
+    }

@@ -1,0 +1,289 @@
+"""One served model of a plan: its names, its files, the runtime that serves it, and its worker's argv.
+
+``ModelSpec`` is what a plan is asked for one model (from the ``serve start`` options, or one ``[[model]]``
+table of a models file); ``build_model_plan`` reads the files it names and returns the plan's record of it.
+The worker is our wrapped entry (on a Unix socket the front picks per load), or the runtime's own server (on a
+private loopback port), started by the front.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import sysconfig
+from pathlib import Path
+
+from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
+from mlx_agent.plan import accel
+from mlx_agent.plan.adapter import expectations, resolve_adapter
+from mlx_agent.plan.canonical import canonical_json
+from mlx_agent.plan.identity import read_safetensors_header
+from mlx_agent.plan.recipes import AUTO, load_recipe
+from mlx_agent.plan.runtime import resolve_runtime
+from mlx_agent.plan.runtime_select import select_runtime
+from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
+from mlx_agent.resources import PACKAGE_DIR
+from mlx_agent.wire import (
+    CONTEXT_WINDOW_FLAG,
+    HOST,
+    OFFLINE_ENV,
+    PORT_PLACEHOLDER,
+    SOCKET_FLAG,
+    SOCKET_PLACEHOLDER,
+    WORKER_MODEL_NAME,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from mlx_agent.records import AdapterRecord, FileCheck, ModelPlan, RuntimeRecord, SourceRecord
+
+# Config keys that give a model's context window, in the order mlx_lm's model classes read them.
+CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
+
+
+class ModelSpec:
+    """What a plan is asked for one model, before any file is read (a plain class, cheap to import)."""
+
+    __slots__ = ("adapter_path", "alias", "chat_template_args", "idle_timeout", "keep_loaded", "m5_prefill",
+                 "max_tokens", "max_tokens_ceiling", "path", "preload", "prompt_lookup", "repo", "runtime",
+                 "runtime_executable", "served_model_name", "thinking", "training_receipt")
+
+    def __init__(self, *, path: str | None = None, repo: str | None = None, training_receipt: str | None = None,
+                 adapter_path: str | None = None, runtime: str = "mlx_lm", runtime_executable: str | None = None,
+                 served_model_name: str | None = None, alias: tuple[str, ...] = (), thinking: str | None = None,
+                 chat_template_args: str | None = None, prompt_lookup: bool = False, m5_prefill: bool = False,
+                 max_tokens: int = 512, max_tokens_ceiling: int | None = None, idle_timeout: float = 0,
+                 keep_loaded: bool = False, preload: bool = True) -> None:
+        self.path = path
+        self.repo = repo
+        self.training_receipt = training_receipt  # selects base and adapter together
+        self.adapter_path = adapter_path
+        self.runtime = runtime
+        self.runtime_executable = runtime_executable
+        self.served_model_name = served_model_name
+        self.alias = alias
+        self.thinking = thinking  # None keeps the template's own default; "on" or "off"
+        self.chat_template_args = chat_template_args  # a JSON object, as given on the command line
+        self.prompt_lookup = prompt_lookup
+        self.m5_prefill = m5_prefill
+        self.max_tokens = max_tokens
+        self.max_tokens_ceiling = max_tokens_ceiling
+        self.idle_timeout = idle_timeout
+        self.keep_loaded = keep_loaded
+        self.preload = preload
+
+
+def validate_spec(spec: ModelSpec) -> None:
+    """Refuse a model spec whose options contradict each other, before any file is read."""
+    if spec.training_receipt is not None:
+        if spec.path is not None or spec.repo is not None or spec.adapter_path is not None:
+            raise InvalidArguments("--training-receipt selects the base model and adapter itself; "
+                                   "do not combine it with --path, --repo or --adapter-path")
+    elif (spec.path is None) == (spec.repo is None):
+        raise InvalidArguments("give exactly one of --path or --repo (or --training-receipt)")
+    if spec.max_tokens < 1:
+        raise InvalidArguments("--max-tokens must be at least 1", details={"max_tokens": spec.max_tokens})
+    if spec.max_tokens_ceiling is not None and spec.max_tokens_ceiling < spec.max_tokens:
+        raise InvalidArguments("--max-tokens-ceiling must be at least --max-tokens",
+                               details={"max_tokens": spec.max_tokens, "max_tokens_ceiling": spec.max_tokens_ceiling})
+    if spec.thinking not in (None, "on", "off"):
+        raise InvalidArguments("--thinking must be on or off", details={"thinking": spec.thinking})
+    if spec.runtime == AUTO and spec.runtime_executable is not None:
+        raise InvalidArguments("--runtime-executable needs an explicit --runtime naming what it provides")
+    if spec.served_model_name is not None and not spec.served_model_name.strip():
+        raise InvalidArguments("--served-model-name must not be empty")
+    for pattern in spec.alias:
+        if not pattern.strip():
+            raise InvalidArguments("--alias must not be empty")
+
+
+def _template_args(raw: str | None) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidArguments(f"--chat-template-args is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidArguments("--chat-template-args must be a JSON object")
+    return value
+
+
+def thinking_args(recipe: dict[str, Any], spec: ModelSpec) -> tuple[str, dict[str, Any], list[str]]:
+    """Return the plan's thinking state, the merged chat template args, and the extra server arguments."""
+    capabilities = recipe.get("capabilities", {})
+    template_args = _template_args(spec.chat_template_args)
+    if spec.chat_template_args is not None and not capabilities.get("chat_template_args"):
+        raise UnsupportedRuntime(f"runtime {recipe['name']} takes no chat template arguments",
+                                 details={"runtime": recipe["name"]})
+    cap = capabilities.get("thinking")
+    extra: list[str] = []
+    state = "default" if spec.thinking is None else spec.thinking
+    if spec.thinking is not None and not cap:
+        state = "unsupported"  # the runtime has no switch: it starts unchanged, and the plan says so
+    elif spec.thinking is not None and cap["kind"] == "chat_template_args":
+        template_args = {**template_args, cap["key"]: spec.thinking == "on"}
+    elif spec.thinking is not None and cap["kind"] == "flags":
+        extra = list(cap[spec.thinking])
+    if template_args:
+        extra = [*extra, capabilities["chat_template_args"], canonical_json(template_args)]
+    return state, template_args, extra
+
+
+def child_env(launcher: str) -> dict[str, str]:
+    """Return what a child's environment gets: the offline switches, and our package where it is a checkout."""
+    env = dict(OFFLINE_ENV)
+    if launcher == "wrapped":
+        # From a checkout the package is not installed: point the child at the source tree it was planned from.
+        root = str(PACKAGE_DIR.parent)
+        installed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+        if root not in installed:
+            env["PYTHONPATH"] = root
+    return env
+
+
+def _trained(raw: str) -> dict[str, Any]:
+    """Return what a completed training receipt vouches for, checked now, with the receipt's own identity."""
+    from mlx_agent.plan.training_receipt import check_training_receipt, load_training_receipt
+
+    receipt, receipt_sha = load_training_receipt(raw)
+    path = Path(raw).expanduser().absolute()
+    checked = check_training_receipt(receipt, path.parent)
+    checked["receipt"] = {"path": str(path), "sha256": receipt_sha, "size": path.stat().st_size,
+                          "id": receipt.get("id")}
+    return checked
+
+
+def _adapter(spec: ModelSpec, recipe: dict[str, Any], runtime: RuntimeRecord,
+             trained: dict[str, Any] | None) -> AdapterRecord | None:
+    if spec.adapter_path is None and trained is None:
+        return None
+    if not recipe.get("capabilities", {}).get("adapter"):
+        # mlx_vlm would silently ignore mlx_lm adapter weights: refuse rather than serve the base model.
+        raise UnsupportedRuntime(f"runtime {recipe['name']} cannot serve an mlx_lm adapter",
+                                 details={"runtime": recipe["name"]})
+    if not runtime["adapter_enabled"]:
+        raise UnsupportedRuntime("an adapter is served only through mlx-agent's own entry, which rechecks it "
+                                 "before loading; a --runtime-executable from another environment cannot",
+                                 details={"runtime": recipe["name"], "launcher": runtime["launcher"]})
+    if trained is None:
+        return resolve_adapter(spec.adapter_path or "")
+    # The receipt's recorded hashes were just rechecked; the adapter is still validated like any other.
+    return {**resolve_adapter(trained["adapter"]["path"]), "training_receipt": trained["receipt"]}
+
+
+def build_argv(runtime: RuntimeRecord, native_args: list[str]) -> list[str]:
+    """Return the exact argv a worker is launched with."""
+    if runtime["launcher"] == "wrapped":
+        return [runtime["interpreter"] or sys.executable, "-m", runtime["module"], runtime["name"], *native_args]
+    if runtime["launcher"] == "module":
+        return [runtime["interpreter"] or sys.executable, "-m", runtime["module"], *native_args]
+    return [*runtime["argv_prefix"], *native_args]
+
+
+def _tensor_bytes(path: Path) -> int:
+    _, header = read_safetensors_header(path)
+    return sum(int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for k, t in header.items() if k != "__metadata__")
+
+
+def weight_bytes(source: SourceRecord, adapter: AdapterRecord | None) -> int | None:
+    """Return the tensor bytes a load brings into memory, read from safetensors headers (None if unknown)."""
+    weights = [Path(source["path"]) / f["name"] for f in source["files"] if f["name"].endswith(".safetensors")]
+    if not weights:
+        return None
+    total = sum(_tensor_bytes(path) for path in weights)
+    if adapter is not None:
+        total += _tensor_bytes(Path(adapter["path"]) / "adapters.safetensors")
+    return total
+
+
+def file_checks(adapter: AdapterRecord | None) -> list[FileCheck]:
+    """Return the files every worker load rechecks by content: the adapter's, and the receipt vouching for it."""
+    if adapter is None:
+        return []
+    checks: list[FileCheck] = [{"path": str(Path(adapter["path"]) / f["name"]), "sha256": f["sha256"],
+                                "size": f["size"]} for f in adapter["files"]]
+    receipt = adapter.get("training_receipt")
+    if receipt is not None:
+        checks.append({"path": receipt["path"], "sha256": receipt["sha256"], "size": receipt["size"]})
+    return checks
+
+
+def context_window(config: dict[str, Any]) -> int | None:
+    """Return the model's context window from its config.json (its text config for a vision model), if given."""
+    text = config.get("text_config")
+    for doc in (config, text if isinstance(text, dict) else {}):
+        for key in CONTEXT_KEYS:
+            value = doc.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
+    """Return the name clients use by default: the repo id, or the model directory's name (never a path)."""
+    if trained is not None:
+        return Path(trained["adapter"]["path"]).name
+    return source.get("repo") or Path(source["path"]).name
+
+
+def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> ModelPlan:
+    """Return one model's plan record (without its front); reads files, writes nothing."""
+    validate_spec(spec)
+    if spec.runtime != AUTO:
+        load_recipe(spec.runtime)  # an unknown runtime is refused before any file is read
+    trained = _trained(spec.training_receipt) if spec.training_receipt is not None else None
+    if trained is not None:
+        source, config = trained["base"], trained["base_config"]
+    elif spec.path is not None:
+        source, config = resolve_path_source(spec.path)
+    else:
+        source, config = resolve_repo_source(spec.repo or "")
+    name, reason = select_runtime(spec.runtime, config, spec.runtime_executable)
+    recipe, recipe_sha = load_recipe(name)
+    runtime = resolve_runtime(name, recipe, recipe_sha, spec.runtime_executable)
+    thinking, template_args, extra_args = thinking_args(recipe, spec)
+    adapter = _adapter(spec, recipe, runtime, trained)
+    if adapter is not None:
+        extra_args += ["--adapter-path", adapter["path"], *expectations(adapter)]
+    lookup = accel.prompt_lookup(spec.prompt_lookup, recipe, runtime, adapter=adapter is not None)
+    prefill = accel.m5_prefill(spec.m5_prefill, recipe, runtime, config, adapter=adapter is not None)
+    extra_args += accel.entry_flags(lookup, prefill, runtime)
+    window = context_window(config)
+    wrapped = runtime["launcher"] == "wrapped"
+    if wrapped and window is not None:
+        extra_args += [CONTEXT_WINDOW_FLAG, str(window)]
+    values = {"model": source["path"], "host": HOST, "port": PORT_PLACEHOLDER, "max_tokens": str(spec.max_tokens),
+              "socket": SOCKET_PLACEHOLDER}
+    template = recipe["wrapper_argv"] if wrapped else recipe["argv"]
+    native_args = [*(arg.format(**values) for arg in template), *extra_args]
+    readiness = recipe.get("native_readiness", recipe["readiness"]) if runtime["launcher"] == "native" \
+        else recipe["readiness"]
+    if wrapped and SOCKET_FLAG not in native_args:
+        raise UnsupportedRuntime(f"the {name} recipe's wrapper_argv lacks {SOCKET_FLAG}")
+    return {
+        "name": spec.served_model_name or default_name(source, trained),
+        "aliases": list(spec.alias),
+        "source": source,
+        "requested_runtime": spec.runtime,
+        "runtime_reason": reason,
+        "runtime": runtime,
+        "thinking": thinking,
+        "chat_template_args": template_args,
+        "adapter": adapter,
+        "prompt_lookup": lookup,
+        "m5_prefill": prefill,
+        "max_tokens": spec.max_tokens,
+        "max_tokens_ceiling": spec.max_tokens_ceiling,
+        "context_window": window,
+        "weight_bytes": weight_bytes(source, adapter),
+        "file_checks": file_checks(adapter),
+        "policy": {"idle_timeout": spec.idle_timeout, "keep_loaded": spec.keep_loaded, "preload": spec.preload},
+        "worker": {"transport": "unix" if wrapped else "tcp",
+                   "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
+                   "argv": build_argv(runtime, native_args),
+                   "env": child_env(runtime["launcher"]), "cwd": "/", "readiness": readiness,
+                   "ready_timeout": ready_timeout, "log_path": str(log_path)},
+    }

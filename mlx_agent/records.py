@@ -1,0 +1,381 @@
+"""The typed shape of every JSON record mlx-agent writes and reads: plans, receipts, the front's config and state.
+
+These are ``TypedDict``s, so code that builds or renders a record is checked key by key, while the records
+stay plain JSON at run time. The same declarations give the JSON Schemas in ``schemas/``
+(``scripts/schemas`` writes them, a test compares) and the front's validation of its config (pydantic's
+``TypeAdapter``). The CLI imports this module only under ``TYPE_CHECKING``: its start-up never pays for it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict
+
+STRICT = ConfigDict(extra="forbid", strict=True)
+AbsPath = Annotated[str, Field(pattern=r"^/")]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Count = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+@with_config(STRICT)
+class FileRecord(TypedDict):
+    """One file of a model directory: content-hashed (small files), blob-bound (HF cache) or stat-bound (weights)."""
+
+    name: str
+    size: int
+    sha256: NotRequired[str]
+    blob: NotRequired[str]
+    mtime_ns: NotRequired[int]
+    inode: NotRequired[int]
+    header_sha256: NotRequired[str]
+
+
+@with_config(STRICT)
+class SourceRecord(TypedDict):
+    """Where a model's files are and what they are."""
+
+    kind: str  # "path" or "hf_cache"
+    path: str
+    model_type: str | None
+    files: list[FileRecord]
+    repo: NotRequired[str]
+    revision: NotRequired[str]
+
+
+@with_config(STRICT)
+class RuntimeRecord(TypedDict, total=False):
+    """The program that serves a model: the wrapped entry, a runtime's own module, or an executable."""
+
+    name: str
+    recipe_sha256: str
+    launcher: str  # "wrapped", "module" or "native"
+    interpreter: str | None
+    module: str
+    entry_sources: dict[str, str]
+    versions: dict[str, str | None]
+    adapter_enabled: bool
+    executable: str
+    executable_from: str
+    executable_sha256: str
+    argv_prefix: list[str]
+
+
+@with_config(STRICT)
+class ContentRecord(TypedDict):
+    """A file bound by its whole content."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+@with_config(STRICT)
+class TrainingReceiptRef(TypedDict):
+    """The training receipt that vouches for an adapter."""
+
+    path: str
+    sha256: str
+    size: int
+    id: str | None
+
+
+@with_config(STRICT)
+class AdapterRecord(TypedDict):
+    """A LoRA adapter bound by the content of its two files."""
+
+    path: str
+    fine_tune_type: str
+    num_layers: int
+    files: list[ContentRecord]
+    training_receipt: NotRequired[TrainingReceiptRef]
+
+
+@with_config(STRICT)
+class PromptLookupRecord(TypedDict):
+    """``--prompt-lookup`` as the plan records it: asked or not, whether it applies, and its fingerprint."""
+
+    requested: bool
+    applied: bool
+    reasons: list[str]
+    max_draft_tokens: NotRequired[int]
+    lookup_window: NotRequired[int]
+    versions: NotRequired[dict[str, str | None]]
+    support_sha256: NotRequired[str]
+    sources: NotRequired[dict[str, str | None]]
+
+
+@with_config(STRICT)
+class M5PrefillRecord(TypedDict):
+    """``--m5-prefill`` as the plan records it: asked or not, whether it is eligible, and its fingerprint."""
+
+    requested: bool
+    eligible: bool
+    reasons: list[str]
+    gpu_architecture: NotRequired[str | None]
+    macos: NotRequired[str | None]
+    versions: NotRequired[dict[str, str | None]]
+    min_rows: NotRequired[int]
+    support_sha256: NotRequired[str]
+    sources: NotRequired[dict[str, str | None]]
+
+
+@with_config(STRICT)
+class ReadinessRecord(TypedDict, total=False):
+    """A readiness check: GET ``path`` (or POST ``post``), expect ``status``, ``json`` fields, ``nonnull`` fields."""
+
+    path: str
+    status: int
+    json: dict[str, Any] | None
+    post: dict[str, Any] | None
+    nonnull: list[str]
+    timeout_s: float
+    loaded_before_listen: bool
+
+
+@with_config(STRICT)
+class FileCheck(TypedDict):
+    """A file a worker load rechecks by content (adapter files, a training receipt)."""
+
+    path: AbsPath
+    sha256: Sha256
+    size: Count
+
+
+@with_config(STRICT)
+class WorkerRecord(TypedDict):
+    """How a front starts one model's worker: argv template, environment, readiness, log."""
+
+    transport: Literal["unix", "tcp"]  # "unix": argv has {socket}; "tcp": argv has {port}
+    model_name: str  # what the worker calls its one model in requests and replies
+    argv: Annotated[list[str], Field(min_length=1)]
+    env: dict[str, str]
+    cwd: AbsPath
+    readiness: ReadinessRecord
+    ready_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    log_path: AbsPath
+
+
+@with_config(STRICT)
+class ModelPolicyRecord(TypedDict):
+    """When a front loads and unloads one model on its own."""
+
+    idle_timeout: Seconds
+    keep_loaded: bool
+    preload: bool
+
+
+@with_config(STRICT)
+class ModelPlan(TypedDict):
+    """One served model of a plan: its names, files, runtime, options and worker."""
+
+    name: str
+    aliases: list[str]
+    source: SourceRecord
+    requested_runtime: str
+    runtime_reason: str
+    runtime: RuntimeRecord
+    thinking: str
+    chat_template_args: dict[str, Any]
+    adapter: AdapterRecord | None
+    prompt_lookup: PromptLookupRecord
+    m5_prefill: M5PrefillRecord
+    max_tokens: int
+    max_tokens_ceiling: int | None
+    context_window: int | None
+    weight_bytes: int | None
+    file_checks: list[FileCheck]
+    policy: ModelPolicyRecord
+    worker: WorkerRecord
+
+
+@with_config(STRICT)
+class FrontRecord(TypedDict):
+    """The front of a plan: how it loads models, its private files and its limits."""
+
+    mode: str  # "eager" or "jit"
+    config_path: str
+    token_path: str
+    policy_path: str
+    api_key_file: str | None
+    min_headroom_gb: float | None
+    max_body_bytes: int
+    socket_dir: str  # "" means a private temporary directory the front makes at start
+
+
+@with_config(STRICT)
+class UnitRecord(TypedDict):
+    """A launchd or systemd unit that runs the plan's argv at login."""
+
+    kind: str
+    name: str
+    path: str
+    restart: str
+    log_path: str
+    content: str
+    commands: dict[str, list[list[str]]]
+
+
+@with_config(STRICT)
+class ServePlan(TypedDict):
+    """The reviewed plan of ``serve start``: a front on the port and its models."""
+
+    format_version: str
+    operation: str
+    supervisor: str
+    host: str
+    port: int
+    base_url: str
+    front: FrontRecord
+    models: list[ModelPlan]
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    readiness: ReadinessRecord
+    ready_timeout: float
+    unit: NotRequired[UnitRecord]
+    preview_hash: NotRequired[str]
+
+
+@with_config(STRICT)
+class ProcessIdentity(TypedDict):
+    """Who a live process is: pid, process group, birth time and the command line the kernel reports."""
+
+    pid: int
+    pgid: int
+    create_time: float
+    cmdline: list[str]
+
+
+@with_config(STRICT)
+class ServeReceipt(TypedDict):
+    """What confirm launched (or installed), checked against the live process before it is trusted."""
+
+    format_version: str
+    kind: str
+    supervisor: str
+    port: int
+    host: str
+    base_url: str
+    models: list[dict[str, Any]]
+    argv: list[str]
+    log_path: str
+    preview_hash: str
+    plan: ServePlan
+    pid: NotRequired[int]
+    pgid: NotRequired[int]
+    create_time: NotRequired[float]
+    cmdline: NotRequired[list[str]]
+    started_at: NotRequired[str]
+    ready_at: NotRequired[str | None]
+    unit: NotRequired[dict[str, Any]]
+    installed_at: NotRequired[str]
+
+
+@with_config(STRICT)
+class FrontModelConfig(TypedDict):
+    """One model as the front reads it from its config."""
+
+    name: Annotated[str, Field(min_length=1)]
+    aliases: list[Annotated[str, Field(min_length=1)]]
+    hidden_names: list[str]
+    max_tokens: Positive
+    max_tokens_ceiling: Positive | None
+    context_window: Positive | None
+    weight_bytes: Count | None
+    file_checks: list[FileCheck]
+    policy: ModelPolicyRecord
+    worker: WorkerRecord
+
+
+@with_config(STRICT)
+class FrontConfig(TypedDict):
+    """The config file the front reads (``schemas/front_config.json``)."""
+
+    format_version: Annotated[str, Field(pattern=r"^2\.[0-9]+$")]
+    host: Literal["127.0.0.1"]
+    port: Annotated[int, Field(ge=1, le=65535)]
+    mode: Literal["eager", "jit"]
+    models: Annotated[list[FrontModelConfig], Field(min_length=1)]
+    min_headroom_gb: Seconds | None
+    policy_path: AbsPath
+    control_token_path: AbsPath
+    api_key_path: AbsPath | None
+    max_body_bytes: Annotated[int, Field(ge=1024)]
+    socket_dir: Annotated[str, Field(pattern=r"^(/.*)?$")]  # "" means a private temporary directory
+
+
+@with_config(STRICT)
+class PolicyDocument(TypedDict):
+    """The whole policy ``serve policy`` sends (and each model's, as status reports it)."""
+
+    idle_timeout: Seconds
+    keep_loaded: bool
+    min_headroom_gb: Seconds | None
+
+
+@with_config(STRICT)
+class IdlePolicy(TypedDict):
+    """One model's idle policy, as a front persists it."""
+
+    idle_timeout: Seconds
+    keep_loaded: bool
+
+
+@with_config(STRICT)
+class PolicyFile(TypedDict):
+    """The policy a front persists after ``serve policy`` (it wins over its config's on the next start)."""
+
+    format_version: str
+    min_headroom_gb: Seconds | None
+    models: dict[str, IdlePolicy]
+    updated_at: str
+
+
+@with_config(STRICT)
+class WorkerState(TypedDict):
+    """A loaded worker as the front reports it."""
+
+    pid: int
+    transport: str
+    address: str
+    started_at: str | None
+    ready_at: str | None
+    log_path: str
+
+
+@with_config(STRICT)
+class ModelState(TypedDict):
+    """One model of a front: its state, its worker, its policy and what it has done."""
+
+    name: str
+    aliases: list[str]
+    model_state: Literal["unloaded", "loading", "loaded", "failed"]
+    worker: WorkerState | None
+    policy: PolicyDocument
+    memory_check: dict[str, Any] | None
+    load_blocked_reason: str | None
+    open_requests: int
+    open_streams: int
+    last_error: dict[str, Any] | None
+    loads: int
+    evictions: int
+    last_used: str | None
+    idle_since: str | None
+    idle_unload_at: str | None
+
+
+@with_config(STRICT)
+class FrontState(TypedDict):
+    """The front's control status document (``GET /mlx-agent/status``)."""
+
+    format_version: str
+    pid: int
+    port: int
+    mode: str
+    started_at: str | None
+    ready: bool
+    models: list[ModelState]

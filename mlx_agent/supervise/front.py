@@ -1,0 +1,146 @@
+"""The supervisor's side of a front: its private files at confirm, and its control endpoints after.
+
+The control token is random, so it is written here (0600, beside the receipt) and never enters a plan.
+Every control call first matches the live front against its receipt and the caller's --expected-pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from mlx_agent.errors import (
+    ExpectedPidMismatch,
+    GatewayUnreachable,
+    NoFront,
+    OwnershipMismatch,
+    PolicyRejected,
+    ReceiptNotFound,
+    UnloadBlocked,
+)
+from mlx_agent.files import write_json_atomic
+from mlx_agent.plan.front import front_config
+from mlx_agent.supervise import process
+from mlx_agent.supervise.locks import port_lock
+from mlx_agent.supervise.receipts import has_front, read_receipt, receipt_path
+from mlx_agent.wire import CONTROL_PREFIX
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from mlx_agent.policy import Policy
+    from mlx_agent.records import ServePlan, ServeReceipt
+
+CONTROL_LOCK_SECONDS = 30.0
+# What `serve status` shows of the front's state, per model and for the whole front.
+STATUS_KEYS = ("model_state", "worker", "policy", "memory_check", "load_blocked_reason", "open_requests",
+               "open_streams", "loads", "last_error", "idle_since")
+
+
+def write_front_files(plan: ServePlan) -> None:
+    """Write a fresh control token and the reviewed config; drop a policy left by an earlier front."""
+    front = plan["front"]
+    token_path = Path(front["token_path"])
+    token_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token_path.unlink(missing_ok=True)
+    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(32) + "\n")
+    Path(front["policy_path"]).unlink(missing_ok=True)  # the reviewed policy, not a previous front's
+    write_json_atomic(Path(front["config_path"]), front_config(plan))
+
+
+def remove_front_files(plan: ServePlan) -> None:
+    """Remove a stopped front's private files (config, token, persisted policy, socket directory); logs stay."""
+    import shutil
+
+    front = plan["front"]
+    for raw in (front["config_path"], front["token_path"], front["policy_path"]):
+        Path(raw).unlink(missing_ok=True)
+    if front["socket_dir"]:
+        shutil.rmtree(front["socket_dir"], ignore_errors=True)
+
+
+def _call(receipt: ServeReceipt, method: str, path: str, body: dict[str, Any] | None = None,
+          timeout: float = 5.0) -> tuple[int, dict[str, Any]]:
+    import http.client
+
+    token_path = receipt["plan"]["front"]["token_path"]
+    try:
+        token = Path(token_path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise GatewayUnreachable(f"cannot read the control token: {exc}", details={"path": token_path}) from exc
+    conn = http.client.HTTPConnection(receipt["host"], int(receipt["port"]), timeout=timeout)
+    try:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        conn.request(method, CONTROL_PREFIX + path, body=None if body is None else json.dumps(body), headers=headers)
+        resp = conn.getresponse()
+        data = json.loads(resp.read() or b"{}")
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise GatewayUnreachable(f"the front on port {receipt['port']} did not answer: {exc}",
+                                 details={"port": receipt["port"]}) from exc
+    finally:
+        conn.close()
+    return resp.status, data if isinstance(data, dict) else {}
+
+
+def front_status(receipt: ServeReceipt) -> dict[str, Any]:
+    """Return the live front's state for ``serve status``, or what went wrong asking for it."""
+    try:
+        code, state = _call(receipt, "GET", "status", timeout=1.0)
+    except GatewayUnreachable as exc:
+        return {"model_state": None, "gateway_error": exc.message, "models": []}
+    if code != 200:
+        return {"model_state": None, "gateway_error": f"status answered HTTP {code}", "models": []}
+    models = [m for m in state.get("models") or [] if isinstance(m, dict)]
+    first = models[0] if models else {}
+    return {"mode": state.get("mode"), **{k: first.get(k) for k in STATUS_KEYS},
+            "models": [{"name": m.get("name"), "aliases": m.get("aliases"), **{k: m.get(k) for k in STATUS_KEYS}}
+                       for m in models]}
+
+
+def _live_front(directory: Path, port: int, expected_pid: int) -> ServeReceipt:
+    path = receipt_path(directory, port)
+    if not path.exists():
+        raise ReceiptNotFound(f"no receipt for port {port}", details={"port": port, "path": str(path)})
+    receipt: ServeReceipt = read_receipt(path)  # type: ignore[assignment]  # a serve receipt, checked by reading
+    if not has_front(receipt) or "pid" not in receipt:
+        raise NoFront(f"port {port} has no front mlx-agent supervises", details={"port": port})
+    if receipt["pid"] != expected_pid:
+        raise ExpectedPidMismatch(f"the front on port {port} has pid {receipt['pid']}, not {expected_pid}",
+                                  details={"port": port, "pid": receipt["pid"], "expected_pid": expected_pid})
+    state = process.classify(receipt)
+    if state != "running":
+        raise OwnershipMismatch(f"pid {expected_pid} is not the running front of port {port} ({state})",
+                                details={"port": port, "state": state})
+    return receipt
+
+
+def unload(directory: Path, port: int, expected_pid: int) -> dict[str, Any]:
+    """Release the front's loaded workers, keeping the front up; refused while requests or streams are open."""
+    with port_lock(directory, port, timeout=CONTROL_LOCK_SECONDS):
+        receipt = _live_front(directory, port, expected_pid)
+        code, data = _call(receipt, "POST", "unload", {}, timeout=20.0)  # it waits for the workers to stop
+    if code == 409:
+        error = data.get("error", {})
+        raise UnloadBlocked(f"the front on port {port} has open requests or streams",
+                            details={k: error.get(k) for k in ("open_requests", "open_streams", "loading")})
+    if code != 200:
+        raise GatewayUnreachable(f"unload answered HTTP {code}", details={"port": port, "answer": data})
+    return {"port": port, "pid": expected_pid, **data}
+
+
+def replace_policy(directory: Path, port: int, expected_pid: int, policy: Policy) -> dict[str, Any]:
+    """Replace the whole policy of a live front; the front persists it atomically."""
+    with port_lock(directory, port, timeout=CONTROL_LOCK_SECONDS):
+        receipt = _live_front(directory, port, expected_pid)
+        code, data = _call(receipt, "PUT", "policy", policy.to_json())
+    if code == 400:
+        raise PolicyRejected(f"the front refused the policy: {data.get('error', {}).get('message', data)}",
+                             details={"answer": data})
+    if code != 200:
+        raise GatewayUnreachable(f"policy answered HTTP {code}", details={"port": port, "answer": data})
+    return {"port": port, "pid": expected_pid, **data}

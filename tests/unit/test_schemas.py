@@ -1,0 +1,40 @@
+"""The shipped JSON Schemas: the generated ones match records.py, and every schema is itself valid."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from tests.conftest import REPO_ROOT
+
+SCHEMAS = REPO_ROOT / "schemas"
+
+
+def generator() -> object:
+    """Import scripts/schemas (a script without a .py suffix) as a module."""
+    loader = importlib.machinery.SourceFileLoader("schemas_script", str(REPO_ROOT / "scripts" / "schemas"))
+    spec = importlib.util.spec_from_loader("schemas_script", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["serve_plan", "serve_receipt", "front_config", "front_state", "front_policy"])
+def test_generated_schemas_match_the_records(name: str) -> None:
+    """Each generated schema is exactly what scripts/schemas writes from records.py now."""
+    script = generator()
+    assert (SCHEMAS / f"{name}.json").read_text() == script.text(name), "run scripts/schemas"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("path", sorted(SCHEMAS.glob("*.json")), ids=lambda p: Path(p).stem)
+def test_every_schema_is_a_valid_draft_2020_12_schema(path: Path) -> None:
+    """Every shipped schema passes the metaschema and names itself by its file."""
+    schema = json.loads(path.read_text())
+    Draft202012Validator.check_schema(schema)
+    assert schema["$id"] == f"mlx-agent/{path.name}"
