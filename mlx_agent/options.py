@@ -52,8 +52,8 @@ class Record:
         inherited = [opt for opt in cls.OPTIONS if opt.dest not in {d.dest for d in declared}]
         cls.OPTIONS = (*inherited, *declared)
         for opt in declared:
-            if getattr(cls, opt.dest) is not opt:
-                raise TypeError(f"{cls.__name__}.{opt.dest} must be declared for {opt.flag}")
+            if vars(cls).get(opt.dest) is not opt:
+                raise TypeError(f"{cls.__name__}: the option {opt.flag} must be declared as the field {opt.dest}")
 
     def __init__(self, **values: Any) -> None:
         for opt in self.OPTIONS:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mlx_agent.errors import AdapterInvalid
-from mlx_agent.files import sha256_file
+from mlx_agent.files import changed_files, sha256_file
 from mlx_agent.plan.identity import read_safetensors_header
 
 TYPE_CHECKING = False
@@ -108,11 +108,8 @@ def expectations(adapter: AdapterRecord) -> list[str]:
 
 
 def verify(adapter: AdapterRecord) -> str:
-    """Re-hash a bound adapter now: ``verified``, ``changed`` or ``missing``."""
-    for record in adapter["files"]:
-        path = Path(adapter["path"]) / record["name"]
-        if not path.is_file():
-            return "missing"
-        if file_record(path) != record:
-            return "changed"
-    return "verified"
+    """Re-hash a bound adapter now: ``verified``, ``changed`` or ``missing`` (``files.changed_files`` decides)."""
+    changed = changed_files([(Path(adapter["path"]) / f["name"], f["sha256"], f["size"]) for f in adapter["files"]])
+    if any(c["reason"] == "missing" for c in changed):
+        return "missing"
+    return "changed" if changed else "verified"

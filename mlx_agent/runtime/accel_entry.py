@@ -101,9 +101,9 @@ def _gpu_architecture() -> str | None:
     return value if isinstance(value, str) else None
 
 
-def lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
+def prompt_lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
     """Return the prompt-lookup settings for the loaded model, or None (logged) when it keeps native generation."""
-    from mlx_agent.runtime.lookup_serving import LookupSettings, model_ready
+    from mlx_agent.runtime.lookup_serving import PromptLookup, model_ready
 
     reasons = accel_rules.lookup_version_reasons(accel_rules.installed_versions(accel_rules.LOOKUP_DEPENDENCIES), rules)
     if provider.cli_args.adapter_path is not None:
@@ -116,7 +116,7 @@ def lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
     if reasons:
         log.info("mlx-agent: prompt lookup is off (%s); every request keeps native generation", "; ".join(reasons))
         return None
-    settings = LookupSettings(max_draft=int(rules["max_draft_tokens"]), window=int(rules["lookup_window"]))
+    settings = PromptLookup(max_draft=int(rules["max_draft_tokens"]), window=int(rules["lookup_window"]))
     log.info("mlx-agent: prompt lookup is on: plain greedy requests draft up to %d tokens from the last %d prompt "
              "tokens and the reply, one request at a time", settings.max_draft, settings.window)
     return settings
@@ -148,4 +148,4 @@ def prepare(provider: Any, flags: AccelFlags) -> Any:
     rules, _ = accel_rules.support()
     if flags.m5_prefill:
         apply_prefill_kernel(provider, rules["m5_prefill"])
-    return lookup_settings(provider, rules["prompt_lookup"]) if flags.prompt_lookup else None
+    return prompt_lookup_settings(provider, rules["prompt_lookup"]) if flags.prompt_lookup else None

@@ -24,7 +24,7 @@ from mlx_agent.runtime import structured
 from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
 from mlx_agent.runtime.errors_http import from_generation_error, generation_unavailable
 from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.lookup_serving import LOOKUP_ATTRIBUTE, LookupSettings, native_reasons, serve_lookup
+from mlx_agent.runtime.lookup_serving import PROMPT_LOOKUP_ATTRIBUTE, PromptLookup, native_reasons, serve_prompt_lookup
 from mlx_agent.runtime.request_options import RequestOptions, Served
 from mlx_agent.runtime.watcher import Grammar, ReplyWatcher, Vocabulary
 
@@ -81,10 +81,10 @@ class WrappedGenerator(server.ResponseGenerator):
     """mlx_lm's generator with schema enforcement, reply limits and client watching (module docstring)."""
 
     def __init__(self, model_provider: Any, prompt_cache: Any, limit_defaults: Limits,
-                 lookup: LookupSettings | None = None, context_window: int | None = None) -> None:
+                 prompt_lookup: PromptLookup | None = None, context_window: int | None = None) -> None:
         # Set before mlx_lm starts the generation thread, which may call _tokenize at once.
         self.served = Served(served_names(model_provider.cli_args.model), limit_defaults)
-        self.lookup = lookup
+        self.prompt_lookup = prompt_lookup
         self.context_window = context_window
         self._ll_tokenizers: dict[Any, Any] = {}
         self._classes: dict[Any, structured.TokenClasses] = {}
@@ -161,14 +161,14 @@ class WrappedGenerator(server.ResponseGenerator):
 
     def _is_batchable(self, args: Any) -> bool:
         """Return False for a request marked for prompt lookup (it is served alone); else mlx_lm's answer."""
-        if getattr(args, LOOKUP_ATTRIBUTE, False):
+        if getattr(args, PROMPT_LOOKUP_ATTRIBUTE, False):
             return False
         return bool(super()._is_batchable(args))  # type: ignore[no-untyped-call]
 
     def _serve_single(self, request: tuple[Any, Any, Any], stream: Any) -> None:
         """Serve a request marked for prompt lookup with the lookup decoder; any other as mlx_lm does."""
-        if self.lookup is not None and getattr(request[2], LOOKUP_ATTRIBUTE, False):
-            serve_lookup(self, request, stream, self.lookup)
+        if self.prompt_lookup is not None and getattr(request[2], PROMPT_LOOKUP_ATTRIBUTE, False):
+            serve_prompt_lookup(self, request, stream, self.prompt_lookup)
         else:
             super()._serve_single(request, stream)  # type: ignore[no-untyped-call]
 
@@ -196,9 +196,9 @@ class WrappedGenerator(server.ResponseGenerator):
         # mlx_lm would otherwise reload the model without the adapter for a request naming its path.
         generation_args.model = replace(generation_args.model, model="default_model", draft="default_model",
                                         adapter=None)
-        if self.lookup is not None:
+        if self.prompt_lookup is not None:
             refusals = self.lookup_refusals(request, generation_args)
-            setattr(generation_args, LOOKUP_ATTRIBUTE, not refusals)
+            setattr(generation_args, PROMPT_LOOKUP_ATTRIBUTE, not refusals)
             if refusals:
                 log.info("mlx-agent: %s keeps native generation (%s)", getattr(request, "label", "request"),
                          ", ".join(refusals))

@@ -2,10 +2,10 @@
 
 With ``--prompt-lookup`` a plain greedy request (``plain_greedy``) is marked in the handler thread; the
 generator then reports it as not batchable, so mlx_lm's generation thread finishes the current batch and hands
-it to ``_serve_single``, one request at a time, where ``serve_lookup`` runs the lookup decoder instead of
+it to ``_serve_single``, one request at a time, where ``serve_prompt_lookup`` runs the lookup decoder instead of
 ``stream_generate``. Everything else keeps mlx_lm's native path, batched or not.
 
-``serve_lookup`` keeps what mlx_lm's single path does: the prompt cache is fetched before and stored after
+``serve_prompt_lookup`` keeps what mlx_lm's single path does: the prompt cache is fetched before and stored after
 (with exactly the tokens the KV cache holds), stop sequences and EOS end the reply with ``stop`` (as the
 batch path reports them), ``max_tokens`` with ``length``, and a stopped context ends it at once.
 """
@@ -27,11 +27,11 @@ from mlx_agent.runtime.prompt_lookup import LookupDecoder, LookupStats, plain_kv
 log = logging.getLogger(__name__)
 
 # The attribute of mlx_lm's GenerationArguments that marks a request for the lookup path.
-LOOKUP_ATTRIBUTE = "mlx_agent_prompt_lookup"
+PROMPT_LOOKUP_ATTRIBUTE = "mlx_agent_prompt_lookup"
 
 
 @dataclass
-class LookupSettings:
+class PromptLookup:
     """The server's prompt-lookup settings, and its running totals."""
 
     max_draft: int
@@ -94,7 +94,7 @@ def _fetch(generator: Any, model: Any, prompt: list[int]) -> tuple[list[Any], in
     return cache, cached
 
 
-def serve_lookup(generator: Any, request: tuple[Any, Any, Any], stream: Any, settings: LookupSettings) -> None:
+def serve_prompt_lookup(generator: Any, request: tuple[Any, Any, Any], stream: Any, settings: PromptLookup) -> None:
     """Serve one request with prompt lookup, as mlx_lm's ``_serve_single`` serves one natively."""
     rqueue, request_, args = request
     label = getattr(request_, "label", "request")

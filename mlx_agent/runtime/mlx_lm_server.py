@@ -109,11 +109,11 @@ def serving_run(limit_defaults: Limits, accel: AccelFlags | None = None,
         import mlx.core as mx
 
         mx.eval([m.parameters() for m in (model_provider.model, model_provider.draft_model) if m is not None])
-        lookup = prepare(model_provider, accel) if accel is not None else None
+        prompt_lookup = prepare(model_provider, accel) if accel is not None else None
         logging.info("mlx-agent: model loaded in %.2f s", time.monotonic() - started)
         warn_if_untested()
         prompt_cache = server.LRUPromptCache(model_provider.cli_args.prompt_cache_size)  # type: ignore[attr-defined]
-        generator = WrappedGenerator(model_provider, prompt_cache, limit_defaults, lookup, where.context_window)
+        generator = WrappedGenerator(model_provider, prompt_cache, limit_defaults, prompt_lookup, where.context_window)
         if where.socket is not None:
             serve_unix(where.socket, generator, WrappedHandler)
         else:

@@ -1,7 +1,7 @@
 """Structured output through the wrapped server: response_format is enforced while generating (llguidance).
 
-The models have random weights, so without enforcement their replies are never JSON; bare mlx_lm.server
-ignores response_format.
+The models have random weights, or are scripted to write prose, so without enforcement their replies are not
+JSON; bare mlx_lm.server ignores response_format.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.e2e.test_wrapped_support import Server, running, thinking_model
+from tests.e2e.test_wrapped_support import Server, running, scripted_model, thinking_model
 
 pytestmark = pytest.mark.e2e
 
@@ -101,14 +101,29 @@ def test_an_invalid_schema_is_400(server: Server, response_format: Any) -> None:
     assert refused.value.param == "response_format"
 
 
-def test_tools_leave_the_format_unenforced_unless_tool_choice_is_none(server: Server) -> None:
-    """With tools the reply may be a tool call, so the format waits; tool_choice "none" enforces it again."""
-    free = ask(server, "What time is it?", 48, response_format={"type": "json_object"}, tools=TOOLS)
-    with pytest.raises(ValueError):
-        json.loads(free.message.content)
-    held = ask(server, "What time is it?", 48, response_format={"type": "json_object"}, tools=TOOLS,
+@pytest.fixture(scope="module")
+def prose_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Serve a scripted model whose greedy answer is always the prose "Plainwords", never JSON."""
+    directory = tmp_path_factory.mktemp("prose")
+    model = scripted_model(directory, {"\n": "Plain", "Plain": "words", "words": "<|im_end|>"}, "<|im_end|>",
+                           plain=["Plain", "words"])
+    with running(model, directory) as started:
+        yield started
+
+
+def test_tools_leave_the_format_unenforced_unless_tool_choice_is_none(prose_server: Server) -> None:
+    """With tools the reply may be a tool call, so the format waits; tool_choice "none" enforces it again.
+
+    The model writes "Plainwords" whenever nothing holds it, so the unenforced reply is known, not luck.
+    """
+    assert ask(prose_server, "What time is it?", 48).message.content == "Plainwords"
+    free = ask(prose_server, "What time is it?", 48, response_format={"type": "json_object"}, tools=TOOLS)
+    assert free.message.content == "Plainwords"
+    held = ask(prose_server, "What time is it?", 48, response_format={"type": "json_object"}, tools=TOOLS,
                tool_choice="none")
     assert isinstance(json.loads(held.message.content), dict)
+    plain_json = ask(prose_server, "What time is it?", 48, response_format={"type": "json_object"})
+    assert isinstance(json.loads(plain_json.message.content), dict)
 
 
 @pytest.fixture(scope="module")

@@ -154,3 +154,11 @@ def test_human_preview_prints_the_confirm_command(agent: Agent, tiny_model: Path
     assert proc.returncode == 0, proc.stderr
     assert "lora train: plan (nothing started)" in proc.stdout
     assert "--confirm --preview-hash" in proc.stdout.replace("\n", " ")
+
+
+def test_training_receipt_is_not_an_option_of_lora_train(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """`lora train --training-receipt` (once accepted and ignored) is a usage error naming the option."""
+    data = write_dataset(tmp_path / "data")
+    result = agent.run(*train_args(tiny_model, data, tmp_path / "adapter"), "--training-receipt", "/r.json")
+    assert (result.rc, result.code) == (2, "invalid_arguments")
+    assert "--training-receipt" in result.doc["error"]["message"]

@@ -146,10 +146,10 @@ def test_the_planned_fingerprint_holds_here() -> None:
 def test_lookup_is_on_for_an_ordinary_model_and_off_with_an_adapter(caplog: pytest.LogCaptureFixture) -> None:
     """The entry turns lookup on for a plain-KVCache model, and logs why not when an adapter is served."""
     caplog.set_level(logging.INFO)
-    settings = accel_entry.lookup_settings(provider(qwen2_model()), RULES["prompt_lookup"])
+    settings = accel_entry.prompt_lookup_settings(provider(qwen2_model()), RULES["prompt_lookup"])
     assert (settings.max_draft, settings.window) == (8, 8192)
     assert "prompt lookup is on" in caplog.text
-    assert accel_entry.lookup_settings(provider(qwen2_model(), adapter="/a"), RULES["prompt_lookup"]) is None
+    assert accel_entry.prompt_lookup_settings(provider(qwen2_model(), adapter="/a"), RULES["prompt_lookup"]) is None
     assert "prompt lookup is off (an adapter is served" in caplog.text
 
 
@@ -160,7 +160,7 @@ def test_a_rotating_cache_keeps_native_generation() -> None:
     model = qwen2_model()
     rotating: Any = cache.RotatingKVCache
     model.make_cache = lambda: [rotating(max_size=64) for _ in model.layers]
-    assert accel_entry.lookup_settings(provider(model), RULES["prompt_lookup"]) is None
+    assert accel_entry.prompt_lookup_settings(provider(model), RULES["prompt_lookup"]) is None
 
 
 def provider(model: Any, adapter: str | None = None) -> Any:
