@@ -65,12 +65,16 @@ def _at_least(version: str, minimum: str) -> bool:
 
 def lookup_version_reasons(versions: dict[str, str | None], rules: dict[str, Any]) -> list[str]:
     """Return why these dependency versions rule out prompt lookup (its rules name tested minor versions)."""
-    return [f"{dep} {versions.get(dep)} is not a tested version ({', '.join(rules[dep])})"
-            for dep in LOOKUP_DEPENDENCIES if _minor(versions.get(dep)) not in rules[dep]]
+    return [
+        f"{dep} {versions.get(dep)} is not a tested version ({', '.join(rules[dep])})"
+        for dep in LOOKUP_DEPENDENCIES
+        if _minor(versions.get(dep)) not in rules[dep]
+    ]
 
 
-def prefill_platform_reasons(platform: str, macos: str | None, versions: dict[str, str | None],
-                             rules: dict[str, Any]) -> list[str]:
+def prefill_platform_reasons(
+    platform: str, macos: str | None, versions: dict[str, str | None], rules: dict[str, Any]
+) -> list[str]:
     """Return why this system and these exact dependency versions rule out the M5 kernel."""
     reasons = []
     if platform != "darwin" or macos is None:

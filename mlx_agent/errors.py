@@ -76,7 +76,6 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
 
-
 class MlxAgentError(Exception):
     """Base of every error mlx-agent reports to a user."""
 
@@ -84,8 +83,7 @@ class MlxAgentError(Exception):
     exit_code = 1
     remediation = "Report this as a bug with the command you ran."
 
-    def __init__(self, message: str, *, details: dict[str, Any] | None = None,
-                 remediation: str | None = None) -> None:
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None, remediation: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = details or {}
@@ -142,7 +140,7 @@ def from_refusal_lines(lines: list[str], details: dict[str, Any]) -> MlxAgentErr
         if not line.startswith(REFUSAL_PREFIX):
             continue
         try:
-            report = json.loads(line[len(REFUSAL_PREFIX):])
+            report = json.loads(line[len(REFUSAL_PREFIX) :])
             cls = error_class(report["code"])
         except (ValueError, KeyError, TypeError):
             return None
@@ -179,14 +177,18 @@ class PreviewStale(PreviewError):
 
 class AdapterChanged(PreviewStale):
     code = "adapter_changed"
-    remediation = ("The adapter files changed since they were reviewed; preview again (and retrain if the change "
-                   "was not intended).")
+    remediation = (
+        "The adapter files changed since they were reviewed; preview again (and retrain if the change "
+        "was not intended)."
+    )
 
 
 class RuntimeChanged(PreviewStale):
     code = "runtime_changed"
-    remediation = ("The dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since the plan was "
-                   "reviewed; run the command without --confirm again and confirm the new hash.")
+    remediation = (
+        "The dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since the plan was "
+        "reviewed; run the command without --confirm again and confirm the new hash."
+    )
 
 
 class SourceError(MlxAgentError):
@@ -195,8 +197,10 @@ class SourceError(MlxAgentError):
 
 class ModelNotLocal(SourceError):
     code = "model_not_local"
-    remediation = ("Download the model yourself (mlx-agent never downloads), or pass --path with an "
-                   "absolute local model directory.")
+    remediation = (
+        "Download the model yourself (mlx-agent never downloads), or pass --path with an "
+        "absolute local model directory."
+    )
 
 
 class ModelInvalid(SourceError):
@@ -221,8 +225,10 @@ class ConfigNotObject(SourceError):
 
 class AdapterInvalid(SourceError):
     code = "adapter_invalid"
-    remediation = ("Point --adapter-path at a real directory (no symlinks) with a valid adapter_config.json and "
-                   "adapters.safetensors, as mlx_lm.lora writes them.")
+    remediation = (
+        "Point --adapter-path at a real directory (no symlinks) with a valid adapter_config.json and "
+        "adapters.safetensors, as mlx_lm.lora writes them."
+    )
 
 
 class RuntimeSelectionError(MlxAgentError):
@@ -231,8 +237,10 @@ class RuntimeSelectionError(MlxAgentError):
 
 class RuntimeNotInstalled(RuntimeSelectionError):
     code = "runtime_not_installed"
-    remediation = ("Install the runtime into this environment yourself (for mlx_lm: "
-                   "pip install mlx-lm); mlx-agent never installs runtimes.")
+    remediation = (
+        "Install the runtime into this environment yourself (for mlx_lm: "
+        "pip install mlx-lm); mlx-agent never installs runtimes."
+    )
 
 
 class RuntimeNotExecutable(RuntimeSelectionError):
@@ -299,14 +307,14 @@ class ReceiptError(MlxAgentError):
 
 class ReceiptNotFound(ReceiptError):
     code = "receipt_not_found"
-    remediation = ("Check --port and use the same --receipts-dir as at start; "
-                   "`mlx-agent serve status` lists known servers.")
+    remediation = (
+        "Check --port and use the same --receipts-dir as at start; `mlx-agent serve status` lists known servers."
+    )
 
 
 class ReceiptCorrupt(ReceiptError):
     code = "receipt_corrupt"
-    remediation = ("Inspect the file named in details.path; if no server of ours runs on that port, "
-                   "delete the file.")
+    remediation = "Inspect the file named in details.path; if no server of ours runs on that port, delete the file."
 
 
 class ReceiptVersionUnsupported(ReceiptError):
@@ -325,32 +333,38 @@ class DatasetNotFound(TrainingError):
 
 class DatasetInvalid(TrainingError):
     code = "dataset_invalid"
-    remediation = ("Give --data a directory whose train.jsonl (and valid.jsonl, unless --val-batches 0) hold at "
-                   "least --batch-size JSON lines of text, messages, or prompt and completion.")
+    remediation = (
+        "Give --data a directory whose train.jsonl (and valid.jsonl, unless --val-batches 0) hold at "
+        "least --batch-size JSON lines of text, messages, or prompt and completion."
+    )
 
 
 class AdapterPathNotEmpty(TrainingError):
     code = "adapter_path_not_empty"
-    remediation = ("Choose a new --adapter-path, or move that directory's contents away yourself; training writes "
-                   "only into an absent or empty directory.")
+    remediation = (
+        "Choose a new --adapter-path, or move that directory's contents away yourself; training writes "
+        "only into an absent or empty directory."
+    )
 
 
 class TrainingRunning(TrainingError):
     code = "training_running"
-    remediation = ("Wait for the running training (see `mlx-agent lora status`) to finish, or choose another "
-                   "--adapter-path.")
+    remediation = (
+        "Wait for the running training (see `mlx-agent lora status`) to finish, or choose another --adapter-path."
+    )
 
 
 class TrainingIncomplete(TrainingError):
     code = "training_incomplete"
-    remediation = ("Use the receipt of a completed training; `mlx-agent lora status` shows each one's state and "
-                   "its log.")
+    remediation = "Use the receipt of a completed training; `mlx-agent lora status` shows each one's state and its log."
 
 
 class BaseModelChanged(TrainingError):
     code = "base_model_changed"
-    remediation = ("Restore the base model files the adapter was trained on (details.changes lists them), or train "
-                   "a new adapter on the current base.")
+    remediation = (
+        "Restore the base model files the adapter was trained on (details.changes lists them), or train "
+        "a new adapter on the current base."
+    )
 
 
 class UnitError(MlxAgentError):
@@ -364,20 +378,25 @@ class UnitNotOwned(UnitError):
 
 class UnitModified(UnitError):
     code = "unit_modified"
-    remediation = ("The unit file changed since mlx-agent wrote it; inspect it and remove it yourself if it is "
-                   "no longer wanted.")
+    remediation = (
+        "The unit file changed since mlx-agent wrote it; inspect it and remove it yourself if it is no longer wanted."
+    )
 
 
 class LaunchdJitUnsupported(UnitError):
     code = "launchd_jit_unsupported"
-    remediation = ("Drop --jit for a unit (a unit's server loads its model when it starts), or drop "
-                   "--launchd/--systemd and let mlx-agent supervise the JIT server.")
+    remediation = (
+        "Drop --jit for a unit (a unit's server loads its model when it starts), or drop "
+        "--launchd/--systemd and let mlx-agent supervise the JIT server."
+    )
 
 
 class LaunchdTrainingReceiptUnsupported(UnitError):
     code = "launchd_training_receipt_unsupported"
-    remediation = ("Serve a training receipt supervised (without --launchd/--systemd); the adapter binding is "
-                   "rechecked only by supervised and JIT starts.")
+    remediation = (
+        "Serve a training receipt supervised (without --launchd/--systemd); the adapter binding is "
+        "rechecked only by supervised and JIT starts."
+    )
 
 
 class GatewayError(MlxAgentError):
@@ -386,8 +405,10 @@ class GatewayError(MlxAgentError):
 
 class NoFront(GatewayError):
     code = "no_front"
-    remediation = ("Use this command on a server mlx-agent supervises; a unit-owned server, or one started by an "
-                   "older mlx-agent, has no front to control.")
+    remediation = (
+        "Use this command on a server mlx-agent supervises; a unit-owned server, or one started by an "
+        "older mlx-agent, has no front to control."
+    )
 
 
 class ExpectedPidMismatch(GatewayError):
@@ -412,8 +433,10 @@ class PolicyRejected(GatewayError):
 
 class FrontConfigInvalid(GatewayError):
     code = "front_config_invalid"
-    remediation = ("Preview and confirm the server again: the front's config, control token, key file or "
-                   "persisted policy is missing or invalid.")
+    remediation = (
+        "Preview and confirm the server again: the front's config, control token, key file or "
+        "persisted policy is missing or invalid."
+    )
 
 
 class RequestRefused(MlxAgentError):
@@ -426,9 +449,17 @@ class RequestRefused(MlxAgentError):
     code = "request_refused"
     remediation = "Change the request as error.message and error.param say; docs/gateway.md lists every code."
 
-    def __init__(self, status: int, message: str, *, code: str, type_: str = "invalid_request_error",
-                 param: str | None = None, headers: dict[str, str] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
@@ -439,20 +470,25 @@ class RequestRefused(MlxAgentError):
 
     def body(self) -> dict[str, Any]:
         """Return the OpenAI-style error document ``{"error": {"message", "type", "param", "code", ...}}``."""
-        return {"error": {"message": self.message, "type": self.type_, "param": self.param, "code": self.code,
-                          **self.extra}}
+        return {
+            "error": {"message": self.message, "type": self.type_, "param": self.param, "code": self.code, **self.extra}
+        }
 
 
 class SeamChanged(MlxAgentError):
     code = "seam_changed"
-    remediation = ("Install the mlx-lm version range mlx-agent pins (see pyproject.toml); the installed one no "
-                   "longer has a name the wrapper uses.")
+    remediation = (
+        "Install the mlx-lm version range mlx-agent pins (see pyproject.toml); the installed one no "
+        "longer has a name the wrapper uses."
+    )
 
 
 class OwnershipMismatch(MlxAgentError):
     code = "ownership_mismatch"
-    remediation = ("The receipt's pid now belongs to another process; nothing was signalled. "
-                   "Delete the stale receipt after checking the port yourself.")
+    remediation = (
+        "The receipt's pid now belongs to another process; nothing was signalled. "
+        "Delete the stale receipt after checking the port yourself."
+    )
 
 
 class LockTimeout(MlxAgentError):
@@ -468,8 +504,15 @@ class HttpError(BaseException):
     catches it. Never raise it in the generation thread: that thread only survives ``Exception``.
     """
 
-    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

@@ -77,7 +77,7 @@ def _literal_dict(source: str, name: str) -> dict[str, str]:
     # The statement ends at the first line that makes the text from the brace a complete expression.
     for end in (m.end() for m in re.finditer(r"^}", source[start:], re.MULTILINE)):
         try:
-            value = ast.literal_eval(source[start:start + end])
+            value = ast.literal_eval(source[start : start + end])
         except (SyntaxError, ValueError):
             continue
         if isinstance(value, dict):

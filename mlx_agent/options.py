@@ -18,12 +18,34 @@ if TYPE_CHECKING:
 class Opt:
     """One command-line option; ``dest`` is the name of the record field it fills."""
 
-    __slots__ = ("choices", "choices_from", "default", "dest", "flag", "help", "kind", "maximum", "min_open",
-                 "minimum", "required")
+    __slots__ = (
+        "choices",
+        "choices_from",
+        "default",
+        "dest",
+        "flag",
+        "help",
+        "kind",
+        "maximum",
+        "min_open",
+        "minimum",
+        "required",
+    )
 
-    def __init__(self, flag: str, kind: str, help: str, *, default: Any = None, minimum: float | None = None,
-                 maximum: float | None = None, min_open: bool = False, required: bool = False,
-                 choices: tuple[str, ...] | None = None, choices_from: str | None = None) -> None:
+    def __init__(
+        self,
+        flag: str,
+        kind: str,
+        help: str,
+        *,
+        default: Any = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        min_open: bool = False,
+        required: bool = False,
+        choices: tuple[str, ...] | None = None,
+        choices_from: str | None = None,
+    ) -> None:
         self.flag = flag
         self.dest = flag.lstrip("-").replace("-", "_")
         self.kind = kind  # "str", "int", "float", "flag" or "multi" (a repeatable string)

@@ -26,8 +26,9 @@ class Policy:
 
     __slots__ = ("idle_timeout", "keep_loaded", "min_headroom_gb")
 
-    def __init__(self, idle_timeout: float = 0, keep_loaded: bool = False,
-                 min_headroom_gb: float | None = None) -> None:
+    def __init__(
+        self, idle_timeout: float = 0, keep_loaded: bool = False, min_headroom_gb: float | None = None
+    ) -> None:
         self.idle_timeout = idle_timeout
         self.keep_loaded = keep_loaded
         self.min_headroom_gb = min_headroom_gb
@@ -39,8 +40,11 @@ class Policy:
 
     def to_json(self) -> dict[str, Any]:
         """Return the policy as its JSON object."""
-        return {"idle_timeout": self.idle_timeout, "keep_loaded": self.keep_loaded,
-                "min_headroom_gb": self.min_headroom_gb}
+        return {
+            "idle_timeout": self.idle_timeout,
+            "keep_loaded": self.keep_loaded,
+            "min_headroom_gb": self.min_headroom_gb,
+        }
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and self.to_json() == other.to_json()
@@ -53,8 +57,12 @@ class Policy:
 
 
 def _number(value: object) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and value == value and value not in (float("inf"), float("-inf")))
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value == value
+        and value not in (float("inf"), float("-inf"))
+    )
 
 
 def _rejected(message: str, field: str) -> PolicyRejected:
@@ -83,5 +91,6 @@ def parse_policy(raw: object) -> Policy:
 
 def policy_from_options(idle_timeout: float | None, keep_loaded: bool, min_headroom_gb: float | None) -> Policy:
     """Return the policy the command-line options ask for (an omitted --idle-timeout is 0: never)."""
-    return parse_policy({"idle_timeout": idle_timeout or 0, "keep_loaded": keep_loaded,
-                         "min_headroom_gb": min_headroom_gb})
+    return parse_policy(
+        {"idle_timeout": idle_timeout or 0, "keep_loaded": keep_loaded, "min_headroom_gb": min_headroom_gb}
+    )

@@ -51,5 +51,8 @@ class Readiness:
             data = json.loads(body)
         except ValueError:
             return False
-        return (isinstance(data, dict) and all(data.get(k) == v for k, v in self.expected.items())
-                and all(data.get(k) is not None for k in self.nonnull))
+        return (
+            isinstance(data, dict)
+            and all(data.get(k) == v for k, v in self.expected.items())
+            and all(data.get(k) is not None for k in self.nonnull)
+        )

@@ -27,8 +27,9 @@ PREVIEW_HASH = Opt("--preview-hash", "str", "The preview_hash of the reviewed pl
 class ReceiptsRecord(Record):
     """A record of a command that reads or writes receipts."""
 
-    receipts_dir: str | None = option("--receipts-dir", "str",
-                                      "Base directory of receipts (default: $MLX_AGENT_HOME/receipts).")
+    receipts_dir: str | None = option(
+        "--receipts-dir", "str", "Base directory of receipts (default: $MLX_AGENT_HOME/receipts)."
+    )
 
 
 class ServeRequest(ReceiptsRecord):
@@ -37,57 +38,98 @@ class ServeRequest(ReceiptsRecord):
     path: str | None = option("--path", "str", "Absolute path of a local model directory.")
     repo: str | None = option("--repo", "str", "ORG/NAME of a model already in the Hugging Face cache.")
     training_receipt: str | None = option(
-        "--training-receipt", "str", "A completed `lora train` receipt: serves its pinned base model with its adapter.")
-    adapter_path: str | None = option("--adapter-path", "str",
-                                      "A local LoRA adapter directory (mlx_lm), bound by the content of its two files.")
-    runtime: str = option("--runtime", "str", "Runtime to serve with; auto reads the model's config.json.",
-                          default="mlx_lm", choices_from="runtime_choices")
-    runtime_executable: str | None = option("--runtime-executable", "str",
-                                            "Absolute path of a runtime installed in another environment.")
+        "--training-receipt", "str", "A completed `lora train` receipt: serves its pinned base model with its adapter."
+    )
+    adapter_path: str | None = option(
+        "--adapter-path", "str", "A local LoRA adapter directory (mlx_lm), bound by the content of its two files."
+    )
+    runtime: str = option(
+        "--runtime",
+        "str",
+        "Runtime to serve with; auto reads the model's config.json.",
+        default="mlx_lm",
+        choices_from="runtime_choices",
+    )
+    runtime_executable: str | None = option(
+        "--runtime-executable", "str", "Absolute path of a runtime installed in another environment."
+    )
     served_model_name: str | None = option(
-        "--served-model-name", "str", "The model name clients use (default: the repo id, or the directory's name).")
-    alias: tuple[str, ...] = option("--alias", "multi",
-                                    "Another name clients may use; a glob such as 'claude-*' (repeatable).")
-    thinking: str | None = option("--thinking", "str",
-                                  "Ask the chat template to think (on) or not (off); default: the template's.",
-                                  choices=("on", "off"))
+        "--served-model-name", "str", "The model name clients use (default: the repo id, or the directory's name)."
+    )
+    alias: tuple[str, ...] = option(
+        "--alias", "multi", "Another name clients may use; a glob such as 'claude-*' (repeatable)."
+    )
+    thinking: str | None = option(
+        "--thinking",
+        "str",
+        "Ask the chat template to think (on) or not (off); default: the template's.",
+        choices=("on", "off"),
+    )
     chat_template_args: str | None = option(
-        "--chat-template-args", "str", "A JSON object of chat template arguments (mlx_lm), merged with --thinking.")
+        "--chat-template-args", "str", "A JSON object of chat template arguments (mlx_lm), merged with --thinking."
+    )
     prompt_lookup: bool = option(
-        "--prompt-lookup", "flag",
+        "--prompt-lookup",
+        "flag",
         "mlx_lm: draft greedy replies from the prompt and verify them (code edits); native batching otherwise.",
-        default=False)
+        default=False,
+    )
     m5_prefill: bool = option(
-        "--m5-prefill", "flag",
+        "--m5-prefill",
+        "flag",
         "mlx_lm: the experimental M5 Q4 prompt kernel for eligible Qwen2 models; native elsewhere.",
-        default=False)
+        default=False,
+    )
     port: int | None = option("--port", "int", "Loopback port (default: the runtime's, 8080 for mlx_lm).", **PORT)
-    max_tokens: int = option("--max-tokens", "int", "The reply limit of a request that sets none.",
-                             default=DEFAULT_MAX_TOKENS, minimum=1)
+    max_tokens: int = option(
+        "--max-tokens", "int", "The reply limit of a request that sets none.", default=DEFAULT_MAX_TOKENS, minimum=1
+    )
     max_tokens_ceiling: int | None = option(
-        "--max-tokens-ceiling", "int",
-        "The most a request may ask for (default: the model's context window less the prompt).", minimum=1)
-    ready_timeout: float = option("--ready-timeout", "float", "Seconds to wait for the model to load and answer.",
-                                  default=DEFAULT_READY_TIMEOUT, minimum=0, min_open=True)
-    jit: bool = option("--jit", "flag", "Load the model on the first request, and allow unloading it.",
-                       default=False)
-    idle_timeout: float | None = option("--idle-timeout", "float",
-                                        "JIT: unload after this many idle seconds (0 disables).", minimum=0)
-    keep_loaded: bool = option("--keep-loaded", "flag", "JIT: never unload after use (manual unload still works).",
-                               default=False)
+        "--max-tokens-ceiling",
+        "int",
+        "The most a request may ask for (default: the model's context window less the prompt).",
+        minimum=1,
+    )
+    ready_timeout: float = option(
+        "--ready-timeout",
+        "float",
+        "Seconds to wait for the model to load and answer.",
+        default=DEFAULT_READY_TIMEOUT,
+        minimum=0,
+        min_open=True,
+    )
+    jit: bool = option("--jit", "flag", "Load the model on the first request, and allow unloading it.", default=False)
+    idle_timeout: float | None = option(
+        "--idle-timeout", "float", "JIT: unload after this many idle seconds (0 disables).", minimum=0
+    )
+    keep_loaded: bool = option(
+        "--keep-loaded", "flag", "JIT: never unload after use (manual unload still works).", default=False
+    )
     min_headroom_gb: float | None = option(
-        "--min-headroom-gb", "float", "Refuse a cold load unless this many GB stay free beyond the model's estimate.",
-        minimum=0)
-    api_key_file: str | None = option("--api-key-file", "str",
-                                      "Require one of the keys in this file (0600, one per line).")
-    launchd: bool = option("--launchd", "flag", "Install a launchd agent (macOS) that starts the server at login.",
-                           default=False)
-    systemd: bool = option("--systemd", "flag", "Install a systemd user unit (Linux) that starts the server at login.",
-                           default=False)
-    unit_dir: str | None = option("--unit-dir", "str",
-                                  "Directory for the unit (default ~/Library/LaunchAgents or ~/.config/systemd/user).")
-    restart: str = option("--restart", "str", "When launchd/systemd restarts the server.", default="on-failure",
-                          choices=("on-failure", "always", "never"))
+        "--min-headroom-gb",
+        "float",
+        "Refuse a cold load unless this many GB stay free beyond the model's estimate.",
+        minimum=0,
+    )
+    api_key_file: str | None = option(
+        "--api-key-file", "str", "Require one of the keys in this file (0600, one per line)."
+    )
+    launchd: bool = option(
+        "--launchd", "flag", "Install a launchd agent (macOS) that starts the server at login.", default=False
+    )
+    systemd: bool = option(
+        "--systemd", "flag", "Install a systemd user unit (Linux) that starts the server at login.", default=False
+    )
+    unit_dir: str | None = option(
+        "--unit-dir", "str", "Directory for the unit (default ~/Library/LaunchAgents or ~/.config/systemd/user)."
+    )
+    restart: str = option(
+        "--restart",
+        "str",
+        "When launchd/systemd restarts the server.",
+        default="on-failure",
+        choices=("on-failure", "always", "never"),
+    )
 
     @property
     def supervisor(self) -> str:
@@ -99,24 +141,27 @@ class StatusRequest(ReceiptsRecord):
     """``serve status``."""
 
     port: int | None = option("--port", "int", "Only this port.", **PORT)
-    verify: bool = option("--verify", "flag", "Re-hash bound adapter files (verified, changed or missing).",
-                          default=False)
+    verify: bool = option(
+        "--verify", "flag", "Re-hash bound adapter files (verified, changed or missing).", default=False
+    )
 
 
 class StopRequest(ReceiptsRecord):
     """``serve stop``."""
 
     port: int = option("--port", "int", "Port of the server to stop.", required=True, **PORT)
-    uninstall: bool = option("--uninstall", "flag", "Also remove a launchd/systemd unit file and its receipt.",
-                             default=False)
+    uninstall: bool = option(
+        "--uninstall", "flag", "Also remove a launchd/systemd unit file and its receipt.", default=False
+    )
 
 
 class ControlRecord(ReceiptsRecord):
     """A command that talks to a live front's control endpoint."""
 
     port: int = option("--port", "int", "Port of the server.", required=True, **PORT)
-    expected_pid: int = option("--expected-pid", "int", "The front's pid, as `serve status` shows it.", minimum=1,
-                               required=True)
+    expected_pid: int = option(
+        "--expected-pid", "int", "The front's pid, as `serve status` shows it.", minimum=1, required=True
+    )
 
 
 class UnloadRequest(ControlRecord):
@@ -126,12 +171,15 @@ class UnloadRequest(ControlRecord):
 class PolicyRequest(ControlRecord):
     """``serve policy``: the whole policy, replaced."""
 
-    idle_timeout: float | None = option("--idle-timeout", "float",
-                                        "Unload after this many idle seconds (omitted or 0: never).", minimum=0)
-    keep_loaded: bool = option("--keep-loaded", "flag", "Never unload after use (omitted: idle unload applies).",
-                               default=False)
-    min_headroom_gb: float | None = option("--min-headroom-gb", "float",
-                                           "Memory reserve for cold loads (omitted: no check).", minimum=0)
+    idle_timeout: float | None = option(
+        "--idle-timeout", "float", "Unload after this many idle seconds (omitted or 0: never).", minimum=0
+    )
+    keep_loaded: bool = option(
+        "--keep-loaded", "flag", "Never unload after use (omitted: idle unload applies).", default=False
+    )
+    min_headroom_gb: float | None = option(
+        "--min-headroom-gb", "float", "Memory reserve for cold loads (omitted: no check).", minimum=0
+    )
 
 
 class TrainRequest(ReceiptsRecord):
@@ -140,33 +188,64 @@ class TrainRequest(ReceiptsRecord):
     path: str | None = option("--path", "str", "Absolute path of the local base model directory.")
     repo: str | None = option("--repo", "str", "ORG/NAME of a base model already in the Hugging Face cache.")
     data: str = option("--data", "str", "Local directory with train.jsonl (and valid.jsonl).", required=True)
-    adapter_path: str = option("--adapter-path", "str", "Directory the adapter is written to; absent or empty.",
-                               required=True)
+    adapter_path: str = option(
+        "--adapter-path", "str", "Directory the adapter is written to; absent or empty.", required=True
+    )
     iters: int = option("--iters", "int", "Training iterations.", default=train.DEFAULT_ITERS, minimum=1)
     batch_size: int = option("--batch-size", "int", "Minibatch size.", default=train.DEFAULT_BATCH_SIZE, minimum=1)
-    learning_rate: float = option("--learning-rate", "float", "Adam learning rate.",
-                                  default=train.DEFAULT_LEARNING_RATE, minimum=0, min_open=True)
-    num_layers: int = option("--num-layers", "int", "Layers to adapt, counted from the top; -1 for all.",
-                             default=train.DEFAULT_NUM_LAYERS, minimum=-1)
+    learning_rate: float = option(
+        "--learning-rate", "float", "Adam learning rate.", default=train.DEFAULT_LEARNING_RATE, minimum=0, min_open=True
+    )
+    num_layers: int = option(
+        "--num-layers",
+        "int",
+        "Layers to adapt, counted from the top; -1 for all.",
+        default=train.DEFAULT_NUM_LAYERS,
+        minimum=-1,
+    )
     rank: int = option("--rank", "int", "LoRA rank.", default=train.DEFAULT_RANK, minimum=1)
     scale: float = option("--scale", "float", "LoRA scale.", default=train.DEFAULT_SCALE, minimum=0, min_open=True)
-    dropout: float = option("--dropout", "float", "LoRA dropout, in [0, 1).", default=train.DEFAULT_DROPOUT,
-                            minimum=0, maximum=1)
-    fine_tune_type: str = option("--fine-tune-type", "str", "Adapter kind.", default=train.DEFAULT_FINE_TUNE_TYPE,
-                                 choices=train.FINE_TUNE_TYPES)
-    max_seq_length: int = option("--max-seq-length", "int", "Longest sequence; longer ones are truncated.",
-                                 default=train.DEFAULT_MAX_SEQ_LENGTH, minimum=1)
+    dropout: float = option(
+        "--dropout", "float", "LoRA dropout, in [0, 1).", default=train.DEFAULT_DROPOUT, minimum=0, maximum=1
+    )
+    fine_tune_type: str = option(
+        "--fine-tune-type", "str", "Adapter kind.", default=train.DEFAULT_FINE_TUNE_TYPE, choices=train.FINE_TUNE_TYPES
+    )
+    max_seq_length: int = option(
+        "--max-seq-length",
+        "int",
+        "Longest sequence; longer ones are truncated.",
+        default=train.DEFAULT_MAX_SEQ_LENGTH,
+        minimum=1,
+    )
     seed: int = option("--seed", "int", "Random seed.", default=train.DEFAULT_SEED, minimum=0)
-    steps_per_report: int = option("--steps-per-report", "int", "Iterations between train loss reports.",
-                                   default=train.DEFAULT_STEPS_PER_REPORT, minimum=1)
-    steps_per_eval: int = option("--steps-per-eval", "int", "Iterations between validations.",
-                                 default=train.DEFAULT_STEPS_PER_EVAL, minimum=1)
-    val_batches: int = option("--val-batches", "int", "Validation batches; -1 for the whole set, 0 for none.",
-                              default=train.DEFAULT_VAL_BATCHES, minimum=-1)
-    save_every: int = option("--save-every", "int", "Iterations between checkpoints in the adapter directory.",
-                             default=train.DEFAULT_SAVE_EVERY, minimum=1)
-    mask_prompt: bool = option("--mask-prompt", "flag",
-                               "Leave the prompt out of the loss (prompt/completion or chat data).", default=False)
+    steps_per_report: int = option(
+        "--steps-per-report",
+        "int",
+        "Iterations between train loss reports.",
+        default=train.DEFAULT_STEPS_PER_REPORT,
+        minimum=1,
+    )
+    steps_per_eval: int = option(
+        "--steps-per-eval", "int", "Iterations between validations.", default=train.DEFAULT_STEPS_PER_EVAL, minimum=1
+    )
+    val_batches: int = option(
+        "--val-batches",
+        "int",
+        "Validation batches; -1 for the whole set, 0 for none.",
+        default=train.DEFAULT_VAL_BATCHES,
+        minimum=-1,
+    )
+    save_every: int = option(
+        "--save-every",
+        "int",
+        "Iterations between checkpoints in the adapter directory.",
+        default=train.DEFAULT_SAVE_EVERY,
+        minimum=1,
+    )
+    mask_prompt: bool = option(
+        "--mask-prompt", "flag", "Leave the prompt out of the loss (prompt/completion or chat data).", default=False
+    )
 
 
 class TrainStatusRequest(ReceiptsRecord):

@@ -40,8 +40,15 @@ def open_log(log_path: Path) -> int:
     return fd
 
 
-def spawn(argv: list[str], env_add: dict[str, str], log_path: Path, cwd: str | Path, *,
-          die_with_parent: bool = False, header: str | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: list[str],
+    env_add: dict[str, str],
+    log_path: Path,
+    cwd: str | Path,
+    *,
+    die_with_parent: bool = False,
+    header: str | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session, stdout and stderr appended to ``log_path`` (after ``header``, if given).
 
     Linux ties the parent-death signal to the forking thread: call this from the thread that lives as long
@@ -52,7 +59,14 @@ def spawn(argv: list[str], env_add: dict[str, str], log_path: Path, cwd: str | P
         if header is not None:
             os.write(fd, header.encode() + b"\n")
         command = with_parent_death_signal(argv) if die_with_parent else argv
-        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
-                                env={**os.environ, **env_add}, cwd=cwd, start_new_session=True)
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env_add},
+            cwd=cwd,
+            start_new_session=True,
+        )
     finally:
         os.close(fd)

@@ -87,8 +87,10 @@ def main() -> int:
     core_rate = size_mb / statistics.median(core_s)
     ratio = ours_rate / core_rate
     print(f"file: {size_mb:.0f} MB of random bytes, page-cached; {args.rounds} interleaved rounds, medians")
-    print(f"python {sys.version.split()[0]}, {hashlib.sha256().name} from OpenSSL "
-          f"{__import__('ssl').OPENSSL_VERSION.split()[1]}, chunk {CHUNK // (1024 * 1024)} MiB")
+    print(
+        f"python {sys.version.split()[0]}, {hashlib.sha256().name} from OpenSSL "
+        f"{__import__('ssl').OPENSSL_VERSION.split()[1]}, chunk {CHUNK // (1024 * 1024)} MiB"
+    )
     print(f"sha256_file : {ours_rate:8.1f} MB/s  (rounds: {', '.join(f'{s:.3f}s' for s in ours_s)})")
     print(f"sha256sum   : {core_rate:8.1f} MB/s  (rounds: {', '.join(f'{s:.3f}s' for s in core_s)})")
     print(f"digest      : {warm_ours} (equal)")

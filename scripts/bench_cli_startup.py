@@ -75,8 +75,6 @@ class ImportRecord:
 # ---------------------------------------------------------------------------------------------- fixtures
 
 
-
-
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
 
@@ -84,14 +82,19 @@ def _write_json(path: Path, obj: Any) -> None:
 def build_minimal_model(out_dir: Path) -> Path:
     """Write a model directory that a preview accepts: config, tokenizer files and one safetensors file."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(out_dir / "config.json", {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-                                          "num_attention_heads": 4, "vocab_size": 512})
+    _write_json(
+        out_dir / "config.json",
+        {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512},
+    )
     _write_json(out_dir / "tokenizer.json", {"version": "1.0", "model": {"type": "BPE", "vocab": {}}})
     _write_json(out_dir / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast"})
     data_size = 512 * 64
-    header = json.dumps({"__metadata__": {"format": "mlx"},
-                         "model.embed_tokens.weight": {"dtype": "U8", "shape": [512, 64],
-                                                       "data_offsets": [0, data_size]}}).encode()
+    header = json.dumps(
+        {
+            "__metadata__": {"format": "mlx"},
+            "model.embed_tokens.weight": {"dtype": "U8", "shape": [512, 64], "data_offsets": [0, data_size]},
+        }
+    ).encode()
     header += b" " * (-len(header) % 8)
     with open(out_dir / "model.safetensors", "wb") as fh:
         fh.write(struct.pack("<Q", len(header)) + header)
@@ -102,8 +105,9 @@ def build_minimal_model(out_dir: Path) -> Path:
 def build_model(out_dir: Path) -> tuple[Path, str]:
     """Build the tiny model with the test fixture if it works here, else a minimal one; say which."""
     if TINY_MODEL.is_file():
-        proc = subprocess.run([sys.executable, str(TINY_MODEL), str(out_dir)], capture_output=True,
-                              text=True, timeout=300, check=False)
+        proc = subprocess.run(
+            [sys.executable, str(TINY_MODEL), str(out_dir)], capture_output=True, text=True, timeout=300, check=False
+        )
         if proc.returncode == 0 and (out_dir / "config.json").is_file():
             return out_dir, "tests/fixtures/tiny_model.py"
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -130,8 +134,7 @@ def create_time(pid: int) -> float:
         return time.time()
 
 
-def receipt(port: int, pid: int, created: float, argv: list[str], model: str,
-            log_dir: Path) -> dict[str, Any]:
+def receipt(port: int, pid: int, created: float, argv: list[str], model: str, log_dir: Path) -> dict[str, Any]:
     """Return a serve receipt with the fields ``serve status`` reads."""
     return {
         "format_version": "1.0",
@@ -179,8 +182,7 @@ def write_receipts(home: Path, model: Path, live: list[subprocess.Popen[bytes]])
 def run_once(cmd: Command) -> float:
     """Run a command with its output discarded and return its wall time in seconds."""
     started = time.perf_counter()
-    proc = subprocess.run(cmd.argv, env=cmd.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          check=False)
+    proc = subprocess.run(cmd.argv, env=cmd.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd.label} exited {proc.returncode}: {' '.join(cmd.argv)}")
@@ -208,7 +210,7 @@ def parse_importtime(stderr: str) -> list[ImportRecord]:
     for line in stderr.splitlines():
         if not line.startswith("import time:"):
             continue
-        parts = line[len("import time:"):].split("|")
+        parts = line[len("import time:") :].split("|")
         if len(parts) != 3 or not parts[0].strip().isdigit():
             continue  # the header line
         raw_name = parts[2].rstrip()
@@ -221,8 +223,7 @@ def parse_importtime(stderr: str) -> list[ImportRecord]:
 def importtime(cmd: Command) -> list[ImportRecord]:
     """Run a command once under ``-X importtime`` and return what it imported."""
     argv = [cmd.argv[0], "-X", "importtime", *cmd.argv[1:]]
-    proc = subprocess.run(argv, env=cmd.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          check=False)
+    proc = subprocess.run(argv, env=cmd.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd.label} under -X importtime exited {proc.returncode}")
     return parse_importtime(proc.stderr)
@@ -265,8 +266,11 @@ def summarise(modules: list[str]) -> str:
             shown = ", ".join(names[:20]) + (f", ... ({len(names) - 20} more)" if len(names) > 20 else "")
             parts.append(f"huggingface_hub heavy submodules [{shown}]")
         else:
-            parts.append(f"{top} ({len(names)} module{'s' if len(names) != 1 else ''}: {names[0]}, ...)"
-                         if len(names) > 1 else top)
+            parts.append(
+                f"{top} ({len(names)} module{'s' if len(names) != 1 else ''}: {names[0]}, ...)"
+                if len(names) > 1
+                else top
+            )
     return "; ".join(parts)
 
 
@@ -294,24 +298,40 @@ def main() -> int:
         env_foreign = {**base_env, "MLX_AGENT_HOME": str(home_foreign)}
         py = sys.executable
         baseline = Command("python -c pass", [py, "-c", "pass"], base_env)
-        status = Command("serve status --json (50 exited)", [py, str(LAUNCHER), "serve", "status", "--json"],
-                         env_exited)
-        status_foreign = Command(f"serve status --json ({RECEIPTS - FOREIGN} exited + {FOREIGN} foreign)",
-                                 [py, str(LAUNCHER), "serve", "status", "--json"], env_foreign)
-        preview = Command("serve start --json (preview)",
-                          [py, str(LAUNCHER), "serve", "start", "--path", str(model), "--port", str(port),
-                           "--json"], env_exited)
+        status = Command(
+            "serve status --json (50 exited)", [py, str(LAUNCHER), "serve", "status", "--json"], env_exited
+        )
+        status_foreign = Command(
+            f"serve status --json ({RECEIPTS - FOREIGN} exited + {FOREIGN} foreign)",
+            [py, str(LAUNCHER), "serve", "status", "--json"],
+            env_foreign,
+        )
+        preview = Command(
+            "serve start --json (preview)",
+            [py, str(LAUNCHER), "serve", "start", "--path", str(model), "--port", str(port), "--json"],
+            env_exited,
+        )
         # The floor: the standard-library modules any JSON-printing CLI with paths, hashes and sockets needs.
-        floor = Command("floor: python -c 'import json, pathlib, hashlib, socket'",
-                        [py, "-c", "import json, pathlib, hashlib, socket"], base_env)
+        floor = Command(
+            "floor: python -c 'import json, pathlib, hashlib, socket'",
+            [py, "-c", "import json, pathlib, hashlib, socket"],
+            base_env,
+        )
         commands = [baseline, floor, status, status_foreign, preview]
         cli_commands = commands[2:]
 
         # Check that each command does what is measured before timing it.
-        for home_env, want in ((env_exited, {"exited": RECEIPTS}),
-                               (env_foreign, {"exited": RECEIPTS - FOREIGN, "foreign": FOREIGN})):
-            out = subprocess.run([py, str(LAUNCHER), "serve", "status", "--json"], env=home_env,
-                                 capture_output=True, text=True, check=False)
+        for home_env, want in (
+            (env_exited, {"exited": RECEIPTS}),
+            (env_foreign, {"exited": RECEIPTS - FOREIGN, "foreign": FOREIGN}),
+        ):
+            out = subprocess.run(
+                [py, str(LAUNCHER), "serve", "status", "--json"],
+                env=home_env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             servers = json.loads(out.stdout)["data"]["servers"]
             states: dict[str, int] = {}
             for server in servers:
@@ -322,8 +342,7 @@ def main() -> int:
         out = subprocess.run(preview.argv, env=preview.env, capture_output=True, text=True, check=False)
         doc = json.loads(out.stdout)
         if out.returncode != 0 or doc["status"] != "ok" or "plan" not in doc["data"]:
-            print(f"setup error: the preview failed: {out.stdout[-2000:]}{out.stderr[-2000:]}",
-                  file=sys.stderr)
+            print(f"setup error: the preview failed: {out.stdout[-2000:]}{out.stderr[-2000:]}", file=sys.stderr)
             return 2
 
         print(f"python: {py} ({sys.version.split()[0]})")

@@ -42,8 +42,6 @@ RSS_TARGET_MB = 80.0
 TOKEN = "bench-control-token"
 
 
-
-
 def private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -53,8 +51,9 @@ def private(path: Path, text: str) -> None:
 def post(port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> bytes:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
-        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json",
-                                                                    **(headers or {})})
+        conn.request(
+            "POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", **(headers or {})}
+        )
         resp = conn.getresponse()
         data = resp.read()
         if resp.status != 200:
@@ -85,8 +84,9 @@ def timed_stream(port: int, body: dict[str, Any]) -> tuple[int, float]:
     start = time.perf_counter()
     tokens = 0
     try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
         resp = conn.getresponse()
         while True:
             line = resp.readline()
@@ -108,22 +108,49 @@ def start_gateway(directory: Path, model: Path, stream_tokens: int) -> tuple[sub
     port = free_port()
     serve = directory / "serve"
     serve.mkdir()
-    argv = [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), "--host", "127.0.0.1",
-            "--port", "{port}", "--max-tokens", str(stream_tokens)]
+    argv = [
+        sys.executable,
+        "-m",
+        "mlx_agent.runtime",
+        "mlx_lm",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--max-tokens",
+        str(stream_tokens),
+    ]
     config = {
-        "format_version": "1.0", "host": "127.0.0.1", "port": port, "model_id": "bench/tiny",
-        "model_path": str(model), "max_tokens": stream_tokens,
-        "worker": {"argv": argv, "env": {}, "cwd": "/", "ready_timeout_s": 120,
-                   "readiness": {"path": "/health", "status": 200, "json": {"status": "ok"}},
-                   "log_path": str(serve / "worker.log")},
-        "weight_bytes": None, "policy_path": str(serve / "policy.json"),
+        "format_version": "1.0",
+        "host": "127.0.0.1",
+        "port": port,
+        "model_id": "bench/tiny",
+        "model_path": str(model),
+        "max_tokens": stream_tokens,
+        "worker": {
+            "argv": argv,
+            "env": {},
+            "cwd": "/",
+            "ready_timeout_s": 120,
+            "readiness": {"path": "/health", "status": 200, "json": {"status": "ok"}},
+            "log_path": str(serve / "worker.log"),
+        },
+        "weight_bytes": None,
+        "policy_path": str(serve / "policy.json"),
         "control_token_path": str(serve / "token"),
     }
     private(serve / "token", TOKEN + "\n")
     private(directory / "gateway.json", json.dumps(config))
     log = open(directory / "gateway.log", "ab")  # noqa: SIM115 - the child writes to it until it stops
-    proc = subprocess.Popen([sys.executable, "-m", "mlx_agent.gateway", "--config", str(directory / "gateway.json")],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlx_agent.gateway", "--config", str(directory / "gateway.json")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -168,8 +195,11 @@ def main() -> int:
                 get_json(port, "/v1/models")
             rss_unloaded = rss_mb(proc.pid)
 
-            chat: dict[str, Any] = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 1,
-                                    "temperature": 0}
+            chat: dict[str, Any] = {
+                "messages": [{"role": "user", "content": "Say hi"}],
+                "max_tokens": 1,
+                "temperature": 0,
+            }
             post(port, "/v1/chat/completions", chat)  # the cold load
             worker_port = get_json(port, "/mlx-agent/status", TOKEN)["worker"]["port"]
             for _ in range(10):  # warm both paths
@@ -184,9 +214,13 @@ def main() -> int:
             p50_direct, p50_via = statistics.median(direct) * 1e3, statistics.median(via) * 1e3
             paired = statistics.median((b - a) * 1e3 for a, b in zip(direct, via, strict=True))
 
-            stream: dict[str, Any] = {"messages": [{"role": "user", "content": "Tell a long story"}],
-                                      "max_tokens": args.stream_tokens, "temperature": 0, "stream": True,
-                                      "stream_options": {"include_usage": True}}
+            stream: dict[str, Any] = {
+                "messages": [{"role": "user", "content": "Tell a long story"}],
+                "max_tokens": args.stream_tokens,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
             timed_stream(worker_port, stream)
             timed_stream(port, stream)
             rate_direct: list[float] = []
@@ -208,15 +242,23 @@ def main() -> int:
             proc.wait(30)
 
     added = p50_via - p50_direct
-    print(f"model: {model.name}; {args.rounds} non-streaming rounds, {args.stream_rounds} streamed rounds "
-          f"of {sorted(tokens_seen)} completion tokens")
-    print(f"non-streaming p50: direct {p50_direct:.2f} ms, via gateway {p50_via:.2f} ms, "
-          f"added {added:.2f} ms (median paired difference {paired:.2f} ms)  "
-          f"target <= {LATENCY_TARGET_MS} ms  {verdict(added <= LATENCY_TARGET_MS)}")
-    print(f"streamed tokens/s: direct {tps_direct:.1f}, via gateway {tps_via:.1f}, ratio {ratio:.3f}  "
-          f"target >= {STREAM_TARGET_RATIO}  {verdict(ratio >= STREAM_TARGET_RATIO)}")
-    print(f"gateway RSS while unloaded: {rss_unloaded:.1f} MB at start, {rss_after:.1f} MB after load+unload  "
-          f"target <= {RSS_TARGET_MB} MB  {verdict(max(rss_unloaded, rss_after) <= RSS_TARGET_MB)}")
+    print(
+        f"model: {model.name}; {args.rounds} non-streaming rounds, {args.stream_rounds} streamed rounds "
+        f"of {sorted(tokens_seen)} completion tokens"
+    )
+    print(
+        f"non-streaming p50: direct {p50_direct:.2f} ms, via gateway {p50_via:.2f} ms, "
+        f"added {added:.2f} ms (median paired difference {paired:.2f} ms)  "
+        f"target <= {LATENCY_TARGET_MS} ms  {verdict(added <= LATENCY_TARGET_MS)}"
+    )
+    print(
+        f"streamed tokens/s: direct {tps_direct:.1f}, via gateway {tps_via:.1f}, ratio {ratio:.3f}  "
+        f"target >= {STREAM_TARGET_RATIO}  {verdict(ratio >= STREAM_TARGET_RATIO)}"
+    )
+    print(
+        f"gateway RSS while unloaded: {rss_unloaded:.1f} MB at start, {rss_after:.1f} MB after load+unload  "
+        f"target <= {RSS_TARGET_MB} MB  {verdict(max(rss_unloaded, rss_after) <= RSS_TARGET_MB)}"
+    )
     return 0
 
 

@@ -99,15 +99,41 @@ def main() -> int:
     args = parser.parse_args()
 
     sides: dict[str, tuple[str, dict[str, Any], Reader]] = {
-        "chat completions": ("/v1/chat/completions", {
-            "model": "bench/tiny", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": args.tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}, chat_event),
-        "messages": ("/v1/messages", {
-            "model": "bench/tiny", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": args.tokens,
-            "temperature": 0, "stream": True}, messages_event),
-        "responses": ("/v1/responses", {
-            "model": "bench/tiny", "input": PROMPT, "max_output_tokens": args.tokens, "temperature": 0,
-            "stream": True, "store": False}, responses_event),
+        "chat completions": (
+            "/v1/chat/completions",
+            {
+                "model": "bench/tiny",
+                "messages": [{"role": "user", "content": PROMPT}],
+                "max_tokens": args.tokens,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+            chat_event,
+        ),
+        "messages": (
+            "/v1/messages",
+            {
+                "model": "bench/tiny",
+                "messages": [{"role": "user", "content": PROMPT}],
+                "max_tokens": args.tokens,
+                "temperature": 0,
+                "stream": True,
+            },
+            messages_event,
+        ),
+        "responses": (
+            "/v1/responses",
+            {
+                "model": "bench/tiny",
+                "input": PROMPT,
+                "max_output_tokens": args.tokens,
+                "temperature": 0,
+                "stream": True,
+                "store": False,
+            },
+            responses_event,
+        ),
     }
     rates: dict[str, list[float]] = {name: [] for name in sides}
     tokens_seen: set[int] = set()
@@ -125,7 +151,7 @@ def main() -> int:
                 path, body, reader = sides[name]
                 timed_stream(port, path, body, reader)
             for i in range(args.rounds):
-                order = names[i % len(names):] + names[:i % len(names)]
+                order = names[i % len(names) :] + names[: i % len(names)]
                 for name in order:
                     path, body, reader = sides[name]
                     tokens, seconds = timed_stream(port, path, body, reader)
@@ -137,14 +163,20 @@ def main() -> int:
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
     base = medians["chat completions"]
-    print(f"model: {model.name}; {args.rounds} interleaved streamed rounds per API of {sorted(tokens_seen)} "
-          "output tokens, greedy, one gateway")
-    print(f"streamed tokens/s (median): chat completions {base:.1f}, messages {medians['messages']:.1f}, "
-          f"responses {medians['responses']:.1f}")
+    print(
+        f"model: {model.name}; {args.rounds} interleaved streamed rounds per API of {sorted(tokens_seen)} "
+        "output tokens, greedy, one gateway"
+    )
+    print(
+        f"streamed tokens/s (median): chat completions {base:.1f}, messages {medians['messages']:.1f}, "
+        f"responses {medians['responses']:.1f}"
+    )
     for name in ("messages", "responses"):
         ratio = medians[name] / base
-        print(f"{name} / chat completions: {ratio:.3f}  target >= {TARGET_RATIO}  "
-              f"{bench_gateway.verdict(ratio >= TARGET_RATIO)}")
+        print(
+            f"{name} / chat completions: {ratio:.3f}  target >= {TARGET_RATIO}  "
+            f"{bench_gateway.verdict(ratio >= TARGET_RATIO)}"
+        )
     return 0
 
 

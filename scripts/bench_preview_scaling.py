@@ -40,17 +40,19 @@ BIG_BYTES = 8 * 1000 * 1000 * 1000
 MAX_ALLOCATED = 64 * 1024 * 1024
 
 
-
-
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def write_sparse_shard(path: Path, tensor: str, data_bytes: int) -> None:
     """Write a safetensors file holding one uint8 tensor of ``data_bytes`` bytes, all of it a hole."""
-    header = json.dumps({"__metadata__": {"format": "mlx"},
-                         tensor: {"dtype": "U8", "shape": [data_bytes], "data_offsets": [0, data_bytes]}},
-                        separators=(",", ":")).encode()
+    header = json.dumps(
+        {
+            "__metadata__": {"format": "mlx"},
+            tensor: {"dtype": "U8", "shape": [data_bytes], "data_offsets": [0, data_bytes]},
+        },
+        separators=(",", ":"),
+    ).encode()
     header += b" " * (-len(header) % 8)  # the format pads the header with spaces to 8-byte alignment
     with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(header)) + header)
@@ -60,15 +62,26 @@ def write_sparse_shard(path: Path, tensor: str, data_bytes: int) -> None:
 def build_model(out_dir: Path, total_bytes: int) -> int:
     """Write a sharded model directory whose weights total ``total_bytes``; return the bytes allocated."""
     out_dir.mkdir(parents=True)
-    _write_json(out_dir / "config.json", {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                                          "hidden_size": 64, "num_hidden_layers": SHARDS,
-                                          "num_attention_heads": 4, "num_key_value_heads": 2,
-                                          "intermediate_size": 128, "vocab_size": 512,
-                                          "rms_norm_eps": 1e-6, "torch_dtype": "uint8"})
-    _write_json(out_dir / "tokenizer.json", {"version": "1.0", "added_tokens": [],
-                                             "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})
-    _write_json(out_dir / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast",
-                                                    "eos_token": "a"})
+    _write_json(
+        out_dir / "config.json",
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": 64,
+            "num_hidden_layers": SHARDS,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 128,
+            "vocab_size": 512,
+            "rms_norm_eps": 1e-6,
+            "torch_dtype": "uint8",
+        },
+    )
+    _write_json(
+        out_dir / "tokenizer.json",
+        {"version": "1.0", "added_tokens": [], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}},
+    )
+    _write_json(out_dir / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "a"})
     per_shard = total_bytes // SHARDS
     weight_map: dict[str, str] = {}
     for i in range(SHARDS):
@@ -76,8 +89,10 @@ def build_model(out_dir: Path, total_bytes: int) -> int:
         tensor = f"model.layers.{i}.weight"
         write_sparse_shard(out_dir / name, tensor, per_shard)
         weight_map[tensor] = name
-    _write_json(out_dir / "model.safetensors.index.json",
-                {"metadata": {"total_size": per_shard * SHARDS}, "weight_map": weight_map})
+    _write_json(
+        out_dir / "model.safetensors.index.json",
+        {"metadata": {"total_size": per_shard * SHARDS}, "weight_map": weight_map},
+    )
     return sum(p.stat().st_blocks * 512 for p in out_dir.iterdir())
 
 
@@ -119,15 +134,19 @@ def main() -> int:
         small, big = tmp / "small", tmp / "big"
         allocated = {"small": build_model(small, SMALL_BYTES), "big": build_model(big, BIG_BYTES)}
         if allocated["big"] > MAX_ALLOCATED:
-            print(f"setup error: {tmp} does not keep sparse files sparse "
-                  f"({allocated['big']} bytes allocated); pass --tmpdir on another filesystem",
-                  file=sys.stderr)
+            print(
+                f"setup error: {tmp} does not keep sparse files sparse "
+                f"({allocated['big']} bytes allocated); pass --tmpdir on another filesystem",
+                file=sys.stderr,
+            )
             return 2
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPROFILEIMPORTTIME"}
         env["MLX_AGENT_HOME"] = str(tmp / "home")
         port = free_port()
-        argv = {name: [sys.executable, str(LAUNCHER), "serve", "start", "--path", str(path),
-                       "--port", str(port), "--json"] for name, path in (("small", small), ("big", big))}
+        argv = {
+            name: [sys.executable, str(LAUNCHER), "serve", "start", "--path", str(path), "--port", str(port), "--json"]
+            for name, path in (("small", small), ("big", big))
+        }
         totals = {"small": SMALL_BYTES, "big": BIG_BYTES}
         for name in ("small", "big"):
             problem = check_preview(argv[name], env, totals[name])
@@ -137,10 +156,11 @@ def main() -> int:
 
         print(f"python: {sys.executable} ({sys.version.split()[0]})")
         for name in ("small", "big"):
-            print(f"{name} model: {SHARDS} shards, {totals[name] / 1e6:,.0f} MB of weights, "
-                  f"{allocated[name] / 1e6:.2f} MB allocated on disk")
-        print(f"rounds: {args.rounds} interleaved (after one warm-up round); target ratio big/small <= "
-              f"{TARGET_RATIO}")
+            print(
+                f"{name} model: {SHARDS} shards, {totals[name] / 1e6:,.0f} MB of weights, "
+                f"{allocated[name] / 1e6:.2f} MB allocated on disk"
+            )
+        print(f"rounds: {args.rounds} interleaved (after one warm-up round); target ratio big/small <= {TARGET_RATIO}")
 
         for name in ("small", "big"):  # warm-up
             run_once(argv[name], env)
@@ -153,8 +173,10 @@ def main() -> int:
         print(f"\n{'preview':<10} {'median ms':>10} {'min ms':>8} {'max ms':>8}")
         for name in ("small", "big"):
             values = samples[name]
-            print(f"{name:<10} {statistics.median(values) * 1000:10.1f} {min(values) * 1000:8.1f} "
-                  f"{max(values) * 1000:8.1f}")
+            print(
+                f"{name:<10} {statistics.median(values) * 1000:10.1f} {min(values) * 1000:8.1f} "
+                f"{max(values) * 1000:8.1f}"
+            )
         ratio = statistics.median(samples["big"]) / statistics.median(samples["small"])
         verdict = "PASS" if ratio <= TARGET_RATIO else "FAIL"
         print(f"\nratio big/small (medians): {ratio:.3f}  {verdict} (target <= {TARGET_RATIO})")

@@ -39,8 +39,14 @@ CACHE = REPO / ".cache"
 
 CODE_TARGET, CHAT_TARGET = 2.0, 0.90
 LINE = re.compile(r"(chatcmpl-\S+) prompt lookup: (\d+) tokens in (\d+) forward passes, (\d+) of (\d+) drafted")
-CHAT = ["Tell me something about the village.", "Describe the weather today.", "What do scientists measure?",
-        "Why is the sky blue?", "What is your favourite breakfast?", "How does an agent work?"]
+CHAT = [
+    "Tell me something about the village.",
+    "Describe the weather today.",
+    "What do scientists measure?",
+    "Why is the sky blue?",
+    "What is your favourite breakfast?",
+    "How does an agent work?",
+]
 
 
 def build_model() -> Path:
@@ -54,21 +60,26 @@ def build_model() -> Path:
     return out
 
 
-
-
 def request(port: int, messages: list[dict[str, str]], max_tokens: int, *, stream: bool) -> dict[str, Any]:
     """Send one greedy chat request; return its text, finish reason, tokens, id and decode time."""
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
-    post = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
-                                  headers={"Content-Type": "application/json"})
+    post = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(post, timeout=600) as answer:
         if not stream:
             reply = json.loads(answer.read())
             choice = reply["choices"][0]
-            return {"text": choice["message"]["content"] or "", "finish": choice["finish_reason"],
-                    "tokens": reply["usage"]["completion_tokens"], "id": reply["id"]}
+            return {
+                "text": choice["message"]["content"] or "",
+                "finish": choice["finish_reason"],
+                "tokens": reply["usage"]["completion_tokens"],
+                "id": reply["id"],
+            }
         text, finish, tokens, ident = "", None, 0, ""
         first = last = 0.0
         for raw in answer:
@@ -92,12 +103,14 @@ def request(port: int, messages: list[dict[str, str]], max_tokens: int, *, strea
 def prompts() -> list[tuple[str, list[dict[str, str]]]]:
     """Return the benchmark's prompts, each with its kind: code edits and chat, alternating."""
     sources = [block for block in copy_model.blocks() if block.count("\n") >= 1]
-    edits = [("code_edit", [{"role": "user", "content": f"{copy_model.INSTRUCTIONS[i % 3]}\n{source}"}])
-             for i, source in enumerate(sources)]
+    edits = [
+        ("code_edit", [{"role": "user", "content": f"{copy_model.INSTRUCTIONS[i % 3]}\n{source}"}])
+        for i, source in enumerate(sources)
+    ]
     chats = [("chat", [{"role": "user", "content": question}]) for question in CHAT]
     mixed: list[tuple[str, list[dict[str, str]]]] = []
     for index in range(max(len(edits), len(chats))):
-        mixed += edits[index:index + 1] + chats[index:index + 1]
+        mixed += edits[index : index + 1] + chats[index : index + 1]
     return mixed
 
 
@@ -121,15 +134,17 @@ def main() -> int:
         for kind, messages in prompts():  # identity without streaming, once per prompt
             whole = {name: request(port, messages, args.max_tokens, stream=False) for name, port in ports.items()}
             identical.setdefault(kind, []).append(
-                {k: v for k, v in whole["native"].items() if k != "id"} == {k: v for k, v in whole["lookup"].items()
-                                                                              if k != "id"})
+                {k: v for k, v in whole["native"].items() if k != "id"}
+                == {k: v for k, v in whole["lookup"].items() if k != "id"}
+            )
         for round_ in range(args.rounds):
             for index, (kind, messages) in enumerate(prompts()):
                 order = ["native", "lookup"] if (round_ + index) % 2 == 0 else ["lookup", "native"]
                 got = {name: request(ports[name], messages, args.max_tokens, stream=True) for name in order}
                 kinds[got["lookup"]["id"]] = kind
                 identical.setdefault(kind, []).append(
-                    all(got["native"][k] == got["lookup"][k] for k in ("text", "finish", "tokens")))
+                    all(got["native"][k] == got["lookup"][k] for k in ("text", "finish", "tokens"))
+                )
                 for name, reply in got.items():
                     entry = totals.setdefault(f"{kind}/{name}", {"tokens": 0.0, "seconds": 0.0})
                     entry["tokens"] += max(reply["tokens"] - 1, 0)
@@ -145,18 +160,22 @@ def main() -> int:
     verdict = True
     print(f"model: {model} ({args.rounds} rounds, max_tokens {args.max_tokens}, greedy, streamed)")
     for kind, target in (("code_edit", CODE_TARGET), ("chat", CHAT_TARGET)):
-        rates = {name: totals[f"{kind}/{name}"]["tokens"] / totals[f"{kind}/{name}"]["seconds"]
-                 for name in ("native", "lookup")}
+        rates = {
+            name: totals[f"{kind}/{name}"]["tokens"] / totals[f"{kind}/{name}"]["seconds"]
+            for name in ("native", "lookup")
+        }
         ratio = rates["lookup"] / rates["native"]
         same = identical[kind]
         tokens, passes, accepted, drafted = drafts.get(kind, [0, 0, 0, 0])
         ok = ratio >= target and all(same)
         verdict = verdict and ok
-        print(f"{kind:9s}: native {rates['native']:7.1f} tok/s, lookup {rates['lookup']:7.1f} tok/s, "
-              f"ratio {ratio:.2f} (target >= {target:.2f}); identical {sum(same)}/{len(same)} "
-              f"({100 * sum(same) / len(same):.0f}%); acceptance {accepted}/{drafted} drafted tokens "
-              f"({100 * accepted / drafted if drafted else 0:.1f}%), {tokens / passes if passes else 0:.2f} tokens "
-              f"per forward pass: {'PASS' if ok else 'FAIL'}")
+        print(
+            f"{kind:9s}: native {rates['native']:7.1f} tok/s, lookup {rates['lookup']:7.1f} tok/s, "
+            f"ratio {ratio:.2f} (target >= {target:.2f}); identical {sum(same)}/{len(same)} "
+            f"({100 * sum(same) / len(same):.0f}%); acceptance {accepted}/{drafted} drafted tokens "
+            f"({100 * accepted / drafted if drafted else 0:.1f}%), {tokens / passes if passes else 0:.2f} tokens "
+            f"per forward pass: {'PASS' if ok else 'FAIL'}"
+        )
     total = re.findall(r"server total: (.*)", log)
     print(f"lookup server total: {total[-1] if total else 'no lookup replies'}")
     print("verdict:", "PASS" if verdict else "FAIL")

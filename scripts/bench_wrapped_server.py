@@ -36,21 +36,24 @@ from tests.e2e.test_wrapped_support import running  # noqa: E402  (the repositor
 POLL_SECONDS = 0.1  # mlx_agent.runtime.cancel.POLL_SECONDS (not imported: that would import mlx_lm here)
 TINY_MODEL = REPO / "tests" / "fixtures" / "tiny_model.py"
 TARGET_RATIO = 0.95
-PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers.",
-           "Summarize the history of the village clock.", "What is the capital of France?"]
+PROMPTS = [
+    "Tell me about the weather.",
+    "Write a function that adds two numbers.",
+    "Summarize the history of the village clock.",
+    "What is the capital of France?",
+]
 STOPPED = re.compile(r"after (\d+) tokens; generation stopped \((\d+) more tokens after the stop\)")
 
 
-
-
 def post(port: int, body: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         reply: dict[str, Any] = json.loads(answer.read())
         return reply
-
-
 
 
 def timed(port: int, prompt: str, max_tokens: int, **fields: Any) -> tuple[int, float]:
@@ -84,8 +87,20 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-wrapped-") as tmp:
         model = Path(tmp) / "model"
-        subprocess.run([sys.executable, str(TINY_MODEL), str(model), "--hidden-size", str(args.hidden_size),
-                        "--num-layers", str(args.num_layers)], check=True, capture_output=True, cwd=REPO)
+        subprocess.run(
+            [
+                sys.executable,
+                str(TINY_MODEL),
+                str(model),
+                "--hidden-size",
+                str(args.hidden_size),
+                "--num-layers",
+                str(args.num_layers),
+            ],
+            check=True,
+            capture_output=True,
+            cwd=REPO,
+        )
         with running(model, Path(tmp), bare=True) as bare_server, running(model, Path(tmp)) as wrapped_server:
             bare, wrapped, wrapped_log = bare_server.port, wrapped_server.port, wrapped_server.log_path
             for port in (bare, wrapped):  # the bare server loads its model on the first request
@@ -103,25 +118,32 @@ def main() -> int:
                         totals[name][1] += seconds
                         pair[name] = tokens / seconds
                     pairs.append(pair["wrapped"] / pair["bare"])
-                tokens, seconds = timed(wrapped, f"JSON please ({round_index})", args.max_tokens,
-                                        response_format={"type": "json_object"})
+                tokens, seconds = timed(
+                    wrapped, f"JSON please ({round_index})", args.max_tokens, response_format={"type": "json_object"}
+                )
                 totals["wrapped+json"][0] += tokens
                 totals["wrapped+json"][1] += seconds
             rate = {name: count / spent for name, (count, spent) in totals.items()}
             late, delay = cancel_delay(wrapped, wrapped_log, rate["wrapped"])
 
     ratio = statistics.median(pairs)
-    print(f"model: random llama, hidden {args.hidden_size}, {args.num_layers} layers; {args.rounds} rounds x "
-          f"{len(PROMPTS)} prompts, max_tokens {args.max_tokens}, greedy, non-streaming")
+    print(
+        f"model: random llama, hidden {args.hidden_size}, {args.num_layers} layers; {args.rounds} rounds x "
+        f"{len(PROMPTS)} prompts, max_tokens {args.max_tokens}, greedy, non-streaming"
+    )
     for name in ("bare", "wrapped", "wrapped+json"):
         count, spent = totals[name]
         print(f"  {name:<13} {count:>6.0f} tokens in {spent:7.2f} s = {rate[name]:7.1f} tokens/s")
     print(f"ratio wrapped/bare of the totals: {rate['wrapped'] / rate['bare']:.3f}")
-    print(f"ratio wrapped/bare, median of {len(pairs)} back-to-back pairs: {ratio:.3f} (target >= {TARGET_RATIO}) "
-          f"{'PASS' if ratio >= TARGET_RATIO else 'FAIL'}")
+    print(
+        f"ratio wrapped/bare, median of {len(pairs)} back-to-back pairs: {ratio:.3f} (target >= {TARGET_RATIO}) "
+        f"{'PASS' if ratio >= TARGET_RATIO else 'FAIL'}"
+    )
     print(f"json_object / plain (information): {rate['wrapped+json'] / rate['wrapped']:.3f}")
-    print(f"disconnect: {late} tokens after the stop = {delay:.2f} s at {rate['wrapped']:.0f} tokens/s, plus up to "
-          f"{POLL_SECONDS} s to notice (target < 1 s) {'PASS' if delay + POLL_SECONDS < 1.0 else 'FAIL'}")
+    print(
+        f"disconnect: {late} tokens after the stop = {delay:.2f} s at {rate['wrapped']:.0f} tokens/s, plus up to "
+        f"{POLL_SECONDS} s to notice (target < 1 s) {'PASS' if delay + POLL_SECONDS < 1.0 else 'FAIL'}"
+    )
     return 0 if ratio >= TARGET_RATIO else 1
 
 

@@ -37,8 +37,6 @@ def agent(*args: str) -> dict[str, Any]:
     return doc
 
 
-
-
 def main() -> int:
     os.environ.setdefault("MLX_AGENT_HOME", str(ROOT / ".cache" / "demo-home"))
     model = ROOT / ".cache" / "tiny-model"
@@ -61,12 +59,15 @@ def main() -> int:
     try:
         step("a chat completion")
         body = json.dumps({"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 12}).encode()
-        request = urllib.request.Request(f"{receipt['base_url']}/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{receipt['base_url']}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             reply = json.load(response)
-        print(f"  reply ({reply['usage']['completion_tokens']} tokens, random weights): "
-              f"{reply['choices'][0]['message']['content']!r}")
+        print(
+            f"  reply ({reply['usage']['completion_tokens']} tokens, random weights): "
+            f"{reply['choices'][0]['message']['content']!r}"
+        )
 
         step("status: the receipt checked against the live process")
         for server in agent("serve", "status")["data"]["servers"]:

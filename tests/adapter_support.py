@@ -24,8 +24,9 @@ def restart_refusal(receipt: dict[str, Any], log: Path) -> tuple[int, str]:
     worker = receipt["plan"]["models"][0]["worker"]
     argv = [arg.replace("{socket}", str(log.with_suffix(".sock"))) for arg in worker["argv"]]
     with open(log, "wb") as out:
-        exit_code = subprocess.run(argv, env={**os.environ, **worker["env"]}, stdout=out,
-                                   stderr=subprocess.STDOUT, timeout=120).returncode
+        exit_code = subprocess.run(
+            argv, env={**os.environ, **worker["env"]}, stdout=out, stderr=subprocess.STDOUT, timeout=120
+        ).returncode
     for line in log.read_text().splitlines():
         if line.startswith("mlx-agent-error "):
             return exit_code, str(json.loads(line.removeprefix("mlx-agent-error "))["code"])

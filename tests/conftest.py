@@ -46,8 +46,6 @@ def assert_valid(name: str, document: Any) -> None:
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
 
 
-
-
 @dataclass
 class CliResult:
     """One CLI run: exit code, the parsed envelope (under --json), and stderr."""
@@ -82,8 +80,7 @@ class Agent:
         argv = [sys.executable, str(LAUNCHER), *args]
         if check_json:
             argv.append("--json")
-        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout,
-                              cwd=self.home)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout, cwd=self.home)
         doc: dict[str, Any] = {}
         if check_json:
             doc = json.loads(proc.stdout)  # exactly one document, nothing else on stdout
@@ -92,8 +89,14 @@ class Agent:
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         """Start ``mlx-agent ARGS --json`` without waiting."""
-        return subprocess.Popen([sys.executable, str(LAUNCHER), *args, "--json"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.home)
+        return subprocess.Popen(
+            [sys.executable, str(LAUNCHER), *args, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=self.home,
+        )
 
     def launch(self, *args: str) -> dict[str, Any]:
         """Preview and confirm ``serve start ARGS``; return the schema-checked receipt."""
@@ -149,7 +152,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
         runner.run("serve", "stop", "--port", receipt.stem)
 
 
-FAKE_SERVER = '''
+FAKE_SERVER = """
 import argparse, http.server, json, sys
 p = argparse.ArgumentParser()
 p.add_argument("--model"); p.add_argument("--host"); p.add_argument("--port", type=int)
@@ -169,7 +172,7 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 print("fake server listening", flush=True)
 http.server.HTTPServer((a.host, a.port), H).serve_forever()
-'''
+"""
 
 
 def fake_runtime(directory: Path, body: str, name: str = "mlx_lm.server") -> Path:

@@ -21,7 +21,7 @@ from tests.conftest import REPO_ROOT, free_port
 # Request fields it understands: x_chunks (stream events), x_delay (seconds between events), x_cached
 # (cached_tokens to report), x_status (answer with this error status).
 # Env: FAKE_LOAD_DELAY (seconds before listening), FAKE_FAIL (exit 3 at once).
-FAKE_WORKER = r'''
+FAKE_WORKER = r"""
 import argparse, json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 p = argparse.ArgumentParser()
@@ -79,7 +79,7 @@ class H(BaseHTTPRequestHandler):
 
 print("fake worker: listening", flush=True)
 ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()
-'''
+"""
 
 CONTROL_TOKEN = "control-token-for-tests-0123456789abcdef"
 
@@ -103,16 +103,35 @@ def fake_worker_argv(directory: Path) -> list[str]:
 
 def real_worker_argv(model: Path, max_tokens: int) -> list[str]:
     """Return the argv template of the real wrapped mlx_lm.server worker (on the socket the front gives it)."""
-    return [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), "--max-tokens",
-            str(max_tokens), "--mlx-agent-socket", "{socket}"]
+    return [
+        sys.executable,
+        "-m",
+        "mlx_agent.runtime",
+        "mlx_lm",
+        "--model",
+        str(model),
+        "--max-tokens",
+        str(max_tokens),
+        "--mlx-agent-socket",
+        "{socket}",
+    ]
 
 
-MODEL_KEYS = ("name", "aliases", "hidden_names", "max_tokens", "max_tokens_ceiling", "context_window", "weight_bytes",
-              "file_checks")
+MODEL_KEYS = (
+    "name",
+    "aliases",
+    "hidden_names",
+    "max_tokens",
+    "max_tokens_ceiling",
+    "context_window",
+    "weight_bytes",
+    "file_checks",
+)
 
 
-def gateway_config(directory: Path, port: int, argv: list[str], *, model_path: Path,
-                   **overrides: Any) -> dict[str, Any]:
+def gateway_config(
+    directory: Path, port: int, argv: list[str], *, model_path: Path, **overrides: Any
+) -> dict[str, Any]:
     """Return a front config (one model) whose private files live in ``directory``.
 
     ``overrides`` are the model's fields (``MODEL_KEYS``), its ``policy`` as ``serve policy`` sends it
@@ -122,21 +141,39 @@ def gateway_config(directory: Path, port: int, argv: list[str], *, model_path: P
     policy = {"idle_timeout": 0, "keep_loaded": False, "min_headroom_gb": None, **overrides.pop("policy", {})}
     transport = "unix" if any("{socket}" in a for a in argv) else "tcp"
     model: dict[str, Any] = {
-        "name": "org/tiny", "aliases": [], "hidden_names": ["default_model", str(model_path)],
-        "max_tokens": 16, "max_tokens_ceiling": None, "context_window": None, "weight_bytes": 1000,
+        "name": "org/tiny",
+        "aliases": [],
+        "hidden_names": ["default_model", str(model_path)],
+        "max_tokens": 16,
+        "max_tokens_ceiling": None,
+        "context_window": None,
+        "weight_bytes": 1000,
         "file_checks": [],
-        "policy": {"idle_timeout": policy["idle_timeout"], "keep_loaded": policy["keep_loaded"],
-                   "preload": policy.get("preload", False)},
-        "worker": {"transport": transport, "model_name": "default_model", "argv": argv,
-                   "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, "cwd": "/",
-                   "readiness": {"path": "/health", "status": 200, "json": {"status": "ok"}},
-                   "ready_timeout": 60, "log_path": str(serve / f"{port}.worker.log")},
+        "policy": {
+            "idle_timeout": policy["idle_timeout"],
+            "keep_loaded": policy["keep_loaded"],
+            "preload": policy.get("preload", False),
+        },
+        "worker": {
+            "transport": transport,
+            "model_name": "default_model",
+            "argv": argv,
+            "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+            "cwd": "/",
+            "readiness": {"path": "/health", "status": 200, "json": {"status": "ok"}},
+            "ready_timeout": 60,
+            "log_path": str(serve / f"{port}.worker.log"),
+        },
     }
     for key in MODEL_KEYS:
         if key in overrides:
             model[key] = overrides.pop(key)
     config: dict[str, Any] = {
-        "format_version": "2.0", "host": "127.0.0.1", "port": port, "mode": "jit", "models": [model],
+        "format_version": "2.0",
+        "host": "127.0.0.1",
+        "port": port,
+        "mode": "jit",
+        "models": [model],
         "min_headroom_gb": policy["min_headroom_gb"],
         "policy_path": str(serve / f"{port}.policy.json"),
         "control_token_path": str(serve / f"{port}.token"),
@@ -187,8 +224,15 @@ class Gateway:
         """Return the (first model's) worker log path."""
         return Path(self.config["models"][0]["worker"]["log_path"])
 
-    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
-                timeout: float = 120, raw: bytes | None = None) -> Reply:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 120,
+        raw: bytes | None = None,
+    ) -> Reply:
         """Send one request with http.client (the Host header is set by ``headers`` when given)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         hdrs = {"Content-Type": "application/json", **(headers or {})}
@@ -231,8 +275,11 @@ class Gateway:
 
     def chat(self, content: str = "hi", **fields: Any) -> Reply:
         """Send a chat completion."""
-        return self.request("POST", "/v1/chat/completions",
-                            {"model": "org/tiny", "messages": [{"role": "user", "content": content}], **fields})
+        return self.request(
+            "POST",
+            "/v1/chat/completions",
+            {"model": "org/tiny", "messages": [{"role": "user", "content": content}], **fields},
+        )
 
     def worker_loads(self) -> int:
         """Return how many worker loads the worker log records."""
@@ -255,8 +302,14 @@ class Gateway:
                 os.killpg(pid, signal.SIGKILL)
 
 
-def start_gateway(directory: Path, config: dict[str, Any], *, token: str = CONTROL_TOKEN,
-                  api_keys: list[str] | None = None, wait: bool = True) -> Gateway:
+def start_gateway(
+    directory: Path,
+    config: dict[str, Any],
+    *,
+    token: str = CONTROL_TOKEN,
+    api_keys: list[str] | None = None,
+    wait: bool = True,
+) -> Gateway:
     """Write the token (and key) files and the config, start the gateway and wait for /health."""
     private_file(Path(config["control_token_path"]), token + "\n")
     if api_keys is not None:
@@ -265,8 +318,13 @@ def start_gateway(directory: Path, config: dict[str, Any], *, token: str = CONTR
     config_path = private_file(directory / f"gateway-{config['port']}.json", json.dumps(config))
     log_path = directory / f"gateway-{config['port']}.log"
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
-                                stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
     gateway = Gateway(config, config_path, proc, log_path)
     if wait:
         try:
@@ -290,12 +348,23 @@ def wait_healthy(gateway: Gateway) -> None:
 
 
 @contextlib.contextmanager
-def running_gateway(directory: Path, argv: list[str] | None = None, *, model_path: Path | None = None,
-                    api_keys: list[str] | None = None, env: dict[str, str] | None = None,
-                    **overrides: Any) -> Iterator[Gateway]:
+def running_gateway(
+    directory: Path,
+    argv: list[str] | None = None,
+    *,
+    model_path: Path | None = None,
+    api_keys: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    **overrides: Any,
+) -> Iterator[Gateway]:
     """Start a gateway over the stand-in worker (or ``argv``), and stop it and its worker afterwards."""
-    config = gateway_config(directory, free_port(), argv or fake_worker_argv(directory),
-                            model_path=model_path or directory / "model", **overrides)
+    config = gateway_config(
+        directory,
+        free_port(),
+        argv or fake_worker_argv(directory),
+        model_path=model_path or directory / "model",
+        **overrides,
+    )
     if env:
         config["models"][0]["worker"]["env"].update(env)
     gateway = start_gateway(directory, config, api_keys=api_keys)
@@ -348,13 +417,26 @@ def agent_model(directory: Path) -> Path:
     """Build the scripted agent model described above (needs mlx: e2e tests only)."""
     from tests.e2e.test_wrapped_support import scripted_model
 
-    chain = {"\n": "<tool_call>", "<tool_call>": AGENT_CALL, AGENT_CALL: "</tool_call>",
-             "</tool_call>": "<|im_end|>", "Result:": AGENT_ANSWER, "<think>": AGENT_THOUGHT,
-             AGENT_THOUGHT: "</think>", "</think>": AGENT_ANSWER}
+    chain = {
+        "\n": "<tool_call>",
+        "<tool_call>": AGENT_CALL,
+        AGENT_CALL: "</tool_call>",
+        "</tool_call>": "<|im_end|>",
+        "Result:": AGENT_ANSWER,
+        "<think>": AGENT_THOUGHT,
+        AGENT_THOUGHT: "</think>",
+        "</think>": AGENT_ANSWER,
+    }
     special = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
-    return scripted_model(directory, chain, "<|im_end|>", special=special,
-                          plain=[AGENT_CALL, "Result:", AGENT_ANSWER, AGENT_THOUGHT], template=AGENT_TEMPLATE,
-                          tokenizer_config={"tool_parser_type": "json_tools"})
+    return scripted_model(
+        directory,
+        chain,
+        "<|im_end|>",
+        special=special,
+        plain=[AGENT_CALL, "Result:", AGENT_ANSWER, AGENT_THOUGHT],
+        template=AGENT_TEMPLATE,
+        tokenizer_config={"tool_parser_type": "json_tools"},
+    )
 
 
 # A stand-in worker speaking chat completions the way OpenAI-style servers do, for what the real runtime never
@@ -363,7 +445,7 @@ def agent_model(directory: Path) -> Path:
 # pieces); "break" -> one delta, then it hangs up without [DONE]; "hold" -> one delta, then it waits until the
 # file $STAND_IN_RELEASE exists; anything else -> "Hello from the stand-in" in three deltas. Every request body
 # it receives is appended to $STAND_IN_LOG (JSON lines).
-CHAT_STAND_IN = r'''
+CHAT_STAND_IN = r"""
 import argparse, json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 p = argparse.ArgumentParser()
@@ -436,7 +518,7 @@ class H(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()
-'''
+"""
 
 
 def chat_stand_in_argv(directory: Path) -> list[str]:
@@ -454,9 +536,9 @@ def read_sse(body: bytes) -> list[tuple[str | None, Any]]:
         data = []
         for line in block.splitlines():
             if line.startswith("event: "):
-                name = line[len("event: "):]
+                name = line[len("event: ") :]
             elif line.startswith("data: "):
-                data.append(line[len("data: "):])
+                data.append(line[len("data: ") :])
         if data:
             text = "\n".join(data)
             events.append((name, text if text == "[DONE]" else json.loads(text)))

@@ -9,14 +9,32 @@ from jsonschema import Draft202012Validator
 
 from tests.conftest import REGISTRY
 
-STATUS_ENTRY = Draft202012Validator({"$ref": "mlx-agent/training_receipt.json#/$defs/status_entry"},
-                                    registry=REGISTRY, format_checker=Draft202012Validator.FORMAT_CHECKER)
+STATUS_ENTRY = Draft202012Validator(
+    {"$ref": "mlx-agent/training_receipt.json#/$defs/status_entry"},
+    registry=REGISTRY,
+    format_checker=Draft202012Validator.FORMAT_CHECKER,
+)
 
 
 def train_args(model: Path, data: Path, adapter: Path, *extra: str) -> list[str]:
     """Return the arguments of a small lora train on the tiny model (two layers, batches of two)."""
-    return ["lora", "train", "--path", str(model), "--data", str(data), "--adapter-path", str(adapter),
-            "--num-layers", "2", "--batch-size", "2", "--iters", "3", *extra]
+    return [
+        "lora",
+        "train",
+        "--path",
+        str(model),
+        "--data",
+        str(data),
+        "--adapter-path",
+        str(adapter),
+        "--num-layers",
+        "2",
+        "--batch-size",
+        "2",
+        "--iters",
+        "3",
+        *extra,
+    ]
 
 
 def assert_status_entry(entry: dict[str, Any]) -> None:

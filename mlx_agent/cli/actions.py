@@ -64,8 +64,11 @@ def serve_status(req: StatusRequest, flags: dict[str, Any]) -> None:
     def action() -> Result:
         configs, warnings = read_wired(wired_dir())
         claims = [c for c in loopback_claims(configs) if req.port in (None, c["port"])]
-        return {"receipts_dir": str(directory), "servers": status(directory, req.port, verify=req.verify),
-                "claims": claims}, warnings
+        return {
+            "receipts_dir": str(directory),
+            "servers": status(directory, req.port, verify=req.verify),
+            "claims": claims,
+        }, warnings
 
     run("serve.status", bool(flags["json"]), action, render("render_status"))
 
@@ -75,8 +78,12 @@ def serve_stop(req: StopRequest, flags: dict[str, Any]) -> None:
     from mlx_agent.supervise.servers import stop
 
     directory = _serve_dir(req)
-    run("serve.stop", bool(flags["json"]), lambda: stop(directory, req.port, uninstall=req.uninstall),
-        render("render_stop"))
+    run(
+        "serve.stop",
+        bool(flags["json"]),
+        lambda: stop(directory, req.port, uninstall=req.uninstall),
+        render("render_stop"),
+    )
 
 
 def serve_unload(req: UnloadRequest, flags: dict[str, Any]) -> None:
@@ -84,8 +91,12 @@ def serve_unload(req: UnloadRequest, flags: dict[str, Any]) -> None:
     from mlx_agent.supervise.front import unload
 
     directory = _serve_dir(req)
-    run("serve.unload", bool(flags["json"]), lambda: (unload(directory, req.port, req.expected_pid), []),
-        render("render_control"))
+    run(
+        "serve.unload",
+        bool(flags["json"]),
+        lambda: (unload(directory, req.port, req.expected_pid), []),
+        render("render_control"),
+    )
 
 
 def serve_policy(req: PolicyRequest, flags: dict[str, Any]) -> None:
@@ -103,5 +114,10 @@ def serve_policy(req: PolicyRequest, flags: dict[str, Any]) -> None:
 
 
 ACTIONS: dict[tuple[str, str], Any] = {
-    ("serve", "start"): serve_start, ("serve", "status"): serve_status, ("serve", "stop"): serve_stop,
-    ("serve", "unload"): serve_unload, ("serve", "policy"): serve_policy, **LORA_ACTIONS}
+    ("serve", "start"): serve_start,
+    ("serve", "status"): serve_status,
+    ("serve", "stop"): serve_stop,
+    ("serve", "unload"): serve_unload,
+    ("serve", "policy"): serve_policy,
+    **LORA_ACTIONS,
+}

@@ -18,8 +18,9 @@ def _click_type(opt: Opt) -> Any:
     if allowed is not None:
         return click.Choice(allowed)
     if opt.kind == "int":
-        return click.IntRange(None if opt.minimum is None else int(opt.minimum),
-                              None if opt.maximum is None else int(opt.maximum))
+        return click.IntRange(
+            None if opt.minimum is None else int(opt.minimum), None if opt.maximum is None else int(opt.maximum)
+        )
     if opt.kind == "float":
         return click.FloatRange(opt.minimum, opt.maximum, min_open=opt.min_open)
     return click.STRING
@@ -33,8 +34,15 @@ def _with_options(options: tuple[Opt, ...]) -> Callable[[Callable[..., None]], C
             elif opt.kind == "multi":
                 fn = click.option(opt.flag, opt.dest, multiple=True, type=click.STRING, help=opt.help)(fn)
             else:
-                fn = click.option(opt.flag, opt.dest, type=_click_type(opt), default=opt.default,
-                                  required=opt.required, show_default=opt.default is not None, help=opt.help)(fn)
+                fn = click.option(
+                    opt.flag,
+                    opt.dest,
+                    type=_click_type(opt),
+                    default=opt.default,
+                    required=opt.required,
+                    show_default=opt.default is not None,
+                    help=opt.help,
+                )(fn)
         return fn
 
     return decorate

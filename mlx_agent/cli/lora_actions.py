@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 def render(name: str) -> Callable[[dict[str, Any], list[str]], None]:
     """Return the renderer ``name`` of ``cli/render.py``, imported only when a person reads the output."""
+
     def show(data: dict[str, Any], warnings: list[str]) -> None:
         from mlx_agent.cli import render as r
 
@@ -26,6 +27,7 @@ def render(name: str) -> Callable[[dict[str, Any], list[str]], None]:
 
 def lora_train(req: TrainRequest, flags: dict[str, Any]) -> None:
     """Preview a LoRA training plan, or start it detached with --confirm."""
+
     def preview() -> Result:
         from mlx_agent.supervise.training import preview as build_preview
 

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     Result = tuple[dict[str, Any], list[str]]
 
 
-def envelope(operation: str, data: dict[str, Any] | None, warnings: list[str],
-             error: MlxAgentError | None = None) -> dict[str, Any]:
+def envelope(
+    operation: str, data: dict[str, Any] | None, warnings: list[str], error: MlxAgentError | None = None
+) -> dict[str, Any]:
     """Return the one JSON document a ``--json`` command prints."""
     doc: dict[str, Any] = {
         "format_version": ENVELOPE_VERSION,
@@ -48,8 +49,9 @@ def fail(operation: str, error: MlxAgentError, as_json: bool, data: dict[str, An
     sys.exit(error.exit_code)
 
 
-def run(operation: str, as_json: bool, action: Callable[[], Result],
-        render: Callable[[dict[str, Any], list[str]], None]) -> None:
+def run(
+    operation: str, as_json: bool, action: Callable[[], Result], render: Callable[[dict[str, Any], list[str]], None]
+) -> None:
     """Run ``action``; print its result as the envelope or through ``render``; turn errors into exits."""
     try:
         data, warnings = action()

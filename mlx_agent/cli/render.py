@@ -79,9 +79,15 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
     table = Table(show_header=False, title="serve start: plan (nothing started)", title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    table.add_row("listen", f"{plan['base_url']} ({front['mode']}: "
-                  + ("loads a model on the first request that names it)" if front["mode"] == "jit"
-                     else "loads its model before it answers)"))
+    table.add_row(
+        "listen",
+        f"{plan['base_url']} ({front['mode']}: "
+        + (
+            "loads a model on the first request that names it)"
+            if front["mode"] == "jit"
+            else "loads its model before it answers)"
+        ),
+    )
     for model in plan["models"]:
         source, runtime = model["source"], model["runtime"]
         where = source["path"] if source["kind"] == "path" else f"{source['repo']}@{source['revision']}"
@@ -109,8 +115,10 @@ def render_receipt(data: dict[str, Any], warnings: list[str]) -> None:
         for command in unit["commands"]["start"]:
             out.print(f"  [bold]{escape(shlex.join(command))}[/]", soft_wrap=True)
         return
-    out.print(f"[green]ready[/] {receipt['base_url']}  pid {receipt['pid']}  "
-              f"receipt {escape(data['receipt_path'])}  log {escape(receipt['log_path'])}")
+    out.print(
+        f"[green]ready[/] {receipt['base_url']}  pid {receipt['pid']}  "
+        f"receipt {escape(data['receipt_path'])}  log {escape(receipt['log_path'])}"
+    )
 
 
 def render_status(data: dict[str, Any], warnings: list[str]) -> None:
@@ -119,8 +127,9 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     if data.get("claims"):
         claims = Table("port", "claimed by", "expects runtime", "expects model", title="Wired configs")
         for c in data["claims"]:
-            claims.add_row(str(c["port"]), escape(c["file"]), c.get("runtime") or "any",
-                           escape(c.get("model") or "any"))
+            claims.add_row(
+                str(c["port"]), escape(c["file"]), c.get("runtime") or "any", escape(c.get("model") or "any")
+            )
         out.print(claims)
     if not data["servers"]:
         out.print(f"No servers have receipts in {escape(data['receipts_dir'])}.")
@@ -129,15 +138,21 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     colours = {"running": "green", "starting": "yellow", "exited": "dim", "foreign": "red", "unreadable": "red"}
     for s in data["servers"]:
         state = s["state"] + (f" ({s['mode']})" if s.get("mode") else "")
-        models = s.get("models") or [{"name": s.get("name") or s.get("repo") or s.get("model"),
-                                      "model_state": s.get("model_state")}]
+        models = s.get("models") or [
+            {"name": s.get("name") or s.get("repo") or s.get("model"), "model_state": s.get("model_state")}
+        ]
         for index, m in enumerate(models):
             first = index == 0
-            table.add_row(str(s["port"]) if first else "",
-                          f"[{colours.get(s['state'], 'white')}]{state}[/]" if first else "",
-                          (s.get("health") or "-") if first else "", str(s.get("pid", "-")) if first else "",
-                          escape(str(m.get("name") or "-")), str(m.get("model_state") or "-"),
-                          (s.get("runtime") or "-") if first else "", (s.get("started_at") or "-") if first else "")
+            table.add_row(
+                str(s["port"]) if first else "",
+                f"[{colours.get(s['state'], 'white')}]{state}[/]" if first else "",
+                (s.get("health") or "-") if first else "",
+                str(s.get("pid", "-")) if first else "",
+                escape(str(m.get("name") or "-")),
+                str(m.get("model_state") or "-"),
+                (s.get("runtime") or "-") if first else "",
+                (s.get("started_at") or "-") if first else "",
+            )
     out.print(table)
 
 
@@ -171,6 +186,7 @@ def render_stop(data: dict[str, Any], warnings: list[str]) -> None:
 def spinner(message: str) -> Iterator[Tick]:
     """Show a spinner with the elapsed time and the log's last line; yield the callback that updates it."""
     with err.status(message) as status:
+
         def tick(elapsed: float, last_line: str) -> None:
             status.update(f"{message} [dim]{elapsed:4.0f}s[/]  {escape(last_line[-100:])}")
 
@@ -203,8 +219,10 @@ def render_train_started(data: dict[str, Any], warnings: list[str]) -> None:
     """Print that a training started detached, where its receipt and log are, and how to follow it."""
     receipt = data["receipt"]
     _warnings(warnings)
-    out.print(f"[green]started[/] training {receipt['id']} (watcher pid {receipt['watcher']['pid']})  "
-              f"receipt {escape(data['receipt_path'])}  log {escape(receipt['log_path'])}")
+    out.print(
+        f"[green]started[/] training {receipt['id']} (watcher pid {receipt['watcher']['pid']})  "
+        f"receipt {escape(data['receipt_path'])}  log {escape(receipt['log_path'])}"
+    )
     out.print(f"Follow it with: [bold]{escape(shlex.join([*_invoked_as(), 'lora', 'status']))}[/]", soft_wrap=True)
 
 

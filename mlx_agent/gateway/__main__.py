@@ -18,8 +18,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m mlx_agent.gateway", description=__doc__)
     parser.add_argument("--config", required=True, help="absolute path of the front's config (JSON, 0600)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s mlx-agent front: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s mlx-agent front: %(message)s"
+    )
 
     from mlx_agent.errors import FrontConfigInvalid
     from mlx_agent.gateway.app import read_secrets, serve

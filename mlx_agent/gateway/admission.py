@@ -73,10 +73,12 @@ def available_memory() -> int | None:
 
 def policy_file(min_headroom_gb: float | None, models: dict[str, Policy]) -> dict[str, Any]:
     """Return what the policy file holds: the front's reserve and each model's idle policy."""
-    return {"format_version": POLICY_FILE_VERSION, "min_headroom_gb": min_headroom_gb,
-            "models": {name: {"idle_timeout": p.idle_timeout, "keep_loaded": p.keep_loaded}
-                       for name, p in models.items()},
-            "updated_at": utc_now()}
+    return {
+        "format_version": POLICY_FILE_VERSION,
+        "min_headroom_gb": min_headroom_gb,
+        "models": {name: {"idle_timeout": p.idle_timeout, "keep_loaded": p.keep_loaded} for name, p in models.items()},
+        "updated_at": utc_now(),
+    }
 
 
 def read_policy_file(path: Path) -> tuple[float | None, dict[str, Policy]] | None:
@@ -95,8 +97,12 @@ def read_policy_file(path: Path) -> tuple[float | None, dict[str, Policy]] | Non
         models = doc.get("models")
         if not isinstance(models, dict):
             raise ValueError("no models object")
-        policies = {str(name): parse_policy({**entry, "min_headroom_gb": reserve}) if isinstance(entry, dict)
-                    else parse_policy(entry) for name, entry in models.items()}
+        policies = {
+            str(name): parse_policy({**entry, "min_headroom_gb": reserve})
+            if isinstance(entry, dict)
+            else parse_policy(entry)
+            for name, entry in models.items()
+        }
     except (ValueError, PolicyRejected) as exc:
         raise FrontConfigInvalid(f"policy file {path} is unusable: {exc}") from exc
     return reserve, policies

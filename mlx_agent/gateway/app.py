@@ -67,8 +67,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
     """Return the front's application; its fleet starts with it and stops with it."""
     guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys)
     # errors_middleware is outermost: it gives the front door's refusals on /v1/messages Anthropic's shape.
-    app = web.Application(middlewares=[errors_middleware, guard.middleware()],
-                          client_max_size=config["max_body_bytes"])
+    app = web.Application(middlewares=[errors_middleware, guard.middleware()], client_max_size=config["max_body_bytes"])
     app.on_response_prepare.append(add_cors_headers)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:

@@ -59,10 +59,18 @@ class Control:
             return error_response(400, exc.message, code=exc.code, param="body")
         except UnloadBlocked as blocked:
             d = blocked.details
-            what = "a load is in progress" if d["loading"] and not (d["open_requests"] or d["open_streams"]) \
+            what = (
+                "a load is in progress"
+                if d["loading"] and not (d["open_requests"] or d["open_streams"])
                 else f"{d['open_requests']} open request(s) and {d['open_streams']} open stream(s)"
-            return error_response(409, f"cannot unload {d['model']} while {what}; retry when they finish",
-                                  code=blocked.code, type_="conflict_error", **d)
+            )
+            return error_response(
+                409,
+                f"cannot unload {d['model']} while {what}; retry when they finish",
+                code=blocked.code,
+                type_="conflict_error",
+                **d,
+            )
         return json_response(result)
 
     async def policy(self, request: web.Request) -> web.Response:
@@ -83,9 +91,11 @@ class Control:
         async with self._policy_lock:
             self.fleet.replace_policy(policy, name)
             try:
-                await asyncio.to_thread(write_json_atomic, path,
-                                        policy_file(self.fleet.min_headroom_gb, self.fleet.policies()))
+                await asyncio.to_thread(
+                    write_json_atomic, path, policy_file(self.fleet.min_headroom_gb, self.fleet.policies())
+                )
             except OSError as exc:
-                return error_response(500, f"the policy could not be saved: {exc}", code="policy_not_saved",
-                                      type_="server_error")
+                return error_response(
+                    500, f"the policy could not be saved: {exc}", code="policy_not_saved", type_="server_error"
+                )
         return json_response({"policy": policy.to_json(), "model": name, "policy_path": str(path)})

@@ -33,16 +33,18 @@ log = logging.getLogger("mlx_agent.gateway")
 class Fleet:
     """Every model of one front, and what applies to all of them."""
 
-    def __init__(self, config: FrontConfig, policies: dict[str, Policy] | None = None,
-                 min_headroom_gb: float | None = None) -> None:
+    def __init__(
+        self, config: FrontConfig, policies: dict[str, Policy] | None = None, min_headroom_gb: float | None = None
+    ) -> None:
         self.config = config
         self.min_headroom_gb = config["min_headroom_gb"] if policies is None else min_headroom_gb
         self.started_at = time.time()
         self.socket_dir = self._socket_dir()
         self.models: list[Lifecycle] = []
         for index, model in enumerate(config["models"]):
-            policy = (policies or {}).get(model["name"]) or Policy(model["policy"]["idle_timeout"],
-                                                                   model["policy"]["keep_loaded"])
+            policy = (policies or {}).get(model["name"]) or Policy(
+                model["policy"]["idle_timeout"], model["policy"]["keep_loaded"]
+            )
             self.models.append(Lifecycle(index, model, policy, self.admit, self.socket_path))
         self._watch_task: asyncio.Task[None] | None = None
 
@@ -81,8 +83,13 @@ class Fleet:
         for model in self.models:
             if matches(name, model.model["aliases"]):
                 return model
-        raise RequestRefused(404, f"The model '{name}' is not served here; use one of: {', '.join(self.names)}",
-                             code="model_not_found", type_="not_found_error", param="model")
+        raise RequestRefused(
+            404,
+            f"The model '{name}' is not served here; use one of: {', '.join(self.names)}",
+            code="model_not_found",
+            type_="not_found_error",
+            param="model",
+        )
 
     # -- admission ----------------------------------------------------------------------------------------
 
@@ -100,11 +107,19 @@ class Fleet:
         if reason == "memory_unknown":
             message = "cannot tell whether the model fits: the weight size or the available memory is unknown"
         else:
-            message = (f"not enough free memory to load {model.name}: {check['available_bytes'] / 1e9:.2f} GB "
-                       f"available, {check['required_bytes'] / 1e9:.2f} GB required (weights x 1.10 + 1.5 GB "
-                       f"runtime + {reserve:g} GB reserve)")
-        raise RequestRefused(503, message, code=reason, type_="server_error",
-                             headers={"Retry-After": str(RETRY_AFTER_S)}, extra={"memory_check": check})
+            message = (
+                f"not enough free memory to load {model.name}: {check['available_bytes'] / 1e9:.2f} GB "
+                f"available, {check['required_bytes'] / 1e9:.2f} GB required (weights x 1.10 + 1.5 GB "
+                f"runtime + {reserve:g} GB reserve)"
+            )
+        raise RequestRefused(
+            503,
+            message,
+            code=reason,
+            type_="server_error",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+            extra={"memory_check": check},
+        )
 
     # -- start, watch, control ----------------------------------------------------------------------------
 
@@ -132,6 +147,7 @@ class Fleet:
 
     def start_watching(self) -> None:
         """Start the background check that notices a worker dying while nothing talks to it."""
+
         async def watch() -> None:
             while True:
                 await asyncio.sleep(WATCH_INTERVAL_S)
@@ -142,9 +158,15 @@ class Fleet:
 
     def status(self) -> FrontState:
         """Return the front's state document."""
-        return {"format_version": FRONT_STATE_VERSION, "pid": os.getpid(), "port": self.config["port"],
-                "mode": self.config["mode"], "started_at": utc_iso(self.started_at), "ready": self.ready,
-                "models": [m.status(self.min_headroom_gb) for m in self.models]}
+        return {
+            "format_version": FRONT_STATE_VERSION,
+            "pid": os.getpid(),
+            "port": self.config["port"],
+            "mode": self.config["mode"],
+            "started_at": utc_iso(self.started_at),
+            "ready": self.ready,
+            "models": [m.status(self.min_headroom_gb) for m in self.models],
+        }
 
     async def unload(self, name: str | None) -> dict[str, Any]:
         """Unload one model (by name) or every model; refused, unloading nothing, while any of them is busy."""
@@ -154,8 +176,12 @@ class Fleet:
             if refusal is not None:
                 raise UnloadBlocked(refusal.message, details={**refusal.details, "model": model.name})
         results = [await model.unload() for model in targets]
-        return {"unloaded": True, "models": results, "worker_pid": results[0]["worker_pid"],
-                "model_state": results[0]["model_state"]}
+        return {
+            "unloaded": True,
+            "models": results,
+            "worker_pid": results[0]["worker_pid"],
+            "model_state": results[0]["model_state"],
+        }
 
     def replace_policy(self, policy: Policy, name: str | None) -> None:
         """Apply a policy: its idle part to one model or all, its reserve to the whole front."""

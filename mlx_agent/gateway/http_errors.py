@@ -32,21 +32,34 @@ def retry_headers(status: int, headers: Mapping[str, str] | None = None) -> dict
     return out
 
 
-def error_response(status: int, message: str, *, code: str, type_: str = "invalid_request_error",
-                   param: str | None = None, headers: Mapping[str, str] | None = None,
-                   **extra: Any) -> web.Response:
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str,
+    type_: str = "invalid_request_error",
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> web.Response:
     """Return an error response with an OpenAI-style body."""
-    return json_response(error_body(message, type_=type_, code=code, param=param, **extra), status=status,
-                         headers=retry_headers(status, headers))
+    return json_response(
+        error_body(message, type_=type_, code=code, param=param, **extra),
+        status=status,
+        headers=retry_headers(status, headers),
+    )
 
 
 def refusal_response(refusal: RequestRefused) -> web.Response:
     """Return a ``RequestRefused`` as its HTTP answer."""
-    return json_response(refusal.body(), status=refusal.status, headers=retry_headers(refusal.status,
-                                                                                        refusal.headers))
+    return json_response(refusal.body(), status=refusal.status, headers=retry_headers(refusal.status, refusal.headers))
 
 
 def json_response(data: object, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     """Return a compact JSON response."""
-    return web.Response(body=json.dumps(data, separators=(",", ":")).encode(), status=status,
-                        content_type="application/json", headers=headers)
+    return web.Response(
+        body=json.dumps(data, separators=(",", ":")).encode(),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )

@@ -31,8 +31,14 @@ log = logging.getLogger("mlx_agent.gateway")
 class Lifecycle:
     """Owns one model's worker and everything the control endpoints report about it."""
 
-    def __init__(self, index: int, model: FrontModelConfig, policy: Policy,
-                 admit: Callable[[Lifecycle], Awaitable[None]], socket_path: Callable[[int, int], Path]) -> None:
+    def __init__(
+        self,
+        index: int,
+        model: FrontModelConfig,
+        policy: Policy,
+        admit: Callable[[Lifecycle], Awaitable[None]],
+        socket_path: Callable[[int, int], Path],
+    ) -> None:
         self.index = index
         self.model = model
         self.name = model["name"]
@@ -109,8 +115,10 @@ class Lifecycle:
             try:
                 worker = WorkerProcess.spawn(spec, self.loads, self._socket_path(self.index, self.loads))
             except OSError as exc:
-                raise self._fail(MlxAgentError(f"the worker could not be started: {exc}",
-                                               details={"argv": spec["argv"]}), "launch_failed") from exc
+                raise self._fail(
+                    MlxAgentError(f"the worker could not be started: {exc}", details={"argv": spec["argv"]}),
+                    "launch_failed",
+                ) from exc
             self.worker = worker
             try:
                 await worker.wait_ready()
@@ -152,19 +160,21 @@ class Lifecycle:
             return
         changed = await asyncio.to_thread(changed_files, [(Path(c["path"]), c["sha256"], c["size"]) for c in checks])
         if changed:
-            error = AdapterChanged(f"adapter or training files changed since the plan was reviewed (checked {when} "
-                                   "load); preview and confirm a new serve plan",
-                                   details={"changed": changed, "checked": when})
+            error = AdapterChanged(
+                f"adapter or training files changed since the plan was reviewed (checked {when} "
+                "load); preview and confirm a new serve plan",
+                details={"changed": changed, "checked": when},
+            )
             raise self._fail(error, error.code)
 
     def _fail(self, error: MlxAgentError, code: str) -> RequestRefused:
         self.state = "failed"
-        self.last_error = {"code": code, "message": error.message, "at": utc_iso(time.time()),
-                           "details": error.details}
+        self.last_error = {"code": code, "message": error.message, "at": utc_iso(time.time()), "details": error.details}
         log.error("%s: load failed: %s: %s", self.name, code, error.message)
         client_code = AdapterChanged.code if code == AdapterChanged.code else "load_failed"
-        return RequestRefused(503, f"the model could not be loaded: {error.message}", code=client_code,
-                              type_="server_error")
+        return RequestRefused(
+            503, f"the model could not be loaded: {error.message}", code=client_code, type_="server_error"
+        )
 
     # -- liveness ---------------------------------------------------------------------------------------------
 
@@ -179,10 +189,12 @@ class Lifecycle:
         log.error("%s: worker %d exited with status %s", self.name, worker.pid, code)
         self._detach(worker)
         self.state = "failed"
-        self.last_error = {"code": "worker_exited", "message": f"the worker exited with status {code}",
-                           "at": utc_iso(time.time()),
-                           "details": {"exit_code": code, "log_path": str(worker.log_path),
-                                       "log_tail": log_tail(worker.log_path)}}
+        self.last_error = {
+            "code": "worker_exited",
+            "message": f"the worker exited with status {code}",
+            "at": utc_iso(time.time()),
+            "details": {"exit_code": code, "log_path": str(worker.log_path), "log_tail": log_tail(worker.log_path)},
+        }
 
     # -- unloading --------------------------------------------------------------------------------------------
 
@@ -202,9 +214,14 @@ class Lifecycle:
         self.check_worker()
         if not self.busy:
             return None
-        return UnloadBlocked(f"{self.name} has open requests or streams",
-                             details={"open_requests": self.open_requests, "open_streams": self.open_streams,
-                                      "loading": self.state == "loading"})
+        return UnloadBlocked(
+            f"{self.name} has open requests or streams",
+            details={
+                "open_requests": self.open_requests,
+                "open_streams": self.open_streams,
+                "loading": self.state == "loading",
+            },
+        )
 
     async def unload(self, why: str = "on request") -> dict[str, Any]:
         """Stop the worker and keep the front up; raise ``UnloadBlocked`` while requests or a load are open."""
@@ -217,8 +234,13 @@ class Lifecycle:
             return {"name": self.name, "unloaded": True, "worker_pid": None, "model_state": self.state}
         how = await asyncio.shield(self._detach(worker))
         log.info("%s: worker %d unloaded %s (%s)", self.name, worker.pid, why, how)
-        return {"name": self.name, "unloaded": True, "worker_pid": worker.pid, "stopped": how,
-                "model_state": self.state}
+        return {
+            "name": self.name,
+            "unloaded": True,
+            "worker_pid": worker.pid,
+            "stopped": how,
+            "model_state": self.state,
+        }
 
     def _became_idle(self) -> None:
         if self.state != "loaded":
@@ -266,12 +288,21 @@ class Lifecycle:
             "name": self.name,
             "aliases": self.model["aliases"],
             "model_state": state,
-            "worker": None if worker is None else {
-                "pid": worker.pid, "transport": worker.spec["transport"], "address": worker.address,
-                "started_at": utc_iso(worker.started_at), "ready_at": utc_iso(worker.ready_at),
-                "log_path": str(worker.log_path)},
-            "policy": {"idle_timeout": self.policy.idle_timeout, "keep_loaded": self.policy.keep_loaded,
-                       "min_headroom_gb": min_headroom_gb},
+            "worker": None
+            if worker is None
+            else {
+                "pid": worker.pid,
+                "transport": worker.spec["transport"],
+                "address": worker.address,
+                "started_at": utc_iso(worker.started_at),
+                "ready_at": utc_iso(worker.ready_at),
+                "log_path": str(worker.log_path),
+            },
+            "policy": {
+                "idle_timeout": self.policy.idle_timeout,
+                "keep_loaded": self.policy.keep_loaded,
+                "min_headroom_gb": min_headroom_gb,
+            },
             "memory_check": self.memory_check,
             "load_blocked_reason": self.load_blocked_reason,
             "open_requests": self.open_requests,

@@ -89,6 +89,7 @@ class Guard:
 
     def middleware(self) -> Middleware:
         """Return the aiohttp middleware that applies this guard."""
+
         @web.middleware
         async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             return await self.check(request, handler)
@@ -99,32 +100,56 @@ class Guard:
         """Refuse what the module docstring lists; then run the handler, turning HTTP errors into JSON."""
         host = request.headers.get("Host", "").lower()
         if host not in self.hosts:
-            return error_response(403, "the Host header must name this gateway on loopback", code="forbidden_host",
-                                  type_="permission_error")
+            return error_response(
+                403,
+                "the Host header must name this gateway on loopback",
+                code="forbidden_host",
+                type_="permission_error",
+            )
         origin = request.headers.get("Origin")
         if origin is not None and not loopback_origin(origin):
-            return error_response(403, "cross-origin requests are accepted from loopback pages only",
-                                  code="forbidden_origin", type_="permission_error")
+            return error_response(
+                403,
+                "cross-origin requests are accepted from loopback pages only",
+                code="forbidden_origin",
+                type_="permission_error",
+            )
         if request.method == "OPTIONS" and origin is not None:
-            return web.Response(status=204, headers={
-                "Access-Control-Allow-Methods": "GET, POST, PUT, OPTIONS",
-                "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version, "
-                                                "anthropic-beta, openai-beta",
-                "Access-Control-Max-Age": "600"})
+            return web.Response(
+                status=204,
+                headers={
+                    "Access-Control-Allow-Methods": "GET, POST, PUT, OPTIONS",
+                    "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version, "
+                    "anthropic-beta, openai-beta",
+                    "Access-Control-Max-Age": "600",
+                },
+            )
         if request.content_length is not None and request.content_length > self.max_body_bytes:
             return _too_large(self.max_body_bytes)
         path = request.path
         if path.startswith(CONTROL_PREFIX):
             if not self.control_ok(request):
-                return error_response(401, "control endpoints need the gateway's control token",
-                                      code="unauthorized", type_="authentication_error")
+                return error_response(
+                    401,
+                    "control endpoints need the gateway's control token",
+                    code="unauthorized",
+                    type_="authentication_error",
+                )
         elif path.startswith(MODEL_PREFIX) and self._api_keys is not None:
             key, presented = self.api_key(request)
             if key is None:
-                message = "invalid API key" if presented else \
-                    "an API key is required (Authorization: Bearer KEY or x-api-key)"
-                return error_response(401, message, code="invalid_api_key", type_="authentication_error",
-                                      headers={"WWW-Authenticate": "Bearer"})
+                message = (
+                    "invalid API key"
+                    if presented
+                    else "an API key is required (Authorization: Bearer KEY or x-api-key)"
+                )
+                return error_response(
+                    401,
+                    message,
+                    code="invalid_api_key",
+                    type_="authentication_error",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             request[API_KEY_ID] = key_id(key)
         try:
             return await handler(request)

@@ -87,8 +87,9 @@ class PumpResult:
     client_gone: bool = False
 
 
-async def pump(request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse,
-               translator: StreamTranslator) -> PumpResult:
+async def pump(
+    request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse, translator: StreamTranslator
+) -> PumpResult:
     """Carry ``upstream``'s events through ``translator`` to ``response`` until the worker or the client ends."""
     result = PumpResult()
     pending = b""
@@ -100,7 +101,7 @@ async def pump(request: web.Request, response: web.StreamResponse, upstream: aio
             pending += data
             out: list[bytes] = []
             while (end := pending.find(b"\n\n")) >= 0:
-                event, pending = pending[:end], pending[end + 2:]
+                event, pending = pending[:end], pending[end + 2 :]
                 if translator.ended:
                     continue
                 if event.startswith(DONE):
@@ -109,7 +110,7 @@ async def pump(request: web.Request, response: web.StreamResponse, upstream: aio
                 elif event.startswith(b":"):
                     out.append(translator.keepalive(event))
                 elif event.startswith(DATA):
-                    out.append(translator.data(event[len(DATA):]))
+                    out.append(translator.data(event[len(DATA) :]))
             if out:
                 await response.write(b"".join(out))
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -128,8 +129,9 @@ async def end(response: web.StreamResponse, translator: StreamTranslator, result
         return
     if not translator.ended:
         with contextlib.suppress(ConnectionResetError):
-            await response.write(translator.fail(
-                result.failure or "the model worker ended the stream before it was complete"))
+            await response.write(
+                translator.fail(result.failure or "the model worker ended the stream before it was complete")
+            )
     with contextlib.suppress(ConnectionResetError):
         await response.write_eof()
 

@@ -47,8 +47,9 @@ def read_error(status: int, doc: object) -> RequestRefused:
         param = error.get("param") if isinstance(error.get("param"), str) else None
         return RequestRefused(status, message, code=code, type_=type_, param=param)
     message = error if isinstance(error, str) else f"the model worker answered {status}"
-    return RequestRefused(status, message, code="worker_error",
-                          type_="invalid_request_error" if status < 500 else "server_error")
+    return RequestRefused(
+        status, message, code="worker_error", type_="invalid_request_error" if status < 500 else "server_error"
+    )
 
 
 async def read_json_body(request: web.Request) -> Any:
@@ -67,16 +68,18 @@ class Upstream:
         self.fleet = fleet
         self.ledger = ledger  # only when API keys are in use
 
-    def prepare(self, request: web.Request, body: object, endpoint: str,
-                force_usage: bool | None = None) -> tuple[Lifecycle, PreparedRequest]:
+    def prepare(
+        self, request: web.Request, body: object, endpoint: str, force_usage: bool | None = None
+    ) -> tuple[Lifecycle, PreparedRequest]:
         """Route a body to its model and prepare it for that model's worker (``openai.request.prepare``)."""
         model = self.fleet.route(body.get("model") if isinstance(body, dict) else None)
         force = request.get(API_KEY_ID) is not None if force_usage is None else force_usage
         return model, prepare(body, endpoint=endpoint, model=model.model, force_usage=force)
 
     @contextlib.asynccontextmanager
-    async def worker_request(self, model: Lifecycle, body: dict[str, Any], path: str, *,
-                             stream: bool) -> AsyncIterator[tuple[aiohttp.ClientResponse, WorkerProcess]]:
+    async def worker_request(
+        self, model: Lifecycle, body: dict[str, Any], path: str, *, stream: bool
+    ) -> AsyncIterator[tuple[aiohttp.ClientResponse, WorkerProcess]]:
         """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
 
         The request counts as open (``stream`` says which kind) from before the load until the block ends.
@@ -87,13 +90,17 @@ class Upstream:
         try:
             worker = await model.acquire()
             try:
-                upstream = await worker.session.post(worker.base_url + path, timeout=UPSTREAM_TIMEOUT,
-                                                     data=json.dumps(body).encode(),
-                                                     headers={"Content-Type": "application/json"})
+                upstream = await worker.session.post(
+                    worker.base_url + path,
+                    timeout=UPSTREAM_TIMEOUT,
+                    data=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
             except (aiohttp.ClientError, OSError) as exc:
                 await self.notice_exit(model, worker)
-                raise RequestRefused(502, f"the model worker did not answer: {exc}", code="worker_failed",
-                                     type_="server_error") from exc
+                raise RequestRefused(
+                    502, f"the model worker did not answer: {exc}", code="worker_failed", type_="server_error"
+                ) from exc
             async with upstream:
                 yield upstream, worker
         finally:
@@ -120,8 +127,9 @@ class Upstream:
 
         return account
 
-    async def complete(self, request: web.Request, model: Lifecycle, prepared: PreparedRequest,
-                       path: str = CHAT_PATH) -> dict[str, Any]:
+    async def complete(
+        self, request: web.Request, model: Lifecycle, prepared: PreparedRequest, path: str = CHAT_PATH
+    ) -> dict[str, Any]:
         """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
         account = self.accountant(request, "chat", prepared.body)
         async with self.worker_request(model, prepared.body, path, stream=False) as (upstream, worker):
@@ -129,8 +137,9 @@ class Upstream:
                 raw = await upstream.read()
             except (aiohttp.ClientError, OSError) as exc:
                 await self.notice_exit(model, worker)
-                raise RequestRefused(502, f"the model worker failed while answering: {exc}", code="worker_failed",
-                                     type_="server_error") from exc
+                raise RequestRefused(
+                    502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
+                ) from exc
             status = upstream.status
         try:
             doc = json.loads(raw)
@@ -139,14 +148,21 @@ class Upstream:
         if status != 200:
             raise read_error(status, doc)
         if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list) or not doc["choices"]:
-            raise RequestRefused(502, "the model worker's reply has no choices", code="worker_failed",
-                                 type_="server_error")
+            raise RequestRefused(
+                502, "the model worker's reply has no choices", code="worker_failed", type_="server_error"
+            )
         if account is not None:
             account(doc)
         return doc
 
-    async def stream(self, request: web.Request, model: Lifecycle, prepared: PreparedRequest,
-                     translator: StreamTranslator, path: str = CHAT_PATH) -> web.StreamResponse:
+    async def stream(
+        self,
+        request: web.Request,
+        model: Lifecycle,
+        prepared: PreparedRequest,
+        translator: StreamTranslator,
+        path: str = CHAT_PATH,
+    ) -> web.StreamResponse:
         """Stream the worker's answer through ``translator``; an error before the first event raises."""
         async with self.worker_request(model, prepared.body, path, stream=True) as (upstream, worker):
             if upstream.status != 200 or upstream.content_type != "text/event-stream":

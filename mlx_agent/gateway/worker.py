@@ -89,8 +89,14 @@ class WorkerProcess:
             argv = [arg.replace(PORT_PLACEHOLDER, address) for arg in spec["argv"]]
             connector = aiohttp.TCPConnector(limit=0, force_close=True)
             where = f"{HOST}:{address}"
-        proc = spawn(argv, spec["env"], Path(spec["log_path"]), spec["cwd"], die_with_parent=True,
-                     header=f"mlx-agent front: worker load {load_number} on {where}")
+        proc = spawn(
+            argv,
+            spec["env"],
+            Path(spec["log_path"]),
+            spec["cwd"],
+            die_with_parent=True,
+            header=f"mlx-agent front: worker load {load_number} on {where}",
+        )
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return cls(proc=proc, spec=spec, address=address, session=session)
 
@@ -132,17 +138,27 @@ class WorkerProcess:
                 self.ready_at = time.time()
                 return
             if time.monotonic() >= deadline:
-                raise ReadinessTimeout(f"the worker was not ready within {self.spec['ready_timeout']:g} s",
-                                       details={"ready_timeout": self.spec["ready_timeout"],
-                                                "log_path": str(self.log_path), "log_tail": log_tail(self.log_path)})
+                raise ReadinessTimeout(
+                    f"the worker was not ready within {self.spec['ready_timeout']:g} s",
+                    details={
+                        "ready_timeout": self.spec["ready_timeout"],
+                        "log_path": str(self.log_path),
+                        "log_tail": log_tail(self.log_path),
+                    },
+                )
             await asyncio.sleep(READY_POLL_S)
 
     async def _probe(self, check: Readiness) -> bool:
         timeout = aiohttp.ClientTimeout(total=check.timeout)
         body = check.body()
         try:
-            async with self.session.request(check.method, self.base_url + check.path, data=body, timeout=timeout,
-                                            headers={"Content-Type": "application/json"} if body else None) as resp:
+            async with self.session.request(
+                check.method,
+                self.base_url + check.path,
+                data=body,
+                timeout=timeout,
+                headers={"Content-Type": "application/json"} if body else None,
+            ) as resp:
                 return check.matches(resp.status, await resp.read())
         except (TimeoutError, aiohttp.ClientError, OSError):
             return False

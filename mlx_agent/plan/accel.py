@@ -48,8 +48,10 @@ def _gpu_architecture(interpreter: str) -> str | None:
     """Ask MLX in a child process which GPU it sees (the CLI itself never imports mlx)."""
     import subprocess
 
-    probe = ("import mlx.core as mx; info = mx.device_info() if hasattr(mx, 'device_info') "
-             "else mx.metal.device_info(); print(info.get('architecture', ''))")
+    probe = (
+        "import mlx.core as mx; info = mx.device_info() if hasattr(mx, 'device_info') "
+        "else mx.metal.device_info(); print(info.get('architecture', ''))"
+    )
     try:
         out = subprocess.run([interpreter, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     except (OSError, subprocess.SubprocessError):  # no answer is no eligibility
@@ -57,18 +59,22 @@ def _gpu_architecture(interpreter: str) -> str | None:
     return out.stdout.strip() or None
 
 
-def _rules(recipe: dict[str, Any], runtime: RuntimeRecord, option: str, name: str) -> tuple[dict[str, Any], str,
-                                                                                         list[str]]:
+def _rules(
+    recipe: dict[str, Any], runtime: RuntimeRecord, option: str, name: str
+) -> tuple[dict[str, Any], str, list[str]]:
     """Refuse ``option`` on a runtime without it; return its rules, the support file's sha256, and first reasons."""
     if name not in recipe.get("capabilities", {}).get("kernels", []):
-        raise UnsupportedRuntime(f"{option} is an mlx_lm option; runtime {recipe['name']} rejects it",
-                                 details={"runtime": recipe["name"], "option": option})
+        raise UnsupportedRuntime(
+            f"{option} is an mlx_lm option; runtime {recipe['name']} rejects it",
+            details={"runtime": recipe["name"], "option": option},
+        )
     rules_all, support_sha = support()
     return rules_all[name], support_sha, [FOREIGN] if runtime["launcher"] != "wrapped" else []
 
 
-def prompt_lookup(requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, *,
-                  adapter: bool = False) -> PromptLookupRecord:
+def prompt_lookup(
+    requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, *, adapter: bool = False
+) -> PromptLookupRecord:
     """Return the plan's ``prompt_lookup``: whether it was asked for and whether it will apply."""
     if not requested:
         return {"requested": False, "applied": False, "reasons": []}
@@ -77,13 +83,21 @@ def prompt_lookup(requested: bool, recipe: dict[str, Any], runtime: RuntimeRecor
     reasons += lookup_version_reasons(versions, rules)
     if adapter:
         reasons.append("an adapter is served, and adapters keep native generation")
-    return {"requested": True, "applied": not reasons, "reasons": reasons,
-            "max_draft_tokens": rules["max_draft_tokens"], "lookup_window": rules["lookup_window"],
-            "versions": versions, "support_sha256": support_sha, "sources": sources(LOOKUP_SOURCES)}
+    return {
+        "requested": True,
+        "applied": not reasons,
+        "reasons": reasons,
+        "max_draft_tokens": rules["max_draft_tokens"],
+        "lookup_window": rules["lookup_window"],
+        "versions": versions,
+        "support_sha256": support_sha,
+        "sources": sources(LOOKUP_SOURCES),
+    }
 
 
-def m5_prefill(requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, config: dict[str, Any], *,
-               adapter: bool = False) -> M5PrefillRecord:
+def m5_prefill(
+    requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, config: dict[str, Any], *, adapter: bool = False
+) -> M5PrefillRecord:
     """Return the plan's ``m5_prefill``: whether the M5 Q4 kernel was asked for and whether it is eligible."""
     if not requested:
         return {"requested": False, "eligible": False, "reasons": []}
@@ -98,9 +112,17 @@ def m5_prefill(requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, 
     if not reasons:  # only a fully matching Mac is worth starting MLX for
         gpu = _gpu_architecture(runtime.get("interpreter") or sys.executable)
         reasons += gpu_reasons(gpu, rules)
-    return {"requested": True, "eligible": not reasons, "reasons": reasons, "gpu_architecture": gpu,
-            "macos": macos, "versions": versions, "min_rows": rules["min_rows"], "support_sha256": support_sha,
-            "sources": sources(PREFILL_SOURCES)}
+    return {
+        "requested": True,
+        "eligible": not reasons,
+        "reasons": reasons,
+        "gpu_architecture": gpu,
+        "macos": macos,
+        "versions": versions,
+        "min_rows": rules["min_rows"],
+        "support_sha256": support_sha,
+        "sources": sources(PREFILL_SOURCES),
+    }
 
 
 def entry_flags(lookup: PromptLookupRecord, prefill: M5PrefillRecord, runtime: RuntimeRecord) -> list[str]:

@@ -32,8 +32,10 @@ def _real_directory(raw: str) -> Path:
         raise AdapterInvalid(f"adapter path {raw} does not exist", details={"path": raw})
     if given.resolve() != given:
         # A symlink anywhere on the way would let the bound files change under a path that looks reviewed.
-        raise AdapterInvalid(f"adapter path {given} is, or lies under, a symbolic link ({given.resolve()})",
-                             details={"path": str(given), "resolved": str(given.resolve())})
+        raise AdapterInvalid(
+            f"adapter path {given} is, or lies under, a symbolic link ({given.resolve()})",
+            details={"path": str(given), "resolved": str(given.resolve())},
+        )
     if not given.is_dir():
         raise AdapterInvalid(f"adapter path {given} is not a directory", details={"path": str(given)})
     return given
@@ -63,8 +65,10 @@ def _check_config(path: Path) -> dict[str, Any]:
     if config.get("fine_tune_type", "lora") not in FINE_TUNE_TYPES:
         problems.append(f"fine_tune_type must be one of {', '.join(FINE_TUNE_TYPES)}")
     if problems:
-        raise AdapterInvalid(f"{path} is not an mlx_lm adapter config: {'; '.join(problems)}",
-                             details={"path": str(path), "problems": problems})
+        raise AdapterInvalid(
+            f"{path} is not an mlx_lm adapter config: {'; '.join(problems)}",
+            details={"path": str(path), "problems": problems},
+        )
     return config
 
 
@@ -76,8 +80,10 @@ def _check_weights(path: Path) -> None:
     tensors = [k for k in header if k != "__metadata__"]
     foreign = [k for k in tensors if not k.endswith(ADAPTER_SUFFIXES)]
     if not tensors or foreign:
-        raise AdapterInvalid(f"{path} does not hold only adapter tensors (*{', *'.join(ADAPTER_SUFFIXES)})",
-                             details={"path": str(path), "foreign_tensors": foreign[:10]})
+        raise AdapterInvalid(
+            f"{path} does not hold only adapter tensors (*{', *'.join(ADAPTER_SUFFIXES)})",
+            details={"path": str(path), "foreign_tensors": foreign[:10]},
+        )
 
 
 def file_record(path: Path) -> ContentRecord:

@@ -26,8 +26,11 @@ MAX_SOCKET_DIR = 80
 
 def front_paths(serve_dir: Path, port: int) -> dict[str, str]:
     """Return where the front's private files live, beside the receipt of ``port``."""
-    return {"config_path": str(serve_dir / f"{port}.front.json"), "token_path": str(serve_dir / f"{port}.token"),
-            "policy_path": str(serve_dir / f"{port}.policy.json")}
+    return {
+        "config_path": str(serve_dir / f"{port}.front.json"),
+        "token_path": str(serve_dir / f"{port}.token"),
+        "policy_path": str(serve_dir / f"{port}.policy.json"),
+    }
 
 
 def worker_log(serve_dir: Path, port: int, index: int) -> Path:
@@ -50,19 +53,27 @@ def api_key_file(raw: str | None) -> str | None:
         raise InvalidArguments(f"--api-key-file {raw} is not a file", details={"path": raw})
     if path.stat().st_mode & 0o077:
         # The front refuses keys others can read; say so at review time, not after confirm.
-        raise InvalidArguments(f"--api-key-file {path} is readable by other users; chmod 600 it",
-                               details={"path": str(path)})
+        raise InvalidArguments(
+            f"--api-key-file {path} is readable by other users; chmod 600 it", details={"path": str(path)}
+        )
     return str(path)
 
 
-def front_record(serve_dir: Path, port: int, *, jit: bool, api_key: str | None,
-                 min_headroom_gb: float | None) -> FrontRecord:
+def front_record(
+    serve_dir: Path, port: int, *, jit: bool, api_key: str | None, min_headroom_gb: float | None
+) -> FrontRecord:
     """Return the plan's ``front`` record."""
     paths = front_paths(serve_dir, port)
-    return {"mode": "jit" if jit else "eager", "config_path": paths["config_path"], "token_path": paths["token_path"],
-            "policy_path": paths["policy_path"], "api_key_file": api_key_file(api_key),
-            "min_headroom_gb": min_headroom_gb, "max_body_bytes": MAX_BODY_BYTES,
-            "socket_dir": socket_dir(serve_dir, port)}
+    return {
+        "mode": "jit" if jit else "eager",
+        "config_path": paths["config_path"],
+        "token_path": paths["token_path"],
+        "policy_path": paths["policy_path"],
+        "api_key_file": api_key_file(api_key),
+        "min_headroom_gb": min_headroom_gb,
+        "max_body_bytes": MAX_BODY_BYTES,
+        "socket_dir": socket_dir(serve_dir, port),
+    }
 
 
 def front_argv(config_path: str) -> list[str]:
@@ -80,10 +91,18 @@ def hidden_names(model: ModelPlan) -> list[str]:
 
 
 def _model_config(model: ModelPlan) -> FrontModelConfig:
-    return {"name": model["name"], "aliases": model["aliases"], "hidden_names": hidden_names(model),
-            "max_tokens": model["max_tokens"], "max_tokens_ceiling": model["max_tokens_ceiling"],
-            "context_window": model["context_window"], "weight_bytes": model["weight_bytes"],
-            "file_checks": model["file_checks"], "policy": model["policy"], "worker": model["worker"]}
+    return {
+        "name": model["name"],
+        "aliases": model["aliases"],
+        "hidden_names": hidden_names(model),
+        "max_tokens": model["max_tokens"],
+        "max_tokens_ceiling": model["max_tokens_ceiling"],
+        "context_window": model["context_window"],
+        "weight_bytes": model["weight_bytes"],
+        "file_checks": model["file_checks"],
+        "policy": model["policy"],
+        "worker": model["worker"],
+    }
 
 
 def front_config(plan: ServePlan) -> FrontConfig:

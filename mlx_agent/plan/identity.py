@@ -43,8 +43,7 @@ def read_safetensors_header(path: Path) -> tuple[bytes, dict[str, Any]]:
         if not isinstance(header, dict):
             raise ValueError("header is not a JSON object")
     except (OSError, ValueError) as exc:
-        raise ModelInvalid(f"{path} is not a readable safetensors file: {exc}",
-                           details={"path": str(path)}) from exc
+        raise ModelInvalid(f"{path} is not a readable safetensors file: {exc}", details={"path": str(path)}) from exc
     return prefix + body, header
 
 
@@ -63,8 +62,7 @@ def file_identity(path: Path, name: str) -> dict[str, Any]:
     """Return the identity record of one file of a plain model directory."""
     st = path.stat()
     if is_weight_file(name) or st.st_size > SMALL_FILE_LIMIT:
-        record: dict[str, Any] = {"name": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                  "inode": st.st_ino}
+        record: dict[str, Any] = {"name": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
         if name.endswith(".safetensors"):
             record["header_sha256"] = safetensors_header_sha256(path)
         return record

@@ -46,16 +46,47 @@ CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", 
 class ModelSpec:
     """What a plan is asked for one model, before any file is read (a plain class, cheap to import)."""
 
-    __slots__ = ("adapter_path", "alias", "chat_template_args", "idle_timeout", "keep_loaded", "m5_prefill",
-                 "max_tokens", "max_tokens_ceiling", "path", "preload", "prompt_lookup", "repo", "runtime",
-                 "runtime_executable", "served_model_name", "thinking", "training_receipt")
+    __slots__ = (
+        "adapter_path",
+        "alias",
+        "chat_template_args",
+        "idle_timeout",
+        "keep_loaded",
+        "m5_prefill",
+        "max_tokens",
+        "max_tokens_ceiling",
+        "path",
+        "preload",
+        "prompt_lookup",
+        "repo",
+        "runtime",
+        "runtime_executable",
+        "served_model_name",
+        "thinking",
+        "training_receipt",
+    )
 
-    def __init__(self, *, path: str | None = None, repo: str | None = None, training_receipt: str | None = None,
-                 adapter_path: str | None = None, runtime: str = "mlx_lm", runtime_executable: str | None = None,
-                 served_model_name: str | None = None, alias: tuple[str, ...] = (), thinking: str | None = None,
-                 chat_template_args: str | None = None, prompt_lookup: bool = False, m5_prefill: bool = False,
-                 max_tokens: int = 512, max_tokens_ceiling: int | None = None, idle_timeout: float = 0,
-                 keep_loaded: bool = False, preload: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        path: str | None = None,
+        repo: str | None = None,
+        training_receipt: str | None = None,
+        adapter_path: str | None = None,
+        runtime: str = "mlx_lm",
+        runtime_executable: str | None = None,
+        served_model_name: str | None = None,
+        alias: tuple[str, ...] = (),
+        thinking: str | None = None,
+        chat_template_args: str | None = None,
+        prompt_lookup: bool = False,
+        m5_prefill: bool = False,
+        max_tokens: int = 512,
+        max_tokens_ceiling: int | None = None,
+        idle_timeout: float = 0,
+        keep_loaded: bool = False,
+        preload: bool = True,
+    ) -> None:
         self.path = path
         self.repo = repo
         self.training_receipt = training_receipt  # selects base and adapter together
@@ -79,15 +110,19 @@ def validate_spec(spec: ModelSpec) -> None:
     """Refuse a model spec whose options contradict each other, before any file is read."""
     if spec.training_receipt is not None:
         if spec.path is not None or spec.repo is not None or spec.adapter_path is not None:
-            raise InvalidArguments("--training-receipt selects the base model and adapter itself; "
-                                   "do not combine it with --path, --repo or --adapter-path")
+            raise InvalidArguments(
+                "--training-receipt selects the base model and adapter itself; "
+                "do not combine it with --path, --repo or --adapter-path"
+            )
     elif (spec.path is None) == (spec.repo is None):
         raise InvalidArguments("give exactly one of --path or --repo (or --training-receipt)")
     if spec.max_tokens < 1:
         raise InvalidArguments("--max-tokens must be at least 1", details={"max_tokens": spec.max_tokens})
     if spec.max_tokens_ceiling is not None and spec.max_tokens_ceiling < spec.max_tokens:
-        raise InvalidArguments("--max-tokens-ceiling must be at least --max-tokens",
-                               details={"max_tokens": spec.max_tokens, "max_tokens_ceiling": spec.max_tokens_ceiling})
+        raise InvalidArguments(
+            "--max-tokens-ceiling must be at least --max-tokens",
+            details={"max_tokens": spec.max_tokens, "max_tokens_ceiling": spec.max_tokens_ceiling},
+        )
     if spec.thinking not in (None, "on", "off"):
         raise InvalidArguments("--thinking must be on or off", details={"thinking": spec.thinking})
     if spec.runtime == AUTO and spec.runtime_executable is not None:
@@ -116,8 +151,9 @@ def thinking_args(recipe: dict[str, Any], spec: ModelSpec) -> tuple[str, dict[st
     capabilities = recipe.get("capabilities", {})
     template_args = _template_args(spec.chat_template_args)
     if spec.chat_template_args is not None and not capabilities.get("chat_template_args"):
-        raise UnsupportedRuntime(f"runtime {recipe['name']} takes no chat template arguments",
-                                 details={"runtime": recipe["name"]})
+        raise UnsupportedRuntime(
+            f"runtime {recipe['name']} takes no chat template arguments", details={"runtime": recipe["name"]}
+        )
     cap = capabilities.get("thinking")
     extra: list[str] = []
     state = "default" if spec.thinking is None else spec.thinking
@@ -151,23 +187,31 @@ def _trained(raw: str) -> dict[str, Any]:
     receipt, receipt_sha = load_training_receipt(raw)
     path = Path(raw).expanduser().absolute()
     checked = check_training_receipt(receipt, path.parent)
-    checked["receipt"] = {"path": str(path), "sha256": receipt_sha, "size": path.stat().st_size,
-                          "id": receipt.get("id")}
+    checked["receipt"] = {
+        "path": str(path),
+        "sha256": receipt_sha,
+        "size": path.stat().st_size,
+        "id": receipt.get("id"),
+    }
     return checked
 
 
-def _adapter(spec: ModelSpec, recipe: dict[str, Any], runtime: RuntimeRecord,
-             trained: dict[str, Any] | None) -> AdapterRecord | None:
+def _adapter(
+    spec: ModelSpec, recipe: dict[str, Any], runtime: RuntimeRecord, trained: dict[str, Any] | None
+) -> AdapterRecord | None:
     if spec.adapter_path is None and trained is None:
         return None
     if not recipe.get("capabilities", {}).get("adapter"):
         # mlx_vlm would silently ignore mlx_lm adapter weights: refuse rather than serve the base model.
-        raise UnsupportedRuntime(f"runtime {recipe['name']} cannot serve an mlx_lm adapter",
-                                 details={"runtime": recipe["name"]})
+        raise UnsupportedRuntime(
+            f"runtime {recipe['name']} cannot serve an mlx_lm adapter", details={"runtime": recipe["name"]}
+        )
     if not runtime["adapter_enabled"]:
-        raise UnsupportedRuntime("an adapter is served only through mlx-agent's own entry, which rechecks it "
-                                 "before loading; a --runtime-executable from another environment cannot",
-                                 details={"runtime": recipe["name"], "launcher": runtime["launcher"]})
+        raise UnsupportedRuntime(
+            "an adapter is served only through mlx-agent's own entry, which rechecks it "
+            "before loading; a --runtime-executable from another environment cannot",
+            details={"runtime": recipe["name"], "launcher": runtime["launcher"]},
+        )
     if trained is None:
         return resolve_adapter(spec.adapter_path or "")
     # The receipt's recorded hashes were just rechecked; the adapter is still validated like any other.
@@ -203,8 +247,10 @@ def file_checks(adapter: AdapterRecord | None) -> list[FileCheck]:
     """Return the files every worker load rechecks by content: the adapter's, and the receipt vouching for it."""
     if adapter is None:
         return []
-    checks: list[FileCheck] = [{"path": str(Path(adapter["path"]) / f["name"]), "sha256": f["sha256"],
-                                "size": f["size"]} for f in adapter["files"]]
+    checks: list[FileCheck] = [
+        {"path": str(Path(adapter["path"]) / f["name"]), "sha256": f["sha256"], "size": f["size"]}
+        for f in adapter["files"]
+    ]
     receipt = adapter.get("training_receipt")
     if receipt is not None:
         checks.append({"path": receipt["path"], "sha256": receipt["sha256"], "size": receipt["size"]})
@@ -255,12 +301,18 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     wrapped = runtime["launcher"] == "wrapped"
     if wrapped and window is not None:
         extra_args += [CONTEXT_WINDOW_FLAG, str(window)]
-    values = {"model": source["path"], "host": HOST, "port": PORT_PLACEHOLDER, "max_tokens": str(spec.max_tokens),
-              "socket": SOCKET_PLACEHOLDER}
+    values = {
+        "model": source["path"],
+        "host": HOST,
+        "port": PORT_PLACEHOLDER,
+        "max_tokens": str(spec.max_tokens),
+        "socket": SOCKET_PLACEHOLDER,
+    }
     template = recipe["wrapper_argv"] if wrapped else recipe["argv"]
     native_args = [*(arg.format(**values) for arg in template), *extra_args]
-    readiness = recipe.get("native_readiness", recipe["readiness"]) if runtime["launcher"] == "native" \
-        else recipe["readiness"]
+    readiness = (
+        recipe.get("native_readiness", recipe["readiness"]) if runtime["launcher"] == "native" else recipe["readiness"]
+    )
     if wrapped and SOCKET_FLAG not in native_args:
         raise UnsupportedRuntime(f"the {name} recipe's wrapper_argv lacks {SOCKET_FLAG}")
     return {
@@ -281,9 +333,14 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "weight_bytes": weight_bytes(source, adapter),
         "file_checks": file_checks(adapter),
         "policy": {"idle_timeout": spec.idle_timeout, "keep_loaded": spec.keep_loaded, "preload": spec.preload},
-        "worker": {"transport": "unix" if wrapped else "tcp",
-                   "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
-                   "argv": build_argv(runtime, native_args),
-                   "env": child_env(runtime["launcher"]), "cwd": "/", "readiness": readiness,
-                   "ready_timeout": ready_timeout, "log_path": str(log_path)},
+        "worker": {
+            "transport": "unix" if wrapped else "tcp",
+            "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
+            "argv": build_argv(runtime, native_args),
+            "env": child_env(runtime["launcher"]),
+            "cwd": "/",
+            "readiness": readiness,
+            "ready_timeout": ready_timeout,
+            "log_path": str(log_path),
+        },
     }

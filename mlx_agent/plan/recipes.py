@@ -28,7 +28,6 @@ def runtime_choices() -> list[str]:
 def load_recipe(name: str) -> tuple[dict[str, Any], str]:
     """Return a runtime's recipe and the sha256 of its file."""
     if name not in recipe_names():
-        raise UnsupportedRuntime(f"no recipe for runtime {name!r}",
-                                 details={"runtime": name, "known": recipe_names()})
+        raise UnsupportedRuntime(f"no recipe for runtime {name!r}", details={"runtime": name, "known": recipe_names()})
     raw = (recipes_dir() / f"{name}.json").read_bytes()
     return json.loads(raw), hashlib.sha256(raw).hexdigest()

@@ -38,8 +38,11 @@ def entry_sources() -> dict[str, str]:
     changed kernel source makes a plan stale.
     """
     files = [*ENTRY_DIR.rglob("*.py"), *(p for p in (ENTRY_DIR / "kernels").rglob("*") if p.is_file())]
-    return {p.relative_to(ENTRY_DIR.parent).as_posix(): sha256_file(p) for p in sorted(set(files))
-            if "__pycache__" not in p.parts}
+    return {
+        p.relative_to(ENTRY_DIR.parent).as_posix(): sha256_file(p)
+        for p in sorted(set(files))
+        if "__pycache__" not in p.parts
+    }
 
 
 def configured_executable(name: str) -> str | None:
@@ -68,12 +71,14 @@ def _resolve_file(raw: str) -> Path:
         raise RuntimeSymlinkLoop(f"runtime executable {raw}: {exc}", details={"executable": raw}) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise RuntimeSymlinkLoop(f"runtime executable {raw} is a symlink loop",
-                                     details={"executable": raw}) from None
+            raise RuntimeSymlinkLoop(
+                f"runtime executable {raw} is a symlink loop", details={"executable": raw}
+            ) from None
         raise RuntimeNotInstalled(f"runtime executable {raw}: {exc}", details={"executable": raw}) from exc
     if not exe.is_file() or not os.access(exe, os.X_OK):
-        raise RuntimeNotExecutable(f"runtime executable {exe} is not an executable file",
-                                   details={"executable": str(exe)})
+        raise RuntimeNotExecutable(
+            f"runtime executable {exe} is not an executable file", details={"executable": str(exe)}
+        )
     return exe
 
 
@@ -90,8 +95,9 @@ def _interpreter(exe: Path) -> tuple[Path | None, list[str]]:
         name = next((w for w in words[1:] if not w.startswith("-")), None)
         found = shutil.which(name) if name else None
         if found is None:
-            raise RuntimeNotInstalled(f"{exe} runs {name!r} through env, which is not on PATH",
-                                      details={"executable": str(exe)})
+            raise RuntimeNotInstalled(
+                f"{exe} runs {name!r} through env, which is not on PATH", details={"executable": str(exe)}
+            )
         interpreter = Path(found).absolute()
         return interpreter, [str(interpreter), str(exe)]
     return Path(words[0]), [str(exe)]
@@ -105,7 +111,8 @@ def _native(recipe: dict[str, Any], raw: str, source: str) -> dict[str, Any]:
     if versions.get(recipe["distribution"]) is None:
         raise RuntimeNotInstalled(
             f"{exe} does not come with {recipe['distribution']} installed beside its interpreter",
-            details={"executable": str(exe), "interpreter": str(interpreter) if interpreter else None})
+            details={"executable": str(exe), "interpreter": str(interpreter) if interpreter else None},
+        )
     return {
         "launcher": "native",
         "executable": str(exe),
@@ -140,13 +147,26 @@ def resolve_runtime(name: str, recipe: dict[str, Any], recipe_sha: str, executab
     if versions.get(recipe["distribution"]) is None or package_dir(recipe["package"], None) is None:
         raise RuntimeNotInstalled(
             f"runtime {name} ({recipe['distribution']}) is not installed for {sys.executable}",
-            details={"runtime": name, "interpreter": sys.executable})
+            details={"runtime": name, "interpreter": sys.executable},
+        )
     interpreter = str(Path(sys.executable).absolute())
     if recipe.get("wrapper"):
-        return {"name": name, "recipe_sha256": recipe_sha, "launcher": "wrapped", "interpreter": interpreter,
-                "module": ENTRY_MODULE, "entry_sources": entry_sources(),
-                "versions": {**versions, "mlx-agent": mlx_agent.__version__},
-                "adapter_enabled": True}
-    return {"name": name, "recipe_sha256": recipe_sha, "launcher": "module", "interpreter": interpreter,
-            "module": recipe["native_module"],
-            "versions": versions, "adapter_enabled": False}
+        return {
+            "name": name,
+            "recipe_sha256": recipe_sha,
+            "launcher": "wrapped",
+            "interpreter": interpreter,
+            "module": ENTRY_MODULE,
+            "entry_sources": entry_sources(),
+            "versions": {**versions, "mlx-agent": mlx_agent.__version__},
+            "adapter_enabled": True,
+        }
+    return {
+        "name": name,
+        "recipe_sha256": recipe_sha,
+        "launcher": "module",
+        "interpreter": interpreter,
+        "module": recipe["native_module"],
+        "versions": versions,
+        "adapter_enabled": False,
+    }

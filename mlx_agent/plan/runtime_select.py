@@ -18,8 +18,7 @@ MLX_LM = "mlx_lm"
 MLX_VLM = "mlx-vlm"
 PACKAGES = {MLX_LM: "mlx_lm", MLX_VLM: "mlx_vlm"}
 # Keys whose non-null presence marks a checkpoint with a vision tower, as mlx_vlm's model configs use them.
-VISION_MARKERS = ("vision_config", "vision_tower", "mm_vision_tower", "visual", "image_token_index",
-                  "image_token_id")
+VISION_MARKERS = ("vision_config", "vision_tower", "mm_vision_tower", "visual", "image_token_index", "image_token_id")
 
 
 def vision_markers(config: dict[str, Any]) -> list[str]:
@@ -47,24 +46,30 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
     if requested == MLX_LM and markers:
         raise RuntimeModelMismatch(
             f"{raw_type} is a vision model ({', '.join(markers)} in config.json); mlx_lm cannot serve it",
-            details={"model_type": raw_type, "vision_markers": markers})
+            details={"model_type": raw_type, "vision_markers": markers},
+        )
     if requested in PACKAGES:
         module = _supported(requested, model_type, executable)
         if module is None:
-            raise UnsupportedModel(f"{requested} has no model class for model_type {raw_type!r}",
-                                   details={"model_type": raw_type, "runtime": requested})
+            raise UnsupportedModel(
+                f"{requested} has no model class for model_type {raw_type!r}",
+                details={"model_type": raw_type, "runtime": requested},
+            )
         return requested, f"requested; {requested} loads model_type {raw_type} as {module}"
     if requested != "auto":
         return requested, "requested"
     if markers:
         module = _supported(MLX_VLM, model_type, None)
         if module is None:
-            raise UnsupportedModel(f"vision model_type {raw_type!r} is not supported by the installed mlx-vlm",
-                                   details={"model_type": raw_type, "vision_markers": markers})
+            raise UnsupportedModel(
+                f"vision model_type {raw_type!r} is not supported by the installed mlx-vlm",
+                details={"model_type": raw_type, "vision_markers": markers},
+            )
         return MLX_VLM, f"auto: config.json has {', '.join(markers)}; mlx-vlm loads {raw_type} as {module}"
     for runtime in (MLX_LM, MLX_VLM):
         module = _supported(runtime, model_type, None)
         if module is not None:
             return runtime, f"auto: text model; {runtime} loads model_type {raw_type} as {module}"
-    raise UnsupportedModel(f"neither mlx_lm nor mlx-vlm supports model_type {raw_type!r}",
-                           details={"model_type": raw_type})
+    raise UnsupportedModel(
+        f"neither mlx_lm nor mlx-vlm supports model_type {raw_type!r}", details={"model_type": raw_type}
+    )

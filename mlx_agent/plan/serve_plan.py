@@ -36,8 +36,7 @@ def _validate(req: ServeRequest) -> None:
     if supervisor == "mlx-agent" and (req.unit_dir is not None or req.restart != "on-failure"):
         raise InvalidArguments("--unit-dir and --restart apply only with --launchd or --systemd")
     if not req.jit and (req.idle_timeout is not None or req.keep_loaded):
-        raise InvalidArguments("--idle-timeout and --keep-loaded require --jit: an eager server keeps its model "
-                               "loaded")
+        raise InvalidArguments("--idle-timeout and --keep-loaded require --jit: an eager server keeps its model loaded")
     if req.training_receipt is not None and supervisor != "mlx-agent":
         raise LaunchdTrainingReceiptUnsupported("a training receipt cannot be installed as a launchd or systemd unit")
     if req.jit and supervisor != "mlx-agent":
@@ -47,13 +46,25 @@ def _validate(req: ServeRequest) -> None:
 def model_spec(req: ServeRequest) -> ModelSpec:
     """Return the one model a ``serve start`` without a models file asks for."""
     policy = policy_from_options(req.idle_timeout, req.keep_loaded, req.min_headroom_gb)
-    return ModelSpec(path=req.path, repo=req.repo, training_receipt=req.training_receipt,
-                     adapter_path=req.adapter_path, runtime=req.runtime, runtime_executable=req.runtime_executable,
-                     served_model_name=req.served_model_name, alias=req.alias, thinking=req.thinking,
-                     chat_template_args=req.chat_template_args, prompt_lookup=req.prompt_lookup,
-                     m5_prefill=req.m5_prefill, max_tokens=req.max_tokens, max_tokens_ceiling=req.max_tokens_ceiling,
-                     idle_timeout=policy.idle_timeout if req.jit else 0, keep_loaded=policy.keep_loaded or not req.jit,
-                     preload=not req.jit)
+    return ModelSpec(
+        path=req.path,
+        repo=req.repo,
+        training_receipt=req.training_receipt,
+        adapter_path=req.adapter_path,
+        runtime=req.runtime,
+        runtime_executable=req.runtime_executable,
+        served_model_name=req.served_model_name,
+        alias=req.alias,
+        thinking=req.thinking,
+        chat_template_args=req.chat_template_args,
+        prompt_lookup=req.prompt_lookup,
+        m5_prefill=req.m5_prefill,
+        max_tokens=req.max_tokens,
+        max_tokens_ceiling=req.max_tokens_ceiling,
+        idle_timeout=policy.idle_timeout if req.jit else 0,
+        keep_loaded=policy.keep_loaded or not req.jit,
+        preload=not req.jit,
+    )
 
 
 def build_serve_plan(req: ServeRequest) -> ServePlan:
@@ -64,8 +75,7 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
     port = req.port if req.port is not None else int(load_recipe(model["runtime"]["name"])[0]["default_port"])
     serve_dir = receipts_dir("serve", req.receipts_dir)
     model["worker"]["log_path"] = str(worker_log(serve_dir, port, 0))
-    front = front_record(serve_dir, port, jit=req.jit, api_key=req.api_key_file,
-                         min_headroom_gb=policy.min_headroom_gb)
+    front = front_record(serve_dir, port, jit=req.jit, api_key=req.api_key_file, min_headroom_gb=policy.min_headroom_gb)
     plan: ServePlan = {
         "format_version": PLAN_VERSION,
         "operation": "serve.start",

@@ -41,16 +41,19 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     """Return the model's parsed config.json, or refuse a directory that has none."""
     config_path = model_dir / "config.json"
     if not config_path.is_file():
-        raise ConfigMissing(f"{model_dir} has no config.json, so it is not a model directory",
-                            details={"path": str(model_dir)})
+        raise ConfigMissing(
+            f"{model_dir} has no config.json, so it is not a model directory", details={"path": str(model_dir)}
+        )
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigUnparsable(f"{config_path} does not parse as JSON: {exc}",
-                               details={"path": str(config_path)}) from exc
+        raise ConfigUnparsable(
+            f"{config_path} does not parse as JSON: {exc}", details={"path": str(config_path)}
+        ) from exc
     if not isinstance(config, dict):
-        raise ConfigNotObject(f"{config_path} holds a JSON {type(config).__name__}, not an object",
-                              details={"path": str(config_path)})
+        raise ConfigNotObject(
+            f"{config_path} holds a JSON {type(config).__name__}, not an object", details={"path": str(config_path)}
+        )
     return config
 
 
@@ -63,17 +66,22 @@ def check_complete(model_dir: Path, names: list[str], error: type[ModelInvalid |
             weight_map = json.loads((model_dir / index_name).read_text(encoding="utf-8"))["weight_map"]
             shards = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ModelInvalid(f"{model_dir / index_name} is not a valid weight index: {exc}",
-                               details={"path": str(model_dir / index_name)}) from exc
+            raise ModelInvalid(
+                f"{model_dir / index_name} is not a valid weight index: {exc}",
+                details={"path": str(model_dir / index_name)},
+            ) from exc
         missing = [s for s in shards if s not in present]
         if missing:
-            raise error(f"{model_dir} lacks weight shards named by its index: {', '.join(missing)}",
-                        details={"path": str(model_dir), "missing": missing})
+            raise error(
+                f"{model_dir} lacks weight shards named by its index: {', '.join(missing)}",
+                details={"path": str(model_dir), "missing": missing},
+            )
     elif not any(n.endswith(".safetensors") for n in names):
         raise error(f"{model_dir} holds no .safetensors weights", details={"path": str(model_dir)})
     if not any(t in present for t in TOKENIZER_FILES):
-        raise error(f"{model_dir} holds no tokenizer files ({', '.join(TOKENIZER_FILES)})",
-                    details={"path": str(model_dir)})
+        raise error(
+            f"{model_dir} holds no tokenizer files ({', '.join(TOKENIZER_FILES)})", details={"path": str(model_dir)}
+        )
 
 
 def resolve_path_source(raw: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -101,8 +109,7 @@ def _snapshot_files(snapshot: Path, names: list[str]) -> list[dict[str, Any]]:
         link = snapshot / name
         target = link.resolve()
         if not target.is_file():
-            raise ModelNotLocal(f"{name} in the cached snapshot points at a missing blob",
-                                details={"path": str(link)})
+            raise ModelNotLocal(f"{name} in the cached snapshot points at a missing blob", details={"path": str(link)})
         if link.is_symlink() and target.parent.name == "blobs":
             files.append({"name": name, "blob": target.name, "size": target.stat().st_size})
         else:
@@ -119,20 +126,24 @@ def resolve_repo_source(repo: str) -> tuple[dict[str, Any], dict[str, Any]]:
     repo_dir = cache / ("models--" + repo.replace("/", "--"))
     ref = repo_dir / "refs" / "main"
     if not ref.is_file():
-        raise ModelNotLocal(f"{repo} is not in the Hugging Face cache at {cache}",
-                            details={"repo": repo, "cache_dir": str(cache)})
+        raise ModelNotLocal(
+            f"{repo} is not in the Hugging Face cache at {cache}", details={"repo": repo, "cache_dir": str(cache)}
+        )
     revision = ref.read_text(encoding="utf-8").strip()
     snapshot = repo_dir / "snapshots" / revision
     if not snapshot.is_dir():
-        raise ModelNotLocal(f"{repo} has no cached snapshot for revision {revision}",
-                            details={"repo": repo, "revision": revision})
+        raise ModelNotLocal(
+            f"{repo} has no cached snapshot for revision {revision}", details={"repo": repo, "revision": revision}
+        )
     if any(p.name.endswith(".incomplete") for p in (repo_dir / "blobs").glob("*")):
-        raise ModelNotLocal(f"{repo} has a download in progress in the cache",
-                            details={"repo": repo, "revision": revision})
+        raise ModelNotLocal(
+            f"{repo} has a download in progress in the cache", details={"repo": repo, "revision": revision}
+        )
     names = list_files(snapshot)
     if "config.json" not in names:
-        raise ModelNotLocal(f"{repo}@{revision} lacks config.json in the cache",
-                            details={"repo": repo, "revision": revision})
+        raise ModelNotLocal(
+            f"{repo}@{revision} lacks config.json in the cache", details={"repo": repo, "revision": revision}
+        )
     check_complete(snapshot, names, ModelNotLocal)
     files = _snapshot_files(snapshot, names)  # first, so a dangling link reads as not local, not invalid
     config = read_config(snapshot)

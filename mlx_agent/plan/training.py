@@ -53,19 +53,28 @@ GRAD_ACCUMULATION_STEPS = 1
 def _validate(req: TrainRequest) -> None:
     if (req.path is None) == (req.repo is None):
         raise InvalidArguments("give exactly one of --path or --repo")
-    at_least_one = {"iters": req.iters, "batch_size": req.batch_size, "rank": req.rank,
-                    "max_seq_length": req.max_seq_length, "steps_per_report": req.steps_per_report,
-                    "steps_per_eval": req.steps_per_eval, "save_every": req.save_every}
+    at_least_one = {
+        "iters": req.iters,
+        "batch_size": req.batch_size,
+        "rank": req.rank,
+        "max_seq_length": req.max_seq_length,
+        "steps_per_report": req.steps_per_report,
+        "steps_per_eval": req.steps_per_eval,
+        "save_every": req.save_every,
+    }
     for name, value in at_least_one.items():
         if value < 1:
             raise InvalidArguments(f"--{name.replace('_', '-')} must be at least 1", details={name: value})
     if req.num_layers == 0 or req.num_layers < -1:
         # mlx_lm would read 0 as "every layer" (a slice from -0): say -1 for that.
-        raise InvalidArguments("--num-layers must be at least 1, or -1 for every layer",
-                               details={"num_layers": req.num_layers})
+        raise InvalidArguments(
+            "--num-layers must be at least 1, or -1 for every layer", details={"num_layers": req.num_layers}
+        )
     if req.val_batches < -1:
-        raise InvalidArguments("--val-batches must be -1 (the whole validation set), 0 (none) or more",
-                               details={"val_batches": req.val_batches})
+        raise InvalidArguments(
+            "--val-batches must be -1 (the whole validation set), 0 (none) or more",
+            details={"val_batches": req.val_batches},
+        )
     if not req.learning_rate > 0:
         raise InvalidArguments("--learning-rate must be positive", details={"learning_rate": req.learning_rate})
     if not req.scale > 0:
@@ -75,8 +84,10 @@ def _validate(req: TrainRequest) -> None:
     if req.seed < 0:
         raise InvalidArguments("--seed must not be negative", details={"seed": req.seed})
     if req.fine_tune_type not in d.FINE_TUNE_TYPES:
-        raise InvalidArguments(f"--fine-tune-type must be one of {', '.join(d.FINE_TUNE_TYPES)}",
-                               details={"fine_tune_type": req.fine_tune_type})
+        raise InvalidArguments(
+            f"--fine-tune-type must be one of {', '.join(d.FINE_TUNE_TYPES)}",
+            details={"fine_tune_type": req.fine_tune_type},
+        )
 
 
 def _check_base(config: dict[str, Any], num_layers: int) -> int | None:
@@ -86,21 +97,26 @@ def _check_base(config: dict[str, Any], num_layers: int) -> int | None:
         raise UnsupportedModel("config.json names no model_type", details={"model_type": model_type})
     markers = vision_markers(config)
     if markers:
-        raise RuntimeModelMismatch(f"{model_type} is a vision model ({', '.join(markers)}); mlx_lm lora trains "
-                                   "text models only", details={"model_type": model_type, "vision_markers": markers})
+        raise RuntimeModelMismatch(
+            f"{model_type} is a vision model ({', '.join(markers)}); mlx_lm lora trains text models only",
+            details={"model_type": model_type, "vision_markers": markers},
+        )
     support = model_support("mlx_lm", None)
     if support is not None:
         types, remapping = support
         if remapping.get(model_type.lower(), model_type.lower()) not in types:
-            raise UnsupportedModel(f"mlx_lm has no model class for model_type {model_type!r}",
-                                   details={"model_type": model_type})
+            raise UnsupportedModel(
+                f"mlx_lm has no model class for model_type {model_type!r}", details={"model_type": model_type}
+            )
     layers = config.get("num_hidden_layers")
     if not isinstance(layers, int) or isinstance(layers, bool):
         return None
     if num_layers > layers:
-        raise InvalidArguments(f"--num-layers {num_layers} exceeds the base model's {layers} layers; "
-                               "give at most that, or -1 for every layer",
-                               details={"num_layers": num_layers, "model_layers": layers})
+        raise InvalidArguments(
+            f"--num-layers {num_layers} exceeds the base model's {layers} layers; "
+            "give at most that, or -1 for every layer",
+            details={"num_layers": num_layers, "model_layers": layers},
+        )
     return layers
 
 
@@ -129,8 +145,10 @@ def _record_format(path: Path) -> str:
         return "chat"
     if "text" in first:
         return "text"
-    raise DatasetInvalid(f"the first record of {path} has none of text, messages, or prompt and completion",
-                         details={"path": str(path), "keys": sorted(first)[:20]})
+    raise DatasetInvalid(
+        f"the first record of {path} has none of text, messages, or prompt and completion",
+        details={"path": str(path), "keys": sorted(first)[:20]},
+    )
 
 
 def resolve_dataset(raw: str, req: TrainRequest) -> dict[str, Any]:
@@ -146,25 +164,32 @@ def resolve_dataset(raw: str, req: TrainRequest) -> dict[str, Any]:
     if TRAIN not in names:
         raise DatasetInvalid(f"{root} has no {TRAIN}", details={"path": str(root), "files": names})
     lines = {n: _lines(root / n) for n in names}
-    files = [{"name": n, "size": (root / n).stat().st_size, "sha256": sha256_file(root / n), "lines": lines[n]}
-             for n in names]
+    files = [
+        {"name": n, "size": (root / n).stat().st_size, "sha256": sha256_file(root / n), "lines": lines[n]}
+        for n in names
+    ]
     needed = {TRAIN: True, VALID: req.val_batches != 0}
     formats: dict[str, str] = {}
     for name, required in needed.items():
         if not required:
             continue
         if name not in lines:
-            raise DatasetInvalid(f"{root} has no {VALID}, which --val-batches {req.val_batches} evaluates on "
-                                 "(pass --val-batches 0 to train without validation)",
-                                 details={"path": str(root), "val_batches": req.val_batches})
+            raise DatasetInvalid(
+                f"{root} has no {VALID}, which --val-batches {req.val_batches} evaluates on "
+                "(pass --val-batches 0 to train without validation)",
+                details={"path": str(root), "val_batches": req.val_batches},
+            )
         if lines[name] < req.batch_size:
-            raise DatasetInvalid(f"{root / name} has {lines[name]} lines, fewer than --batch-size {req.batch_size}",
-                                 details={"path": str(root / name), "lines": lines[name],
-                                          "batch_size": req.batch_size})
+            raise DatasetInvalid(
+                f"{root / name} has {lines[name]} lines, fewer than --batch-size {req.batch_size}",
+                details={"path": str(root / name), "lines": lines[name], "batch_size": req.batch_size},
+            )
         formats[name] = _record_format(root / name)
         if req.mask_prompt and formats[name] == "text":
-            raise DatasetInvalid(f"--mask-prompt needs prompt and completion, or chat records; {root / name} "
-                                 "holds plain text", details={"path": str(root / name)})
+            raise DatasetInvalid(
+                f"--mask-prompt needs prompt and completion, or chat records; {root / name} holds plain text",
+                details={"path": str(root / name)},
+            )
     return {"path": str(root), "formats": formats, "files": files}
 
 
@@ -174,17 +199,22 @@ def resolve_adapter_dir(raw: str, base_path: str) -> str:
     base = Path(base_path)
     if out == base or base in out.parents:
         # Files written there would change the base identity the receipt pins.
-        raise InvalidArguments(f"--adapter-path {out} lies inside the base model directory {base}",
-                               details={"adapter_path": str(out), "base": str(base)})
+        raise InvalidArguments(
+            f"--adapter-path {out} lies inside the base model directory {base}",
+            details={"adapter_path": str(out), "base": str(base)},
+        )
     if not out.exists():
         return str(out)
     if not out.is_dir():
-        raise AdapterPathNotEmpty(f"--adapter-path {out} exists and is not a directory",
-                                  details={"adapter_path": str(out)})
+        raise AdapterPathNotEmpty(
+            f"--adapter-path {out} exists and is not a directory", details={"adapter_path": str(out)}
+        )
     entries = sorted(p.name for p in out.iterdir())
     if entries:
-        raise AdapterPathNotEmpty(f"--adapter-path {out} is not empty ({len(entries)} entries)",
-                                  details={"adapter_path": str(out), "entries": entries[:20]})
+        raise AdapterPathNotEmpty(
+            f"--adapter-path {out} is not empty ({len(entries)} entries)",
+            details={"adapter_path": str(out), "entries": entries[:20]},
+        )
     return str(out)
 
 
@@ -192,10 +222,16 @@ def _trainer() -> dict[str, Any]:
     paths = own_site_paths()
     versions = {dist: dist_version(dist, paths) for dist in ("mlx", "mlx-lm")}
     if versions["mlx-lm"] is None:
-        raise RuntimeNotInstalled(f"mlx-lm is not installed for {sys.executable}; lora train runs mlx_lm.lora",
-                                  details={"runtime": "mlx_lm", "interpreter": sys.executable})
-    return {"interpreter": str(Path(sys.executable).absolute()), "module": "mlx_lm", "command": "lora",
-            "versions": {**versions, "mlx-agent": mlx_agent.__version__}}
+        raise RuntimeNotInstalled(
+            f"mlx-lm is not installed for {sys.executable}; lora train runs mlx_lm.lora",
+            details={"runtime": "mlx_lm", "interpreter": sys.executable},
+        )
+    return {
+        "interpreter": str(Path(sys.executable).absolute()),
+        "module": "mlx_lm",
+        "command": "lora",
+        "versions": {**versions, "mlx-agent": mlx_agent.__version__},
+    }
 
 
 def child_env() -> dict[str, str]:
@@ -248,21 +284,47 @@ def config_document(hp: dict[str, Any]) -> dict[str, Any]:
 
 def build_argv(interpreter: str, base: str, data: str, out: str, config_path: str, hp: dict[str, Any]) -> list[str]:
     """Return the exact argv of the training process."""
-    return [interpreter, "-m", "mlx_lm", "lora", "--model", base, "--train", "--data", data, "--adapter-path", out,
-            "-c", config_path,
-            "--fine-tune-type", hp["fine_tune_type"],
-            "--optimizer", hp["optimizer"],
-            "--num-layers", str(hp["num_layers"]),
-            "--batch-size", str(hp["batch_size"]),
-            "--iters", str(hp["iters"]),
-            "--val-batches", str(hp["val_batches"]),
-            "--learning-rate", repr(hp["learning_rate"]),
-            "--steps-per-report", str(hp["steps_per_report"]),
-            "--steps-per-eval", str(hp["steps_per_eval"]),
-            "--save-every", str(hp["save_every"]),
-            "--grad-accumulation-steps", str(hp["grad_accumulation_steps"]),
-            "--max-seq-length", str(hp["max_seq_length"]),
-            "--seed", str(hp["seed"])]
+    return [
+        interpreter,
+        "-m",
+        "mlx_lm",
+        "lora",
+        "--model",
+        base,
+        "--train",
+        "--data",
+        data,
+        "--adapter-path",
+        out,
+        "-c",
+        config_path,
+        "--fine-tune-type",
+        hp["fine_tune_type"],
+        "--optimizer",
+        hp["optimizer"],
+        "--num-layers",
+        str(hp["num_layers"]),
+        "--batch-size",
+        str(hp["batch_size"]),
+        "--iters",
+        str(hp["iters"]),
+        "--val-batches",
+        str(hp["val_batches"]),
+        "--learning-rate",
+        repr(hp["learning_rate"]),
+        "--steps-per-report",
+        str(hp["steps_per_report"]),
+        "--steps-per-eval",
+        str(hp["steps_per_eval"]),
+        "--save-every",
+        str(hp["save_every"]),
+        "--grad-accumulation-steps",
+        str(hp["grad_accumulation_steps"]),
+        "--max-seq-length",
+        str(hp["max_seq_length"]),
+        "--seed",
+        str(hp["seed"]),
+    ]
 
 
 def build_training_plan(req: TrainRequest) -> dict[str, Any]:

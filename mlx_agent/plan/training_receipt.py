@@ -31,13 +31,15 @@ if TYPE_CHECKING:
 ADAPTER_FILES = ("adapter_config.json", "adapters.safetensors")
 REQUIRED = ("format_version", "kind", "state", "plan")
 NOT_FOUND_REMEDY = "Check the path; `mlx-agent lora status` lists the training receipts and where they are."
-CORRUPT_REMEDY = ("Pass a receipt written by `mlx-agent lora train --confirm` (see `mlx-agent lora status`); "
-                  "details.path is not one.")
+CORRUPT_REMEDY = (
+    "Pass a receipt written by `mlx-agent lora train --confirm` (see `mlx-agent lora status`); details.path is not one."
+)
 
 
 def _corrupt(path: Path, why: str) -> ReceiptCorrupt:
-    return ReceiptCorrupt(f"{path} is not a usable training receipt: {why}", details={"path": str(path)},
-                          remediation=CORRUPT_REMEDY)
+    return ReceiptCorrupt(
+        f"{path} is not a usable training receipt: {why}", details={"path": str(path)}, remediation=CORRUPT_REMEDY
+    )
 
 
 def parse_training_receipt(path: Path, raw: bytes) -> dict[str, Any]:
@@ -52,8 +54,10 @@ def parse_training_receipt(path: Path, raw: bytes) -> dict[str, Any]:
         raise _corrupt(path, f"it is a {data['kind']!r} receipt, not a training one")
     major = str(data["format_version"]).split(".")[0]
     if major != TRAINING_VERSION.split(".")[0]:
-        raise ReceiptVersionUnsupported(f"receipt {path} has format_version {data['format_version']}",
-                                        details={"path": str(path), "format_version": data["format_version"]})
+        raise ReceiptVersionUnsupported(
+            f"receipt {path} has format_version {data['format_version']}",
+            details={"path": str(path), "format_version": data["format_version"]},
+        )
     if not isinstance(data["plan"], dict):
         raise _corrupt(path, "its plan is not an object")
     return data
@@ -63,8 +67,9 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
-        raise ReceiptNotFound(f"no training receipt at {path}", details={"path": str(path)},
-                              remediation=NOT_FOUND_REMEDY) from None
+        raise ReceiptNotFound(
+            f"no training receipt at {path}", details={"path": str(path)}, remediation=NOT_FOUND_REMEDY
+        ) from None
     except OSError as exc:
         raise _corrupt(path, f"unreadable ({exc.strerror or exc})") from exc
 
@@ -99,9 +104,15 @@ def _base_now(pinned: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, Any]
             return resolve_repo_source(str(pinned["repo"]))
         return resolve_path_source(str(_absolute(str(pinned["path"]))))
     except SourceError as exc:
-        raise BaseModelChanged(f"the base model the adapter was trained on is no longer usable: {exc.message}",
-                               details={"base": pinned.get("path"), "receipt_dir": str(receipt_dir),
-                                        "cause": exc.to_dict(), "changes": None}) from exc
+        raise BaseModelChanged(
+            f"the base model the adapter was trained on is no longer usable: {exc.message}",
+            details={
+                "base": pinned.get("path"),
+                "receipt_dir": str(receipt_dir),
+                "cause": exc.to_dict(),
+                "changes": None,
+            },
+        ) from exc
 
 
 def _check_base(receipt: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -116,8 +127,10 @@ def _check_base(receipt: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, A
         expected["path"] = str(_absolute(str(expected["path"])).resolve())
     changes = plan_diff(expected, now)
     if changes:
-        raise BaseModelChanged(f"the base model changed since training: {len(changes)} field(s) differ",
-                               details={"base": now["path"], "receipt_dir": str(receipt_dir), "changes": changes})
+        raise BaseModelChanged(
+            f"the base model changed since training: {len(changes)} field(s) differ",
+            details={"base": now["path"], "receipt_dir": str(receipt_dir), "changes": changes},
+        )
     return now, config
 
 
@@ -125,8 +138,10 @@ def _check_adapter(receipt: dict[str, Any], receipt_dir: Path) -> dict[str, Any]
     adapter: Any = receipt.get("adapter")
     files = adapter.get("files") if isinstance(adapter, dict) else None
     if not isinstance(files, dict) or any(not isinstance(files.get(n), dict) for n in ADAPTER_FILES):
-        raise _corrupt(receipt_dir / f"{receipt.get('id', '?')}.json",
-                       f"a completed training must record {' and '.join(ADAPTER_FILES)}")
+        raise _corrupt(
+            receipt_dir / f"{receipt.get('id', '?')}.json",
+            f"a completed training must record {' and '.join(ADAPTER_FILES)}",
+        )
     from mlx_agent.plan.adapter import file_record
 
     directory = _absolute(str(adapter["path"]))
@@ -144,9 +159,10 @@ def _check_adapter(receipt: dict[str, Any], receipt_dir: Path) -> dict[str, Any]
             if now[name][key] != recorded[key]:
                 changes.append({"field": f"{name}.{key}", "old": recorded[key], "new": now[name][key]})
     if changes:
-        raise AdapterChanged(f"the adapter files in {directory} changed since training recorded them",
-                             details={"adapter_path": str(directory), "receipt_dir": str(receipt_dir),
-                                      "changes": changes})
+        raise AdapterChanged(
+            f"the adapter files in {directory} changed since training recorded them",
+            details={"adapter_path": str(directory), "receipt_dir": str(receipt_dir), "changes": changes},
+        )
     return {"path": str(directory), "files": now}
 
 
@@ -162,9 +178,15 @@ def check_training_receipt(receipt: dict[str, Any], receipt_dir: Path) -> dict[s
     """
     state = receipt.get("state")
     if state != "completed":
-        raise TrainingIncomplete(f"training {receipt.get('id', '?')} has state {state!r}, not 'completed'",
-                                 details={"state": state, "exit_code": receipt.get("exit_code"),
-                                          "reason": receipt.get("reason"), "receipt_dir": str(receipt_dir)})
+        raise TrainingIncomplete(
+            f"training {receipt.get('id', '?')} has state {state!r}, not 'completed'",
+            details={
+                "state": state,
+                "exit_code": receipt.get("exit_code"),
+                "reason": receipt.get("reason"),
+                "receipt_dir": str(receipt_dir),
+            },
+        )
     base, config = _check_base(receipt, receipt_dir)
     adapter = _check_adapter(receipt, receipt_dir)
     return {"base": base, "base_config": config, "adapter": adapter}

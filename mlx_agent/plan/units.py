@@ -70,8 +70,7 @@ def _systemd_quote(word: str, *, dollar: bool) -> str:
     return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def render_systemd(description: str, argv: list[str], env: dict[str, str], log: str, cwd: str,
-                   restart: str) -> str:
+def render_systemd(description: str, argv: list[str], env: dict[str, str], log: str, cwd: str, restart: str) -> str:
     """Return the systemd user unit that runs ``argv`` at login."""
     unit = configparser.ConfigParser(interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]  # keep systemd's CamelCase keys
@@ -96,10 +95,14 @@ def commands(kind: str, name: str, path: Path) -> dict[str, list[list[str]]]:
     """Return the commands the user runs to start and to stop the unit (mlx-agent never runs them)."""
     if kind == LAUNCHD:
         domain = f"gui/{os.getuid()}"
-        return {"start": [["launchctl", "bootstrap", domain, str(path)]],
-                "stop": [["launchctl", "bootout", f"{domain}/{name}"]]}
-    return {"start": [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "--now", name]],
-            "stop": [["systemctl", "--user", "disable", "--now", name]]}
+        return {
+            "start": [["launchctl", "bootstrap", domain, str(path)]],
+            "stop": [["launchctl", "bootout", f"{domain}/{name}"]],
+        }
+    return {
+        "start": [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "--now", name]],
+        "stop": [["systemctl", "--user", "disable", "--now", name]],
+    }
 
 
 def build_unit(kind: str, plan: ServePlan, unit_dir: str | None, log: str, restart: str) -> UnitRecord:
@@ -113,7 +116,15 @@ def build_unit(kind: str, plan: ServePlan, unit_dir: str | None, log: str, resta
         content = render_plist(name, plan["argv"], plan["env"], log, plan["cwd"], restart)
     else:
         path = directory / name
-        content = render_systemd(f"mlx-agent server on {plan['base_url']}", plan["argv"], plan["env"], log,
-                                 plan["cwd"], restart)
-    return {"kind": kind, "name": name, "path": str(path), "restart": restart, "log_path": log,
-            "content": content, "commands": commands(kind, name, path)}
+        content = render_systemd(
+            f"mlx-agent server on {plan['base_url']}", plan["argv"], plan["env"], log, plan["cwd"], restart
+        )
+    return {
+        "kind": kind,
+        "name": name,
+        "path": str(path),
+        "restart": restart,
+        "log_path": log,
+        "content": content,
+        "commands": commands(kind, name, path),
+    }

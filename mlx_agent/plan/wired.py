@@ -40,12 +40,22 @@ def read_wired(wired_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def loopback_claims(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Return each wired config that points at a loopback port, as status lists it."""
-    return [{"port": c["port"], "file": c["file"], "base_url": c["base_url"], "runtime": c.get("runtime"),
-             "model": c.get("model")} for c in configs if _is_loopback(c["host"])]
+    return [
+        {
+            "port": c["port"],
+            "file": c["file"],
+            "base_url": c["base_url"],
+            "runtime": c.get("runtime"),
+            "model": c.get("model"),
+        }
+        for c in configs
+        if _is_loopback(c["host"])
+    ]
 
 
-def claims_on_port(configs: list[dict[str, Any]], port: int, runtimes: set[str],
-                   model_ids: set[str]) -> list[dict[str, Any]]:
+def claims_on_port(
+    configs: list[dict[str, Any]], port: int, runtimes: set[str], model_ids: set[str]
+) -> list[dict[str, Any]]:
     """Return the configs that expect another server on loopback ``port`` than one of these runtimes and models."""
     claims = []
     for cfg in configs:
@@ -54,6 +64,12 @@ def claims_on_port(configs: list[dict[str, Any]], port: int, runtimes: set[str],
         same_runtime = cfg.get("runtime") is None or cfg.get("runtime") in runtimes
         same_model = cfg.get("model") is None or cfg.get("model") in model_ids
         if not (same_runtime and same_model):
-            claims.append({"file": cfg["file"], "base_url": cfg["base_url"],
-                           "runtime": cfg.get("runtime"), "model": cfg.get("model")})
+            claims.append(
+                {
+                    "file": cfg["file"],
+                    "base_url": cfg["base_url"],
+                    "runtime": cfg.get("runtime"),
+                    "model": cfg.get("model"),
+                }
+            )
     return claims

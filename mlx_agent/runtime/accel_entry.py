@@ -87,8 +87,13 @@ def refuse_if_changed(flags: AccelFlags) -> None:
     changes = fingerprint_changes(flags)
     if not changes:
         return
-    exit_refused(RuntimeChanged("the dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since "
-                                "the plan was reviewed; not loading", details={"changes": changes}))
+    exit_refused(
+        RuntimeChanged(
+            "the dependencies or bundled sources of --prompt-lookup/--m5-prefill changed since "
+            "the plan was reviewed; not loading",
+            details={"changes": changes},
+        )
+    )
 
 
 def _gpu_architecture() -> str | None:
@@ -117,15 +122,23 @@ def prompt_lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
         log.info("mlx-agent: prompt lookup is off (%s); every request keeps native generation", "; ".join(reasons))
         return None
     settings = PromptLookup(max_draft=int(rules["max_draft_tokens"]), window=int(rules["lookup_window"]))
-    log.info("mlx-agent: prompt lookup is on: plain greedy requests draft up to %d tokens from the last %d prompt "
-             "tokens and the reply, one request at a time", settings.max_draft, settings.window)
+    log.info(
+        "mlx-agent: prompt lookup is on: plain greedy requests draft up to %d tokens from the last %d prompt "
+        "tokens and the reply, one request at a time",
+        settings.max_draft,
+        settings.window,
+    )
     return settings
 
 
 def apply_prefill_kernel(provider: Any, rules: dict[str, Any]) -> int:
     """Adapt the loaded model's eligible layers to the M5 kernel; log and return how many were adapted."""
-    reasons = accel_rules.prefill_platform_reasons(sys.platform, accel_rules.macos_version(),
-                                             accel_rules.installed_versions(accel_rules.PREFILL_DEPENDENCIES), rules)
+    reasons = accel_rules.prefill_platform_reasons(
+        sys.platform,
+        accel_rules.macos_version(),
+        accel_rules.installed_versions(accel_rules.PREFILL_DEPENDENCIES),
+        rules,
+    )
     if not reasons:
         reasons += accel_rules.gpu_reasons(_gpu_architecture(), rules)
     if provider.cli_args.adapter_path is not None:

@@ -103,8 +103,14 @@ class ReplyStream:
         self.ctx.stop()
         drained, quiet = self._drain()
         state = "generation stopped" if quiet else f"generation did not stop within {DRAIN_SECONDS:.0f} s"
-        log.info("mlx-agent: %s from %s after %d tokens; %s (%d more tokens after the stop)",
-                 why, self.label, self.tokens + queued, state, max(0, drained - queued))
+        log.info(
+            "mlx-agent: %s from %s after %d tokens; %s (%d more tokens after the stop)",
+            why,
+            self.label,
+            self.tokens + queued,
+            state,
+            max(0, drained - queued),
+        )
 
     def _drain(self) -> tuple[int, bool]:
         """Read what the generation thread still sends; return (tokens, whether it went quiet)."""

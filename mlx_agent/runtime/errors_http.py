@@ -22,14 +22,23 @@ def bad_request(message: str, param: str | None = None, code: str = "invalid_val
 
 def model_not_found(name: str) -> HttpError:
     """Return the 404 for a model this server does not serve."""
-    return HttpError(404, f"The model {name!r} is not served here; use 'default_model' or the served model's path.",
-                     type_=NOT_FOUND, param="model", code="model_not_found")
+    return HttpError(
+        404,
+        f"The model {name!r} is not served here; use 'default_model' or the served model's path.",
+        type_=NOT_FOUND,
+        param="model",
+        code="model_not_found",
+    )
 
 
 def generation_unavailable() -> HttpError:
     """Return the 503 for a server whose generation thread has died."""
-    return HttpError(503, "The server's generation thread has stopped; restart the server.",
-                     type_=SERVER_ERROR, code="generation_unavailable")
+    return HttpError(
+        503,
+        "The server's generation thread has stopped; restart the server.",
+        type_=SERVER_ERROR,
+        code="generation_unavailable",
+    )
 
 
 def from_generation_error(error: Exception) -> HttpError:
@@ -42,8 +51,9 @@ def from_generation_error(error: Exception) -> HttpError:
         return bad_request(str(error), param="response_format", code="invalid_schema")
     if isinstance(error, RuntimeError) and "generation thread died" in str(error):
         return generation_unavailable()
-    return HttpError(500, f"Generation failed: {type(error).__name__}: {error}", type_=SERVER_ERROR,
-                     code="generation_failed")
+    return HttpError(
+        500, f"Generation failed: {type(error).__name__}: {error}", type_=SERVER_ERROR, code="generation_failed"
+    )
 
 
 def from_upstream_validation(error: ValueError) -> HttpError:

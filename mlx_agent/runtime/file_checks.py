@@ -33,5 +33,6 @@ def refuse_if_changed(expected: list[tuple[Path, str, int]]) -> None:
     """Exit the process with an ``adapter_changed`` refusal if any expected file changed."""
     changed = changed_files(expected)
     if changed:
-        exit_refused(AdapterChanged("adapter files changed since the plan was reviewed; not loading",
-                                    details={"files": changed}))
+        exit_refused(
+            AdapterChanged("adapter files changed since the plan was reviewed; not loading", details={"files": changed})
+        )

@@ -47,8 +47,16 @@ class WrappedRequest(server.CompletionRequest):
     @classmethod
     def wrap(cls, base: Any, options: RequestOptions, label: str, connection: Any) -> WrappedRequest:
         """Return ``base`` (an mlx_lm ``CompletionRequest``) with the wrapper's fields."""
-        return cls(base.request_type, base.prompt, base.messages, base.tools, base.role_mapping,
-                   options=options, label=label, connection=connection)
+        return cls(
+            base.request_type,
+            base.prompt,
+            base.messages,
+            base.tools,
+            base.role_mapping,
+            options=options,
+            label=label,
+            connection=connection,
+        )
 
 
 class TemplateCall:
@@ -80,8 +88,14 @@ class TemplateCall:
 class WrappedGenerator(server.ResponseGenerator):
     """mlx_lm's generator with schema enforcement, reply limits and client watching (module docstring)."""
 
-    def __init__(self, model_provider: Any, prompt_cache: Any, limit_defaults: Limits,
-                 prompt_lookup: PromptLookup | None = None, context_window: int | None = None) -> None:
+    def __init__(
+        self,
+        model_provider: Any,
+        prompt_cache: Any,
+        limit_defaults: Limits,
+        prompt_lookup: PromptLookup | None = None,
+        context_window: int | None = None,
+    ) -> None:
         # Set before mlx_lm starts the generation thread, which may call _tokenize at once.
         self.served = Served(served_names(model_provider.cli_args.model), limit_defaults)
         self.prompt_lookup = prompt_lookup
@@ -100,8 +114,9 @@ class WrappedGenerator(server.ResponseGenerator):
         try:
             result = super()._tokenize(rendering, request, args)  # type: ignore[no-untyped-call]
         except Exception as error:
-            raise TemplateFailed(f"The chat template could not render this request: {type(error).__name__}: "
-                                 f"{error}") from error
+            raise TemplateFailed(
+                f"The chat template could not render this request: {type(error).__name__}: {error}"
+            ) from error
         self._fit_context(result[0], args)
         initial_state = result[3]
         watcher = self._watcher(tokenizer, options, args.max_tokens, initial_state == "reasoning", label)
@@ -117,12 +132,15 @@ class WrappedGenerator(server.ResponseGenerator):
             return
         room = window - len(prompt)
         if room < 1:
-            raise ContextLengthExceeded(f"The prompt is {len(prompt)} tokens, and this model's context holds "
-                                        f"{window}; shorten the conversation.")
+            raise ContextLengthExceeded(
+                f"The prompt is {len(prompt)} tokens, and this model's context holds "
+                f"{window}; shorten the conversation."
+            )
         args.max_tokens = min(args.max_tokens, room)
 
-    def _watcher(self, tokenizer: Any, options: RequestOptions, max_tokens: int, thinking_open: bool,
-                 label: str) -> ReplyWatcher | None:
+    def _watcher(
+        self, tokenizer: Any, options: RequestOptions, max_tokens: int, thinking_open: bool, label: str
+    ) -> ReplyWatcher | None:
         limits = options.limits
         thinks = bool(tokenizer.has_thinking)
         if not needs_watcher(options, thinks):
@@ -151,8 +169,15 @@ class WrappedGenerator(server.ResponseGenerator):
                 raise SchemaFailed(f"The JSON schema cannot be enforced: {matcher.get_error()}")
             grammar = Grammar(matcher, self._classes[(key, width)])
             log.info("mlx-agent: %s is held to its JSON schema", label)
-        return ReplyWatcher(vocab, limits, max_tokens, thinking_open, grammar,
-                            verify_history=self.model_provider.draft_model is not None, label=label)
+        return ReplyWatcher(
+            vocab,
+            limits,
+            max_tokens,
+            thinking_open,
+            grammar,
+            verify_history=self.model_provider.draft_model is not None,
+            label=label,
+        )
 
     def _output_width(self, tokenizer: Any) -> int:
         args = getattr(self.model_provider.model, "args", None)
@@ -177,9 +202,12 @@ class WrappedGenerator(server.ResponseGenerator):
     def lookup_refusals(self, request: Any, generation_args: Any) -> list[str]:
         """Return why a request keeps native generation under ``--prompt-lookup`` (empty: it takes lookup)."""
         provider = self.model_provider
-        reasons = native_reasons(generation_args, has_draft_model=provider.draft_model is not None,
-                                 has_adapter=provider.cli_args.adapter_path is not None,
-                                 kv_bits=provider.cli_args.kv_bits)
+        reasons = native_reasons(
+            generation_args,
+            has_draft_model=provider.draft_model is not None,
+            has_adapter=provider.cli_args.adapter_path is not None,
+            kv_bits=provider.cli_args.kv_bits,
+        )
         options: RequestOptions = getattr(request, "options", RequestOptions())
         if needs_watcher(options, bool(getattr(provider.tokenizer, "has_thinking", False))):
             reasons.append("a reply watcher (structured output, thinking or answer limits)")
@@ -187,27 +215,33 @@ class WrappedGenerator(server.ResponseGenerator):
             reasons.append("images")
         return reasons
 
-    def generate(self, request: Any, generation_args: Any, progress_callback: Callable[[int, int], None] | None = None
-                 ) -> tuple[Any, Any]:
+    def generate(
+        self, request: Any, generation_args: Any, progress_callback: Callable[[int, int], None] | None = None
+    ) -> tuple[Any, Any]:
         """Queue the request and return its context and a ``ReplyStream`` of its tokens."""
         if not self.generation_available():  # type: ignore[no-untyped-call]
             raise generation_unavailable()
         # Every request runs on the served model, adapter and draft, whatever name it used (checked already):
         # mlx_lm would otherwise reload the model without the adapter for a request naming its path.
-        generation_args.model = replace(generation_args.model, model="default_model", draft="default_model",
-                                        adapter=None)
+        generation_args.model = replace(
+            generation_args.model, model="default_model", draft="default_model", adapter=None
+        )
         if self.prompt_lookup is not None:
             refusals = self.lookup_refusals(request, generation_args)
             setattr(generation_args, PROMPT_LOOKUP_ATTRIBUTE, not refusals)
             if refusals:
-                log.info("mlx-agent: %s keeps native generation (%s)", getattr(request, "label", "request"),
-                         ", ".join(refusals))
+                log.info(
+                    "mlx-agent: %s keeps native generation (%s)",
+                    getattr(request, "label", "request"),
+                    ", ".join(refusals),
+                )
         queue: Queue[Any] = Queue()
         self.requests.put((queue, request, generation_args))
         ctx = self._first(queue)
         watched = request if isinstance(request, WrappedRequest) else None
         stream = ReplyStream(
-            ctx, queue,
+            ctx,
+            queue,
             connection=watched.connection if watched else None,
             alive=self.generation_available,
             label=watched.label if watched else "request",

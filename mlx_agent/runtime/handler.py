@@ -66,8 +66,9 @@ class WrappedHandler(server.APIHandler):
 
     def _prepare(self) -> None:
         if self.path not in CHAT_PATHS + TEXT_PATHS:
-            raise HttpError(404, f"There is no POST endpoint {self.path!r}.", type_="not_found_error",
-                            code="unknown_endpoint")
+            raise HttpError(
+                404, f"There is no POST endpoint {self.path!r}.", type_="not_found_error", code="unknown_endpoint"
+            )
         length = self.headers.get("Content-Length")
         if length is None:
             raise HttpError(411, "A Content-Length header is required.", code="length_required")
@@ -125,15 +126,27 @@ class WrappedHandler(server.APIHandler):
         self.tool_calls_parsed += len(parsed)
         if unparsed:
             tokenizer: Any = self.response_generator.model_provider.tokenizer
-            written = [as_written(call, tokenizer.tool_call_start, tokenizer.tool_call_end,
-                                  finished=finish_reason != "length" or index < len(unparsed) - 1)
-                       for index, call in enumerate(unparsed)]
+            written = [
+                as_written(
+                    call,
+                    tokenizer.tool_call_start,
+                    tokenizer.tool_call_end,
+                    finished=finish_reason != "length" or index < len(unparsed) - 1,
+                )
+                for index, call in enumerate(unparsed)
+            ]
             text = (text or "") + "".join(written)
         if finish_reason == "tool_calls" and not self.tool_calls_parsed:
             finish_reason = "stop"  # no call the client can run
         response: dict[str, Any] = super().generate_response(
-            text, finish_reason, prompt_token_count, completion_token_count, prompt_cache_count,
-            token_logprobs=token_logprobs, top_tokens=top_tokens, tokens=tokens,
+            text,
+            finish_reason,
+            prompt_token_count,
+            completion_token_count,
+            prompt_cache_count,
+            token_logprobs=token_logprobs,
+            top_tokens=top_tokens,
+            tokens=tokens,
             tool_calls=parsed,  # type: ignore[arg-type]  # upstream annotates str; it passes formatted dicts
             reasoning_text=reasoning_text,
         )
@@ -141,8 +154,9 @@ class WrappedHandler(server.APIHandler):
             choice = response["choices"][0]
             message = choice.get("message") or choice.get("delta")
             if message is not None:
-                message[MARKER] = [{"text": text_, "error": call["error"]} for text_, call in zip(written, unparsed,
-                                                                                                    strict=True)]
+                message[MARKER] = [
+                    {"text": text_, "error": call["error"]} for text_, call in zip(written, unparsed, strict=True)
+                ]
         return response
 
     def _answer_error(self, error: HttpError) -> None:

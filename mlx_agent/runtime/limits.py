@@ -133,7 +133,7 @@ def loop_length(tokens: Sequence[int], copies: int, piece: Callable[[int], str])
         if tokens[n - 1] != tokens[n - 1 - period]:
             continue  # the cheap test that rejects almost every period
         span = period * copies
-        tail = list(tokens[n - span:])
+        tail = list(tokens[n - span :])
         block = tail[:period]
         if tail != block * copies:
             continue

@@ -137,7 +137,7 @@ def serve_prompt_lookup(generator: Any, request: tuple[Any, Any, Any], stream: A
             finally:
                 tokens.close()
         rqueue.put(None)
-        generator.prompt_cache.insert_cache(provider.model_key, decoder.sequence[:decoder.in_cache], cache)
+        generator.prompt_cache.insert_cache(provider.model_key, decoder.sequence[: decoder.in_cache], cache)
         with settings.lock:
             settings.totals.add(decoder.stats)
             totals = settings.totals.describe()

@@ -53,8 +53,13 @@ def kernel_source() -> tuple[str, str]:
 @cache
 def _metal_kernel() -> Any:
     header, body = kernel_source()
-    return mx.fast.metal_kernel(name="mlx_agent_m5_q4_prefill", input_names=["x", "w", "scales", "biases"],
-                                output_names=["y"], header=header, source=body)
+    return mx.fast.metal_kernel(
+        name="mlx_agent_m5_q4_prefill",
+        input_names=["x", "w", "scales", "biases"],
+        output_names=["y"],
+        header=header,
+        source=body,
+    )
 
 
 def q4_matmul(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array) -> mx.array:
@@ -62,8 +67,14 @@ def q4_matmul(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array) -> m
     rows, k = x.shape
     n = w.shape[0]
     grid = (n // BN * THREADS, (rows + BM - 1) // BM, 1)
-    outputs = _metal_kernel()(inputs=[x, w, scales, biases], template=[("K", k), ("N", n)], grid=grid,
-                              threadgroup=(THREADS, 1, 1), output_shapes=[(rows, n)], output_dtypes=[mx.float16])
+    outputs = _metal_kernel()(
+        inputs=[x, w, scales, biases],
+        template=[("K", k), ("N", n)],
+        grid=grid,
+        threadgroup=(THREADS, 1, 1),
+        output_shapes=[(rows, n)],
+        output_dtypes=[mx.float16],
+    )
     return outputs[0]  # type: ignore[no-any-return]
 
 
@@ -94,11 +105,12 @@ def emulate(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array) -> mx.
     assert wf.shape[1] == groups * BK
     acc = mx.zeros((xf.shape[0], w.shape[0]), dtype=mx.float32)
     for start in range(0, k, CHUNK):
-        acc = acc + xf[:, start:start + CHUNK] @ wf[:, start:start + CHUNK].T
+        acc = acc + xf[:, start : start + CHUNK] @ wf[:, start : start + CHUNK].T
     return acc[:rows].astype(mx.float16)
 
 
 # -- dispatch ------------------------------------------------------------------------------------------------
+
 
 def layer_reasons(layer: Any) -> list[str]:
     """Return why a layer cannot take the kernel (empty when it can)."""
@@ -106,8 +118,10 @@ def layer_reasons(layer: Any) -> list[str]:
         return [f"{type(layer).__name__} is not a QuantizedLinear"]
     reasons = []
     if layer.bits != BITS or layer.group_size != GROUP_SIZE or getattr(layer, "mode", MODE) != MODE:
-        reasons.append(f"{layer.bits}-bit {getattr(layer, 'mode', MODE)} weights in groups of {layer.group_size}, "
-                       f"not {BITS}-bit {MODE} in groups of {GROUP_SIZE}")
+        reasons.append(
+            f"{layer.bits}-bit {getattr(layer, 'mode', MODE)} weights in groups of {layer.group_size}, "
+            f"not {BITS}-bit {MODE} in groups of {GROUP_SIZE}"
+        )
     n, k = layer.weight.shape[0], layer.weight.shape[1] * 32 // layer.bits
     if n % GROUP_SIZE or k % GROUP_SIZE:
         reasons.append(f"shape {n}x{k} is not divisible by {GROUP_SIZE}")
@@ -213,8 +227,9 @@ def adapt_model(model: Any, *, min_rows: int, model_types: list[str], kernel: Ke
             checked[shape] = _check_shape(kernel, layer, min_rows)
         failure = checked[shape]
         if failure is not None:
-            return Adaptation(0, [*result.reasons, f"shape {shape[0]}x{shape[1] * 32 // BITS}: {failure}; "
-                                                  "the original model is kept"])
+            return Adaptation(
+                0, [*result.reasons, f"shape {shape[0]}x{shape[1] * 32 // BITS}: {failure}; the original model is kept"]
+            )
     for mlp, name in found:
         setattr(mlp, name, KernelLinear(getattr(mlp, name), kernel, min_rows))
     result.adapted = len(found)

@@ -79,8 +79,10 @@ class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
 
 def serve_unix(path: str, generator: Any, handler_class: Any) -> None:
     """Serve mlx_lm's HTTP on the Unix socket ``path`` until interrupted, as ``_run_http_server`` does on TCP."""
-    httpd = UnixHTTPServer(path, lambda *args, **kwargs: handler_class(
-        generator, *args, system_fingerprint=server.get_system_fingerprint(), **kwargs))  # type: ignore[no-untyped-call]
+    fingerprint = server.get_system_fingerprint()  # type: ignore[no-untyped-call]
+    httpd = UnixHTTPServer(
+        path, lambda *args, **kwargs: handler_class(generator, *args, system_fingerprint=fingerprint, **kwargs)
+    )
     logging.info("mlx-agent: listening on unix socket %s", path)
     try:
         httpd.serve_forever()
@@ -92,8 +94,9 @@ def serve_unix(path: str, generator: Any, handler_class: Any) -> None:
             os.unlink(path)
 
 
-def serving_run(limit_defaults: Limits, accel: AccelFlags | None = None,
-                listening: Listening | None = None) -> Callable[..., None]:
+def serving_run(
+    limit_defaults: Limits, accel: AccelFlags | None = None, listening: Listening | None = None
+) -> Callable[..., None]:
     """Return the replacement for ``mlx_lm.server.run``: load, accelerate if asked, then serve with our classes."""
     from mlx_agent.runtime.generator import WrappedGenerator
     from mlx_agent.runtime.handler import WrappedHandler

@@ -45,7 +45,7 @@ class NgramIndex:
         for n in range(MIN_NGRAM, MAX_NGRAM + 1):
             if end - n + 1 < 0:
                 break
-            self._last[tuple(tokens[end - n + 1:end + 1])] = end
+            self._last[tuple(tokens[end - n + 1 : end + 1])] = end
 
     def append(self, token: int) -> None:
         """Add one token of the reply."""
@@ -59,9 +59,9 @@ class NgramIndex:
         if limit <= 0:
             return []
         for n in range(min(MAX_NGRAM, size), MIN_NGRAM - 1, -1):
-            end = self._last.get(tuple(tokens[size - n:]))
+            end = self._last.get(tuple(tokens[size - n :]))
             if end is not None:
-                return tokens[end + 1:end + 1 + limit]
+                return tokens[end + 1 : end + 1 + limit]
         return []
 
 
@@ -90,8 +90,10 @@ class LookupStats:
 
     def describe(self) -> str:
         """Return the counts as one phrase for the log."""
-        return (f"{self.tokens} tokens in {self.passes} forward passes, {self.accepted} of {self.drafted} drafted "
-                f"tokens accepted ({100 * self.acceptance:.1f}%)")
+        return (
+            f"{self.tokens} tokens in {self.passes} forward passes, {self.accepted} of {self.drafted} drafted "
+            f"tokens accepted ({100 * self.acceptance:.1f}%)"
+        )
 
 
 def plain_kv_cache(cache: Sequence[Any]) -> bool:
@@ -108,8 +110,9 @@ class LookupDecoder:
     ``sequence[:in_cache]``.
     """
 
-    def __init__(self, model: Any, cache: list[Any], sequence: Sequence[int], in_cache: int, *, window: int,
-                 max_draft: int) -> None:
+    def __init__(
+        self, model: Any, cache: list[Any], sequence: Sequence[int], in_cache: int, *, window: int, max_draft: int
+    ) -> None:
         self.model = model
         self.cache = cache
         self.sequence = list(sequence)
@@ -133,7 +136,7 @@ class LookupDecoder:
             progress(done, total)
         while len(self.sequence) - 1 - self.in_cache > 0:
             count = min(step, len(self.sequence) - 1 - self.in_cache)
-            chunk = mx.array(self.sequence[self.in_cache:self.in_cache + count], dtype=mx.uint32)
+            chunk = mx.array(self.sequence[self.in_cache : self.in_cache + count], dtype=mx.uint32)
             self.model(chunk[None], cache=self.cache)
             mx.eval([layer.state for layer in self.cache])
             self.in_cache += count
@@ -207,7 +210,7 @@ class LookupDecoder:
             self._next_cooldown = min(2 * self._next_cooldown, MAX_COOLDOWN)
         else:
             self._next_cooldown = COOLDOWN
-        return choices[:accepted + 1]
+        return choices[: accepted + 1]
 
     def _plain(self, budget: int) -> Generator[int, None, None]:
         """Yield plain greedy tokens, each step queued before the previous token is read, until a draft exists."""

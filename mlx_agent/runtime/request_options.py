@@ -54,8 +54,11 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
         raise model_not_found(model)
     for name in ("adapters", "draft_model"):
         if body.get(name) not in (None, "default_model"):
-            raise bad_request(f"{name} is fixed when the server starts; this server cannot switch it per request.",
-                              param=name, code="unsupported_parameter")
+            raise bad_request(
+                f"{name} is fixed when the server starts; this server cannot switch it per request.",
+                param=name,
+                code="unsupported_parameter",
+            )
     if chat:
         body["messages"] = fold_system_messages(_messages(body))
     elif not isinstance(body.get("prompt"), str):
@@ -71,16 +74,17 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
         add_generation_prompt = not continue_final
     if continue_final:
         if add_generation_prompt:
-            raise bad_request("continue_final_message and add_generation_prompt cannot both be true.",
-                              param="chat_template_kwargs")
+            raise bad_request(
+                "continue_final_message and add_generation_prompt cannot both be true.", param="chat_template_kwargs"
+            )
         if not chat or body["messages"][-1].get("role") != "assistant":
-            raise bad_request("continue_final_message needs an assistant message last.",
-                              param="chat_template_kwargs")
+            raise bad_request("continue_final_message needs an assistant message last.", param="chat_template_kwargs")
     effort = body.get("reasoning_effort")
     if effort is not None:
         if not isinstance(effort, str) or not effort:
-            raise bad_request("reasoning_effort must be a string such as 'low', 'medium' or 'high'.",
-                              param="reasoning_effort")
+            raise bad_request(
+                "reasoning_effort must be a string such as 'low', 'medium' or 'high'.", param="reasoning_effort"
+            )
         kwargs.setdefault("reasoning_effort", effort)  # an explicit template kwarg wins
     body["chat_template_kwargs"] = kwargs or None
 
@@ -136,6 +140,9 @@ def _text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content
-                       if isinstance(part, Mapping) and part.get("type") in ("text", "input_text"))
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") in ("text", "input_text")
+        )
     return ""

@@ -46,8 +46,18 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "APIHandler.handle_chat_completions": ("self",),
     "APIHandler.handle_text_completions": ("self",),
     "APIHandler.handle_completion": ("self", "request", "stop_words"),
-    "APIHandler.generate_response": ("self", "text", "finish_reason", "prompt_token_count", "completion_token_count",
-                                     "prompt_cache_count", "token_logprobs", "top_tokens", "tokens", "tool_calls"),
+    "APIHandler.generate_response": (
+        "self",
+        "text",
+        "finish_reason",
+        "prompt_token_count",
+        "completion_token_count",
+        "prompt_cache_count",
+        "token_logprobs",
+        "top_tokens",
+        "tokens",
+        "tool_calls",
+    ),
     "APIHandler._set_completion_headers": ("self", "status_code"),
     "ToolCallFormatter.__init__": ("self", "tool_parser", "tools", "streaming"),
     "ToolCallFormatter._format": ("self", "tc"),
@@ -58,12 +68,28 @@ SEAMS: dict[str, tuple[str, ...]] = {
 # Dataclasses of mlx_lm.server, with the fields we read, build or replace.
 DATACLASS_FIELDS: dict[str, tuple[str, ...]] = {
     "CompletionRequest": ("request_type", "prompt", "messages", "tools", "role_mapping"),
-    "GenerationArguments": ("model", "sampling", "logits", "stop_words", "max_tokens", "logprobs", "top_logprobs",
-                            "seed", "chat_template_kwargs"),
+    "GenerationArguments": (
+        "model",
+        "sampling",
+        "logits",
+        "stop_words",
+        "max_tokens",
+        "logprobs",
+        "top_logprobs",
+        "seed",
+        "chat_template_kwargs",
+    ),
     "SamplingArguments": ("temperature",),
     "LogitsProcessorArguments": ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty"),
-    "GenerationContext": ("has_tool_calling", "has_thinking", "tool_parser", "text_sm", "initial_state", "prompt",
-                          "prompt_cache_count"),
+    "GenerationContext": (
+        "has_tool_calling",
+        "has_thinking",
+        "tool_parser",
+        "text_sm",
+        "initial_state",
+        "prompt",
+        "prompt_cache_count",
+    ),
     "ModelDescription": ("model", "draft", "adapter"),
     "Response": ("text", "token", "logprob", "finish_reason", "top_tokens"),
 }
@@ -80,8 +106,15 @@ MODULE_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 # Properties and methods of mlx_lm.tokenizer_utils.TokenizerWrapper we read.
-TOKENIZER_ATTRIBUTES = ("apply_chat_template", "has_thinking", "think_start_tokens", "think_end_tokens",
-                        "eos_token_ids", "tool_call_start", "tool_call_end")
+TOKENIZER_ATTRIBUTES = (
+    "apply_chat_template",
+    "has_thinking",
+    "think_start_tokens",
+    "think_end_tokens",
+    "eos_token_ids",
+    "tool_call_start",
+    "tool_call_end",
+)
 
 
 def _lookup(module: Any, dotted: str) -> Any:
@@ -130,5 +163,6 @@ def warn_if_untested() -> None:
     import mlx_lm
 
     if not version_supported(mlx_lm.__version__):
-        logging.getLogger(__name__).warning("mlx-agent: mlx_lm %s is outside the tested range %s",
-                                            mlx_lm.__version__, SUPPORTED_MLX_LM)
+        logging.getLogger(__name__).warning(
+            "mlx-agent: mlx_lm %s is outside the tested range %s", mlx_lm.__version__, SUPPORTED_MLX_LM
+        )

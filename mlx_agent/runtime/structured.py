@@ -61,20 +61,26 @@ def grammar_for(response_format: object) -> str | None:
     elif kind == "json_schema":
         spec = response_format.get("json_schema")
         if not isinstance(spec, Mapping) or not isinstance(spec.get("schema"), Mapping):
-            raise bad_request("response_format.json_schema.schema must be a JSON schema object.",
-                              param="response_format")
+            raise bad_request(
+                "response_format.json_schema.schema must be a JSON schema object.", param="response_format"
+            )
         schema = spec["schema"]
     else:
-        raise bad_request(f"response_format.type {kind!r} is not supported; use 'text', 'json_object' or "
-                          "'json_schema'.", param="response_format")
+        raise bad_request(
+            f"response_format.type {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
+            param="response_format",
+        )
     try:
         grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=COMPILE_DEFAULTS)
     except ValueError as error:
         raise bad_request(f"The JSON schema is invalid: {error}", param="response_format") from error
     is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
-        raise bad_request(f"The JSON schema cannot be enforced: {messages[0] if messages else 'invalid'}",
-                          param="response_format", code="invalid_schema")
+        raise bad_request(
+            f"The JSON schema cannot be enforced: {messages[0] if messages else 'invalid'}",
+            param="response_format",
+            code="invalid_schema",
+        )
     return grammar
 
 
@@ -116,8 +122,9 @@ class TokenClasses:
             quote_close[token] = stripped[0] == ord('"') and set(stripped) <= _CLOSING
             bracket_close[token] = set(stripped) <= _BRACKETS
             punctuation[token] = set(stripped) <= _PUNCTUATION
-        return cls(pack(quote_close), pack(bracket_close), pack(punctuation), pack(flat), pack(visible),
-                   int(visible.sum()))
+        return cls(
+            pack(quote_close), pack(bracket_close), pack(punctuation), pack(flat), pack(visible), int(visible.sum())
+        )
 
 
 def pack(allowed: NDArray[np.bool_]) -> Bitmask:

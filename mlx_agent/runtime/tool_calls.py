@@ -44,8 +44,9 @@ class KeepingToolCallFormatter(server.ToolCallFormatter):
                 calls = parsed if isinstance(parsed, list) else [parsed]
                 formatted = [self._format(dict(call)) for call in calls]  # type: ignore[no-untyped-call]
             except Exception as error:  # parsers raise anything from ValueError to KeyError on bad input
-                log.warning("mlx-agent: a tool call did not parse (%s: %s); returning it as text",
-                            type(error).__name__, error)
+                log.warning(
+                    "mlx-agent: a tool call did not parse (%s: %s); returning it as text", type(error).__name__, error
+                )
                 result.append(UnparsedToolCall(text=text, error=f"{type(error).__name__}: {error}"))
                 continue
             result.extend(formatted)

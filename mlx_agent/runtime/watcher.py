@@ -103,8 +103,9 @@ class ReplyWatcher:
         self._initial = replace(self._state)
         least = 0
         if self.grammar is not None:
-            steps = structured.steps_to_finish(self.grammar.matcher, self.grammar.classes, self.vocab.eos,
-                                               self.vocab.width)
+            steps = structured.steps_to_finish(
+                self.grammar.matcher, self.grammar.classes, self.vocab.eos, self.vocab.width
+            )
             least = 2 * steps + 8 + len(self.vocab.think_end)
             self._finish_check_at = 3 * steps + 32
         self._thinking_deadline = self.max_tokens - answer_reserve(self.max_tokens, least)
@@ -122,8 +123,7 @@ class ReplyWatcher:
     @property
     def eager(self) -> bool:
         """Whether every step must read the newest token."""
-        return (self.grammar is not None and not self._state.broken) or bool(self._state.forced) \
-            or self.verify_history
+        return (self.grammar is not None and not self._state.broken) or bool(self._state.forced) or self.verify_history
 
     def __call__(self, tokens: Any, logits: Any) -> Any:
         """Return ``logits`` steered for the next token; never raise into mlx_lm's generation thread."""
@@ -155,17 +155,17 @@ class ReplyWatcher:
         keep = min(len(self._reply), generated)
         if self.verify_history and keep:
             lo = max(0, keep - VERIFY_WINDOW)
-            seen: list[int] = history[start + lo: start + keep].tolist()
+            seen: list[int] = history[start + lo : start + keep].tolist()
             parted = next((i for i, t in enumerate(seen) if t != self._reply[lo + i]), len(seen))
             if parted == 0 and lo > 0:
-                seen = history[start: start + keep].tolist()
+                seen = history[start : start + keep].tolist()
                 parted = next((i for i, t in enumerate(seen) if t != self._reply[i]), len(seen))
                 lo = 0
             keep = lo + parted
         if keep < len(self._reply):
             self._rollback(len(self._reply) - keep)
         if keep < generated:
-            for token in history[start + keep: start + generated].tolist():
+            for token in history[start + keep : start + generated].tolist():
                 self._step(int(token))
 
     def _rollback(self, count: int) -> None:
@@ -190,18 +190,18 @@ class ReplyWatcher:
                 self._enter("thinking")
             elif start[: len(so_far)] == so_far:
                 if self.grammar is not None:
-                    state.forced = start[len(so_far):]  # a marker once begun is finished
+                    state.forced = start[len(so_far) :]  # a marker once begun is finished
             else:
                 self._enter("answer", at=0)
                 for earlier in so_far:
                     self._feed(earlier)
         elif state.phase == "thinking":
             state.thinking_tokens += 1
-            if end and tuple(self._reply[-len(end):]) == end:
+            if end and tuple(self._reply[-len(end) :]) == end:
                 self._enter("answer")
         else:
             self._feed(token)
-            if self.grammar is None and start and tuple(self._reply[-len(start):]) == start:
+            if self.grammar is None and start and tuple(self._reply[-len(start) :]) == start:
                 self._enter("thinking")  # a reply of several messages may think again
         if self.verify_history:
             self._snapshots.append(replace(state))
@@ -224,8 +224,12 @@ class ReplyWatcher:
             return
         # Only possible if llguidance and mlx_lm disagree about the tokenizer; the log says so.
         state.broken = True
-        log.error("mlx-agent: the schema of %s rejected token %d (%s); the rest is unconstrained",
-                  self.label, token, matcher.get_error())
+        log.error(
+            "mlx-agent: the schema of %s rejected token %d (%s); the rest is unconstrained",
+            self.label,
+            token,
+            matcher.get_error(),
+        )
 
     def _next_read(self) -> int:
         generated = len(self._reply)
@@ -250,8 +254,10 @@ class ReplyWatcher:
             if budget and state.thinking_tokens >= budget:
                 self._close_thinking(f"spent its reasoning budget of {budget} tokens")
             elif len(self._reply) >= self._thinking_deadline:
-                self._close_thinking(f"thought for {state.thinking_tokens} tokens, leaving only the answer's "
-                                     f"reserve of max_tokens={self.max_tokens}")
+                self._close_thinking(
+                    f"thought for {state.thinking_tokens} tokens, leaving only the answer's "
+                    f"reserve of max_tokens={self.max_tokens}"
+                )
             elif reason := self._judge_text():
                 self._close_thinking(reason)
         elif state.phase == "answer" and self.limits.limit_answers and (reason := self._judge_text()):
@@ -262,7 +268,7 @@ class ReplyWatcher:
         if not self.limits.watches_text or len(self._reply) - self._judged_at < CHECK_EVERY:
             return None
         self._judged_at = len(self._reply)
-        judged = self._reply[max(self._state.phase_from, len(self._reply) - HEDGE_WINDOW):]
+        judged = self._reply[max(self._state.phase_from, len(self._reply) - HEDGE_WINDOW) :]
         if self.limits.hedge_limit:
             hedges = count_hedges("".join(self.vocab.piece(t) for t in judged))
             if hedges >= self.limits.hedge_limit:

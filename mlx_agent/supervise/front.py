@@ -36,8 +36,18 @@ if TYPE_CHECKING:
 
 CONTROL_LOCK_SECONDS = 30.0
 # What `serve status` shows of the front's state, per model and for the whole front.
-STATUS_KEYS = ("model_state", "worker", "policy", "memory_check", "load_blocked_reason", "open_requests",
-               "open_streams", "loads", "last_error", "idle_since")
+STATUS_KEYS = (
+    "model_state",
+    "worker",
+    "policy",
+    "memory_check",
+    "load_blocked_reason",
+    "open_requests",
+    "open_streams",
+    "loads",
+    "last_error",
+    "idle_since",
+)
 
 
 def write_front_files(plan: ServePlan) -> None:
@@ -64,8 +74,9 @@ def remove_front_files(plan: ServePlan) -> None:
         shutil.rmtree(front["socket_dir"], ignore_errors=True)
 
 
-def _call(receipt: ServeReceipt, method: str, path: str, body: dict[str, Any] | None = None,
-          timeout: float = 5.0) -> tuple[int, dict[str, Any]]:
+def _call(
+    receipt: ServeReceipt, method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 5.0
+) -> tuple[int, dict[str, Any]]:
     import http.client
 
     token_path = receipt["plan"]["front"]["token_path"]
@@ -80,8 +91,9 @@ def _call(receipt: ServeReceipt, method: str, path: str, body: dict[str, Any] | 
         resp = conn.getresponse()
         data = json.loads(resp.read() or b"{}")
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise GatewayUnreachable(f"the front on port {receipt['port']} did not answer: {exc}",
-                                 details={"port": receipt["port"]}) from exc
+        raise GatewayUnreachable(
+            f"the front on port {receipt['port']} did not answer: {exc}", details={"port": receipt["port"]}
+        ) from exc
     finally:
         conn.close()
     return resp.status, data if isinstance(data, dict) else {}
@@ -97,9 +109,13 @@ def front_status(receipt: ServeReceipt) -> dict[str, Any]:
         return {"model_state": None, "gateway_error": f"status answered HTTP {code}", "models": []}
     models = [m for m in state.get("models") or [] if isinstance(m, dict)]
     first = models[0] if models else {}
-    return {"mode": state.get("mode"), **{k: first.get(k) for k in STATUS_KEYS},
-            "models": [{"name": m.get("name"), "aliases": m.get("aliases"), **{k: m.get(k) for k in STATUS_KEYS}}
-                       for m in models]}
+    return {
+        "mode": state.get("mode"),
+        **{k: first.get(k) for k in STATUS_KEYS},
+        "models": [
+            {"name": m.get("name"), "aliases": m.get("aliases"), **{k: m.get(k) for k in STATUS_KEYS}} for m in models
+        ],
+    }
 
 
 def _live_front(directory: Path, port: int, expected_pid: int) -> ServeReceipt:
@@ -110,12 +126,16 @@ def _live_front(directory: Path, port: int, expected_pid: int) -> ServeReceipt:
     if not has_front(receipt) or "pid" not in receipt:
         raise NoFront(f"port {port} has no front mlx-agent supervises", details={"port": port})
     if receipt["pid"] != expected_pid:
-        raise ExpectedPidMismatch(f"the front on port {port} has pid {receipt['pid']}, not {expected_pid}",
-                                  details={"port": port, "pid": receipt["pid"], "expected_pid": expected_pid})
+        raise ExpectedPidMismatch(
+            f"the front on port {port} has pid {receipt['pid']}, not {expected_pid}",
+            details={"port": port, "pid": receipt["pid"], "expected_pid": expected_pid},
+        )
     state = process.classify(receipt)
     if state != "running":
-        raise OwnershipMismatch(f"pid {expected_pid} is not the running front of port {port} ({state})",
-                                details={"port": port, "state": state})
+        raise OwnershipMismatch(
+            f"pid {expected_pid} is not the running front of port {port} ({state})",
+            details={"port": port, "state": state},
+        )
     return receipt
 
 
@@ -126,8 +146,10 @@ def unload(directory: Path, port: int, expected_pid: int) -> dict[str, Any]:
         code, data = _call(receipt, "POST", "unload", {}, timeout=20.0)  # it waits for the workers to stop
     if code == 409:
         error = data.get("error", {})
-        raise UnloadBlocked(f"the front on port {port} has open requests or streams",
-                            details={k: error.get(k) for k in ("open_requests", "open_streams", "loading")})
+        raise UnloadBlocked(
+            f"the front on port {port} has open requests or streams",
+            details={k: error.get(k) for k in ("open_requests", "open_streams", "loading")},
+        )
     if code != 200:
         raise GatewayUnreachable(f"unload answered HTTP {code}", details={"port": port, "answer": data})
     return {"port": port, "pid": expected_pid, **data}
@@ -139,8 +161,9 @@ def replace_policy(directory: Path, port: int, expected_pid: int, policy: Policy
         receipt = _live_front(directory, port, expected_pid)
         code, data = _call(receipt, "PUT", "policy", policy.to_json())
     if code == 400:
-        raise PolicyRejected(f"the front refused the policy: {data.get('error', {}).get('message', data)}",
-                             details={"answer": data})
+        raise PolicyRejected(
+            f"the front refused the policy: {data.get('error', {}).get('message', data)}", details={"answer": data}
+        )
     if code != 200:
         raise GatewayUnreachable(f"policy answered HTTP {code}", details={"port": port, "answer": data})
     return {"port": port, "pid": expected_pid, **data}

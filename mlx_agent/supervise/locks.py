@@ -33,8 +33,7 @@ def file_lock(path: Path, *, timeout: float, busy: MlxAgentError) -> Iterator[No
 
 
 @contextmanager
-def port_lock(directory: Path, port: int, *, timeout: float,
-              busy: type[MlxAgentError] = LockTimeout) -> Iterator[None]:
+def port_lock(directory: Path, port: int, *, timeout: float, busy: type[MlxAgentError] = LockTimeout) -> Iterator[None]:
     """Hold the exclusive lock of ``port`` for the block, or raise ``busy`` after ``timeout`` seconds."""
     error = busy(f"another mlx-agent command holds the lock of port {port}", details={"port": port})
     with file_lock(directory / f"{port}.lock", timeout=timeout, busy=error):

@@ -48,11 +48,16 @@ def reviewed_plan(build: Callable[[], Plan], preview_hash: str | None) -> Plan:
     if plan["preview_hash"] != preview_hash:
         old = load_preview(previews_dir(), preview_hash)
         changes = plan_diff(old, plan) if old is not None else None
-        summary = (f"{len(changes)} plan field(s) changed since the preview" if changes is not None
-                   else "the reviewed preview is not stored here, so the changes cannot be listed")
+        summary = (
+            f"{len(changes)} plan field(s) changed since the preview"
+            if changes is not None
+            else "the reviewed preview is not stored here, so the changes cannot be listed"
+        )
         # A changed adapter gets its own code: it is the one change a reviewer must not wave through.
         adapter_moved = changes is not None and any(".adapter." in "." + c["field"] for c in changes)
         error = AdapterChanged if adapter_moved else PreviewStale
-        raise error(f"the plan no longer matches --preview-hash: {summary}",
-                    details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes})
+        raise error(
+            f"the plan no longer matches --preview-hash: {summary}",
+            details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes},
+        )
     return plan

@@ -40,8 +40,7 @@ def identity(pid: int) -> ProcessIdentity:
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
-            return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(),
-                    "cmdline": proc.cmdline()}
+            return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(), "cmdline": proc.cmdline()}
     except psutil.NoSuchProcess as exc:  # includes a child that already exited and is a zombie
         raise ProcessLookupError(pid) from exc
 

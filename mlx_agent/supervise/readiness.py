@@ -29,8 +29,12 @@ def probe(host: str, port: int, record: ReadinessRecord, timeout: float = 1.0) -
     conn = http.client.HTTPConnection(host, port, timeout=check.timeout)
     try:
         body = check.body()
-        conn.request(check.method, check.path, body=body,
-                     headers={"Content-Type": "application/json"} if body is not None else {})
+        conn.request(
+            check.method,
+            check.path,
+            body=body,
+            headers={"Content-Type": "application/json"} if body is not None else {},
+        )
         resp = conn.getresponse()
         return check.matches(resp.status, resp.read())
     except (OSError, http.client.HTTPException):
@@ -52,8 +56,13 @@ def launch_failed(exit_code: int, log_path: Path) -> MlxAgentError:
     return LaunchFailed(f"the server exited with status {exit_code} before it was ready", details=details)
 
 
-def wait_ready(child: subprocess.Popen[bytes], plan: ServePlan, log_path: Path, on_tick: Tick | None = None,
-               tick_log: Path | None = None) -> None:
+def wait_ready(
+    child: subprocess.Popen[bytes],
+    plan: ServePlan,
+    log_path: Path,
+    on_tick: Tick | None = None,
+    tick_log: Path | None = None,
+) -> None:
     """Return once the server is ready; raise ``launch_failed`` if it exits, ``readiness_timeout`` if slow.
 
     The front enforces the plan's ``ready_timeout`` on its own loads and exits with a refusal line; waiting a
@@ -76,6 +85,10 @@ def wait_ready(child: subprocess.Popen[bytes], plan: ServePlan, log_path: Path, 
         if now >= deadline:
             raise ReadinessTimeout(
                 f"the server was not ready within {limit:g} s",
-                details={"ready_timeout": plan["ready_timeout"], "log_path": str(log_path),
-                         "log_tail": log_tail(log_path)})
+                details={
+                    "ready_timeout": plan["ready_timeout"],
+                    "log_path": str(log_path),
+                    "log_tail": log_tail(log_path),
+                },
+            )
         time.sleep(POLL_SECONDS)

@@ -44,10 +44,19 @@ def plan_receipt(plan: ServePlan, supervisor: str, log: str) -> ServeReceipt:
         "port": plan["port"],
         "host": plan["host"],
         "base_url": plan["base_url"],
-        "models": [{"name": m["name"], "aliases": m["aliases"], "runtime": m["runtime"]["name"],
-                    "model": m["source"]["path"], "repo": m["source"].get("repo"), "adapter": m["adapter"],
-                    "prompt_lookup": m["prompt_lookup"], "m5_prefill": m["m5_prefill"]}
-                   for m in plan["models"]],
+        "models": [
+            {
+                "name": m["name"],
+                "aliases": m["aliases"],
+                "runtime": m["runtime"]["name"],
+                "model": m["source"]["path"],
+                "repo": m["source"].get("repo"),
+                "adapter": m["adapter"],
+                "prompt_lookup": m["prompt_lookup"],
+                "m5_prefill": m["m5_prefill"],
+            }
+            for m in plan["models"]
+        ],
         "argv": plan["argv"],
         "log_path": log,
         "preview_hash": plan.get("preview_hash", ""),
@@ -78,9 +87,14 @@ def _check(path: Path, data: Any) -> dict[str, Any]:
     if major not in READABLE_MAJORS:
         raise ReceiptVersionUnsupported(
             f"receipt {path} has format_version {data['format_version']}",
-            details={"path": str(path), "format_version": data["format_version"]})
-    types_ok = (isinstance(data["pid"], int) and isinstance(data["pgid"], int)
-                and isinstance(data["create_time"], int | float) and isinstance(data["argv"], list))
+            details={"path": str(path), "format_version": data["format_version"]},
+        )
+    types_ok = (
+        isinstance(data["pid"], int)
+        and isinstance(data["pgid"], int)
+        and isinstance(data["create_time"], int | float)
+        and isinstance(data["argv"], list)
+    )
     if not types_ok:
         raise ReceiptCorrupt(f"receipt {path} has fields of the wrong type", details={"path": str(path)})
     return data

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from mlx_agent.records import ProcessIdentity, ServePlan, ServeReceipt
     from mlx_agent.requests import ServeRequest
 
+
 def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:
     """Refuse a port that is ours and live, claimed by a wired config, or bound by anyone; return warnings.
 
@@ -45,14 +46,17 @@ def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:
     if path.exists():
         receipt = read_receipt(path)
         if is_unit(receipt):
-            raise PortInUse(f"port {port} has a {receipt['supervisor']} unit installed by mlx-agent",
-                            details={"port": port, "unit": receipt["unit"]["path"], "receipt": str(path)},
-                            remediation="Run `mlx-agent serve stop --port N --uninstall` first, or choose another "
-                                        "--port.")
+            raise PortInUse(
+                f"port {port} has a {receipt['supervisor']} unit installed by mlx-agent",
+                details={"port": port, "unit": receipt["unit"]["path"], "receipt": str(path)},
+                remediation="Run `mlx-agent serve stop --port N --uninstall` first, or choose another --port.",
+            )
         state = process.classify(receipt)
         if state == "running":
-            raise PortInUse(f"port {port} already runs a server of ours (pid {receipt['pid']})",
-                            details={"port": port, "pid": receipt["pid"], "receipt": str(path)})
+            raise PortInUse(
+                f"port {port} already runs a server of ours (pid {receipt['pid']})",
+                details={"port": port, "pid": receipt["pid"], "receipt": str(path)},
+            )
         if cleanup:
             path.unlink(missing_ok=True)
             warnings.append(f"removed the stale receipt of port {port} (its process is {state})")
@@ -63,15 +67,15 @@ def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:
     runtimes = {m["runtime"]["name"] for m in plan["models"]}
     claims = claims_on_port(configs, port, runtimes, model_ids(plan))
     if claims:
-        raise PortClaimed(f"port {port} is claimed by a wired config for another server",
-                          details={"port": port, "claims": claims})
+        raise PortClaimed(
+            f"port {port} is claimed by a wired config for another server", details={"port": port, "claims": claims}
+        )
     if plan.get("unit") is not None:
         from mlx_agent.supervise.units import check_unit_path
 
         check_unit_path(plan)
     if not port_is_free(port, plan["host"]):
-        raise PortInUse(f"port {port} on {plan['host']} is already bound by another program",
-                        details={"port": port})
+        raise PortInUse(f"port {port} on {plan['host']} is already bound by another program", details={"port": port})
     return warnings
 
 
@@ -157,13 +161,15 @@ def _launch(plan: ServePlan, directory: Path, on_tick: Tick | None, interrupts: 
             receipt_path(directory, plan["port"]).unlink(missing_ok=True)
         remove_front_files(plan)
         if isinstance(exc, KeyboardInterrupt):
-            raise LaunchInterrupted("the launch was interrupted; the server was stopped",
-                                    details={"log_path": str(log)}) from None
+            raise LaunchInterrupted(
+                "the launch was interrupted; the server was stopped", details={"log_path": str(log)}
+            ) from None
         raise
 
 
-def confirm(req: ServeRequest, preview_hash: str | None, directory: Path,
-            on_tick: Tick | None = None) -> tuple[ServeReceipt, list[str]]:
+def confirm(
+    req: ServeRequest, preview_hash: str | None, directory: Path, on_tick: Tick | None = None
+) -> tuple[ServeReceipt, list[str]]:
     """Launch the reviewed plan under the port lock and return its receipt once the model answers."""
     plan = check_preview(req, preview_hash)
     if plan.get("unit") is not None:

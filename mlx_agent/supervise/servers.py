@@ -48,10 +48,13 @@ def model_fields(receipt: dict[str, Any]) -> dict[str, Any]:
     models = receipt.get("models")
     if has_front(receipt) and isinstance(models, list) and models:
         first = models[0]
-        return {"name": first.get("name"), "runtime": first.get("runtime"), "model": first.get("model"),
-                "repo": first.get("repo")}
-    return {"name": None, "runtime": receipt.get("runtime"), "model": receipt.get("model"),
-            "repo": receipt.get("repo")}
+        return {
+            "name": first.get("name"),
+            "runtime": first.get("runtime"),
+            "model": first.get("model"),
+            "repo": first.get("repo"),
+        }
+    return {"name": None, "runtime": receipt.get("runtime"), "model": receipt.get("model"), "repo": receipt.get("repo")}
 
 
 def _entry(path: Path, verify: bool) -> dict[str, Any]:
@@ -99,8 +102,9 @@ def status(directory: Path, port: int | None = None, *, verify: bool = False) ->
     return [_entry(p, verify) for p in paths if p.exists()]
 
 
-def stop(directory: Path, port: int, *, uninstall: bool = False,
-         grace: float = STOP_GRACE_SECONDS) -> tuple[dict[str, Any], list[str]]:
+def stop(
+    directory: Path, port: int, *, uninstall: bool = False, grace: float = STOP_GRACE_SECONDS
+) -> tuple[dict[str, Any], list[str]]:
     """Stop the server of ``port`` if, and only if, the live process is the receipt's; remove the receipt.
 
     A unit-owned server is not ours to signal: the stop command is returned for the user, and with
@@ -120,12 +124,12 @@ def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str
     """Stop a process of ours after matching it against its receipt; remove the receipt."""
     port = int(receipt["port"])
     state = process.classify(receipt)
-    result = {"port": port, "pid": receipt["pid"], "receipt_path": str(path),
-              "log_path": receipt.get("log_path")}
+    result = {"port": port, "pid": receipt["pid"], "receipt_path": str(path), "log_path": receipt.get("log_path")}
     if state == "foreign":
         raise OwnershipMismatch(
             f"pid {receipt['pid']} is no longer the server this receipt started; nothing was signalled",
-            details={**result, "receipt_kept": True})
+            details={**result, "receipt_kept": True},
+        )
     if state == "exited":
         _forget(receipt, path)
         return {**result, "result": "already_stopped"}
@@ -137,7 +141,8 @@ def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str
     if live_pgid != receipt["pgid"]:
         raise OwnershipMismatch(
             f"pid {receipt['pid']} is in process group {live_pgid}, not the recorded {receipt['pgid']}",
-            details={**result, "receipt_kept": True})
+            details={**result, "receipt_kept": True},
+        )
     started = time.monotonic()
     how = process.stop_group(receipt["pid"], receipt["pgid"], grace=grace)
     _forget(receipt, path)

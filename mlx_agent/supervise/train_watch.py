@@ -79,8 +79,15 @@ class Watcher:
         env = {**os.environ, **self.plan["env"]}
         preexec = _die_with_parent if sys.platform.startswith("linux") else None
         # stdout is the log (confirm opened it for us); the trainer appends to the same file.
-        return subprocess.Popen(self.plan["argv"], stdin=subprocess.DEVNULL, stdout=sys.stdout.fileno(),
-                                stderr=subprocess.STDOUT, env=env, cwd=self.plan["cwd"], preexec_fn=preexec)
+        return subprocess.Popen(
+            self.plan["argv"],
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stdout.fileno(),
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.plan["cwd"],
+            preexec_fn=preexec,
+        )
 
     def _outcome(self, code: int) -> dict[str, Any]:
         fields: dict[str, Any] = {"exit_code": code, "finished_at": utc_now(), "adapter": None}
@@ -97,8 +104,13 @@ class Watcher:
         for name in self.plan["adapter_files"]:
             record = file_record(out / name)
             files[name] = {"sha256": record["sha256"], "size": record["size"]}
-        return {**fields, "state": "completed", "reason": None, "adapter": {"path": str(out), "files": files},
-                "base": self.plan["base"]}
+        return {
+            **fields,
+            "state": "completed",
+            "reason": None,
+            "adapter": {"path": str(out), "files": files},
+            "base": self.plan["base"],
+        }
 
     def run(self) -> int:
         """Start the trainer, wait for it and record how it ended."""
@@ -106,12 +118,20 @@ class Watcher:
             signal.signal(sig, self._on_signal)
         if not self._config_intact():
             say(f"refusing to start: {self.plan['config_path']} no longer holds the reviewed config")
-            self._record(state="failed", exit_code=None, finished_at=utc_now(),
-                         reason="the -c config file changed after confirm; nothing was trained")
+            self._record(
+                state="failed",
+                exit_code=None,
+                finished_at=utc_now(),
+                reason="the -c config file changed after confirm; nothing was trained",
+            )
             return 0
         if self.stop_signal is not None:
-            self._record(state="failed", exit_code=None, finished_at=utc_now(),
-                         reason=f"stopped by {signal.Signals(self.stop_signal).name} before the trainer started")
+            self._record(
+                state="failed",
+                exit_code=None,
+                finished_at=utc_now(),
+                reason=f"stopped by {signal.Signals(self.stop_signal).name} before the trainer started",
+            )
             return 0
         try:
             self.child = self._spawn()
@@ -125,8 +145,13 @@ class Watcher:
         try:
             trainer = {**process.identity(self.child.pid), "argv": self.plan["argv"]}
         except ProcessLookupError:  # it already ended; its exit status is recorded below all the same
-            trainer = {"pid": self.child.pid, "pgid": os.getpgrp(), "create_time": None, "cmdline": None,
-                       "argv": self.plan["argv"]}
+            trainer = {
+                "pid": self.child.pid,
+                "pgid": os.getpgrp(),
+                "create_time": None,
+                "cmdline": None,
+                "argv": self.plan["argv"],
+            }
         self._record(trainer=trainer, trainer_started_at=utc_now())
         say(f"trainer started, pid {self.child.pid}")
         code = self.child.wait()
@@ -143,8 +168,12 @@ def _abandon(path: Path) -> None:
     except (OSError, ValueError):
         return
     if isinstance(receipt, dict) and (receipt.get("watcher") or {}).get("pid") == os.getpid():
-        receipt.update(state="failed", exit_code=None, finished_at=utc_now(),
-                       reason="the confirming command ended before the training started; nothing was trained")
+        receipt.update(
+            state="failed",
+            exit_code=None,
+            finished_at=utc_now(),
+            reason="the confirming command ended before the training started; nothing was trained",
+        )
         write_json_atomic(path, receipt)
 
 

@@ -75,12 +75,14 @@ def gates(plan: dict[str, Any], directory: Path) -> list[str]:
         state = live_state(receipt)
         trainer_alive = _alive(receipt.get("trainer")) if receipt.get("state") == "running" else False
         if state == "running" or trainer_alive:
-            raise TrainingRunning(f"training {path.stem} is still running and writes to {other.get('adapter_path')}",
-                                  details={"receipt": str(path), "id": path.stem,
-                                           "adapter_path": other.get("adapter_path")})
+            raise TrainingRunning(
+                f"training {path.stem} is still running and writes to {other.get('adapter_path')}",
+                details={"receipt": str(path), "id": path.stem, "adapter_path": other.get("adapter_path")},
+            )
         if same_plan:
-            warnings.append(f"an earlier run of this plan ended {state}; its receipt and log {path.stem}.* are "
-                            "replaced")
+            warnings.append(
+                f"an earlier run of this plan ended {state}; its receipt and log {path.stem}.* are replaced"
+            )
     return warnings
 
 
@@ -109,8 +111,15 @@ def _spawn_watcher(plan: dict[str, Any], argv: list[str], log: Path) -> subproce
     import subprocess
 
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **plan["env"]}, cwd=plan["cwd"], start_new_session=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **plan["env"]},
+            cwd=plan["cwd"],
+            start_new_session=True,
+        )
 
 
 def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
@@ -135,9 +144,10 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
                 code = watcher.wait()
                 from mlx_agent.files import log_tail
 
-                raise LaunchFailed(f"the training watcher exited with status {code} at once",
-                                   details={"exit_code": code, "log_path": str(log),
-                                            "log_tail": log_tail(log)}) from None
+                raise LaunchFailed(
+                    f"the training watcher exited with status {code} at once",
+                    details={"exit_code": code, "log_path": str(log), "log_tail": log_tail(log)},
+                ) from None
             receipt = {
                 "format_version": TRAINING_VERSION,
                 "kind": "train",
@@ -172,9 +182,11 @@ def confirm(req: TrainRequest, preview_hash: str | None) -> tuple[dict[str, Any]
     plan = reviewed_plan(lambda: _build(req), preview_hash)
     directory = Path(plan["receipts_dir"])
     path = directory / f"{training_id(plan)}.json"
-    busy = LockTimeout(f"another lora train confirm holds {directory / 'train.lock'}",
-                       details={"path": str(directory / "train.lock")},
-                       remediation="Another lora train confirm is starting a training; retry when it has finished.")
+    busy = LockTimeout(
+        f"another lora train confirm holds {directory / 'train.lock'}",
+        details={"path": str(directory / "train.lock")},
+        remediation="Another lora train confirm is starting a training; retry when it has finished.",
+    )
     with file_lock(directory / "train.lock", timeout=LOCK_SECONDS, busy=busy):
         warnings = gates(plan, directory)
         write_json_atomic(Path(plan["config_path"]), plan["config"])
@@ -201,7 +213,8 @@ def status_entry(path: Path) -> dict[str, Any]:
         "state": state,
         "exit_code": receipt.get("exit_code"),
         "signal": receipt.get("signal"),
-        "reason": receipt.get("reason") if state != "interrupted"
+        "reason": receipt.get("reason")
+        if state != "interrupted"
         else "the watcher ended before it could record how the training ended",
         "iterations": {"done": done, "total": total},
         "train_loss": progress["train"],

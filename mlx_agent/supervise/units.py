@@ -30,8 +30,9 @@ def check_unit_path(plan: ServePlan) -> None:
     """Refuse a unit path where a file exists that no receipt of this port owns."""
     path = Path(plan["unit"]["path"])
     if path.exists() or path.is_symlink():
-        raise UnitNotOwned(f"{path} exists and no receipt of mlx-agent owns it; it is left as it is",
-                           details={"path": str(path)})
+        raise UnitNotOwned(
+            f"{path} exists and no receipt of mlx-agent owns it; it is left as it is", details={"path": str(path)}
+        )
 
 
 def _write_unit(path: Path, content: str) -> None:
@@ -58,8 +59,13 @@ def install(plan: ServePlan, directory: Path, now: str) -> ServeReceipt:
     receipt: ServeReceipt = {
         **plan_receipt(plan, unit["kind"], unit["log_path"]),
         "installed_at": now,
-        "unit": {"kind": unit["kind"], "name": unit["name"], "path": unit["path"],
-                 "sha256": _sha256(unit["content"]), "commands": unit["commands"]},
+        "unit": {
+            "kind": unit["kind"],
+            "name": unit["name"],
+            "path": unit["path"],
+            "sha256": _sha256(unit["content"]),
+            "commands": unit["commands"],
+        },
     }
     # The receipt first: a unit file never exists without the receipt that owns it.
     write_receipt(directory, receipt)
@@ -103,14 +109,20 @@ def status_entry(receipt: dict[str, Any], path: Path) -> dict[str, Any]:
 def stop(receipt: dict[str, Any], path: Path, uninstall: bool) -> tuple[dict[str, Any], list[str]]:
     """Return the commands that stop a unit's server; with ``uninstall`` remove its file and receipt too."""
     unit = receipt["unit"]
-    result = {"port": receipt["port"], "supervisor": receipt["supervisor"], "unit_path": unit["path"],
-              "commands": unit["commands"]["stop"], "receipt_path": str(path)}
+    result = {
+        "port": receipt["port"],
+        "supervisor": receipt["supervisor"],
+        "unit_path": unit["path"],
+        "commands": unit["commands"]["stop"],
+        "receipt_path": str(path),
+    }
     if not uninstall:
         return {**result, "result": "stop_command_printed", "uninstalled": False}, []
     state = unit_state(receipt)
     if state == "unit_modified":
-        raise UnitModified(f"{unit['path']} no longer has the content mlx-agent wrote; nothing was removed",
-                           details=result)
+        raise UnitModified(
+            f"{unit['path']} no longer has the content mlx-agent wrote; nothing was removed", details=result
+        )
     warnings = []
     if probe(receipt.get("host", "127.0.0.1"), int(receipt["port"]), {"path": "/health", "status": 200}, timeout=0.5):
         warnings.append(f"a server still answers on port {receipt['port']}; run the stop command to end it")

@@ -28,17 +28,40 @@ def trained_adapter(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) 
         lines = [json.dumps({"text": f"Question {i}: the answer is {i * 3}."}) for i in range(count)]
         (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
     adapter = root / "adapter"
-    subprocess.run([sys.executable, "-m", "mlx_lm", "lora", "--model", str(tiny_model), "--train", "--data", str(data),
-                    "--iters", "3", "--batch-size", "2", "--num-layers", "2", "--adapter-path", str(adapter),
-                    "--val-batches", "1", "--steps-per-eval", "100"],
-                   check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm",
+            "lora",
+            "--model",
+            str(tiny_model),
+            "--train",
+            "--data",
+            str(data),
+            "--iters",
+            "3",
+            "--batch-size",
+            "2",
+            "--num-layers",
+            "2",
+            "--adapter-path",
+            str(adapter),
+            "--val-batches",
+            "1",
+            "--steps-per-eval",
+            "100",
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     return adapter
 
 
-
-
-def test_serve_with_adapter_then_refuse_a_changed_one(agent: Agent, tiny_model: Path, trained_adapter: Path,
-                                                      tmp_path: Path) -> None:
+def test_serve_with_adapter_then_refuse_a_changed_one(
+    agent: Agent, tiny_model: Path, trained_adapter: Path, tmp_path: Path
+) -> None:
     """Serve a bound adapter; after one changed byte confirm says adapter_changed and a restart refuses to load."""
     adapter = tmp_path / "adapter"
     shutil.copytree(trained_adapter, adapter)
@@ -51,8 +74,9 @@ def test_serve_with_adapter_then_refuse_a_changed_one(agent: Agent, tiny_model: 
     served = receipt["models"][0]
     assert served["adapter"]["path"] == str(adapter) and served["model"] == str(tiny_model)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
-    reply = client.chat.completions.create(model="default_model", max_tokens=4,
-                                           messages=[{"role": "user", "content": "Question 2"}])
+    reply = client.chat.completions.create(
+        model="default_model", max_tokens=4, messages=[{"role": "user", "content": "Question 2"}]
+    )
     assert reply.choices[0].message.content is not None
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["adapter_path"], server["adapter_status"]) == (str(adapter), "bound")

@@ -38,8 +38,11 @@ from tests.gateway_support import (
 
 pytestmark = pytest.mark.e2e
 MAX_TOKENS = 8
-WEATHER: Any = {"name": "get_weather", "description": "The weather in a city.",
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER: Any = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
@@ -51,8 +54,13 @@ def client_for(gateway: Gateway, key: str = "local") -> anthropic.Anthropic:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
     """Run a gateway over the real runtime serving the tiny random-weight model."""
-    with running_gateway(tmp_path_factory.mktemp("tiny"), real_worker_argv(tiny_model, MAX_TOKENS),
-                         model_path=tiny_model, max_tokens=MAX_TOKENS, max_tokens_ceiling=MAX_TOKENS) as gateway:
+    with running_gateway(
+        tmp_path_factory.mktemp("tiny"),
+        real_worker_argv(tiny_model, MAX_TOKENS),
+        model_path=tiny_model,
+        max_tokens=MAX_TOKENS,
+        max_tokens_ceiling=MAX_TOKENS,
+    ) as gateway:
         yield gateway
 
 
@@ -81,6 +89,7 @@ def sent_bodies(gateway: Gateway) -> list[dict[str, Any]]:
 
 # -- the real model -------------------------------------------------------------------------------------------
 
+
 def test_plain_message_from_the_real_model(tiny: Gateway) -> None:
     """A message comes back as Anthropic's Message: the client's model name, text, max_tokens, usage."""
     message = client_for(tiny).messages.create(model="org/tiny", max_tokens=1000, messages=ASK)
@@ -95,8 +104,9 @@ def test_plain_message_from_the_real_model(tiny: Gateway) -> None:
 
 def test_streamed_message_follows_anthropics_event_sequence(tiny: Gateway) -> None:
     """The stream is message_start, ping, one text block's start/deltas/stop, message_delta, message_stop."""
-    raw = tiny.request("POST", "/v1/messages", {"model": "org/tiny", "max_tokens": MAX_TOKENS, "messages": ASK,
-                                                "stream": True})
+    raw = tiny.request(
+        "POST", "/v1/messages", {"model": "org/tiny", "max_tokens": MAX_TOKENS, "messages": ASK, "stream": True}
+    )
     assert raw.status == 200 and raw.headers["content-type"].startswith("text/event-stream")
     events = read_sse(raw.body)
     assert all(name == data["type"] for name, data in events)
@@ -114,7 +124,8 @@ def test_streamed_message_follows_anthropics_event_sequence(tiny: Gateway) -> No
     assert streamed == plain.content[0].text  # greedy: the same answer either way
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == MAX_TOKENS
     assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) == (
-        plain.usage.input_tokens + (plain.usage.cache_read_input_tokens or 0))
+        plain.usage.input_tokens + (plain.usage.cache_read_input_tokens or 0)
+    )
 
 
 def test_count_tokens_counts_with_the_models_template(tiny: Gateway) -> None:
@@ -137,7 +148,7 @@ REFUSALS: Any = {
     "tool_choice_any": {"tools": [WEATHER], "tool_choice": {"type": "any"}},
     "tool_choice_tool": {"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "get_weather"}},
     "other_parameter": {"service_tier": "auto"},
-    }
+}
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
@@ -165,15 +176,18 @@ def test_front_door_errors_take_anthropics_shape_too(tiny: Gateway) -> None:
     reply = tiny.request("POST", "/v1/messages", raw=b"{not json")
     assert reply.status == 400 and reply.json()["error"]["type"] == "invalid_request_error"
     big = tiny.request("POST", "/v1/messages", raw=b"x" * (tiny.config["max_body_bytes"] + 1))
-    assert big.status == 413 and big.json() == {"type": "error", "error": {
-        "type": "request_too_large", "message": big.json()["error"]["message"], "code": "body_too_large"}}
+    assert big.status == 413 and big.json() == {
+        "type": "error",
+        "error": {"type": "request_too_large", "message": big.json()["error"]["message"], "code": "body_too_large"},
+    }
 
 
 def test_the_workers_own_refusals_pass_through_in_anthropics_shape(tiny: Gateway) -> None:
     """A parameter the worker refuses (a negative temperature) is a 400 invalid_request_error naming it."""
     with pytest.raises(anthropic.BadRequestError) as info:
-        client_for(tiny).messages.create(model="org/tiny", max_tokens=8, messages=ASK,
-                                         extra_body={"temperature": -1})  # no SDK argument
+        client_for(tiny).messages.create(
+            model="org/tiny", max_tokens=8, messages=ASK, extra_body={"temperature": -1}
+        )  # no SDK argument
     body: Any = info.value.body
     assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "temperature"
 
@@ -181,12 +195,16 @@ def test_the_workers_own_refusals_pass_through_in_anthropics_shape(tiny: Gateway
 def test_cache_reads_are_reported_only_to_the_key_that_sent_the_prompt(tmp_path: Path, tiny_model: Path) -> None:
     """With API keys, cache_read_input_tokens counts only prompts the same key sent before."""
     argv = real_worker_argv(tiny_model, MAX_TOKENS)
-    with running_gateway(tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS,
-                         api_keys=["alice-key", "bob-key"]) as gateway:
+    with running_gateway(
+        tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS, api_keys=["alice-key", "bob-key"]
+    ) as gateway:
+
         def cached(key: str) -> int:
             message = client_for(gateway, key).messages.create(
-                model="org/tiny", max_tokens=2,
-                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}])
+                model="org/tiny",
+                max_tokens=2,
+                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
+            )
             return message.usage.cache_read_input_tokens or 0
 
         assert cached("alice-key") == 0
@@ -196,6 +214,7 @@ def test_cache_reads_are_reported_only_to_the_key_that_sent_the_prompt(tmp_path:
 
 # -- the scripted agent model -----------------------------------------------------------------------------
 
+
 def test_tool_round_trip_through_the_real_runtime(agent: Gateway) -> None:
     """A tool_use comes back with the worker's id and parsed input; its tool_result gets the final answer."""
     client = client_for(agent)
@@ -204,8 +223,11 @@ def test_tool_round_trip_through_the_real_runtime(agent: Gateway) -> None:
     [call] = first.content
     assert call.type == "tool_use" and (call.name, call.input) == ("get_weather", {"city": "Paris"})
     assert call.id  # mlx_lm's own call id, passed through
-    history: Any = [*ASK, {"role": "assistant", "content": [block.model_dump() for block in first.content]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "20 C"}]}]
+    history: Any = [
+        *ASK,
+        {"role": "assistant", "content": [block.model_dump() for block in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "20 C"}]},
+    ]
     second = client.messages.create(model="org/tiny", max_tokens=64, messages=history, tools=[WEATHER])
     assert second.stop_reason == "end_turn"
     assert [(block.type, getattr(block, "text", None)) for block in second.content] == [("text", AGENT_ANSWER)]
@@ -221,9 +243,14 @@ def test_streamed_tool_round_trip_through_the_real_runtime(agent: Gateway) -> No
     assert first.stop_reason == "tool_use"
     [call] = first.content
     assert call.type == "tool_use" and call.input == {"city": "Paris"}
-    history: Any = [*ASK, {"role": "assistant", "content": [call.model_dump()]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
-                                                  "content": [{"type": "text", "text": "20 C"}]}]}]
+    history: Any = [
+        *ASK,
+        {"role": "assistant", "content": [call.model_dump()]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": [{"type": "text", "text": "20 C"}]}],
+        },
+    ]
     with client.messages.stream(model="org/tiny", max_tokens=64, messages=history, tools=[WEATHER]) as stream:
         assert "".join(stream.text_stream) == AGENT_ANSWER
         assert stream.get_final_message().stop_reason == "end_turn"
@@ -239,43 +266,70 @@ def test_reasoning_comes_back_as_a_thinking_block(agent: Gateway) -> None:
         streamed = stream.get_final_message()
     assert [block.model_dump(exclude_none=True) for block in streamed.content] == [
         {"type": "thinking", "thinking": AGENT_THOUGHT, "signature": ""},
-        {"type": "text", "text": AGENT_ANSWER}]
+        {"type": "text", "text": AGENT_ANSWER},
+    ]
 
 
 def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
     """With tool_choice none the template sees no tools, so this model answers instead of calling one."""
-    message = client_for(agent).messages.create(model="org/tiny", max_tokens=64, messages=ASK, tools=[WEATHER],
-                                                tool_choice={"type": "none"})
+    message = client_for(agent).messages.create(
+        model="org/tiny", max_tokens=64, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"}
+    )
     assert message.stop_reason == "end_turn" and message.content[-1].type == "text"
 
 
 # -- the stand-in worker --------------------------------------------------------------------------------------
 
+
 def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in: Gateway) -> None:
     """Arguments streamed in pieces assemble into the input; the worker got the translated body with its own limit."""
     client = client_for(stand_in)
-    with client.messages.stream(model="org/tiny", max_tokens=5000, messages=ASK, tools=[WEATHER],
-                                system="Be brief.", stop_sequences=["END"],
-                                extra_body={"temperature": 0.3, "top_k": 5}) as stream:  # no SDK arguments
+    with client.messages.stream(
+        model="org/tiny",
+        max_tokens=5000,
+        messages=ASK,
+        tools=[WEATHER],
+        system="Be brief.",
+        stop_sequences=["END"],
+        extra_body={"temperature": 0.3, "top_k": 5},
+    ) as stream:  # no SDK arguments
         message = stream.get_final_message()
     assert [(b.type, getattr(b, "id", None), getattr(b, "input", None)) for b in message.content] == [
-        ("tool_use", "call_stand_in_1", {"city": "Paris"})]
+        ("tool_use", "call_stand_in_1", {"city": "Paris"})
+    ]
     assert message.usage.input_tokens == 7 and message.usage.cache_read_input_tokens == 4
     [body] = sent_bodies(stand_in)
     assert body == {
-        "model": "default_model", "max_tokens": 5000, "stream": True, "stream_options": {"include_usage": True},
+        "model": "default_model",
+        "max_tokens": 5000,
+        "stream": True,
+        "stream_options": {"include_usage": True},
         "messages": [{"role": "system", "content": "Be brief."}, *ASK],
-        "tools": [{"type": "function", "function": {"name": "get_weather", "description": WEATHER["description"],
-                                                    "parameters": WEATHER["input_schema"]}}],
-        "temperature": 0.3, "top_k": 5, "stop": ["END"]}
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": WEATHER["description"],
+                    "parameters": WEATHER["input_schema"],
+                },
+            }
+        ],
+        "temperature": 0.3,
+        "top_k": 5,
+        "stop": ["END"],
+    }
 
 
 def test_a_stream_the_worker_breaks_raises_in_the_client(stand_in: Gateway) -> None:
     """A worker stream that ends without [DONE] ends with an error event, which the SDK raises."""
     client = client_for(stand_in)
     with pytest.raises(anthropic.APIStatusError) as info:
-        list(client.messages.create(model="org/tiny", max_tokens=8, stream=True,
-                                    messages=[{"role": "user", "content": "break"}]))
+        list(
+            client.messages.create(
+                model="org/tiny", max_tokens=8, stream=True, messages=[{"role": "user", "content": "break"}]
+            )
+        )
     body: Any = info.value.body
     assert body["type"] == "error" and body["error"]["type"] == "api_error"
 

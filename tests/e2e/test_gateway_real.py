@@ -23,8 +23,14 @@ MAX_TOKENS = 8
 def gateway(tmp_path: Path, tiny_model: Path) -> Iterator[Gateway]:
     """Run a gateway whose worker is the real runtime entry serving the tiny model."""
     weight_bytes = sum(p.stat().st_size for p in tiny_model.glob("*.safetensors"))
-    with running_gateway(tmp_path, real_worker_argv(tiny_model, MAX_TOKENS), model_path=tiny_model,
-                         max_tokens=MAX_TOKENS, max_tokens_ceiling=MAX_TOKENS, weight_bytes=weight_bytes) as running:
+    with running_gateway(
+        tmp_path,
+        real_worker_argv(tiny_model, MAX_TOKENS),
+        model_path=tiny_model,
+        max_tokens=MAX_TOKENS,
+        max_tokens_ceiling=MAX_TOKENS,
+        weight_bytes=weight_bytes,
+    ) as running:
         yield running
 
 
@@ -56,15 +62,20 @@ def test_sixteen_concurrent_cold_requests_load_the_model_once(gateway: Gateway) 
 def test_openai_client_chat_plain_and_streamed_with_the_ceiling(gateway: Gateway) -> None:
     """The official client chats through the front, plain and streamed; max_tokens is held to the ceiling."""
     client = client_for(gateway)
-    reply = client.chat.completions.create(model="org/tiny", max_tokens=1000,
-                                           messages=[{"role": "user", "content": "Say hello"}])
+    reply = client.chat.completions.create(
+        model="org/tiny", max_tokens=1000, messages=[{"role": "user", "content": "Say hello"}]
+    )
     assert reply.model == "org/tiny"
     assert reply.usage is not None and 0 < reply.usage.completion_tokens <= MAX_TOKENS
     text = []
     usage = None
-    stream = client.chat.completions.create(model="org/tiny", max_tokens=1000, stream=True,
-                                            stream_options={"include_usage": True},
-                                            messages=[{"role": "user", "content": "Count"}])
+    stream = client.chat.completions.create(
+        model="org/tiny",
+        max_tokens=1000,
+        stream=True,
+        stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Count"}],
+    )
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             text.append(chunk.choices[0].delta.content)
@@ -113,13 +124,17 @@ def test_killed_worker_is_noticed_and_replaced(gateway: Gateway) -> None:
 def test_real_cache_hits_are_reported_only_to_the_key_that_caused_them(tmp_path: Path, tiny_model: Path) -> None:
     """The real worker's shared prompt cache shows as cached_tokens to the key that sent the prompt, not to another."""
     argv = real_worker_argv(tiny_model, MAX_TOKENS)
-    with running_gateway(tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS,
-                         api_keys=["alice-key", "bob-key"]) as gateway:
+    with running_gateway(
+        tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS, api_keys=["alice-key", "bob-key"]
+    ) as gateway:
+
         def cached(key: str) -> int:
             client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, timeout=120, max_retries=0)
             reply = client.chat.completions.create(
-                model="org/tiny", max_tokens=2,
-                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}])
+                model="org/tiny",
+                max_tokens=2,
+                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
+            )
             assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
             return reply.usage.prompt_tokens_details.cached_tokens or 0
 

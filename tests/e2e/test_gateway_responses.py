@@ -36,8 +36,13 @@ from tests.gateway_support import (
 
 pytestmark = pytest.mark.e2e
 MAX_TOKENS = 8
-WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "strict": False,
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 ASK = "What is the weather in Paris?"
 
 
@@ -49,8 +54,13 @@ def client_for(gateway: Gateway, key: str = "local") -> openai.OpenAI:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
     """Run a gateway over the real runtime serving the tiny random-weight model."""
-    with running_gateway(tmp_path_factory.mktemp("tiny"), real_worker_argv(tiny_model, MAX_TOKENS),
-                         model_path=tiny_model, max_tokens=MAX_TOKENS, max_tokens_ceiling=MAX_TOKENS) as gateway:
+    with running_gateway(
+        tmp_path_factory.mktemp("tiny"),
+        real_worker_argv(tiny_model, MAX_TOKENS),
+        model_path=tiny_model,
+        max_tokens=MAX_TOKENS,
+        max_tokens_ceiling=MAX_TOKENS,
+    ) as gateway:
         yield gateway
 
 
@@ -71,11 +81,11 @@ def stand_in_gateway(directory: Path, **options: Any) -> Any:
 
 # -- the real model -------------------------------------------------------------------------------------------
 
+
 def test_plain_response_from_the_real_model_is_stored(tiny: Gateway) -> None:
     """A response is incomplete at the plan's token limit, names the client's model, and can be retrieved."""
     client = client_for(tiny)
-    response = client.responses.create(model="org/tiny", input=ASK, instructions="Be brief.",
-                                       max_output_tokens=1000)
+    response = client.responses.create(model="org/tiny", input=ASK, instructions="Be brief.", max_output_tokens=1000)
     assert response.object == "response" and response.model == "org/tiny" and response.id.startswith("resp_")
     assert response.status == "incomplete"
     assert response.incomplete_details is not None and response.incomplete_details.reason == "max_output_tokens"
@@ -93,11 +103,19 @@ def test_streamed_response_follows_the_event_sequence(tiny: Gateway) -> None:
     client = client_for(tiny)
     events = list(client.responses.create(model="org/tiny", input=ASK, stream=True))
     kinds = [event.type for event in events]
-    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added"]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
     assert set(kinds[4:-4]) == {"response.output_text.delta"}
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          "response.incomplete"]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
     assert [event.sequence_number for event in events] == list(range(len(events)))
     final = events[-1]
     assert final.type == "response.incomplete"
@@ -118,29 +136,43 @@ def test_accepted_parameters_do_not_change_the_answer(tiny: Gateway) -> None:
     """parallel_tool_calls, prompt_cache_key, client_metadata, an empty reasoning and the include are accepted."""
     client = client_for(tiny)
     plain = client.responses.create(model="org/tiny", input=ASK)
-    accepted = client.responses.create(model="org/tiny", input=ASK, parallel_tool_calls=False,
-                                       prompt_cache_key="thread-1", reasoning={},
-                                       include=["reasoning.encrypted_content"],
-                                       extra_body={"client_metadata": {"client": "tests"}})
+    accepted = client.responses.create(
+        model="org/tiny",
+        input=ASK,
+        parallel_tool_calls=False,
+        prompt_cache_key="thread-1",
+        reasoning={},
+        include=["reasoning.encrypted_content"],
+        extra_body={"client_metadata": {"client": "tests"}},
+    )
     assert accepted.output_text == plain.output_text
     assert accepted.parallel_tool_calls is False and accepted.prompt_cache_key == "thread-1"
 
 
 REFUSALS: Any = {
-    "image": {"input": [{"role": "user", "content": [
-        {"type": "input_text", "text": "What is this?"},
-        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}]}]},
+    "image": {
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "What is this?"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+                ],
+            }
+        ]
+    },
     "file": {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},
     "other_tool": {"tools": [{"type": "web_search"}]},
     "strict_schema": {"tools": [{**WEATHER, "strict": True}]},
     "reasoning_controls": {"reasoning": {"effort": "high"}},
-    "structured_text": {"text": {"format": {"type": "json_schema", "name": "answer",
-                                            "schema": {"type": "object", "properties": {}}}}},
+    "structured_text": {
+        "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object", "properties": {}}}}
+    },
     "forced_tool_choice": {"tools": [WEATHER], "tool_choice": "required"},
     "named_tool_choice": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
     "previous_response_id": {"previous_response_id": "resp_123"},
     "other_parameter": {"service_tier": "flex"},
-    }
+}
 
 
 def test_an_unknown_model_is_not_found(tiny: Gateway) -> None:
@@ -162,6 +194,7 @@ def test_what_the_runtime_cannot_honour_is_refused(tiny: Gateway, case: str) -> 
 
 # -- the scripted agent model -----------------------------------------------------------------------------
 
+
 def test_function_call_round_trip_through_the_real_runtime(agent: Gateway) -> None:
     """A function_call item comes back; its function_call_output gets the final answer, completed."""
     client = client_for(agent)
@@ -170,8 +203,11 @@ def test_function_call_round_trip_through_the_real_runtime(agent: Gateway) -> No
     [call] = first.output
     assert call.type == "function_call" and call.name == "get_weather"
     assert json.loads(call.arguments) == {"city": "Paris"} and call.call_id
-    history: Any = [{"role": "user", "content": ASK}, call.model_dump(exclude_none=True),
-                    {"type": "function_call_output", "call_id": call.call_id, "output": "20 C"}]
+    history: Any = [
+        {"role": "user", "content": ASK},
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "20 C"},
+    ]
     second = client.responses.create(model="org/tiny", input=history, tools=[WEATHER])
     assert (second.status, second.output_text) == ("completed", AGENT_ANSWER)
 
@@ -182,13 +218,20 @@ def test_streamed_function_call_round_trip_through_the_real_runtime(agent: Gatew
     with client.responses.stream(model="org/tiny", input=ASK, tools=[WEATHER]) as stream:
         kinds = [event.type for event in stream]
         first = stream.get_final_response()
-    assert kinds[-5:] == ["response.output_item.added", "response.function_call_arguments.delta",
-                          "response.function_call_arguments.done", "response.output_item.done",
-                          "response.completed"]
+    assert kinds[-5:] == [
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     [call] = first.output
     assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
-    history: Any = [{"role": "user", "content": ASK}, call.model_dump(exclude_none=True),
-                    {"type": "function_call_output", "call_id": call.call_id, "output": "20 C"}]
+    history: Any = [
+        {"role": "user", "content": ASK},
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "20 C"},
+    ]
     with client.responses.stream(model="org/tiny", input=history, tools=[WEATHER]) as stream:
         text = "".join(event.delta for event in stream if event.type == "response.output_text.delta")
         final = stream.get_final_response()
@@ -203,12 +246,18 @@ def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
 
 # -- the stand-in worker --------------------------------------------------------------------------------------
 
+
 def test_fragmented_arguments_and_the_body_the_worker_gets(tmp_path: Path) -> None:
     """Arguments streamed in pieces assemble into one call; the worker got the translated body with its own limit."""
     with stand_in_gateway(tmp_path) as gateway:
-        with client_for(gateway).responses.stream(model="org/tiny", input=ASK, tools=[WEATHER],
-                                                  instructions="Be brief.", max_output_tokens=5000,
-                                                  temperature=0.3) as stream:
+        with client_for(gateway).responses.stream(
+            model="org/tiny",
+            input=ASK,
+            tools=[WEATHER],
+            instructions="Be brief.",
+            max_output_tokens=5000,
+            temperature=0.3,
+        ) as stream:
             deltas = [event.delta for event in stream if event.type == "response.function_call_arguments.delta"]
             final = stream.get_final_response()
         body = json.loads((tmp_path / "bodies.jsonl").read_text())
@@ -217,11 +266,23 @@ def test_fragmented_arguments_and_the_body_the_worker_gets(tmp_path: Path) -> No
     assert call.type == "function_call" and (call.call_id, call.arguments) == ("call_stand_in_1", '{"city": "Paris"}')
     assert final.usage is not None and final.usage.input_tokens_details.cached_tokens == 4
     assert body == {
-        "model": "default_model", "max_tokens": 5000, "stream": True, "stream_options": {"include_usage": True},
+        "model": "default_model",
+        "max_tokens": 5000,
+        "stream": True,
+        "stream_options": {"include_usage": True},
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": ASK}],
-        "tools": [{"type": "function", "function": {"name": "get_weather", "description": WEATHER["description"],
-                                                    "parameters": WEATHER["parameters"]}}],
-        "temperature": 0.3}
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": WEATHER["description"],
+                    "parameters": WEATHER["parameters"],
+                },
+            }
+        ],
+        "temperature": 0.3,
+    }
 
 
 def test_a_stream_the_worker_breaks_ends_failed(tmp_path: Path) -> None:

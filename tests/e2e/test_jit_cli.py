@@ -40,8 +40,9 @@ def test_jit_lifecycle(agent: Agent, tiny_model: Path) -> None:
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     assert [m.id for m in client.models.list().data]
-    reply = client.chat.completions.create(model="default_model", max_tokens=4,
-                                           messages=[{"role": "user", "content": "hi"}])
+    reply = client.chat.completions.create(
+        model="default_model", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
+    )
     assert reply.choices[0].message.content is not None
     server = agent.run("serve", "status").data["servers"][0]
     assert server["model_state"] == "loaded" and server["loads"] == 1
@@ -54,13 +55,24 @@ def test_jit_lifecycle(agent: Agent, tiny_model: Path) -> None:
     assert agent.run("serve", "status").data["servers"][0]["model_state"] == "unloaded"
     assert not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE
 
-    replaced = agent.run("serve", "policy", "--port", str(port), "--expected-pid", str(gateway_pid),
-                         "--keep-loaded", "--min-headroom-gb", "0.5")
+    replaced = agent.run(
+        "serve",
+        "policy",
+        "--port",
+        str(port),
+        "--expected-pid",
+        str(gateway_pid),
+        "--keep-loaded",
+        "--min-headroom-gb",
+        "0.5",
+    )
     assert replaced.rc == 0, replaced.stdout
     policy_path = Path(plan["front"]["policy_path"])
     saved = json.loads(policy_path.read_text())
-    assert (saved["min_headroom_gb"], saved["models"]) == (0.5, {model["name"]: {"idle_timeout": 0,
-                                                                                 "keep_loaded": True}})
+    assert (saved["min_headroom_gb"], saved["models"]) == (
+        0.5,
+        {model["name"]: {"idle_timeout": 0, "keep_loaded": True}},
+    )
     assert stat.S_IMODE(policy_path.stat().st_mode) == 0o600
     assert agent.run("serve", "status").data["servers"][0]["policy"]["keep_loaded"] is True
 

@@ -74,6 +74,7 @@ def status_of(agent: Agent, receipt_path: str) -> dict[str, Any]:
 
 def settled(agent: Agent, receipt_path: str, state: str) -> dict[str, Any]:
     """Wait until a training's status is ``state``, and return that entry."""
+
     def check() -> dict[str, Any] | None:
         entry = status_of(agent, receipt_path)
         return entry if entry["state"] == state else None
@@ -84,6 +85,7 @@ def settled(agent: Agent, receipt_path: str, state: str) -> dict[str, Any]:
 
 def trainer_recorded(receipt_path: str) -> dict[str, Any]:
     """Wait until the watcher has recorded the trainer's identity, and return the receipt."""
+
     def check() -> dict[str, Any] | None:
         receipt: dict[str, Any] = json.loads(Path(receipt_path).read_text())
         return receipt if receipt.get("trainer") else None
@@ -134,8 +136,13 @@ def test_training_completes_with_a_truthful_receipt(trainer_agent: Agent, model_
 
     again = trainer_agent.run(*train_args(model_copy, data, adapter))
     assert again.code == "adapter_path_not_empty"
-    human = subprocess.run([sys.executable, str(LAUNCHER), "lora", "status"], capture_output=True, text=True,
-                           env={**trainer_agent.env, "COLUMNS": "200"}, timeout=60)
+    human = subprocess.run(
+        [sys.executable, str(LAUNCHER), "lora", "status"],
+        capture_output=True,
+        text=True,
+        env={**trainer_agent.env, "COLUMNS": "200"},
+        timeout=60,
+    )
     assert human.returncode == 0 and "completed" in human.stdout and "3/3" in human.stdout
 
 
@@ -165,8 +172,7 @@ def test_a_killed_trainer_records_its_signal(trainer_agent: Agent, tiny_model: P
     assert_valid("training_receipt", json.loads(Path(started["receipt_path"]).read_text()))
 
 
-def test_term_to_the_watcher_is_passed_on_and_recorded(trainer_agent: Agent, tiny_model: Path,
-                                                       tmp_path: Path) -> None:
+def test_term_to_the_watcher_is_passed_on_and_recorded(trainer_agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
     """SIGTERM to the watcher stops the trainer, and the watcher records the trainer's real exit."""
     data = write_dataset(tmp_path / "data")
     started = start(trainer_agent, train_args(tiny_model, data, tmp_path / "adapter", *LONG))
@@ -185,8 +191,10 @@ def test_a_killed_watcher_is_reported_interrupted(trainer_agent: Agent, tiny_mod
     entry = settled(trainer_agent, started["receipt_path"], "interrupted")
     assert entry["exit_code"] is None and entry["reason"]
     if sys.platform.startswith("linux"):
-        wait_for("the trainer to die with its watcher",
-                 lambda: not status_of(trainer_agent, started["receipt_path"])["trainer_alive"])
+        wait_for(
+            "the trainer to die with its watcher",
+            lambda: not status_of(trainer_agent, started["receipt_path"])["trainer_alive"],
+        )
     assert json.loads(Path(started["receipt_path"]).read_text())["state"] == "running"
 
 

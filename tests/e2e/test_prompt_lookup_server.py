@@ -23,19 +23,25 @@ from tests.e2e.test_wrapped_support import Server, running
 
 pytestmark = pytest.mark.e2e
 
-CODE = ("def load_config(path: Path) -> dict[str, object]:\n    with open(path, \"r\", encoding=\"utf-8\") as f:\n"
-        "        return json.load(f)\n\nclass Stack:\n    def __init__(self) -> None:\n"
-        "        self.items: list[int] = []\n\n    def push(self, item: int) -> None:\n"
-        "        self.items.append(item)\n")
+CODE = (
+    'def load_config(path: Path) -> dict[str, object]:\n    with open(path, "r", encoding="utf-8") as f:\n'
+    "        return json.load(f)\n\nclass Stack:\n    def __init__(self) -> None:\n"
+    "        self.items: list[int] = []\n\n    def push(self, item: int) -> None:\n"
+    "        self.items.append(item)\n"
+)
 CHATS = {
     "code_edit": [{"role": "user", "content": f"Rename Stack to Pile in this code:\n{CODE}"}],
-    "code_edit_system": [{"role": "system", "content": "You edit code."},
-                         {"role": "user", "content": f"Add type hints:\n{CODE}\nReturn the whole file."}],
+    "code_edit_system": [
+        {"role": "system", "content": "You edit code."},
+        {"role": "user", "content": f"Add type hints:\n{CODE}\nReturn the whole file."},
+    ],
     "chat": [{"role": "user", "content": "Could you explain why the sky looks blue during the day?"}],
     "chat_short": [{"role": "user", "content": "Hello! How are you today?"}],
 }
-LOOKUP_LINE = re.compile(r"(chatcmpl-\S+|cmpl-\S+) prompt lookup: (\d+) tokens in (\d+) forward passes, "
-                         r"(\d+) of (\d+) drafted tokens accepted")
+LOOKUP_LINE = re.compile(
+    r"(chatcmpl-\S+|cmpl-\S+) prompt lookup: (\d+) tokens in (\d+) forward passes, "
+    r"(\d+) of (\d+) drafted tokens accepted"
+)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +111,8 @@ def test_drafts_are_accepted_on_a_code_edit(servers: tuple[Server, Server]) -> N
     plain, fast = servers
     before = len(lookups(fast))
     assert chat(fast, CHATS["code_edit"], stream=False, max_tokens=200) == chat(
-        plain, CHATS["code_edit"], stream=False, max_tokens=200)
+        plain, CHATS["code_edit"], stream=False, max_tokens=200
+    )
     _, tokens, passes, accepted, drafted = wait_for_lookups(fast, before + 1)[-1]
     assert int(accepted) > 0 and int(passes) < int(tokens) and int(accepted) <= int(drafted)
 
@@ -127,8 +134,11 @@ def test_stop_sequences_end_the_reply_where_native_does(servers: tuple[Server, S
     assert status == 200
     ids = [entry["id"] for entry in body["choices"][0]["logprobs"]["content"]]
     tokenizer = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
-    stop = next(text for text in (tokenizer.decode([i]) for i in ids[len(ids) // 3:])
-                if text.strip() and tokenizer.encode(text, add_special_tokens=False).ids in ([i] for i in ids))
+    stop = next(
+        text
+        for text in (tokenizer.decode([i]) for i in ids[len(ids) // 3 :])
+        if text.strip() and tokenizer.encode(text, add_special_tokens=False).ids in ([i] for i in ids)
+    )
     want = chat(plain, CHATS["code_edit"], stream=False, stop=[stop])
     assert want[1] == "stop" and want[2] < len(ids)
     assert chat(fast, CHATS["code_edit"], stream=False, stop=[stop]) == want
@@ -142,13 +152,21 @@ def test_the_prompt_cache_is_reused(servers: tuple[Server, Server]) -> None:
     first, _, _ = chat(fast, messages, stream=False)
     follow_up = [*messages, {"role": "assistant", "content": first}, {"role": "user", "content": "And then?"}]
     client = fast.client()
-    reply = client.chat.completions.create(model="default_model", messages=follow_up,  # type: ignore[arg-type]
-                                           max_tokens=64, temperature=0.0)
+    reply = client.chat.completions.create(
+        model="default_model",
+        messages=follow_up,  # type: ignore[arg-type]
+        max_tokens=64,
+        temperature=0.0,
+    )
     assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
     assert (reply.usage.prompt_tokens_details.cached_tokens or 0) > 0
     assert reply.choices[0].message.content == chat(plain, follow_up, stream=False, max_tokens=64)[0]
-    again = client.chat.completions.create(model="default_model", messages=follow_up,  # type: ignore[arg-type]
-                                           max_tokens=64, temperature=0.0)
+    again = client.chat.completions.create(
+        model="default_model",
+        messages=follow_up,  # type: ignore[arg-type]
+        max_tokens=64,
+        temperature=0.0,
+    )
     assert again.choices[0].message.content == reply.choices[0].message.content
 
 
@@ -158,8 +176,9 @@ def test_sampling_and_structured_output_keep_native_generation(servers: tuple[Se
     before = len(lookups(fast))
     sampled = {"temperature": 0.9, "seed": 7, "max_tokens": 24}
     assert chat(fast, CHATS["chat"], stream=False, **sampled) == chat(plain, CHATS["chat"], stream=False, **sampled)
-    status, body = fast.post({"messages": CHATS["chat"], "max_tokens": 48, "temperature": 0,
-                              "response_format": {"type": "json_object"}})
+    status, body = fast.post(
+        {"messages": CHATS["chat"], "max_tokens": 48, "temperature": 0, "response_format": {"type": "json_object"}}
+    )
     assert status == 200 and body["choices"][0]["message"]["content"].startswith("{")
     log = fast.wait_for_log("keeps native generation (a reply watcher")
     assert "keeps native generation (sampling (temperature > 0), seed)" in log
@@ -194,7 +213,8 @@ def test_cli_plan_and_receipt_record_both_profiles(agent: Agent, model_copy: Pat
     log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text()
     assert "prompt lookup is on" in log and "adapted 0 layers" in log
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0)
-    reply = client.chat.completions.create(model="default_model", max_tokens=8, temperature=0.0,
-                                           messages=[{"role": "user", "content": "Say hello"}])
+    reply = client.chat.completions.create(
+        model="default_model", max_tokens=8, temperature=0.0, messages=[{"role": "user", "content": "Say hello"}]
+    )
     assert reply.choices[0].message.content
     assert agent.run("serve", "stop", "--port", str(port)).rc == 0

@@ -16,8 +16,6 @@ from tests.fixtures.tiny_model import build_hf_cache_repo
 pytestmark = pytest.mark.e2e
 
 
-
-
 def processes_mentioning(marker: str) -> list[int]:
     """Return live pids whose command line mentions ``marker`` (a test-side orphan check)."""
     pids = []
@@ -36,8 +34,9 @@ def test_preview_confirm_chat_status_stop(agent: Agent, model_copy: Path) -> Non
     assert "Starting httpd" not in log  # mlx_lm's own HTTP port (CORS *, no auth) is never opened
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
-    reply = client.chat.completions.create(model="default_model", max_tokens=8,
-                                           messages=[{"role": "user", "content": "Say hello"}])
+    reply = client.chat.completions.create(
+        model="default_model", max_tokens=8, messages=[{"role": "user", "content": "Say hello"}]
+    )
     assert reply.choices[0].message.content
     assert reply.usage is not None and reply.usage.completion_tokens <= 8
 
@@ -60,8 +59,9 @@ def test_repo_from_the_hf_cache(agent: Agent, tiny_model: Path) -> None:
     assert receipt["models"][0]["repo"] == "mlx-community/tiny-llama"
     assert plan["models"][0]["name"] == "mlx-community/tiny-llama"  # the served name is the repo id
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
-    reply = client.chat.completions.create(model="default_model", max_tokens=4,
-                                           messages=[{"role": "user", "content": "hi"}])
+    reply = client.chat.completions.create(
+        model="default_model", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
+    )
     assert reply.choices[0].finish_reason in {"length", "stop"}
     assert agent.run("serve", "stop", "--port", str(port)).rc == 0
 

@@ -31,15 +31,17 @@ def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def png(width: int = 32, height: int = 24) -> str:
     """Return a small solid-red PNG as a data URL."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
-    body = chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + chunk(
-        b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    body = (
+        chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
     return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + body).decode()
-
-
 
 
 def test_auto_serves_a_vision_model_with_mlx_vlm(agent: Agent, tiny_vlm: Path) -> None:
@@ -52,9 +54,18 @@ def test_auto_serves_a_vision_model_with_mlx_vlm(agent: Agent, tiny_vlm: Path) -
     assert worker[worker.index("--host") + 1] == "127.0.0.1" and model["worker"]["transport"] == "tcp"
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     reply = client.chat.completions.create(
-        model=str(tiny_vlm), max_tokens=6,
-        messages=[{"role": "user", "content": [{"type": "text", "text": "What colour?"},
-                                               {"type": "image_url", "image_url": {"url": png()}}]}])
+        model=str(tiny_vlm),
+        max_tokens=6,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What colour?"},
+                    {"type": "image_url", "image_url": {"url": png()}},
+                ],
+            }
+        ],
+    )
     assert reply.choices[0].message.content
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["state"], server["health"], server["runtime"]) == ("running", "ok", "mlx-vlm")

@@ -16,8 +16,6 @@ from tests.lora_support import train_args
 pytestmark = pytest.mark.e2e
 
 
-
-
 def test_train_then_serve_the_receipt(trainer_agent: Agent, model_copy: Path, tmp_path: Path) -> None:  # noqa: F811
     """Train, serve the receipt, chat; one changed adapter byte: confirm says adapter_changed, a restart refuses."""
     adapter = tmp_path / "adapter"
@@ -38,8 +36,9 @@ def test_train_then_serve_the_receipt(trainer_agent: Agent, model_copy: Path, tm
     started = trainer_agent.run("serve", "start", *args, "--confirm", "--preview-hash", plan["preview_hash"])
     assert started.rc == 0, started.stdout + started.stderr
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
-    reply = client.chat.completions.create(model="default_model", max_tokens=4,
-                                           messages=[{"role": "user", "content": "hello"}])
+    reply = client.chat.completions.create(
+        model="default_model", max_tokens=4, messages=[{"role": "user", "content": "hello"}]
+    )
     assert reply.choices[0].message.content is not None
     assert trainer_agent.run("serve", "status", "--verify").data["servers"][0]["adapter_status"] == "verified"
     assert trainer_agent.run("serve", "stop", "--port", str(port)).rc == 0

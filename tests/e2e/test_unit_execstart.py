@@ -32,8 +32,9 @@ def test_execstart_as_written_serves_the_model(agent: Agent, tiny_model: Path, t
     cwd = systemd_words(unit["Service"]["WorkingDirectory"], dollar=False)[0]
     log = unit["Service"]["StandardOutput"].removeprefix("append:")
     with open(log, "ab") as out:
-        server = subprocess.Popen(argv, env={**os.environ, **env}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            argv, env={**os.environ, **env}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 120
         while not probe("127.0.0.1", port, {"path": "/health", "status": 200}) and server.poll() is None:
@@ -41,8 +42,9 @@ def test_execstart_as_written_serves_the_model(agent: Agent, tiny_model: Path, t
             time.sleep(0.25)
         assert server.poll() is None, Path(log).read_text()[-2000:]
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
-        reply = client.chat.completions.create(model="default_model", max_tokens=4,
-                                               messages=[{"role": "user", "content": "hi"}])
+        reply = client.chat.completions.create(
+            model="default_model", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
+        )
         assert reply.choices[0].message.content is not None
         assert agent.run("serve", "status").data["servers"][0]["health"] == "ok"
     finally:

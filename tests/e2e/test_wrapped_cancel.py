@@ -24,8 +24,10 @@ from tests.e2e.test_wrapped_support import Server, running
 pytestmark = pytest.mark.e2e
 
 LONG = 20000  # tokens; tens of seconds for the tiny model, far beyond any client's patience here
-STOPPED = re.compile(r"the client went away.* from (\S+) after (\d+) tokens; generation stopped "
-                     r"\((\d+) more tokens after the stop\)")
+STOPPED = re.compile(
+    r"the client went away.* from (\S+) after (\d+) tokens; generation stopped "
+    r"\((\d+) more tokens after the stop\)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +54,9 @@ def test_a_non_streaming_client_that_leaves_stops_its_generation(server: Server)
     seen = len(STOPPED.findall(server.log()))
     impatient = server.client(timeout=1.5)
     with pytest.raises(openai.APITimeoutError):
-        impatient.chat.completions.create(model="default_model", max_tokens=LONG,
-                                          messages=[{"role": "user", "content": "Talk for a long time"}])
+        impatient.chat.completions.create(
+            model="default_model", max_tokens=LONG, messages=[{"role": "user", "content": "Talk for a long time"}]
+        )
     label, tokens, late = stops(server, seen)
     assert label.startswith("chatcmpl-")
     assert tokens > 0 and tokens + late < LONG // 4
@@ -63,8 +66,11 @@ def test_a_streaming_client_that_leaves_stops_its_generation(server: Server) -> 
     """A client that closes a stream after a few chunks gets its generation stopped, and the log says so."""
     seen = len(STOPPED.findall(server.log()))
     stream = server.client().chat.completions.create(
-        model="default_model", max_tokens=LONG, stream=True,
-        messages=[{"role": "user", "content": "Stream for a long time"}])
+        model="default_model",
+        max_tokens=LONG,
+        stream=True,
+        messages=[{"role": "user", "content": "Stream for a long time"}],
+    )
     for index, _ in enumerate(stream):
         if index == 5:
             break
@@ -80,14 +86,16 @@ def test_other_requests_in_flight_are_unaffected(server: Server) -> None:
 
     def steady() -> None:
         reply = server.client().chat.completions.create(
-            model="default_model", max_tokens=3000, messages=[{"role": "user", "content": "Keep going"}])
+            model="default_model", max_tokens=3000, messages=[{"role": "user", "content": "Keep going"}]
+        )
         result["reply"] = reply
 
     neighbour = threading.Thread(target=steady)
     neighbour.start()
     with pytest.raises(openai.APITimeoutError):
         server.client(timeout=1.0).chat.completions.create(
-            model="default_model", max_tokens=LONG, messages=[{"role": "user", "content": "Leave early"}])
+            model="default_model", max_tokens=LONG, messages=[{"role": "user", "content": "Leave early"}]
+        )
     stops(server, seen)
     assert neighbour.is_alive(), "the neighbour was in flight when the other client left"
     neighbour.join(timeout=120)

@@ -57,30 +57,33 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield started
 
 
-@pytest.mark.parametrize("field,value", [("max_tokens", "lots"), ("temperature", -1), ("top_p", 2),
-                                         ("logprobs", "yes"), ("seed", "x")])
+@pytest.mark.parametrize(
+    "field,value", [("max_tokens", "lots"), ("temperature", -1), ("top_p", 2), ("logprobs", "yes"), ("seed", "x")]
+)
 def test_a_bad_parameter_is_400_naming_it(server: Server, field: str, value: Any) -> None:
     """mlx_lm's own parameter checks answer 400 with an error object whose param names the field."""
     with pytest.raises(openai.BadRequestError) as refused:
-        server.client().chat.completions.create(model="default_model", messages=HI,
-                                                extra_body={field: value})
+        server.client().chat.completions.create(model="default_model", messages=HI, extra_body={field: value})
     assert refused.value.status_code == 400
     assert refused.value.param == field
     assert refused.value.type == "invalid_request_error"
 
 
-@pytest.mark.parametrize("body,param", [
-    (b"{not json", None),
-    (b"[1, 2]", None),
-    (json.dumps({"max_tokens": 4}).encode(), "messages"),
-    (json.dumps({"messages": []}).encode(), "messages"),
-    (json.dumps({"messages": [{"content": "no role"}]}).encode(), "messages"),
-    (json.dumps({"messages": HI, "tools": "get_time"}).encode(), "tools"),
-    (json.dumps({"messages": HI, "tool_choice": "sometimes"}).encode(), "tool_choice"),
-    (json.dumps({"messages": HI, "adapters": "/elsewhere"}).encode(), "adapters"),
-    (json.dumps({"messages": HI, "chat_template_kwargs": "x"}).encode(), "chat_template_kwargs"),
-    (json.dumps({"messages": HI, "reasoning_effort": 3}).encode(), "reasoning_effort"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (json.dumps({"max_tokens": 4}).encode(), "messages"),
+        (json.dumps({"messages": []}).encode(), "messages"),
+        (json.dumps({"messages": [{"content": "no role"}]}).encode(), "messages"),
+        (json.dumps({"messages": HI, "tools": "get_time"}).encode(), "tools"),
+        (json.dumps({"messages": HI, "tool_choice": "sometimes"}).encode(), "tool_choice"),
+        (json.dumps({"messages": HI, "adapters": "/elsewhere"}).encode(), "adapters"),
+        (json.dumps({"messages": HI, "chat_template_kwargs": "x"}).encode(), "chat_template_kwargs"),
+        (json.dumps({"messages": HI, "reasoning_effort": 3}).encode(), "reasoning_effort"),
+    ],
+)
 def test_a_bad_body_is_400(server: Server, body: bytes, param: str | None) -> None:
     """A body that is not JSON, not an object, or has a bad field is a 400 with an error object."""
     status, answer = server.post(body)

@@ -29,14 +29,24 @@ SWITCHED_TEMPLATE = CHAT_TEMPLATE.replace(
 )
 NO_TEXT_LIMITS: dict[str, Any] = {"hedge_limit": 0, "repeat_limit": 0}
 NO_THINKING: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": False}}
-NOTE = {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"],
-        "additionalProperties": False}
+NOTE = {
+    "type": "object",
+    "properties": {"note": {"type": "string"}},
+    "required": ["note"],
+    "additionalProperties": False,
+}
 
 
 def build_waiter(directory: Path) -> Path:
     """Build the scripted thinking model that hedges for ever (module docstring)."""
-    return scripted_model(directory, {"</think>": " Done", " Done": "<|im_end|>", " Wait,": " Wait,"}, " Wait,",
-                          special=["<think>", "</think>"], plain=[" Wait,", " Done"], template=SWITCHED_TEMPLATE)
+    return scripted_model(
+        directory,
+        {"</think>": " Done", " Done": "<|im_end|>", " Wait,": " Wait,"},
+        " Wait,",
+        special=["<think>", "</think>"],
+        plain=[" Wait,", " Done"],
+        template=SWITCHED_TEMPLATE,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +64,7 @@ def server(waiter: Path) -> Iterator[Server]:
 
 def chat(server: Server, max_tokens: int = 64, **fields: Any) -> dict[str, Any]:
     """Ask the scripted model one question; return the choice."""
-    status, answer = server.post({"messages": [{"role": "user", "content": "Go"}], "max_tokens": max_tokens,
-                                  **fields})
+    status, answer = server.post({"messages": [{"role": "user", "content": "Go"}], "max_tokens": max_tokens, **fields})
     assert status == 200, answer
     choice: dict[str, Any] = answer["choices"][0]
     choice["usage"] = answer["usage"]
@@ -109,9 +118,14 @@ def test_answers_are_watched_only_with_limit_answers(server: Server) -> None:
 
 def test_a_cut_json_answer_closes_its_string_and_validates(server: Server) -> None:
     """A JSON answer cut by a limit closes the string it is writing, so the document still validates."""
-    choice = chat(server, max_tokens=200, hedge_limit=3, limit_answers=True,
-                  response_format={"type": "json_schema", "json_schema": {"name": "note", "schema": NOTE}},
-                  **NO_THINKING)
+    choice = chat(
+        server,
+        max_tokens=200,
+        hedge_limit=3,
+        limit_answers=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "note", "schema": NOTE}},
+        **NO_THINKING,
+    )
     document = json.loads(choice["message"]["content"])
     jsonschema.validate(document, NOTE)
     assert waits(document["note"]) >= 3
@@ -119,8 +133,9 @@ def test_a_cut_json_answer_closes_its_string_and_validates(server: Server) -> No
     assert choice["usage"]["completion_tokens"] < 40
 
 
-@pytest.mark.parametrize("field,value", [("reasoning_budget", -1), ("hedge_limit", 1.5), ("repeat_limit", "3"),
-                                         ("limit_answers", "yes")])
+@pytest.mark.parametrize(
+    "field,value", [("reasoning_budget", -1), ("hedge_limit", 1.5), ("repeat_limit", "3"), ("limit_answers", "yes")]
+)
 def test_a_bad_limit_is_400(server: Server, field: str, value: Any) -> None:
     """A limit of the wrong type or sign is refused with a 400 naming the field."""
     status, answer = server.post({"messages": [{"role": "user", "content": "Go"}], field: value})
@@ -130,8 +145,9 @@ def test_a_bad_limit_is_400(server: Server, field: str, value: Any) -> None:
 
 def test_server_flags_are_the_defaults(waiter: Path) -> None:
     """--reasoning-budget and friends set what a request that names no limit gets; a request field wins."""
-    with running(waiter, waiter.parent, "--reasoning-budget", "3", "--hedge-limit", "0", "--repeat-limit", "0",
-                 "--limit-answers") as flagged:
+    with running(
+        waiter, waiter.parent, "--reasoning-budget", "3", "--hedge-limit", "0", "--repeat-limit", "0", "--limit-answers"
+    ) as flagged:
         assert waits(chat(flagged)["message"]["reasoning"]) == 3
         assert waits(chat(flagged, reasoning_budget=5)["message"]["reasoning"]) == 5
         log = flagged.log()

@@ -38,8 +38,12 @@ PERSON = {
     "additionalProperties": False,
 }
 PERSON_FORMAT: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
-TOOLS: Any = [{"type": "function", "function": {"name": "get_time", "description": "Now.",
-                                                "parameters": {"type": "object", "properties": {}}}}]
+TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {"name": "get_time", "description": "Now.", "parameters": {"type": "object", "properties": {}}},
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +56,8 @@ def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def ask(server: Server, content: str, max_tokens: int, **kwargs: Any) -> Any:
     """Ask one question with the official client; return the choice."""
     reply = server.client().chat.completions.create(
-        model="default_model", max_tokens=max_tokens, messages=[{"role": "user", "content": content}], **kwargs)
+        model="default_model", max_tokens=max_tokens, messages=[{"role": "user", "content": content}], **kwargs
+    )
     return reply.choices[0]
 
 
@@ -73,26 +78,34 @@ def test_json_schema_replies_validate(server: Server, max_tokens: int) -> None:
 def test_streamed_json_schema_reply_validates(server: Server) -> None:
     """The streamed pieces of an enforced reply join into a document that validates."""
     stream = server.client().chat.completions.create(
-        model="default_model", max_tokens=128, stream=True, response_format=PERSON_FORMAT,
-        messages=[{"role": "user", "content": "A person, streamed"}])
+        model="default_model",
+        max_tokens=128,
+        stream=True,
+        response_format=PERSON_FORMAT,
+        messages=[{"role": "user", "content": "A person, streamed"}],
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     jsonschema.validate(json.loads(text), PERSON)
 
 
 def test_text_completion_is_enforced_too(server: Server) -> None:
     """/v1/completions honours response_format as the chat endpoint does."""
-    status, answer = server.post({"prompt": "JSON:", "max_tokens": 48, "response_format": {"type": "json_object"}},
-                                 path="/v1/completions")
+    status, answer = server.post(
+        {"prompt": "JSON:", "max_tokens": 48, "response_format": {"type": "json_object"}}, path="/v1/completions"
+    )
     assert status == 200, answer
     assert isinstance(json.loads(answer["choices"][0]["text"]), dict)
 
 
-@pytest.mark.parametrize("response_format", [
-    {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}},
-    {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(["}}},
-    {"type": "json_schema", "json_schema": {"name": "x"}},
-    {"type": "yaml"},
-])
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}},
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(["}}},
+        {"type": "json_schema", "json_schema": {"name": "x"}},
+        {"type": "yaml"},
+    ],
+)
 def test_an_invalid_schema_is_400(server: Server, response_format: Any) -> None:
     """A schema llguidance cannot enforce is refused with 400 naming response_format, before generating."""
     with pytest.raises(openai.BadRequestError) as refused:
@@ -105,8 +118,9 @@ def test_an_invalid_schema_is_400(server: Server, response_format: Any) -> None:
 def prose_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Serve a scripted model whose greedy answer is always the prose "Plainwords", never JSON."""
     directory = tmp_path_factory.mktemp("prose")
-    model = scripted_model(directory, {"\n": "Plain", "Plain": "words", "words": "<|im_end|>"}, "<|im_end|>",
-                           plain=["Plain", "words"])
+    model = scripted_model(
+        directory, {"\n": "Plain", "Plain": "words", "words": "<|im_end|>"}, "<|im_end|>", plain=["Plain", "words"]
+    )
     with running(model, directory) as started:
         yield started
 
@@ -119,8 +133,9 @@ def test_tools_leave_the_format_unenforced_unless_tool_choice_is_none(prose_serv
     assert ask(prose_server, "What time is it?", 48).message.content == "Plainwords"
     free = ask(prose_server, "What time is it?", 48, response_format={"type": "json_object"}, tools=TOOLS)
     assert free.message.content == "Plainwords"
-    held = ask(prose_server, "What time is it?", 48, response_format={"type": "json_object"}, tools=TOOLS,
-               tool_choice="none")
+    held = ask(
+        prose_server, "What time is it?", 48, response_format={"type": "json_object"}, tools=TOOLS, tool_choice="none"
+    )
     assert isinstance(json.loads(held.message.content), dict)
     plain_json = ask(prose_server, "What time is it?", 48, response_format={"type": "json_object"})
     assert isinstance(json.loads(plain_json.message.content), dict)
@@ -136,8 +151,13 @@ def thinking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
 
 def test_a_thinking_model_thinks_freely_and_answers_in_the_schema(thinking_server: Server) -> None:
     """Only the answer is constrained: the thinking is free text, then the answer validates."""
-    status, answer = thinking_server.post({"messages": [{"role": "user", "content": "Think, then a person"}],
-                                           "max_tokens": 160, "response_format": PERSON_FORMAT})
+    status, answer = thinking_server.post(
+        {
+            "messages": [{"role": "user", "content": "Think, then a person"}],
+            "max_tokens": 160,
+            "response_format": PERSON_FORMAT,
+        }
+    )
     assert status == 200, answer
     message = answer["choices"][0]["message"]
     with pytest.raises(ValueError):
@@ -149,6 +169,5 @@ def test_a_draft_model_keeps_the_reply_valid(tiny_model: Path, tmp_path: Path) -
     """With speculative decoding the watcher sees guesses taken back, and the reply still validates."""
     with running(tiny_model, tmp_path, "--draft-model", str(tiny_model)) as drafting:
         for max_tokens in (96, 300):
-            choice = ask(drafting, f"A person, speculatively ({max_tokens})", max_tokens,
-                         response_format=PERSON_FORMAT)
+            choice = ask(drafting, f"A person, speculatively ({max_tokens})", max_tokens, response_format=PERSON_FORMAT)
             jsonschema.validate(json.loads(choice.message.content), PERSON)

@@ -56,12 +56,17 @@ class Server:
         """Return the official client for this server (no retries: a test sees the first answer)."""
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="local", max_retries=0, **kwargs)
 
-    def post(self, body: Mapping[str, Any] | bytes, path: str = "/v1/chat/completions",
-             headers: Mapping[str, str] | None = None) -> tuple[int, Any]:
+    def post(
+        self,
+        body: Mapping[str, Any] | bytes,
+        path: str = "/v1/chat/completions",
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, Any]:
         """POST ``body`` and return the status and the parsed JSON answer (text if it is not JSON)."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data,
-                                         headers={"Content-Type": "application/json", **(headers or {})})
+        request = urllib.request.Request(
+            f"{self.url}{path}", data=data, headers={"Content-Type": "application/json", **(headers or {})}
+        )
         try:
             with urllib.request.urlopen(request, timeout=120) as answer:
                 status, raw = answer.status, answer.read()
@@ -89,19 +94,42 @@ class Server:
 
 def wrapped_argv(model: Path, port: int, *extra: str) -> list[str]:
     """Return the supervisor's command line for the wrapped entry."""
-    return [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), "--host", "127.0.0.1",
-            "--port", str(port), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "mlx_agent.runtime",
+        "mlx_lm",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra,
+    ]
 
 
 def bare_argv(model: Path, port: int, *extra: str) -> list[str]:
     """Return the command line of mlx_lm's own server, for comparisons."""
-    return [sys.executable, "-m", "mlx_lm", "server", "--model", str(model), "--host", "127.0.0.1",
-            "--port", str(port), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "mlx_lm",
+        "server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra,
+    ]
 
 
 @contextmanager
-def running(model: Path, log_dir: Path, *extra: str, bare: bool = False,
-            prelude: str | None = None) -> Iterator[Server]:
+def running(
+    model: Path, log_dir: Path, *extra: str, bare: bool = False, prelude: str | None = None
+) -> Iterator[Server]:
     """Start a server on ``model`` and wait for /health; always stop it afterwards.
 
     ``prelude`` is Python run in the server process before the wrapped entry (to inject a fault).
@@ -145,8 +173,16 @@ def _wait_healthy(server: Server, timeout: float = 120) -> None:
 
 # -- model variants -------------------------------------------------------------------------------------
 
-def variant(out_dir: Path, *, special: Sequence[str] = (), plain: Sequence[str] = (), template: str | None = None,
-            tokenizer_config: Mapping[str, Any] | None = None, seed: int = 0) -> Any:
+
+def variant(
+    out_dir: Path,
+    *,
+    special: Sequence[str] = (),
+    plain: Sequence[str] = (),
+    template: str | None = None,
+    tokenizer_config: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> Any:
     """Build a tiny model with extra tokens (ids at the end of the vocabulary); return its ``tokenizers`` object.
 
     The model is built with a smaller vocabulary and its rows padded back to 512: new embedding rows are
@@ -164,7 +200,11 @@ def variant(out_dir: Path, *, special: Sequence[str] = (), plain: Sequence[str] 
     config = json.loads((out_dir / "tokenizer_config.json").read_text())
     for token in [*special, *plain]:
         config["added_tokens_decoder"][str(tokenizer.token_to_id(token))] = {
-            "content": token, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "content": token,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
             "special": token in special,
         }
     if template is not None:
@@ -178,7 +218,8 @@ def variant(out_dir: Path, *, special: Sequence[str] = (), plain: Sequence[str] 
     mx.random.seed(seed + 1)
     hidden = weights["model.embed_tokens.weight"].shape[1]
     weights["model.embed_tokens.weight"] = mx.concatenate(
-        [weights["model.embed_tokens.weight"], 0.02 * mx.random.normal((extra, hidden))])
+        [weights["model.embed_tokens.weight"], 0.02 * mx.random.normal((extra, hidden))]
+    )
     weights["lm_head.weight"] = mx.concatenate([weights["lm_head.weight"], mx.zeros((extra, hidden))])
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "mlx"})
     return tokenizer
@@ -190,9 +231,16 @@ def thinking_model(out_dir: Path) -> Path:
     return out_dir
 
 
-def scripted_model(out_dir: Path, chain: Mapping[str, str], default: str, *, special: Sequence[str] = (),
-                   plain: Sequence[str] = (), template: str | None = None,
-                   tokenizer_config: Mapping[str, Any] | None = None) -> Path:
+def scripted_model(
+    out_dir: Path,
+    chain: Mapping[str, str],
+    default: str,
+    *,
+    special: Sequence[str] = (),
+    plain: Sequence[str] = (),
+    template: str | None = None,
+    tokenizer_config: Mapping[str, Any] | None = None,
+) -> Path:
     """Build a model whose greedy next token is ``chain[token]``, or ``default`` (module docstring)."""
     import mlx.core as mx
 

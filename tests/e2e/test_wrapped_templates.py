@@ -25,8 +25,7 @@ TEMPLATE = (
     "{%- if reasoning_effort is defined %}"
     "{{- '<|im_start|>system\\nReasoning: ' + reasoning_effort + '<|im_end|>\\n' }}{%- endif %}"
     "{%- for message in messages %}{%- if message['role'] == 'system' and not loop.first %}"
-    "{{- raise_exception('System message must be at the beginning.') }}{%- endif %}{%- endfor %}"
-    + CHAT_TEMPLATE
+    "{{- raise_exception('System message must be at the beginning.') }}{%- endif %}{%- endfor %}" + CHAT_TEMPLATE
 )
 USER = {"role": "user", "content": "What is the capital of France?"}
 
@@ -34,8 +33,13 @@ USER = {"role": "user", "content": "What is the capital of France?"}
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the scripted model with the demanding template."""
-    return scripted_model(tmp_path_factory.mktemp("templates") / "model", {PREFILL: " Paris", " Paris": "<|im_end|>"},
-                          "<|im_end|>", plain=[PREFILL, " Paris"], template=TEMPLATE)
+    return scripted_model(
+        tmp_path_factory.mktemp("templates") / "model",
+        {PREFILL: " Paris", " Paris": "<|im_end|>"},
+        "<|im_end|>",
+        plain=[PREFILL, " Paris"],
+        template=TEMPLATE,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +65,9 @@ def prompt_tokens(server: Server, messages: list[dict[str, Any]], **fields: Any)
 
 def test_continue_final_message_continues_the_assistant(server: Server) -> None:
     """With continue_final_message the model writes on from the last assistant message's last token."""
-    reply = answer(server, [USER, {"role": "assistant", "content": PREFILL}],
-                   chat_template_kwargs={"continue_final_message": True})
+    reply = answer(
+        server, [USER, {"role": "assistant", "content": PREFILL}], chat_template_kwargs={"continue_final_message": True}
+    )
     choice = reply["choices"][0]
     assert (choice["message"]["content"].strip(), choice["finish_reason"]) == ("Paris", "stop")
 
@@ -79,9 +84,13 @@ def test_add_generation_prompt_false_leaves_out_the_assistant_header(server: Ser
 
 def test_both_template_switches_on_is_400(server: Server) -> None:
     """Asking to continue the last message and to open a new one at once is refused as a bad argument."""
-    status, reply = server.post({"messages": [USER, {"role": "assistant", "content": PREFILL}], "max_tokens": 4,
-                                 "chat_template_kwargs": {"continue_final_message": True,
-                                                          "add_generation_prompt": True}})
+    status, reply = server.post(
+        {
+            "messages": [USER, {"role": "assistant", "content": PREFILL}],
+            "max_tokens": 4,
+            "chat_template_kwargs": {"continue_final_message": True, "add_generation_prompt": True},
+        }
+    )
     assert status == 400
     assert reply["error"]["param"] == "chat_template_kwargs"
 
@@ -95,8 +104,9 @@ def test_several_system_messages_fold_into_one_at_the_front(server: Server) -> N
 
 def test_a_developer_message_is_a_system_message(server: Server) -> None:
     """The OpenAI developer role is folded into the system message, which templates know."""
-    assert prompt_tokens(server, [{"role": "developer", "content": "Be brief."}, USER]) == \
-        prompt_tokens(server, [{"role": "system", "content": "Be brief."}, USER])
+    assert prompt_tokens(server, [{"role": "developer", "content": "Be brief."}, USER]) == prompt_tokens(
+        server, [{"role": "system", "content": "Be brief."}, USER]
+    )
 
 
 def test_reasoning_effort_reaches_the_template(server: Server) -> None:
@@ -105,6 +115,10 @@ def test_reasoning_effort_reaches_the_template(server: Server) -> None:
     top_level = prompt_tokens(server, [USER], reasoning_effort="high")
     as_kwarg = prompt_tokens(server, [USER], chat_template_kwargs={"reasoning_effort": "high"})
     assert top_level == as_kwarg > plain
-    both = prompt_tokens(server, [USER], reasoning_effort="a much longer effort than high",
-                         chat_template_kwargs={"reasoning_effort": "high"})
+    both = prompt_tokens(
+        server,
+        [USER],
+        reasoning_effort="a much longer effort than high",
+        chat_template_kwargs={"reasoning_effort": "high"},
+    )
     assert both == as_kwarg

@@ -21,17 +21,30 @@ pytestmark = pytest.mark.e2e
 
 BROKEN = '{"name": "get_time", "arguments": {'  # cut off mid-arguments
 WHOLE = '{"name": "get_time", "arguments": {"zone": "UTC"}}'
-TOOLS: Any = [{"type": "function", "function": {
-    "name": "get_time", "description": "Now.",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}}]
+TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Now.",
+            "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}},
+        },
+    }
+]
 ASK = {"messages": [{"role": "user", "content": "What time is it?"}], "tools": TOOLS, "max_tokens": 16}
 
 
 def tool_caller(directory: Path, call: str) -> Path:
     """Build a model that answers every prompt with ``<tool_call>{call}</tool_call>``."""
     chain = {"\n": "<tool_call>", "<tool_call>": call, call: "</tool_call>", "</tool_call>": "<|im_end|>"}
-    return scripted_model(directory, chain, "<|im_end|>", special=["<tool_call>", "</tool_call>"], plain=[call],
-                          tokenizer_config={"tool_parser_type": "json_tools"})
+    return scripted_model(
+        directory,
+        chain,
+        "<|im_end|>",
+        special=["<tool_call>", "</tool_call>"],
+        plain=[call],
+        tokenizer_config={"tool_parser_type": "json_tools"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +74,7 @@ def test_an_unparsed_tool_call_comes_back_in_a_stream(broken: Server) -> None:
     """Streamed, the call as written arrives as content, and its chunk carries the marker."""
     status, answer = broken.post({**ASK, "stream": True})
     assert status == 200
-    chunks = [json.loads(line[len("data: "):]) for line in answer.splitlines()
-              if line.startswith("data: {")]
+    chunks = [json.loads(line[len("data: ") :]) for line in answer.splitlines() if line.startswith("data: {")]
     deltas = [chunk["choices"][0]["delta"] for chunk in chunks if chunk["choices"]]
     assert "".join(d.get("content", "") for d in deltas) == f"<tool_call>{BROKEN}</tool_call>"
     assert [m["text"] for d in deltas for m in d.get("unparsed_tool_calls", [])] == [f"<tool_call>{BROKEN}</tool_call>"]
@@ -82,8 +94,9 @@ def test_a_parsed_tool_call_is_still_a_tool_call(tmp_path: Path) -> None:
     """A call the parser reads is returned as tool_calls as before, with no marker."""
     model = tool_caller(tmp_path / "model", WHOLE)
     with running(model, tmp_path) as server:
-        reply = server.client().chat.completions.create(model="default_model", max_tokens=16, tools=TOOLS,
-                                                        messages=[{"role": "user", "content": "Time?"}])
+        reply = server.client().chat.completions.create(
+            model="default_model", max_tokens=16, tools=TOOLS, messages=[{"role": "user", "content": "Time?"}]
+        )
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls is not None

@@ -50,8 +50,9 @@ def test_incomplete_snapshot(agent: Agent, tiny_model: Path) -> None:
 
 def test_missing_runtime_executable(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
     """A runtime executable that does not exist is runtime_not_installed."""
-    result = agent.run("serve", "start", "--path", str(tiny_model), "--runtime-executable",
-                       str(tmp_path / "bin" / "mlx_lm.server"))
+    result = agent.run(
+        "serve", "start", "--path", str(tiny_model), "--runtime-executable", str(tmp_path / "bin" / "mlx_lm.server")
+    )
     assert (result.rc, result.code) == (1, "runtime_not_installed")
 
 
@@ -66,8 +67,19 @@ def test_stale_hash_after_changed_argument_lists_the_changes(agent: Agent, tiny_
     """Confirming with a different --max-tokens is preview_stale and names each changed field."""
     port = str(free_port())
     preview_hash = agent.preview_hash("--path", str(tiny_model), "--port", port, "--max-tokens", "32")
-    result = agent.run("serve", "start", "--path", str(tiny_model), "--port", port, "--max-tokens", "64",
-                       "--confirm", "--preview-hash", preview_hash)
+    result = agent.run(
+        "serve",
+        "start",
+        "--path",
+        str(tiny_model),
+        "--port",
+        port,
+        "--max-tokens",
+        "64",
+        "--confirm",
+        "--preview-hash",
+        preview_hash,
+    )
     assert (result.rc, result.code) == (1, "preview_stale")
     changes = {c["field"]: (c["old"], c["new"]) for c in result.doc["error"]["details"]["changes"]}
     name = tiny_model.name
@@ -81,18 +93,22 @@ def test_stale_hash_after_changed_model_file(agent: Agent, model_copy: Path) -> 
     preview_hash = agent.preview_hash("--path", str(model_copy), "--port", port)
     config = json.loads((model_copy / "config.json").read_text())
     (model_copy / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}))
-    result = agent.run("serve", "start", "--path", str(model_copy), "--port", port, "--confirm",
-                       "--preview-hash", preview_hash)
+    result = agent.run(
+        "serve", "start", "--path", str(model_copy), "--port", port, "--confirm", "--preview-hash", preview_hash
+    )
     assert result.code == "preview_stale"
     fields = [c["field"] for c in result.doc["error"]["details"]["changes"]]
-    assert fields == [f"models[{model_copy.name}].source.files[config.json].sha256",
-                      f"models[{model_copy.name}].source.files[config.json].size"]
+    assert fields == [
+        f"models[{model_copy.name}].source.files[config.json].sha256",
+        f"models[{model_copy.name}].source.files[config.json].size",
+    ]
 
 
 def test_unknown_hash_is_stale_without_changes(agent: Agent, tiny_model: Path) -> None:
     """A hash that was never previewed here is preview_stale and says the changes cannot be listed."""
-    result = agent.run("serve", "start", "--path", str(tiny_model), "--port", str(free_port()), "--confirm",
-                       "--preview-hash", "0" * 64)
+    result = agent.run(
+        "serve", "start", "--path", str(tiny_model), "--port", str(free_port()), "--confirm", "--preview-hash", "0" * 64
+    )
     assert result.code == "preview_stale"
     assert result.doc["error"]["details"]["changes"] is None
 
@@ -112,8 +128,9 @@ def test_port_claimed_by_wired_config(agent: Agent, tiny_model: Path) -> None:
     port = free_port()
     wired = agent.home / "wired"
     wired.mkdir()
-    (wired / "editor.json").write_text(json.dumps(
-        {"base_url": f"http://127.0.0.1:{port}/v1", "runtime": "mlx_lm", "model": "org/other-model"}))
+    (wired / "editor.json").write_text(
+        json.dumps({"base_url": f"http://127.0.0.1:{port}/v1", "runtime": "mlx_lm", "model": "org/other-model"})
+    )
     result = agent.run("serve", "start", "--path", str(tiny_model), "--port", str(port))
     assert (result.rc, result.code) == (1, "port_claimed")
     assert result.doc["error"]["details"]["claims"][0]["model"] == "org/other-model"
@@ -124,8 +141,9 @@ def test_wired_config_for_the_same_server_does_not_claim(agent: Agent, tiny_mode
     """A wired config that expects exactly this model and runtime leaves the port usable."""
     port = free_port()
     (agent.home / "wired").mkdir()
-    (agent.home / "wired" / "same.json").write_text(json.dumps(
-        {"base_url": f"http://localhost:{port}/v1", "runtime": "mlx_lm", "model": str(tiny_model)}))
+    (agent.home / "wired" / "same.json").write_text(
+        json.dumps({"base_url": f"http://localhost:{port}/v1", "runtime": "mlx_lm", "model": str(tiny_model)})
+    )
     assert agent.run("serve", "start", "--path", str(tiny_model), "--port", str(port)).rc == 0
 
 
@@ -154,12 +172,27 @@ def forge_receipt(agent: Agent, port: int, pid: int, create_time: float, argv: l
     """Write a receipt by hand, as if an earlier confirm had launched ``pid``."""
     agent.serve_dir.mkdir(parents=True, exist_ok=True)
     path = agent.serve_dir / f"{port}.json"
-    path.write_text(json.dumps({
-        "format_version": "1.0", "kind": "serve", "port": port, "pid": pid, "pgid": pid,
-        "create_time": create_time, "argv": argv, "host": "127.0.0.1", "base_url": f"http://127.0.0.1:{port}",
-        "runtime": "mlx_lm", "model": "/models/x", "log_path": str(agent.serve_dir / f"{port}.log"),
-        "started_at": "2026-01-01T00:00:00+00:00", "ready_at": "2026-01-01T00:00:01+00:00",
-        "preview_hash": "0" * 64}))
+    path.write_text(
+        json.dumps(
+            {
+                "format_version": "1.0",
+                "kind": "serve",
+                "port": port,
+                "pid": pid,
+                "pgid": pid,
+                "create_time": create_time,
+                "argv": argv,
+                "host": "127.0.0.1",
+                "base_url": f"http://127.0.0.1:{port}",
+                "runtime": "mlx_lm",
+                "model": "/models/x",
+                "log_path": str(agent.serve_dir / f"{port}.log"),
+                "started_at": "2026-01-01T00:00:00+00:00",
+                "ready_at": "2026-01-01T00:00:01+00:00",
+                "preview_hash": "0" * 64,
+            }
+        )
+    )
     return path
 
 
@@ -208,12 +241,20 @@ def test_status_lists_wired_claims(agent: Agent) -> None:
     """Status lists every loopback port a wired config claims, with what it expects there."""
     wired = agent.home / "wired"
     wired.mkdir()
-    (wired / "editor.json").write_text(json.dumps(
-        {"base_url": "http://127.0.0.1:8090/v1", "runtime": "mlx_lm", "model": "org/m"}))
+    (wired / "editor.json").write_text(
+        json.dumps({"base_url": "http://127.0.0.1:8090/v1", "runtime": "mlx_lm", "model": "org/m"})
+    )
     (wired / "broken.json").write_text("{")
     result = agent.run("serve", "status")
-    assert result.data["claims"] == [{"port": 8090, "file": str(wired / "editor.json"),
-                                      "base_url": "http://127.0.0.1:8090/v1", "runtime": "mlx_lm", "model": "org/m"}]
+    assert result.data["claims"] == [
+        {
+            "port": 8090,
+            "file": str(wired / "editor.json"),
+            "base_url": "http://127.0.0.1:8090/v1",
+            "runtime": "mlx_lm",
+            "model": "org/m",
+        }
+    ]
     assert any("broken.json" in w for w in result.doc["warnings"])
     assert agent.run("serve", "status", "--port", "9999").data["claims"] == []
 

@@ -73,8 +73,13 @@ def test_bodies_over_the_cap_are_413(tmp_path: Path) -> None:
         reply = gateway.request("POST", "/v1/chat/completions", raw=big)
         assert (reply.status, reply.json()["error"]["code"]) == (413, "body_too_large")
         conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
-        conn.request("POST", "/v1/chat/completions", body=iter([big[:1000], big[1000:]]), encode_chunked=True,
-                     headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=iter([big[:1000], big[1000:]]),
+            encode_chunked=True,
+            headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+        )
         assert conn.getresponse().status == 413
         conn.close()
         assert gateway.status()["loads"] == 0
@@ -85,8 +90,12 @@ def test_other_models_are_404_and_adapters_and_bad_json_400(tmp_path: Path) -> N
     with running_gateway(tmp_path) as gateway:
         other = gateway.request("POST", "/v1/chat/completions", {"model": "other/model", "messages": []})
         assert other.status == 404 and other.headers["x-should-retry"] == "false"
-        assert other.json()["error"] == {**other.json()["error"], "type": "not_found_error",
-                                         "param": "model", "code": "model_not_found"}
+        assert other.json()["error"] == {
+            **other.json()["error"],
+            "type": "not_found_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
         assert "org/tiny" in other.json()["error"]["message"]
         for field in ("adapters", "adapter", "draft_model", "adapter_path"):
             reply = gateway.chat(**{field: "/somewhere"})
@@ -167,8 +176,10 @@ def test_policy_replacement_persists_atomically_and_takes_effect(tmp_path: Path)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         doc = json.loads(path.read_text())
         assert_valid("front_policy", doc)
-        assert (doc["min_headroom_gb"], doc["models"]) == (0.5, {"org/tiny": {"idle_timeout": 0.3,
-                                                                               "keep_loaded": False}})
+        assert (doc["min_headroom_gb"], doc["models"]) == (
+            0.5,
+            {"org/tiny": {"idle_timeout": 0.3, "keep_loaded": False}},
+        )
         assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []
         assert gateway.status()["policy"] == policy
         assert gateway.wait_state("unloaded")["model_state"] == "unloaded"  # idle unload now applies
@@ -210,8 +221,13 @@ def test_bad_config_exits_2_and_wrong_token_mode_is_refused(tmp_path: Path) -> N
     """An invalid config or a token file others can read stops the gateway at start with exit status 2."""
     config_path = tmp_path / "bad.json"
     config_path.write_text(json.dumps({"format_version": "1.0", "host": "0.0.0.0"}))
-    proc = subprocess.run([sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "invalid" not in proc.stdout
     from tests.gateway_support import fake_worker_argv, gateway_config
 
@@ -221,6 +237,11 @@ def test_bad_config_exits_2_and_wrong_token_mode_is_refused(tmp_path: Path) -> N
     token.write_text(CONTROL_TOKEN)
     token.chmod(0o644)
     config_path.write_text(json.dumps(config))
-    proc = subprocess.run([sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlx_agent.gateway", "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "chmod 600" in proc.stderr

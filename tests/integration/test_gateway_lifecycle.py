@@ -28,8 +28,12 @@ class OpenStream:
 
     def __init__(self, gateway: Gateway, **fields: Any) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
-        self.conn.request("POST", "/v1/chat/completions", body=json.dumps({**STREAM_BODY, **fields}),
-                          headers={"Content-Type": "application/json"})
+        self.conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps({**STREAM_BODY, **fields}),
+            headers={"Content-Type": "application/json"},
+        )
         self.resp = self.conn.getresponse()
         assert self.resp.status == 200
 
@@ -67,8 +71,12 @@ def worker_pids_in_log(gateway: Gateway) -> list[int]:
 def test_health_and_models_answer_before_any_load(tmp_path: Path) -> None:
     """/health says ok and unloaded, /v1/models lists the model, and nothing has been loaded."""
     with running_gateway(tmp_path) as gateway:
-        assert gateway.request("GET", "/health").json() == {"status": "ok", "ready": True, "model_state": "unloaded",
-                                                            "models": {"org/tiny": "unloaded"}}
+        assert gateway.request("GET", "/health").json() == {
+            "status": "ok",
+            "ready": True,
+            "model_state": "unloaded",
+            "models": {"org/tiny": "unloaded"},
+        }
         models = gateway.request("GET", "/v1/models").json()
         assert [(m["id"], m["state"]) for m in models["data"]] == [("org/tiny", "unloaded")]
         status = gateway.status()
@@ -162,7 +170,10 @@ def test_huge_reserve_is_refused_with_numbers_and_retry_after(tmp_path: Path) ->
         status = gateway.status()
         assert_valid("front_state", gateway.state())
         assert (status["model_state"], status["loads"], status["load_blocked_reason"]) == (
-            "unloaded", 0, "insufficient_headroom")
+            "unloaded",
+            0,
+            "insufficient_headroom",
+        )
         assert status["memory_check"]["ok"] is False and status["memory_check"]["enforced"] is True
         assert gateway.request("GET", "/health").status == 200
 
@@ -181,8 +192,12 @@ def test_worker_killed_mid_stream_gives_an_error_and_the_next_request_reloads(tm
     """Killing the worker mid-stream ends the openai client's stream with an error; the next request loads again."""
     with running_gateway(tmp_path) as gateway:
         client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="unused", timeout=30, max_retries=0)
-        stream = client.chat.completions.create(model="org/tiny", messages=[{"role": "user", "content": "go"}],
-                                                stream=True, extra_body={"x_chunks": 200, "x_delay": 0.05})
+        stream = client.chat.completions.create(
+            model="org/tiny",
+            messages=[{"role": "user", "content": "go"}],
+            stream=True,
+            extra_body={"x_chunks": 200, "x_delay": 0.05},
+        )
         chunks = iter(stream)
         next(chunks)
         worker_pid = gateway.status()["worker"]["pid"]
@@ -225,7 +240,10 @@ def test_changed_adapter_fails_the_load_before_a_worker_starts(tmp_path: Path) -
         assert (reply.status, reply.json()["error"]["code"]) == (503, "adapter_changed")
         status = gateway.status()
         assert (status["model_state"], status["loads"], status["last_error"]["code"]) == (
-            "failed", 0, "adapter_changed")
+            "failed",
+            0,
+            "adapter_changed",
+        )
         adapter.write_bytes(b"planned adapter")
         assert gateway.chat().status == 200
 

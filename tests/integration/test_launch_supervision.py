@@ -46,8 +46,9 @@ def test_child_that_exits_is_launch_failed_with_log_tail(agent: Agent, tiny_mode
 
 def test_slow_child_is_readiness_timeout_and_stopped(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
     """A server that never answers is stopped after --ready-timeout; nothing is left running."""
-    exe = fake_runtime(tmp_path, "import time\nprint('loading forever', flush=True)\ntime.sleep(600)",
-                       name="slow-server")
+    exe = fake_runtime(
+        tmp_path, "import time\nprint('loading forever', flush=True)\ntime.sleep(600)", name="slow-server"
+    )
     rc, doc = confirm(agent, start_args(tiny_model, exe, free_port(), "--ready-timeout", "1.5"))
     error = doc["error"]
     assert isinstance(error, dict)

@@ -25,8 +25,9 @@ def test_preview_prints_a_valid_plan_and_starts_nothing(agent: Agent, tiny_model
     assert not list((agent.home / "receipts" / "train").glob("*.json"))
 
 
-def test_fast_path_and_click_give_the_same_plan(agent: Agent, tiny_model: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fast_path_and_click_give_the_same_plan(
+    agent: Agent, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The click-free --json path and the Click command build the same plan from the same option table."""
     from click.testing import CliRunner
 
@@ -149,8 +150,13 @@ def test_status_lists_an_unreadable_receipt(agent: Agent) -> None:
 def test_human_preview_prints_the_confirm_command(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
     """Without --json the plan is a table and the line to paste confirms exactly this plan."""
     data = write_dataset(tmp_path / "data")
-    proc = subprocess.run([sys.executable, str(LAUNCHER), *train_args(tiny_model, data, tmp_path / "adapter")],
-                          capture_output=True, text=True, env={**agent.env, "COLUMNS": "300"}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(LAUNCHER), *train_args(tiny_model, data, tmp_path / "adapter")],
+        capture_output=True,
+        text=True,
+        env={**agent.env, "COLUMNS": "300"},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "lora train: plan (nothing started)" in proc.stdout
     assert "--confirm --preview-hash" in proc.stdout.replace("\n", " ")

@@ -16,8 +16,14 @@ WATCHER = [sys.executable, "-m", "mlx_agent.supervise.train_watch"]
 
 def spawn(receipt: Path) -> subprocess.Popen[bytes]:
     """Start a watcher for ``receipt`` with a pipe for confirm's go."""
-    return subprocess.Popen([*WATCHER, str(receipt)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, **child_env()}, cwd="/")
+    return subprocess.Popen(
+        [*WATCHER, str(receipt)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **child_env()},
+        cwd="/",
+    )
 
 
 def receipt_for(pid: int, plan: dict[str, Any]) -> dict[str, Any]:
@@ -59,8 +65,13 @@ def test_a_changed_config_file_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text('{"lora_parameters": {"rank": 64}}')
     watcher = spawn(path)
-    plan = {"argv": [sys.executable, "-c", f"open({str(marker)!r}, 'w')"], "env": {}, "cwd": "/",
-            "config_path": str(config), "config": {"lora_parameters": {"rank": 8}}}
+    plan = {
+        "argv": [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+        "env": {},
+        "cwd": "/",
+        "config_path": str(config),
+        "config": {"lora_parameters": {"rank": 8}},
+    }
     path.write_text(json.dumps(receipt_for(watcher.pid, plan)))
     output, _ = watcher.communicate(b"go", timeout=60)
     assert watcher.returncode == 0, output

@@ -81,8 +81,9 @@ def test_keep_alive_follows_restart_policy(agent: Agent, tiny_model: Path) -> No
     """--restart on-failure (the default) restarts only after a failed exit; never does not restart."""
     plan = agent.run("serve", "start", "--path", str(tiny_model), "--launchd", "--port", str(free_port())).data["plan"]
     assert plistlib.loads(plan["unit"]["content"].encode())["KeepAlive"] == {"SuccessfulExit": False}
-    plan = agent.run("serve", "start", "--path", str(tiny_model), "--launchd", "--restart", "never",
-                     "--port", str(free_port())).data["plan"]
+    plan = agent.run(
+        "serve", "start", "--path", str(tiny_model), "--launchd", "--restart", "never", "--port", str(free_port())
+    ).data["plan"]
     assert plistlib.loads(plan["unit"]["content"].encode())["KeepAlive"] is False
 
 
@@ -103,7 +104,8 @@ def test_systemd_unit_runs_exactly_the_plan(agent: Agent, odd_model: Path, tmp_p
     assert unit["Install"]["WantedBy"] == "default.target"
     assert receipt["unit"]["commands"]["start"] == [
         ["systemctl", "--user", "daemon-reload"],
-        ["systemctl", "--user", "enable", "--now", f"mlx-agent-serve-{port}.service"]]
+        ["systemctl", "--user", "enable", "--now", f"mlx-agent-serve-{port}.service"],
+    ]
 
 
 def test_status_and_stop_of_a_unit(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
@@ -132,8 +134,9 @@ def test_refuses_to_overwrite_a_unit_no_receipt_owns(agent: Agent, tiny_model: P
     agents.mkdir()
     foreign = agents / f"com.mlx-agent.serve.{port}.plist"
     foreign.write_text("someone else's")
-    result = agent.run("serve", "start", "--path", str(tiny_model), "--port", str(port), "--launchd",
-                       "--unit-dir", str(agents))
+    result = agent.run(
+        "serve", "start", "--path", str(tiny_model), "--port", str(port), "--launchd", "--unit-dir", str(agents)
+    )
     assert (result.rc, result.code) == (1, "unit_not_owned")
     assert foreign.read_text() == "someone else's"
 

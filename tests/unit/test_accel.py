@@ -22,8 +22,13 @@ from mlx_agent.runtime.mlx_lm_server import split_front_flags
 from tests.conftest import assert_valid
 
 RULES = accel_rules.support()[0]
-QWEN2_Q4 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "torch_dtype": "float16",
-            "quantization": {"bits": 4, "group_size": 64, "mode": "affine"}}
+QWEN2_Q4 = {
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "torch_dtype": "float16",
+    "quantization": {"bits": 4, "group_size": 64, "mode": "affine"},
+}
 
 
 def plan_for(model: Path, **kw: Any) -> ModelPlan:
@@ -139,8 +144,13 @@ def test_an_adapter_keeps_both_native(tiny_model: Path, tmp_path: Path) -> None:
 def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The entry's sources include every runtime module and kernel file; a changed .metal changes the plan."""
     sources = plan_runtime.entry_sources()
-    assert {"runtime/kernels/m5_q4_prefill.metal", "runtime/kernels/support.json", "runtime/prompt_lookup.py",
-            "runtime/entry.py"} <= set(sources)
+    assert {
+        "runtime/kernels/m5_q4_prefill.metal",
+        "runtime/kernels/support.json",
+        "runtime/prompt_lookup.py",
+        "runtime/entry.py",
+    } <= set(sources)
+
     def whole_plan() -> ServePlan:
         return with_hash(build_serve_plan(ServeRequest(path=str(tiny_model), port=18998, m5_prefill=True)))
 

@@ -21,8 +21,13 @@ from mlx_agent.wire import REFUSAL_PREFIX as ERROR_PREFIX
 from tests.unit.test_m5_prefill import FakeKernel, qwen2_model
 
 RULES = accel_rules.support()[0]
-QWEN2_Q4 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "torch_dtype": "float16",
-            "quantization": {"bits": 4, "group_size": 64, "mode": "affine"}}
+QWEN2_Q4 = {
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "torch_dtype": "float16",
+    "quantization": {"bits": 4, "group_size": 64, "mode": "affine"},
+}
 
 
 def planned_flags() -> list[str]:
@@ -61,16 +66,19 @@ def test_a_fitting_model_has_no_shape_reasons() -> None:
     assert accel_rules.model_shape_reasons(QWEN2_Q4, RULES["m5_prefill"]) == []
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    ({"model_type": "llama"}, "model_type 'llama'"),
-    ({"quantization": {"bits": 8, "group_size": 64}}, "4-bit with group size 64"),
-    ({"quantization": {"bits": 4, "group_size": 32}}, "4-bit with group size 64"),
-    ({"quantization": {"bits": 4, "group_size": 64, "mode": "mxfp4"}}, "mode is not affine"),
-    ({"quantization": None}, "4-bit with group size 64"),
-    ({"hidden_size": 900}, "hidden_size 900"),
-    ({"intermediate_size": 4860}, "intermediate_size 4860"),
-    ({"torch_dtype": "bfloat16"}, "not float16"),
-])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"model_type": "llama"}, "model_type 'llama'"),
+        ({"quantization": {"bits": 8, "group_size": 64}}, "4-bit with group size 64"),
+        ({"quantization": {"bits": 4, "group_size": 32}}, "4-bit with group size 64"),
+        ({"quantization": {"bits": 4, "group_size": 64, "mode": "mxfp4"}}, "mode is not affine"),
+        ({"quantization": None}, "4-bit with group size 64"),
+        ({"hidden_size": 900}, "hidden_size 900"),
+        ({"intermediate_size": 4860}, "intermediate_size 4860"),
+        ({"torch_dtype": "bfloat16"}, "not float16"),
+    ],
+)
 def test_each_model_shape_rule(change: dict[str, Any], reason: str) -> None:
     """Each rule of the model check names itself."""
     reasons = accel_rules.model_shape_reasons({**QWEN2_Q4, **change}, RULES["m5_prefill"])
@@ -79,8 +87,20 @@ def test_each_model_shape_rule(change: dict[str, Any], reason: str) -> None:
 
 def test_split_leaves_every_other_argument_in_order() -> None:
     """The entry takes out exactly its flags and their values."""
-    argv = ["--model", "m", wire.PROMPT_LOOKUP_FLAG, wire.EXPECT_VERSIONS_FLAG, "mlx=1.0,mlx-metal=", "--port", "1",
-            wire.EXPECT_SOURCE_FLAG, "runtime/x.py=abc", wire.M5_PREFILL_FLAG, "--max-tokens", "5"]
+    argv = [
+        "--model",
+        "m",
+        wire.PROMPT_LOOKUP_FLAG,
+        wire.EXPECT_VERSIONS_FLAG,
+        "mlx=1.0,mlx-metal=",
+        "--port",
+        "1",
+        wire.EXPECT_SOURCE_FLAG,
+        "runtime/x.py=abc",
+        wire.M5_PREFILL_FLAG,
+        "--max-tokens",
+        "5",
+    ]
     flags, rest = accel_entry.split_accel_flags(argv)
     assert rest == ["--model", "m", "--port", "1", "--max-tokens", "5"]
     assert flags == accel_entry.AccelFlags(True, True, {"mlx": "1.0", "mlx-metal": None}, {"runtime/x.py": "abc"})
@@ -88,8 +108,12 @@ def test_split_leaves_every_other_argument_in_order() -> None:
 
 def test_a_changed_dependency_or_source_is_named() -> None:
     """Each version or file that differs from the fingerprint is one change record."""
-    flags = accel_entry.AccelFlags(True, False, {"mlx": "0.0.1", "mlx-metal": None},
-                                   {"runtime/prompt_lookup.py": "0" * 64, "runtime/gone.py": None})
+    flags = accel_entry.AccelFlags(
+        True,
+        False,
+        {"mlx": "0.0.1", "mlx-metal": None},
+        {"runtime/prompt_lookup.py": "0" * 64, "runtime/gone.py": None},
+    )
     changes = accel_entry.fingerprint_changes(flags)
     assert [c["field"] for c in changes] == ["versions.mlx", "sources.runtime/prompt_lookup.py"]
     assert changes[0]["expected"] == "0.0.1" and changes[0]["actual"]
@@ -103,7 +127,7 @@ def test_the_entry_refuses_with_runtime_changed(capsys: pytest.CaptureFixture[st
     assert exit_info.value.code == 3
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(ERROR_PREFIX)
-    report = json.loads(line[len(ERROR_PREFIX):])
+    report = json.loads(line[len(ERROR_PREFIX) :])
     assert report["code"] == "runtime_changed" and len(report["details"]["changes"]) == 2
     assert error_class("runtime_changed") is RuntimeChanged
 
@@ -175,8 +199,9 @@ def test_the_log_says_zero_layers_here(caplog: pytest.LogCaptureFixture) -> None
     assert "needs macOS 26.0+ with Metal" in caplog.text and "adapted 0 layers" in caplog.text
 
 
-def test_the_log_counts_adapted_layers_on_an_eligible_system(caplog: pytest.LogCaptureFixture,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_log_counts_adapted_layers_on_an_eligible_system(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Where the system qualifies (faked here) the log names how many layers took the kernel."""
     monkeypatch.setattr(accel_rules, "prefill_platform_reasons", lambda *_: [])
     monkeypatch.setattr(accel_entry, "_gpu_architecture", lambda: "applegpu_g17s")

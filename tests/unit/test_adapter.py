@@ -22,8 +22,11 @@ from tests.conftest import assert_valid
 CONFIG = {"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": {"rank": 8, "scale": 20.0, "dropout": 0.0}}
 
 
-def make_adapter(directory: Path, *, keys: tuple[str, ...] = ("model.layers.0.self_attn.q_proj.lora_a",
-                                                             "model.layers.0.self_attn.q_proj.lora_b")) -> Path:
+def make_adapter(
+    directory: Path,
+    *,
+    keys: tuple[str, ...] = ("model.layers.0.self_attn.q_proj.lora_a", "model.layers.0.self_attn.q_proj.lora_b"),
+) -> Path:
     """Write a small adapter directory shaped like mlx_lm.lora's output."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "adapter_config.json").write_text(json.dumps(CONFIG))
@@ -70,8 +73,18 @@ def test_symlinks_are_refused(tmp_path: Path, how: str) -> None:
         resolve_adapter(str(target))
 
 
-@pytest.mark.parametrize("breakage", ["no_config", "no_weights", "config_not_json", "no_num_layers",
-                                      "bad_fine_tune_type", "foreign_tensor", "corrupt_weights"])
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        "no_config",
+        "no_weights",
+        "config_not_json",
+        "no_num_layers",
+        "bad_fine_tune_type",
+        "foreign_tensor",
+        "corrupt_weights",
+    ],
+)
 def test_invalid_adapters_are_refused(tmp_path: Path, breakage: str) -> None:
     """Each way an adapter can be unusable by mlx_lm is adapter_invalid."""
     adapter = make_adapter(tmp_path / "a")
@@ -96,8 +109,9 @@ def test_invalid_adapters_are_refused(tmp_path: Path, breakage: str) -> None:
 def test_adapter_on_mlx_vlm_is_unsupported(tiny_model: Path, tmp_path: Path) -> None:
     """mlx-vlm would ignore mlx_lm adapter keys, so an adapter there is unsupported_runtime."""
     with pytest.raises(UnsupportedRuntime):
-        build_serve_plan(ServeRequest(path=str(tiny_model), runtime="mlx-vlm",
-                                      adapter_path=str(make_adapter(tmp_path / "a"))))
+        build_serve_plan(
+            ServeRequest(path=str(tiny_model), runtime="mlx-vlm", adapter_path=str(make_adapter(tmp_path / "a")))
+        )
 
 
 def test_adapter_with_a_foreign_executable_is_unsupported(tiny_model: Path, tmp_path: Path) -> None:
@@ -106,8 +120,11 @@ def test_adapter_with_a_foreign_executable_is_unsupported(tiny_model: Path, tmp_
     exe.write_text(f"#!{sys.executable}\n")
     exe.chmod(0o755)
     with pytest.raises(UnsupportedRuntime, match="entry"):
-        build_serve_plan(ServeRequest(path=str(tiny_model), runtime_executable=str(exe),
-                                      adapter_path=str(make_adapter(tmp_path / "a"))))
+        build_serve_plan(
+            ServeRequest(
+                path=str(tiny_model), runtime_executable=str(exe), adapter_path=str(make_adapter(tmp_path / "a"))
+            )
+        )
 
 
 def test_server_side_recheck_finds_a_changed_byte(tmp_path: Path) -> None:
@@ -148,8 +165,10 @@ def test_a_refusal_in_the_log_becomes_its_error_code(tmp_path: Path) -> None:
     from mlx_agent.supervise.readiness import launch_failed
 
     log = tmp_path / "server.log"
-    log.write_text('loading\nmlx-agent-error {"code": "adapter_changed", "message": "changed", '
-                   '"details": {"files": [{"path": "/a"}]}}\n')
+    log.write_text(
+        'loading\nmlx-agent-error {"code": "adapter_changed", "message": "changed", '
+        '"details": {"files": [{"path": "/a"}]}}\n'
+    )
     error = launch_failed(3, log)
     assert isinstance(error, AdapterChanged) and error.details["files"] == [{"path": "/a"}]
     log.write_text("Traceback ...\nValueError: boom\n")

@@ -13,8 +13,11 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def leaf_classes() -> list[type[errors.MlxAgentError]]:
     """Return every error class that has no subclass (the codes users see)."""
-    return [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
-            if issubclass(cls, errors.MlxAgentError) and not cls.__subclasses__()]
+    return [
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.MlxAgentError) and not cls.__subclasses__()
+    ]
 
 
 def test_codes_are_unique_snake_case_with_remediation() -> None:
@@ -59,8 +62,11 @@ def drawn_tree() -> dict[str, tuple[str | None, str | None]]:
 def test_tree_is_drawn_in_the_module_docstring() -> None:
     """The docstring draws every error class under its real parent, and each leaf with its own code."""
     drawn = drawn_tree()
-    classes = {cls.__name__: cls for _, cls in inspect.getmembers(errors, inspect.isclass)
-               if issubclass(cls, errors.MlxAgentError)}
+    classes = {
+        cls.__name__: cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.MlxAgentError)
+    }
     assert set(drawn) == set(classes)
     for name, (parent, code) in drawn.items():
         cls = classes[name]

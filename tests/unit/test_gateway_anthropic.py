@@ -12,14 +12,22 @@ from mlx_agent.gateway.anthropic.request import to_chat
 from mlx_agent.gateway.openai.request import prepare
 from tests.unit.test_gateway_request_body import model as request_model
 
-WEATHER_TOOL = {"name": "get_weather", "description": "Weather in a city.", "cache_control": {"type": "ephemeral"},
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Weather in a city.",
+    "cache_control": {"type": "ephemeral"},
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 
 
 def ask(*messages: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """Return a Messages request body (a user "Hi" when no messages are given)."""
-    return {"model": "org/tiny", "max_tokens": 64, "messages": list(messages) or [{"role": "user", "content": "Hi"}],
-            **fields}
+    return {
+        "model": "org/tiny",
+        "max_tokens": 64,
+        "messages": list(messages) or [{"role": "user", "content": "Hi"}],
+        **fields,
+    }
 
 
 def refused(body: Any, **kwargs: Any) -> RequestRefused:
@@ -38,41 +46,85 @@ def sequence_ids() -> Any:
 def test_golden_body_of_a_tool_round_trip() -> None:
     """System blocks, text, tool_use and tool_result, tools and every sampling field translate as documented."""
     body = ask(
-        {"role": "user", "content": [{"type": "text", "text": "Weather?", "cache_control": {"type": "ephemeral"}},
-                                     {"type": "text", "text": "In Paris."}]},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "I should call the tool.", "signature": "sig"},
-            {"type": "text", "text": "Let me look."},
-            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "20 C"}]},
-            {"type": "text", "text": "Thanks."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Weather?", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "In Paris."},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "I should call the tool.", "signature": "sig"},
+                {"type": "text", "text": "Let me look."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "20 C"}]},
+                {"type": "text", "text": "Thanks."},
+            ],
+        },
         system=[{"type": "text", "text": "You are terse."}, {"type": "text", "text": "Answer in English."}],
-        tools=[WEATHER_TOOL], tool_choice={"type": "auto"}, temperature=0.5, top_p=0.9, top_k=40,
-        stop_sequences=["END"], stream=True, metadata={"user_id": "u-1"}, cache_control={"type": "ephemeral"})
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "auto"},
+        temperature=0.5,
+        top_p=0.9,
+        top_k=40,
+        stop_sequences=["END"],
+        stream=True,
+        metadata={"user_id": "u-1"},
+        cache_control={"type": "ephemeral"},
+    )
     assert to_chat(body) == {
         "model": "org/tiny",
         "max_tokens": 64,
         "messages": [
             {"role": "system", "content": "You are terse.\n\nAnswer in English."},
             {"role": "user", "content": "Weather?\n\nIn Paris."},
-            {"role": "assistant", "content": "Let me look.", "tool_calls": [
-                {"id": "toolu_1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {
+                "role": "assistant",
+                "content": "Let me look.",
+                "tool_calls": [
+                    {
+                        "id": "toolu_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "toolu_1", "content": "20 C"},
             {"role": "user", "content": "Thanks."},
         ],
-        "tools": [{"type": "function", "function": {
-            "name": "get_weather", "description": "Weather in a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
-        "temperature": 0.5, "top_p": 0.9, "top_k": 40, "stop": ["END"], "stream": True,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Weather in a city.",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ],
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 40,
+        "stop": ["END"],
+        "stream": True,
     }
 
 
 def test_the_worker_gets_default_model_the_ceiling_and_a_usage_chunk() -> None:
     """The translated body goes through the front's own checks: model name, the planned ceiling, usage chunk."""
-    prepared = prepare(to_chat(ask(max_tokens=5000, stream=True)), endpoint="chat",
-                       model=request_model(max_tokens=256, max_tokens_ceiling=1024), force_usage=True)
+    prepared = prepare(
+        to_chat(ask(max_tokens=5000, stream=True)),
+        endpoint="chat",
+        model=request_model(max_tokens=256, max_tokens_ceiling=1024),
+        force_usage=True,
+    )
     assert prepared.body["model"] == "default_model"
     assert prepared.body["max_tokens"] == 1024
     assert prepared.body["stream_options"] == {"include_usage": True}
@@ -82,7 +134,9 @@ def test_the_worker_gets_default_model_the_ceiling_and_a_usage_chunk() -> None:
 def test_a_string_system_and_string_content_pass_as_they_are() -> None:
     """The simplest request is one user message, with a string system prompt first."""
     assert to_chat(ask(system="Be brief."))["messages"] == [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+    ]
 
 
 def test_tool_choice_none_sends_no_tools() -> None:
@@ -108,39 +162,63 @@ def test_thinking_settings_map_to_the_runtime() -> None:
 
 def test_count_tokens_bodies_have_no_sampling_fields() -> None:
     """A count_tokens request translates without max_tokens and refuses sampling fields."""
-    chat = to_chat({"model": "org/tiny", "messages": [{"role": "user", "content": "Hi"}], "system": "S",
-                    "tools": [WEATHER_TOOL]}, counting=True)
+    chat = to_chat(
+        {"model": "org/tiny", "messages": [{"role": "user", "content": "Hi"}], "system": "S", "tools": [WEATHER_TOOL]},
+        counting=True,
+    )
     assert set(chat) == {"model", "messages", "tools"}
-    assert refused({"model": "org/tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5},
-                   counting=True).param == "max_tokens"
+    assert (
+        refused(
+            {"model": "org/tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5}, counting=True
+        ).param
+        == "max_tokens"
+    )
 
 
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
 DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "hello"}}
 
 
-@pytest.mark.parametrize(("body", "param", "code"), [
-    (ask({"role": "user", "content": [IMAGE]}), "messages.0.content.0", "unsupported_content"),
-    (ask({"role": "user", "content": [DOCUMENT]}), "messages.0.content.0", "unsupported_content"),
-    (ask({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [IMAGE]}]}),
-     "messages.0.content.0.content.0", "unsupported_content"),
-    (ask(tools=[{"type": "web_search_20250305", "name": "web_search"}]), "tools.0.type", "unsupported_tool"),
-    (ask(tools=[{"type": "bash_20250124", "name": "bash"}]), "tools.0.type", "unsupported_tool"),
-    (ask(tools=[{**WEATHER_TOOL, "strict": True}]), "tools.0.strict", "unsupported_tool"),
-    (ask(tools=[WEATHER_TOOL], tool_choice={"type": "any"}), "tool_choice", "unsupported_tool_choice"),
-    (ask(tools=[WEATHER_TOOL], tool_choice={"type": "tool", "name": "get_weather"}), "tool_choice",
-     "unsupported_tool_choice"),
-    (ask(tools=[WEATHER_TOOL], tool_choice={"type": "auto", "disable_parallel_tool_use": True}),
-     "tool_choice.disable_parallel_tool_use", "unsupported_tool_choice"),
-    (ask(service_tier="auto"), "service_tier", "unsupported_parameter"),
-    (ask(mcp_servers=[{"type": "url", "url": "https://example.com", "name": "x"}]), "mcp_servers",
-     "unsupported_parameter"),
-    (ask(thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"}), "thinking.display",
-     "unsupported_parameter"),
-    (ask({"role": "system", "content": "x"}), "messages.0.role", "invalid_value"),
-    ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}, "model", "invalid_value"),
-    ({"model": "org/tiny", "messages": [{"role": "user", "content": "x"}]}, "max_tokens", "invalid_value"),
-])
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        (ask({"role": "user", "content": [IMAGE]}), "messages.0.content.0", "unsupported_content"),
+        (ask({"role": "user", "content": [DOCUMENT]}), "messages.0.content.0", "unsupported_content"),
+        (
+            ask({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [IMAGE]}]}),
+            "messages.0.content.0.content.0",
+            "unsupported_content",
+        ),
+        (ask(tools=[{"type": "web_search_20250305", "name": "web_search"}]), "tools.0.type", "unsupported_tool"),
+        (ask(tools=[{"type": "bash_20250124", "name": "bash"}]), "tools.0.type", "unsupported_tool"),
+        (ask(tools=[{**WEATHER_TOOL, "strict": True}]), "tools.0.strict", "unsupported_tool"),
+        (ask(tools=[WEATHER_TOOL], tool_choice={"type": "any"}), "tool_choice", "unsupported_tool_choice"),
+        (
+            ask(tools=[WEATHER_TOOL], tool_choice={"type": "tool", "name": "get_weather"}),
+            "tool_choice",
+            "unsupported_tool_choice",
+        ),
+        (
+            ask(tools=[WEATHER_TOOL], tool_choice={"type": "auto", "disable_parallel_tool_use": True}),
+            "tool_choice.disable_parallel_tool_use",
+            "unsupported_tool_choice",
+        ),
+        (ask(service_tier="auto"), "service_tier", "unsupported_parameter"),
+        (
+            ask(mcp_servers=[{"type": "url", "url": "https://example.com", "name": "x"}]),
+            "mcp_servers",
+            "unsupported_parameter",
+        ),
+        (
+            ask(thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"}),
+            "thinking.display",
+            "unsupported_parameter",
+        ),
+        (ask({"role": "system", "content": "x"}), "messages.0.role", "invalid_value"),
+        ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}, "model", "invalid_value"),
+        ({"model": "org/tiny", "messages": [{"role": "user", "content": "x"}]}, "max_tokens", "invalid_value"),
+    ],
+)
 def test_what_the_runtime_cannot_honour_is_refused(body: dict[str, Any], param: str, code: str) -> None:
     """Each refusal is a 400 invalid_request_error naming the offending field."""
     refusal = refused(body)
@@ -149,31 +227,61 @@ def test_what_the_runtime_cannot_honour_is_refused(body: dict[str, Any], param: 
 
 def test_a_trailing_tool_use_is_refused() -> None:
     """An assistant tool_use cannot be continued: its result must come first."""
-    body = ask({"role": "user", "content": "x"},
-               {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]})
+    body = ask(
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+    )
     assert refused(body).param == "messages"
 
 
 def test_golden_reply_with_thinking_text_and_a_tool_call() -> None:
     """A worker reply becomes thinking, text and tool_use blocks, stop_reason tool_use, Anthropic usage."""
-    doc = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": "Checking.", "reasoning": "Need the weather.",
-        "tool_calls": [{"id": "call-9", "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-                       {"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}}],
-           "usage": {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37,
-                     "prompt_tokens_details": {"cached_tokens": 12}}}
+    doc = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Checking.",
+                    "reasoning": "Need the weather.",
+                    "tool_calls": [
+                        {
+                            "id": "call-9",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        },
+                        {"type": "function", "function": {"name": "get_time", "arguments": "{}"}},
+                    ],
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 30,
+            "completion_tokens": 7,
+            "total_tokens": 37,
+            "prompt_tokens_details": {"cached_tokens": 12},
+        },
+    }
     assert message_from_chat(doc, "org/tiny", sequence_ids()) == {
-        "id": "msg_2", "type": "message", "role": "assistant", "model": "org/tiny",
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "org/tiny",
         "content": [
             {"type": "thinking", "thinking": "Need the weather.", "signature": ""},
             {"type": "text", "text": "Checking."},
             {"type": "tool_use", "id": "call-9", "name": "get_weather", "input": {"city": "Paris"}},
             {"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": {}},
         ],
-        "stop_reason": "tool_use", "stop_sequence": None,
-        "usage": {"input_tokens": 18, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 12,
-                  "output_tokens": 7},
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 18,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 12,
+            "output_tokens": 7,
+        },
     }
 
 
@@ -187,22 +295,44 @@ def test_finish_reasons_map_to_stop_reasons(finish: str | None, reason: str) -> 
 
 def test_arguments_that_are_not_an_object_stay_text() -> None:
     """A tool call whose arguments are not a JSON object is returned as text, not as a broken tool_use."""
-    doc = {"choices": [{"finish_reason": "tool_calls", "message": {"content": None, "tool_calls": [
-        {"id": "c", "function": {"name": "f", "arguments": "[1, 2"}}]}}]}
+    doc = {
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "content": None,
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "[1, 2"}}],
+                },
+            }
+        ]
+    }
     message = message_from_chat(doc, "m")
     assert [b["type"] for b in message["content"]] == ["text"] and message["stop_reason"] == "end_turn"
 
 
 def test_usage_without_worker_counts_is_zero() -> None:
     """Missing counts are zeros, and cached tokens never exceed the prompt."""
-    assert usage_of(None) == {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                              "output_tokens": 0}
+    assert usage_of(None) == {
+        "input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 0,
+    }
     assert usage_of({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 9}})["input_tokens"] == 0
 
 
-@pytest.mark.parametrize(("status", "kind"), [(400, "invalid_request_error"), (401, "authentication_error"),
-                                              (403, "permission_error"), (404, "not_found_error"),
-                                              (413, "request_too_large"), (502, "api_error"), (503, "api_error")])
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+        (502, "api_error"),
+        (503, "api_error"),
+    ],
+)
 def test_errors_take_anthropics_shape(status: int, kind: str) -> None:
     """The gateway's OpenAI-style error becomes Anthropic's, typed by status, keeping the gateway's code."""
     doc = anthropic_error(status, {"error": {"message": "no", "type": "x", "param": None, "code": "some_code"}})

@@ -17,13 +17,19 @@ def sequence_ids() -> Any:
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
     """Return a chat-completion chunk with one choice."""
-    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta or {},
-                                                            "finish_reason": finish}]}
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}
 
 
-USAGE = {"object": "chat.completion", "choices": [],
-         "usage": {"prompt_tokens": 20, "completion_tokens": 6, "total_tokens": 26,
-                   "prompt_tokens_details": {"cached_tokens": 8}}}
+USAGE = {
+    "object": "chat.completion",
+    "choices": [],
+    "usage": {
+        "prompt_tokens": 20,
+        "completion_tokens": 6,
+        "total_tokens": 26,
+        "prompt_tokens_details": {"cached_tokens": 8},
+    },
+}
 
 
 def run(chunks: list[dict[str, Any]], *, done: bool = True) -> list[tuple[str | None, Any]]:
@@ -41,61 +47,143 @@ def run(chunks: list[dict[str, Any]], *, done: bool = True) -> list[tuple[str | 
 
 def test_golden_stream_of_thinking_text_and_a_fragmented_tool_call() -> None:
     """Blocks open and close in order, tool arguments arrive as input_json_delta, usage closes the message."""
-    events = run([
-        chunk({"role": "assistant", "reasoning": "Hmm, "}),
-        chunk({"reasoning": "weather."}),
-        chunk({"content": "Let me "}),
-        chunk({"content": "check."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                               "function": {"name": "get_weather", "arguments": ""}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
-        chunk(finish="tool_calls"),
-        USAGE,
-    ])
+    events = run(
+        [
+            chunk({"role": "assistant", "reasoning": "Hmm, "}),
+            chunk({"reasoning": "weather."}),
+            chunk({"content": "Let me "}),
+            chunk({"content": "check."}),
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+            chunk(finish="tool_calls"),
+            USAGE,
+        ]
+    )
     zero = {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}
     assert events == [
-        ("message_start", {"type": "message_start", "message": {
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "org/tiny", "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": zero}}),
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "org/tiny",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": zero,
+                },
+            },
+        ),
         ("ping", {"type": "ping"}),
-        ("content_block_start", {"type": "content_block_start", "index": 0,
-                                 "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "thinking_delta", "thinking": "Hmm, "}}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Hmm, "}},
+        ),
         ("ping", {"type": "ping"}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "thinking_delta", "thinking": "weather."}}),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "weather."}},
+        ),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("content_block_start", {"type": "content_block_start", "index": 1,
-                                 "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 1,
-                                 "delta": {"type": "text_delta", "text": "Let me "}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 1,
-                                 "delta": {"type": "text_delta", "text": "check."}}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        ),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Let me "}},
+        ),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "check."}},
+        ),
         ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-        ("content_block_start", {"type": "content_block_start", "index": 2, "content_block": {
-            "type": "tool_use", "id": "call_1", "name": "get_weather", "input": {}}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 2,
-                                 "delta": {"type": "input_json_delta", "partial_json": '{"city": '}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 2,
-                                 "delta": {"type": "input_json_delta", "partial_json": '"Paris"}'}}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 2,
+                "content_block": {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {}},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "input_json_delta", "partial_json": '{"city": '},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "input_json_delta", "partial_json": '"Paris"}'},
+            },
+        ),
         ("content_block_stop", {"type": "content_block_stop", "index": 2}),
-        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                           "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0,
-                                     "cache_read_input_tokens": 8, "output_tokens": 6}}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {
+                    "input_tokens": 12,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 8,
+                    "output_tokens": 6,
+                },
+            },
+        ),
         ("message_stop", {"type": "message_stop"}),
     ]
 
 
 def test_mlx_lm_style_whole_tool_calls_get_generated_ids() -> None:
     """Two calls in one delta (as mlx_lm sends them) become two tool_use blocks; a missing id is generated."""
-    events = run([chunk({"tool_calls": [
-        {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}},
-        {"index": 1, "function": {"name": "g", "arguments": '{"x": 1}'}}]}, finish="tool_calls"), USAGE])
+    events = run(
+        [
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}},
+                        {"index": 1, "function": {"name": "g", "arguments": '{"x": 1}'}},
+                    ]
+                },
+                finish="tool_calls",
+            ),
+            USAGE,
+        ]
+    )
     starts = [data["content_block"] for name, data in events if name == "content_block_start"]
-    assert starts == [{"type": "tool_use", "id": "a", "name": "f", "input": {}},
-                      {"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}}]
+    assert starts == [
+        {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+        {"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}},
+    ]
     assert [data["index"] for name, data in events if name == "content_block_stop"] == [0, 1]
 
 
@@ -111,10 +199,18 @@ def test_a_cut_answer_stops_for_max_tokens() -> None:
 def test_a_broken_stream_ends_with_an_error_event() -> None:
     """Without [DONE] the stream ends with Anthropic's error event and no message_stop."""
     events = run([chunk({"content": "Once"})], done=False)
-    assert [name for name, _ in events] == ["message_start", "ping", "content_block_start", "content_block_delta",
-                                            "ping", "error"]
-    assert events[-1][1] == {"type": "error", "error": {
-        "type": "api_error", "message": "the model worker ended the stream before it was complete"}}
+    assert [name for name, _ in events] == [
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+        "ping",
+        "error",
+    ]
+    assert events[-1][1] == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "the model worker ended the stream before it was complete"},
+    }
 
 
 def test_events_are_one_compact_json_line_each() -> None:

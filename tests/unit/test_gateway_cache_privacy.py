@@ -14,8 +14,12 @@ def chat_shape(*contents: str, **fields: Any) -> PromptShape:
 
 def usage(cached: int, prompt: int = 100) -> dict[str, Any]:
     """Return a worker usage object."""
-    return {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": 1,
+        "total_tokens": prompt + 1,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def test_another_keys_prompt_never_shows_as_cached() -> None:

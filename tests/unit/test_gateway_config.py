@@ -39,27 +39,33 @@ def change_model(doc: dict[str, Any], **fields: Any) -> dict[str, Any]:
     return {**doc, "models": [{**doc["models"][0], **fields}]}
 
 
-@pytest.mark.parametrize(("change", "words"), [
-    ({"host": "0.0.0.0"}, "host"),
-    ({"port": 0}, "port"),
-    ({"policy_path": "relative/policy.json"}, "policy_path"),
-    ({"format_version": "1.0"}, "format_version"),
-    ({"surprise": 1}, "surprise"),
-    ({"mode": "lazy"}, "mode"),
-    ({"models": []}, "models"),
-])
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"host": "0.0.0.0"}, "host"),
+        ({"port": 0}, "port"),
+        ({"policy_path": "relative/policy.json"}, "policy_path"),
+        ({"format_version": "1.0"}, "format_version"),
+        ({"surprise": 1}, "surprise"),
+        ({"mode": "lazy"}, "mode"),
+        ({"models": []}, "models"),
+    ],
+)
 def test_bad_configs_are_refused_by_name(tmp_path: Path, change: dict[str, Any], words: str) -> None:
     """Each unsafe or malformed front field is refused with a message naming it."""
     with pytest.raises(FrontConfigInvalid, match=words):
         parse_config({**example(tmp_path), **change})
 
 
-@pytest.mark.parametrize(("change", "words"), [
-    ({"max_tokens": True}, "max_tokens"),
-    ({"policy": {"idle_timeout": -1, "keep_loaded": False, "preload": False}}, "idle_timeout"),
-    ({"file_checks": [{"path": "/a", "sha256": "xyz", "size": 1}]}, "sha256"),
-    ({"name": ""}, "name"),
-])
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"max_tokens": True}, "max_tokens"),
+        ({"policy": {"idle_timeout": -1, "keep_loaded": False, "preload": False}}, "idle_timeout"),
+        ({"file_checks": [{"path": "/a", "sha256": "xyz", "size": 1}]}, "sha256"),
+        ({"name": ""}, "name"),
+    ],
+)
 def test_bad_model_fields_are_refused_by_name(tmp_path: Path, change: dict[str, Any], words: str) -> None:
     """Each malformed model field is refused with a message naming it."""
     with pytest.raises(FrontConfigInvalid, match=words):
@@ -115,8 +121,14 @@ def test_api_key_file_ignores_blanks_and_comments(tmp_path: Path) -> None:
 def test_recipe_readiness_checks_are_accepted(tmp_path: Path) -> None:
     """A recipe's readiness (POST body, nonnull fields, per-probe timeout) passes into the worker spec."""
     doc = example(tmp_path)
-    readiness = {"path": "/health", "status": 200, "json": {"status": "healthy"}, "nonnull": ["loaded_model"],
-                 "timeout_s": 5, "loaded_before_listen": False}
+    readiness = {
+        "path": "/health",
+        "status": 200,
+        "json": {"status": "healthy"},
+        "nonnull": ["loaded_model"],
+        "timeout_s": 5,
+        "loaded_before_listen": False,
+    }
     doc = change_model(doc, worker={**doc["models"][0]["worker"], "readiness": readiness})
     assert_valid("front_config", doc)
     loaded = parse_config(doc)["models"][0]["worker"]["readiness"]

@@ -23,16 +23,19 @@ def test_policy_round_trips_and_says_when_idle_unload_applies() -> None:
     assert not parse_policy({**raw, "idle_timeout": 0}).idle_unload
 
 
-@pytest.mark.parametrize(("raw", "field"), [
-    ({"idle_timeout": 1, "keep_loaded": False}, "min_headroom_gb"),
-    ({"idle_timeout": 1, "keep_loaded": False, "min_headroom_gb": None, "extra": 1}, "extra"),
-    ({"idle_timeout": "1", "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
-    ({"idle_timeout": True, "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
-    ({"idle_timeout": float("inf"), "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
-    ({"idle_timeout": 1, "keep_loaded": 1, "min_headroom_gb": None}, "keep_loaded"),
-    ({"idle_timeout": 1, "keep_loaded": False, "min_headroom_gb": -2}, "min_headroom_gb"),
-    ([1, 2, 3], "policy"),
-])
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"idle_timeout": 1, "keep_loaded": False}, "min_headroom_gb"),
+        ({"idle_timeout": 1, "keep_loaded": False, "min_headroom_gb": None, "extra": 1}, "extra"),
+        ({"idle_timeout": "1", "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
+        ({"idle_timeout": True, "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
+        ({"idle_timeout": float("inf"), "keep_loaded": False, "min_headroom_gb": None}, "idle_timeout"),
+        ({"idle_timeout": 1, "keep_loaded": 1, "min_headroom_gb": None}, "keep_loaded"),
+        ({"idle_timeout": 1, "keep_loaded": False, "min_headroom_gb": -2}, "min_headroom_gb"),
+        ([1, 2, 3], "policy"),
+    ],
+)
 def test_malformed_policies_are_refused_naming_the_field(raw: Any, field: str) -> None:
     """Missing, unknown, mistyped or negative fields are refused: a policy is replaced whole."""
     with pytest.raises(PolicyRejected) as info:

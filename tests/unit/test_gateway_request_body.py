@@ -17,8 +17,9 @@ from tests.gateway_support import gateway_config
 
 def model(**fields: Any) -> FrontModelConfig:
     """Return the one model of a valid front config, with ``fields`` changed."""
-    config = gateway_config(Path("/tmp/x"), 8080, ["python", "w.py", "--port", "{port}"], model_path=Path("/m/tiny"),
-                            **fields)
+    config = gateway_config(
+        Path("/tmp/x"), 8080, ["python", "w.py", "--port", "{port}"], model_path=Path("/m/tiny"), **fields
+    )
     parsed: FrontModelConfig = parse_config(config)["models"][0]
     return parsed
 
@@ -37,16 +38,23 @@ def refused(body: Any, endpoint: str = "chat") -> RequestRefused:
 
 def fleet(tmp_path: Path) -> Fleet:
     """Return a fleet of two models: org/tiny (alias claude-*) and org/small (aliases gpt-4o, gpt-*)."""
-    config = gateway_config(tmp_path, 8080, ["python", "w.py", "--port", "{port}"], model_path=tmp_path / "tiny",
-                            aliases=["claude-*"])
-    second = {**config["models"][0], "name": "org/small", "aliases": ["gpt-4o", "gpt-*"],
-              "hidden_names": [str(tmp_path / "small")]}
+    config = gateway_config(
+        tmp_path, 8080, ["python", "w.py", "--port", "{port}"], model_path=tmp_path / "tiny", aliases=["claude-*"]
+    )
+    second = {
+        **config["models"][0],
+        "name": "org/small",
+        "aliases": ["gpt-4o", "gpt-*"],
+        "hidden_names": [str(tmp_path / "small")],
+    }
     config["models"].append(second)
     return Fleet(parse_config(config))
 
 
-@pytest.mark.parametrize(("name", "reply_name"), [("org/tiny", "org/tiny"), ("default_model", "org/tiny"),
-                                                  (None, "org/tiny"), ("claude-haiku", "claude-haiku")])
+@pytest.mark.parametrize(
+    ("name", "reply_name"),
+    [("org/tiny", "org/tiny"), ("default_model", "org/tiny"), (None, "org/tiny"), ("claude-haiku", "claude-haiku")],
+)
 def test_the_worker_sees_default_model_and_the_reply_names_the_model(name: str | None, reply_name: str) -> None:
     """The worker always gets default_model; the reply uses the client's name, or the served one."""
     prepared = prepare(chat(model=name) if name else chat(), endpoint="chat", model=model(max_tokens=64))
@@ -71,7 +79,11 @@ def test_an_unknown_model_is_a_404_listing_the_served_names(tmp_path: Path) -> N
         fleet(tmp_path).route("llama-3")
     refusal = info.value
     assert (refusal.status, refusal.code, refusal.param, refusal.type_) == (
-        404, "model_not_found", "model", "not_found_error")
+        404,
+        "model_not_found",
+        "model",
+        "not_found_error",
+    )
     assert "org/tiny, claude-*, org/small, gpt-4o, gpt-*" in refusal.message
     assert "default_model" not in refusal.message
 
@@ -85,6 +97,7 @@ def test_request_time_adapters_and_draft_models_are_refused(field: str) -> None:
 
 def test_reply_limits_default_ceiling_and_context() -> None:
     """No limit: the plan's; the request's own: honoured up to the ceiling, else left for the worker to cut."""
+
     def limit(m: FrontModelConfig, **fields: Any) -> Any:
         return prepare(chat(**fields), endpoint="chat", model=m).body["max_tokens"]
 
@@ -119,6 +132,7 @@ def test_forced_usage_is_remembered_as_not_requested() -> None:
     """With force_usage a stream asks the worker for usage, and the client's own wish is kept apart."""
     prepared = prepare(chat(stream=True), endpoint="chat", model=model(), force_usage=True)
     assert prepared.body["stream_options"] == {"include_usage": True} and not prepared.usage_requested
-    asked = prepare(chat(stream=True, stream_options={"include_usage": True}), endpoint="chat", model=model(),
-                    force_usage=True)
+    asked = prepare(
+        chat(stream=True, stream_options={"include_usage": True}), endpoint="chat", model=model(), force_usage=True
+    )
     assert asked.usage_requested

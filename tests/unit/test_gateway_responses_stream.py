@@ -21,8 +21,10 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dic
     return {"choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}
 
 
-USAGE = {"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 6,
-                                  "prompt_tokens_details": {"cached_tokens": 8}}}
+USAGE = {
+    "choices": [],
+    "usage": {"prompt_tokens": 20, "completion_tokens": 6, "prompt_tokens_details": {"cached_tokens": 8}},
+}
 
 
 def run(chunks: list[dict[str, Any]], *, done: bool = True) -> tuple[list[tuple[str | None, Any]], dict[str, Any]]:
@@ -53,17 +55,29 @@ def strip(events: list[tuple[str | None, Any]]) -> list[dict[str, Any]]:
 
 def test_golden_stream_of_text_then_a_fragmented_function_call() -> None:
     """Text arrives as output_text deltas, the call as argument deltas; each item closes before the next opens."""
-    events, final = run([
-        chunk({"role": "assistant", "content": "Let me "}),
-        chunk({"reasoning": "not an item"}),
-        chunk({"content": "check."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                               "function": {"name": "get_weather", "arguments": ""}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
-        chunk(finish="tool_calls"),
-        USAGE,
-    ])
+    events, final = run(
+        [
+            chunk({"role": "assistant", "content": "Let me "}),
+            chunk({"reasoning": "not an item"}),
+            chunk({"content": "check."}),
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+            chunk(finish="tool_calls"),
+            USAGE,
+        ]
+    )
     part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
     done_part = {**part, "text": "Let me check."}
     message = {"id": "msg_1", "type": "message", "role": "assistant"}
@@ -71,30 +85,72 @@ def test_golden_stream_of_text_then_a_fragmented_function_call() -> None:
     assert strip(events) == [
         {"type": "response.created", "response": "in_progress"},
         {"type": "response.in_progress", "response": "in_progress"},
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {**message, "status": "in_progress", "content": []}},
-        {"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-         "part": part},
-        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-         "delta": "Let me ", "logprobs": []},
-        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-         "delta": "check.", "logprobs": []},
-        {"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-         "text": "Let me check.", "logprobs": []},
-        {"type": "response.content_part.done", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-         "part": done_part},
-        {"type": "response.output_item.done", "output_index": 0,
-         "item": {**message, "status": "completed", "content": [done_part]}},
-        {"type": "response.output_item.added", "output_index": 1,
-         "item": {**call, "status": "in_progress", "arguments": ""}},
-        {"type": "response.function_call_arguments.delta", "item_id": "fc_2", "output_index": 1,
-         "delta": '{"city": '},
-        {"type": "response.function_call_arguments.delta", "item_id": "fc_2", "output_index": 1,
-         "delta": '"Paris"}'},
-        {"type": "response.function_call_arguments.done", "item_id": "fc_2", "output_index": 1,
-         "arguments": '{"city": "Paris"}'},
-        {"type": "response.output_item.done", "output_index": 1,
-         "item": {**call, "status": "completed", "arguments": '{"city": "Paris"}'}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**message, "status": "in_progress", "content": []},
+        },
+        {
+            "type": "response.content_part.added",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "part": part,
+        },
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "Let me ",
+            "logprobs": [],
+        },
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "check.",
+            "logprobs": [],
+        },
+        {
+            "type": "response.output_text.done",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "text": "Let me check.",
+            "logprobs": [],
+        },
+        {
+            "type": "response.content_part.done",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "part": done_part,
+        },
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {**message, "status": "completed", "content": [done_part]},
+        },
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {**call, "status": "in_progress", "arguments": ""},
+        },
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_2", "output_index": 1, "delta": '{"city": '},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_2", "output_index": 1, "delta": '"Paris"}'},
+        {
+            "type": "response.function_call_arguments.done",
+            "item_id": "fc_2",
+            "output_index": 1,
+            "arguments": '{"city": "Paris"}',
+        },
+        {
+            "type": "response.output_item.done",
+            "output_index": 1,
+            "item": {**call, "status": "completed", "arguments": '{"city": "Paris"}'},
+        },
         {"type": "response.completed", "response": "completed"},
     ]
     assert final == events[-1][1]["response"]
@@ -120,8 +176,21 @@ def test_a_broken_stream_ends_failed() -> None:
 
 def test_whole_calls_in_one_delta_become_separate_items() -> None:
     """Two calls in one delta (as mlx_lm sends them) are two function_call items; a missing call id is made."""
-    _, final = run([chunk({"tool_calls": [
-        {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}},
-        {"index": 1, "function": {"name": "g", "arguments": '{"x": 1}'}}]}, finish="tool_calls"), USAGE])
+    _, final = run(
+        [
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}},
+                        {"index": 1, "function": {"name": "g", "arguments": '{"x": 1}'}},
+                    ]
+                },
+                finish="tool_calls",
+            ),
+            USAGE,
+        ]
+    )
     assert [(item["call_id"], item["name"], item["arguments"]) for item in final["output"]] == [
-        ("a", "f", "{}"), ("call_3", "g", '{"x": 1}')]
+        ("a", "f", "{}"),
+        ("call_3", "g", '{"x": 1}'),
+    ]

@@ -13,16 +13,19 @@ def test_allowed_hosts_are_the_loopback_names_with_the_port() -> None:
     assert "localhost" in allowed_hosts(80)
 
 
-@pytest.mark.parametrize(("origin", "ok"), [
-    ("http://localhost:3000", True),
-    ("https://127.0.0.1", True),
-    ("http://[::1]:5173", True),
-    ("http://localhost.evil.example", False),
-    ("http://evil.example", False),
-    ("null", False),
-    ("file://", False),
-    ("http://127.0.0.1:99999", False),
-])
+@pytest.mark.parametrize(
+    ("origin", "ok"),
+    [
+        ("http://localhost:3000", True),
+        ("https://127.0.0.1", True),
+        ("http://[::1]:5173", True),
+        ("http://localhost.evil.example", False),
+        ("http://evil.example", False),
+        ("null", False),
+        ("file://", False),
+        ("http://127.0.0.1:99999", False),
+    ],
+)
 def test_loopback_origins(origin: str, ok: bool) -> None:
     """Pages served from loopback may call the gateway; any other origin, or a malformed one, may not."""
     assert loopback_origin(origin) is ok

@@ -37,8 +37,9 @@ def test_header_hash_covers_only_the_header(tmp_path: Path) -> None:
     assert safetensors_header_sha256(path) == hashlib.sha256(raw).hexdigest()
 
 
-@pytest.mark.parametrize("content", [b"", b"\x01\x02", struct.pack("<Q", 10) + b"{}", struct.pack("<Q", 2) + b"[]",
-                                     struct.pack("<Q", 2**40)])
+@pytest.mark.parametrize(
+    "content", [b"", b"\x01\x02", struct.pack("<Q", 10) + b"{}", struct.pack("<Q", 2) + b"[]", struct.pack("<Q", 2**40)]
+)
 def test_corrupt_safetensors_is_model_invalid(tmp_path: Path, content: bytes) -> None:
     """Truncated, non-object or absurd headers are refused as model_invalid."""
     path = tmp_path / "w.safetensors"

@@ -16,8 +16,7 @@ from mlx_agent.runtime.m5_prefill import KernelLinear, adapt_model, emulate, lay
 nn: Any = _nn
 
 
-def quantized(n: int, k: int, *, seed: int = 0, dtype: Any = mx.float16, bits: int = 4,
-              group_size: int = 64) -> Any:
+def quantized(n: int, k: int, *, seed: int = 0, dtype: Any = mx.float16, bits: int = 4, group_size: int = 64) -> Any:
     """Return a QuantizedLinear of random weights (n outputs, k inputs) with scales of ``dtype``."""
     mx.random.seed(seed)
     layer = nn.Linear(k, n, bias=False)
@@ -28,14 +27,30 @@ def quantized(n: int, k: int, *, seed: int = 0, dtype: Any = mx.float16, bits: i
     return q
 
 
-def qwen2_model(*, hidden: int = 128, intermediate: int = 256, model_type: str = "qwen2", dtype: Any = mx.float16,
-                group_size: int = 64) -> Any:
+def qwen2_model(
+    *,
+    hidden: int = 128,
+    intermediate: int = 256,
+    model_type: str = "qwen2",
+    dtype: Any = mx.float16,
+    group_size: int = 64,
+) -> Any:
     """Return a two-layer Qwen2 model quantized to 4 bits, as mlx_lm loads a Q4 checkpoint."""
     model_args: Any = qwen2.ModelArgs
-    args = model_args.from_dict({
-        "model_type": model_type, "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": 256,
-        "rope_theta": 10000.0, "tie_word_embeddings": False})
+    args = model_args.from_dict(
+        {
+            "model_type": model_type,
+            "hidden_size": hidden,
+            "intermediate_size": intermediate,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": 256,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+        }
+    )
     mx.random.seed(1)
     model = qwen2.Model(args)
     nn.quantize(model, group_size=group_size, bits=4)
@@ -56,7 +71,11 @@ def test_the_source_splits_into_header_and_body_with_the_python_tiling() -> None
     header, body = m5_prefill.kernel_source()
     constants = dict(re.findall(r"constexpr int (\w+) = (\d+);", header))
     assert {k: int(v) for k, v in constants.items() if k in ("BM", "BN", "BK", "THREADS")} == {
-        "BM": m5_prefill.BM, "BN": m5_prefill.BN, "BK": m5_prefill.BK, "THREADS": m5_prefill.THREADS}
+        "BM": m5_prefill.BM,
+        "BN": m5_prefill.BN,
+        "BK": m5_prefill.BK,
+        "THREADS": m5_prefill.THREADS,
+    }
     assert "simdgroup_multiply_accumulate" in body and "x_shape[0]" in body and "y[" in body
 
 
@@ -87,18 +106,23 @@ def test_emulated_tail_rows_see_zeros() -> None:
     """Rows past the last full tile are padded with zeros, so they do not change the rows before them."""
     layer = quantized(64, 128)
     x = mx.random.normal((40, 128)).astype(mx.float16)
-    assert mx.array_equal(emulate(x, layer.weight, layer.scales, layer.biases)[:32],
-                          emulate(x[:32], layer.weight, layer.scales, layer.biases)).item()
+    assert mx.array_equal(
+        emulate(x, layer.weight, layer.scales, layer.biases)[:32],
+        emulate(x[:32], layer.weight, layer.scales, layer.biases),
+    ).item()
 
 
-@pytest.mark.parametrize(("layer", "reason"), [
-    (lambda: nn.Linear(128, 64, bias=False), "not a QuantizedLinear"),
-    (lambda: quantized(64, 128, bits=8), "8-bit"),
-    (lambda: quantized(64, 128, group_size=32), "groups of 32"),
-    (lambda: quantized(96, 128, group_size=32), "not divisible by 64"),
-    (lambda: quantized(64, 128, dtype=mx.float32), "not float16"),
-    (lambda: nn.QuantizedLinear(128, 64, bias=True, group_size=64, bits=4), "bias"),
-])
+@pytest.mark.parametrize(
+    ("layer", "reason"),
+    [
+        (lambda: nn.Linear(128, 64, bias=False), "not a QuantizedLinear"),
+        (lambda: quantized(64, 128, bits=8), "8-bit"),
+        (lambda: quantized(64, 128, group_size=32), "groups of 32"),
+        (lambda: quantized(96, 128, group_size=32), "not divisible by 64"),
+        (lambda: quantized(64, 128, dtype=mx.float32), "not float16"),
+        (lambda: nn.QuantizedLinear(128, 64, bias=True, group_size=64, bits=4), "bias"),
+    ],
+)
 def test_each_layer_rule(layer: Any, reason: str) -> None:
     """A layer that is not 4-bit affine, group 64, fp16, bias-free and a multiple of 64 keeps native MLX."""
     reasons = layer_reasons(layer())
@@ -176,11 +200,14 @@ def test_a_prefill_through_the_adapted_model_matches_native() -> None:
     assert kernel.calls == []
 
 
-@pytest.mark.parametrize(("build", "reason"), [
-    (lambda: qwen2_model(model_type="llama"), "model_type 'llama'"),
-    (lambda: qwen2_model(intermediate=160, group_size=32), "groups of 32"),
-    (lambda: qwen2_model(dtype=mx.float32), "not float16"),
-])
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        (lambda: qwen2_model(model_type="llama"), "model_type 'llama'"),
+        (lambda: qwen2_model(intermediate=160, group_size=32), "groups of 32"),
+        (lambda: qwen2_model(dtype=mx.float32), "not float16"),
+    ],
+)
 def test_models_that_do_not_fit_adapt_nothing(build: Any, reason: str) -> None:
     """Another architecture, quantization or activation type leaves every layer native, with the reason."""
     model = build()

@@ -19,8 +19,10 @@ from mlx_agent.runtime.lookup_serving import _fetch, native_reasons
 from mlx_agent.runtime.prompt_lookup import LookupDecoder, NgramIndex, plain_kv_cache
 from mlx_agent.runtime.request_options import RequestOptions
 
-CODE = ("def fibonacci(n: int) -> int:\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
-        "    return a\n\nclass Stack:\n    def push(self, item: int) -> None:\n        self.items.append(item)\n")
+CODE = (
+    "def fibonacci(n: int) -> int:\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+    "    return a\n\nclass Stack:\n    def push(self, item: int) -> None:\n        self.items.append(item)\n"
+)
 PROMPTS = {
     "code_edit": f"Rewrite this code:\n{CODE}\nHere it is:\n{CODE[:60]}",
     "chat": "Could you explain why the sky looks blue during the day but red at sunset?",
@@ -94,8 +96,7 @@ def test_decoder_accepts_drafts_on_repetitive_text(loaded: tuple[Any, Any]) -> N
 
 
 @pytest.mark.parametrize("stop_after", [1, 5, 17, 40])
-def test_closing_early_leaves_the_cache_holding_exactly_the_sequence(loaded: tuple[Any, Any],
-                                                                     stop_after: int) -> None:
+def test_closing_early_leaves_the_cache_holding_exactly_the_sequence(loaded: tuple[Any, Any], stop_after: int) -> None:
     """After a stop the cache holds ``sequence[:in_cache]``: continuing from it gives the greedy continuation."""
     model, tokenizer = loaded
     prompt = tokenizer.encode(PROMPTS["code_edit"])
@@ -142,12 +143,19 @@ def test_fetch_trims_an_exact_hit_so_one_prompt_token_is_left(loaded: tuple[Any,
 def args(**changes: Any) -> Any:
     """Return mlx_lm-like generation arguments of a plain greedy request, with ``changes``."""
     sampling = SimpleNamespace(temperature=changes.pop("temperature", 0.0))
-    logits = SimpleNamespace(logit_bias=changes.pop("logit_bias", None),
-                             repetition_penalty=changes.pop("repetition_penalty", 0.0),
-                             presence_penalty=changes.pop("presence_penalty", 0.0),
-                             frequency_penalty=changes.pop("frequency_penalty", 0.0))
-    return SimpleNamespace(sampling=sampling, logits=logits, seed=changes.pop("seed", None),
-                           logprobs=changes.pop("logprobs", False), top_logprobs=changes.pop("top_logprobs", -1))
+    logits = SimpleNamespace(
+        logit_bias=changes.pop("logit_bias", None),
+        repetition_penalty=changes.pop("repetition_penalty", 0.0),
+        presence_penalty=changes.pop("presence_penalty", 0.0),
+        frequency_penalty=changes.pop("frequency_penalty", 0.0),
+    )
+    return SimpleNamespace(
+        sampling=sampling,
+        logits=logits,
+        seed=changes.pop("seed", None),
+        logprobs=changes.pop("logprobs", False),
+        top_logprobs=changes.pop("top_logprobs", -1),
+    )
 
 
 def test_a_plain_greedy_request_takes_lookup() -> None:
@@ -155,16 +163,19 @@ def test_a_plain_greedy_request_takes_lookup() -> None:
     assert native_reasons(args(), has_draft_model=False, has_adapter=False, kv_bits=None) == []
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    ({"temperature": 0.7}, "sampling"),
-    ({"logit_bias": {5: 1.0}}, "logit_bias"),
-    ({"repetition_penalty": 1.1}, "repetition_penalty"),
-    ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"frequency_penalty": -0.5}, "frequency_penalty"),
-    ({"seed": 3}, "seed"),
-    ({"logprobs": True}, "logprobs"),
-    ({"top_logprobs": 2}, "logprobs"),
-])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"temperature": 0.7}, "sampling"),
+        ({"logit_bias": {5: 1.0}}, "logit_bias"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"frequency_penalty": -0.5}, "frequency_penalty"),
+        ({"seed": 3}, "seed"),
+        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 2}, "logprobs"),
+    ],
+)
 def test_each_request_feature_keeps_native_generation(change: dict[str, Any], reason: str) -> None:
     """Sampling, bias, each penalty, a seed and logprobs keep the request on mlx_lm's own path."""
     reasons = native_reasons(args(**change), has_draft_model=False, has_adapter=False, kv_bits=None)
@@ -174,7 +185,10 @@ def test_each_request_feature_keeps_native_generation(change: dict[str, Any], re
 def test_server_features_keep_native_generation() -> None:
     """A draft model, an adapter or a quantized KV cache keep every request native."""
     assert native_reasons(args(), has_draft_model=True, has_adapter=True, kv_bits=4) == [
-        "a draft model", "an adapter", "a quantized KV cache"]
+        "a draft model",
+        "an adapter",
+        "a quantized KV cache",
+    ]
 
 
 def test_a_reply_watcher_rules_lookup_out() -> None:

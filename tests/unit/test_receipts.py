@@ -12,8 +12,15 @@ import pytest
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
 from mlx_agent.supervise.receipts import read_receipt, receipt_files, write_receipt
 
-RECEIPT: Any = {"format_version": "2.0", "kind": "serve", "port": 8080, "pid": 1, "pgid": 1,
-           "create_time": 1.5, "argv": ["x"]}
+RECEIPT: Any = {
+    "format_version": "2.0",
+    "kind": "serve",
+    "port": 8080,
+    "pid": 1,
+    "pgid": 1,
+    "create_time": 1.5,
+    "argv": ["x"],
+}
 
 
 def test_receipt_is_private_and_leaves_no_temp_file(tmp_path: Path) -> None:
@@ -30,8 +37,7 @@ def test_missing_receipt_is_receipt_not_found(tmp_path: Path) -> None:
         read_receipt(tmp_path / "1.json")
 
 
-@pytest.mark.parametrize("content", ["{not json", "[]", json.dumps({"port": 1}),
-                                     json.dumps({**RECEIPT, "pid": "12"})])
+@pytest.mark.parametrize("content", ["{not json", "[]", json.dumps({"port": 1}), json.dumps({**RECEIPT, "pid": "12"})])
 def test_corrupt_receipt_is_receipt_corrupt(tmp_path: Path, content: str) -> None:
     """Unparsable, incomplete or ill-typed receipts are receipt_corrupt."""
     path = tmp_path / "8080.json"

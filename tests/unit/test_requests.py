@@ -32,6 +32,7 @@ def test_a_value_no_field_declares_is_refused() -> None:
 def test_a_field_must_be_named_as_its_flag() -> None:
     """Declaring an option under another name than its flag's fails when the record class is made."""
     with pytest.raises(TypeError, match="--max-tokens"):
+
         class Renamed(Record):
             limit: int = option("--max-tokens", "int", "A reply limit.")
 

@@ -56,8 +56,9 @@ def test_a_closed_connection_is_gone(pair: tuple[socket.socket, socket.socket]) 
     assert client_gone(server_side)
 
 
-def stream_of(items: list[Any], connection: socket.socket | None = None, alive: bool = True,
-              cut: str | None = None) -> tuple[ReplyStream, Context]:
+def stream_of(
+    items: list[Any], connection: socket.socket | None = None, alive: bool = True, cut: str | None = None
+) -> tuple[ReplyStream, Context]:
     """Return a stream over a queue holding ``items``."""
     queue: Queue[Any] = Queue()
     for item in items:
@@ -88,8 +89,9 @@ def test_a_dead_generation_thread_is_503() -> None:
     assert failed.value.status == 503
 
 
-def test_a_client_that_left_stops_the_reply(pair: tuple[socket.socket, socket.socket],
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_a_client_that_left_stops_the_reply(
+    pair: tuple[socket.socket, socket.socket], caplog: pytest.LogCaptureFixture
+) -> None:
     """Once the client has closed its socket, the context is stopped and the log says so, once."""
     server_side, client_side = pair
     client_side.close()
@@ -97,7 +99,8 @@ def test_a_client_that_left_stops_the_reply(pair: tuple[socket.socket, socket.so
     with caplog.at_level(logging.INFO), pytest.raises(ClientGone):
         list(stream)
     assert context.stopped
-    assert "the client went away from r1 after 1 tokens; generation stopped (0 more tokens after the stop)" \
-        in caplog.text
+    assert (
+        "the client went away from r1 after 1 tokens; generation stopped (0 more tokens after the stop)" in caplog.text
+    )
     stream.abandon("again")
     assert caplog.text.count("went away") == 1

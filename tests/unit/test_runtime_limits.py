@@ -24,8 +24,9 @@ def piece(token: int) -> str:
 
 def test_our_flags_are_taken_out_and_the_rest_left_for_mlx_lm() -> None:
     """The limit flags become the defaults; every other argument goes on to mlx_lm in order."""
-    limits, rest = split_server_flags(["--model", "m", "--hedge-limit", "4", "--limit-answers", "--port", "1",
-                                       "--reasoning-budget=9"])
+    limits, rest = split_server_flags(
+        ["--model", "m", "--hedge-limit", "4", "--limit-answers", "--port", "1", "--reasoning-budget=9"]
+    )
     assert limits == Limits(reasoning_budget=9, hedge_limit=4, repeat_limit=3, limit_answers=True)
     assert rest == ["--model", "m", "--port", "1"]
 
@@ -53,8 +54,9 @@ def test_request_fields_win_over_the_server_defaults() -> None:
     assert limits_from_body(body, defaults) == Limits(0, 5, 3, True)
 
 
-@pytest.mark.parametrize("field,value", [("reasoning_budget", -1), ("hedge_limit", True), ("repeat_limit", 2.0),
-                                         ("limit_answers", 1)])
+@pytest.mark.parametrize(
+    "field,value", [("reasoning_budget", -1), ("hedge_limit", True), ("repeat_limit", 2.0), ("limit_answers", 1)]
+)
 def test_a_bad_field_is_a_400_naming_it(field: str, value: object) -> None:
     """A limit of the wrong type or sign is refused with a 400 whose param names it."""
     with pytest.raises(HttpError) as refused:

@@ -28,10 +28,17 @@ def refused(**body: Any) -> HttpError:
 
 def test_system_messages_fold_in_order_at_the_front() -> None:
     """Every system or developer message joins the first one, in order; the rest keep their order."""
-    messages: list[dict[str, Any]] = [USER, {"role": "system", "content": "A"}, {"role": "assistant", "content": "x"},
-                {"role": "developer", "content": [{"type": "text", "text": "B"}]}]
-    assert fold_system_messages(messages) == [{"role": "system", "content": "A\n\nB"}, USER,
-                                              {"role": "assistant", "content": "x"}]
+    messages: list[dict[str, Any]] = [
+        USER,
+        {"role": "system", "content": "A"},
+        {"role": "assistant", "content": "x"},
+        {"role": "developer", "content": [{"type": "text", "text": "B"}]},
+    ]
+    assert fold_system_messages(messages) == [
+        {"role": "system", "content": "A\n\nB"},
+        USER,
+        {"role": "assistant", "content": "x"},
+    ]
 
 
 def test_one_leading_system_message_is_left_as_it_is() -> None:
@@ -49,9 +56,14 @@ def test_reasoning_effort_goes_to_the_template_unless_named_there() -> None:
 
 def test_template_switches_leave_the_kwargs_for_the_options() -> None:
     """add_generation_prompt and continue_final_message are the wrapper's; mlx_lm never sees them."""
-    body, options = prepare_body({"messages": [USER, {"role": "assistant", "content": "The"}],
-                                  "chat_template_kwargs": {"continue_final_message": True, "enable_thinking": False}},
-                                 SERVED, chat=True)
+    body, options = prepare_body(
+        {
+            "messages": [USER, {"role": "assistant", "content": "The"}],
+            "chat_template_kwargs": {"continue_final_message": True, "enable_thinking": False},
+        },
+        SERVED,
+        chat=True,
+    )
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert (options.add_generation_prompt, options.continue_final_message) == (False, True)
     assert prepare(chat_template_kwargs={"add_generation_prompt": False})[1].custom_template_call
@@ -68,9 +80,18 @@ def test_an_unknown_model_is_404_and_a_known_name_passes() -> None:
     assert prepare(model="/models/tiny")[0]["model"] == "/models/tiny"
 
 
-@pytest.mark.parametrize("field,value", [("adapters", "/a"), ("draft_model", "/d"), ("tools", {}),
-                                         ("tool_choice", "never"), ("response_format", "json"),
-                                         ("chat_template_kwargs", []), ("reasoning_effort", "")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("adapters", "/a"),
+        ("draft_model", "/d"),
+        ("tools", {}),
+        ("tool_choice", "never"),
+        ("response_format", "json"),
+        ("chat_template_kwargs", []),
+        ("reasoning_effort", ""),
+    ],
+)
 def test_a_bad_field_is_a_400_naming_it(field: str, value: Any) -> None:
     """Fields the wrapper reads are checked before mlx_lm sees the body."""
     error = refused(**{field: value})

@@ -139,7 +139,8 @@ def test_symlink_loop_is_runtime_symlink_loop(tiny_model: Path, tmp_path: Path) 
 
 
 def test_env_shebang_is_bound_to_the_interpreter_path_gave_at_preview(
-        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`#!/usr/bin/env python3` is resolved once, and the argv launches that interpreter explicitly."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -173,8 +174,7 @@ def test_configured_executable_is_bound(tiny_model: Path, tmp_path: Path, monkey
     assert isinstance(runtime, dict)
     assert (runtime["launcher"], runtime["executable_from"]) == ("native", "runtimes.json")
     exe.write_text(f"#!{sys.executable}\n# changed\n")
-    assert [c["field"] for c in plan_diff(first, plan(tiny_model, runtime="mlx-vlm"))] == [
-        "runtime.executable_sha256"]
+    assert [c["field"] for c in plan_diff(first, plan(tiny_model, runtime="mlx-vlm"))] == ["runtime.executable_sha256"]
     (tmp_path / "runtimes.json").write_text("{broken")
     with pytest.raises(RuntimeNotInstalled):
         plan(tiny_model, runtime="mlx-vlm")
@@ -190,7 +190,11 @@ def test_remapping_read_without_parsing_the_module_matches_a_full_parse(package:
     root = package_dir(package, None)
     assert root is not None
     tree = ast.parse((root / "utils.py").read_text())
-    full = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "MODEL_REMAPPING" for t in node.targets))
+    full = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "MODEL_REMAPPING" for t in node.targets)
+    )
     support = model_support(package, None)
     assert support is not None and support[1] == full

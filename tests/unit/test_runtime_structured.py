@@ -13,9 +13,16 @@ import pytest
 from mlx_agent.errors import HttpError
 from mlx_agent.runtime import structured
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
-                                           "tags": {"type": "array", "items": {"type": "string"}}},
-          "required": ["name", "n", "tags"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "n": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["name", "n", "tags"],
+    "additionalProperties": False,
+}
 
 
 @pytest.mark.parametrize("response_format", [None, {"type": "text"}])
@@ -30,10 +37,16 @@ def test_json_object_and_json_schema_compile() -> None:
     assert structured.grammar_for({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
 
 
-@pytest.mark.parametrize("response_format", [
-    "json", {"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": True}},
-    {"type": "json_schema", "json_schema": {"schema": {"type": "object", "not": {}}}},
-])
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        "json",
+        {"type": "xml"},
+        {"type": "json_schema"},
+        {"type": "json_schema", "json_schema": {"schema": True}},
+        {"type": "json_schema", "json_schema": {"schema": {"type": "object", "not": {}}}},
+    ],
+)
 def test_what_cannot_be_enforced_is_a_400(response_format: Any) -> None:
     """A format or schema that cannot be enforced is refused naming response_format."""
     with pytest.raises(HttpError) as refused:

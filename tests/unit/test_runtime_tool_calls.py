@@ -22,6 +22,7 @@ def test_parsed_calls_are_formatted_as_mlx_lm_does() -> None:
 
 def test_a_call_that_does_not_parse_is_kept_with_its_error() -> None:
     """Bad JSON, a parser that raises something else, or no parser at all: the text is kept."""
+
     def picky(text: str, tools: Any) -> Any:
         raise KeyError("name")
 

@@ -73,6 +73,7 @@ def test_a_cut_thinking_cannot_be_opened_again() -> None:
 
 def test_without_a_schema_the_history_is_read_only_at_checks() -> None:
     """An unconstrained watcher does not read the newest token each step (it would stall mlx_lm's pipeline)."""
+
     class History:
         """A history that counts how often its tokens are read."""
 
@@ -84,8 +85,7 @@ def test_without_a_schema_the_history_is_read_only_at_checks() -> None:
             self.reads += 1
             return mx.array(PROMPT + [WORD] * (self.shape[0] - len(PROMPT)))
 
-    watcher = ReplyWatcher(VOCAB, Limits(hedge_limit=3, repeat_limit=3, limit_answers=True), 64,
-                           thinking_open=False)
+    watcher = ReplyWatcher(VOCAB, Limits(hedge_limit=3, repeat_limit=3, limit_answers=True), 64, thinking_open=False)
     histories = [History(len(PROMPT) + n) for n in range(4 * CHECK_EVERY)]
     for history in histories:
         watcher(history, favourite(WORD))

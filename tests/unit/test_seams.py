@@ -44,6 +44,7 @@ def test_a_renamed_seam_fails_loudly(monkeypatch: pytest.MonkeyPatch, dotted: st
 
 def test_a_changed_signature_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     """If upstream reorders run's parameters, the entry refuses to start."""
+
     def run(port: int, host: str, model_provider: Any) -> None:
         raise AssertionError
 
@@ -54,6 +55,7 @@ def test_a_changed_signature_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_a_lost_dataclass_field_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     """If upstream's CompletionRequest loses a field we copy, the check names it."""
+
     class CompletionRequest:
         pass
 
@@ -95,8 +97,14 @@ def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) ->
             calls.append("load")
 
     class Generator:
-        def __init__(self, provider: Any, prompt_cache: Any, limits: Limits, lookup: Any = None,
-                     context_window: int | None = None) -> None:
+        def __init__(
+            self,
+            provider: Any,
+            prompt_cache: Any,
+            limits: Limits,
+            lookup: Any = None,
+            context_window: int | None = None,
+        ) -> None:
             calls.append(f"generator {limits.reasoning_budget} {context_window}")
 
     def run_http_server(host: str, port: int, response_generator: Any, handler_class: Any) -> None:
@@ -110,6 +118,7 @@ def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_front_flags_are_taken_out_before_mlx_lm_parses() -> None:
     """--mlx-agent-socket and --mlx-agent-context-window reach the worker's own settings, not mlx_lm's parser."""
-    listening, rest = mlx_lm_server.split_front_flags(["--model", "m", "--mlx-agent-socket", "/s/0-1.sock",
-                                                      "--mlx-agent-context-window", "4096"])
+    listening, rest = mlx_lm_server.split_front_flags(
+        ["--model", "m", "--mlx-agent-socket", "/s/0-1.sock", "--mlx-agent-context-window", "4096"]
+    )
     assert rest == ["--model", "m"] and listening == mlx_lm_server.Listening("/s/0-1.sock", 4096)

@@ -40,17 +40,42 @@ def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
     assert versions["mlx-lm"] and versions["mlx"]
     window = model["context_window"]
     assert window is not None
-    assert model["worker"]["argv"] == [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model",
-                                       str(tiny_model), "--max-tokens", "64", "--mlx-agent-socket", "{socket}",
-                                       "--mlx-agent-context-window", str(window)]
+    assert model["worker"]["argv"] == [
+        sys.executable,
+        "-m",
+        "mlx_agent.runtime",
+        "mlx_lm",
+        "--model",
+        str(tiny_model),
+        "--max-tokens",
+        "64",
+        "--mlx-agent-socket",
+        "{socket}",
+        "--mlx-agent-context-window",
+        str(window),
+    ]
     assert model["worker"]["transport"] == "unix" and model["name"] == tiny_model.name
     assert plan["argv"] == [sys.executable, "-m", "mlx_agent.gateway", "--config", plan["front"]["config_path"]]
     for env in (plan["env"], model["worker"]["env"]):
         assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     assert (plan["host"], plan["port"], plan["front"]["mode"]) == ("127.0.0.1", 18999, "eager")
     assert model["policy"] == {"idle_timeout": 0, "keep_loaded": True, "preload": True}
-    assert set(plan) == {"format_version", "operation", "supervisor", "host", "port", "base_url", "front", "models",
-                         "argv", "env", "cwd", "readiness", "ready_timeout", "preview_hash"}
+    assert set(plan) == {
+        "format_version",
+        "operation",
+        "supervisor",
+        "host",
+        "port",
+        "base_url",
+        "front",
+        "models",
+        "argv",
+        "env",
+        "cwd",
+        "readiness",
+        "ready_timeout",
+        "preview_hash",
+    }
 
 
 def test_default_port_comes_from_the_recipe(tiny_model: Path) -> None:
@@ -77,7 +102,8 @@ def test_touched_weight_file_changes_the_hash(model_copy: Path) -> None:
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     after = plan_for(model_copy)
     assert [c["field"] for c in plan_diff(before, after)] == [
-        f"models[{model_copy.name}].source.files[model.safetensors].mtime_ns"]
+        f"models[{model_copy.name}].source.files[model.safetensors].mtime_ns"
+    ]
 
 
 @pytest.mark.parametrize("port", [0, 70000, -1])

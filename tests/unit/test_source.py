@@ -74,8 +74,9 @@ def test_hf_cache_location_follows_hf_variables(monkeypatch: pytest.MonkeyPatch,
     assert hf_hub_cache() == tmp_path / "direct"
 
 
-def test_repo_source_binds_revision_and_blobs(monkeypatch: pytest.MonkeyPatch, tiny_model: Path,
-                                              tmp_path: Path) -> None:
+def test_repo_source_binds_revision_and_blobs(
+    monkeypatch: pytest.MonkeyPatch, tiny_model: Path, tmp_path: Path
+) -> None:
     """A cached repo binds its revision and each file's blob id and size."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
@@ -95,8 +96,9 @@ def test_repo_not_cached_is_model_not_local(monkeypatch: pytest.MonkeyPatch, tmp
         resolve_repo_source("org/absent")
 
 
-def test_incomplete_snapshot_is_model_not_local(monkeypatch: pytest.MonkeyPatch, tiny_model: Path,
-                                                tmp_path: Path) -> None:
+def test_incomplete_snapshot_is_model_not_local(
+    monkeypatch: pytest.MonkeyPatch, tiny_model: Path, tmp_path: Path
+) -> None:
     """A snapshot missing its weights is model_not_local."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     build_hf_cache_repo(tmp_path, "org/partial", tiny_model, complete=False)
@@ -104,8 +106,9 @@ def test_incomplete_snapshot_is_model_not_local(monkeypatch: pytest.MonkeyPatch,
         resolve_repo_source("org/partial")
 
 
-def test_dangling_blob_link_is_model_not_local(monkeypatch: pytest.MonkeyPatch, tiny_model: Path,
-                                               tmp_path: Path) -> None:
+def test_dangling_blob_link_is_model_not_local(
+    monkeypatch: pytest.MonkeyPatch, tiny_model: Path, tmp_path: Path
+) -> None:
     """A snapshot link whose blob is gone is model_not_local."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     snapshot = build_hf_cache_repo(tmp_path, "org/dangling", tiny_model)
@@ -114,8 +117,9 @@ def test_dangling_blob_link_is_model_not_local(monkeypatch: pytest.MonkeyPatch, 
         resolve_repo_source("org/dangling")
 
 
-def test_download_in_progress_is_model_not_local(monkeypatch: pytest.MonkeyPatch, tiny_model: Path,
-                                                 tmp_path: Path) -> None:
+def test_download_in_progress_is_model_not_local(
+    monkeypatch: pytest.MonkeyPatch, tiny_model: Path, tmp_path: Path
+) -> None:
     """A blob still being downloaded (a .incomplete file) keeps the repo from being served."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     snapshot = build_hf_cache_repo(tmp_path, "org/busy", tiny_model)

@@ -26,9 +26,22 @@ from tests.conftest import assert_valid
 from tests.fixtures.tiny_dataset import write_dataset
 from tests.fixtures.tiny_model import build_hf_cache_repo
 
-CUSTOM: dict[str, Any] = {"iters": 7, "batch_size": 3, "learning_rate": 3e-4, "num_layers": 1, "rank": 4,
-                          "scale": 10.5, "dropout": 0.05, "fine_tune_type": "dora", "max_seq_length": 512, "seed": 11,
-                          "steps_per_report": 2, "steps_per_eval": 5, "val_batches": 2, "save_every": 3}
+CUSTOM: dict[str, Any] = {
+    "iters": 7,
+    "batch_size": 3,
+    "learning_rate": 3e-4,
+    "num_layers": 1,
+    "rank": 4,
+    "scale": 10.5,
+    "dropout": 0.05,
+    "fine_tune_type": "dora",
+    "max_seq_length": 512,
+    "seed": 11,
+    "steps_per_report": 2,
+    "steps_per_eval": 5,
+    "val_batches": 2,
+    "save_every": 3,
+}
 
 
 @pytest.fixture
@@ -39,8 +52,14 @@ def data(tmp_path: Path) -> Path:
 
 def request(model: Path, data: Path, tmp_path: Path, **overrides: Any) -> TrainRequest:
     """Return a request for the tiny model with two layers adapted and receipts under tmp_path."""
-    fields: dict[str, Any] = {"path": str(model), "data": str(data), "adapter_path": str(tmp_path / "adapter"),
-                              "num_layers": 2, "receipts_dir": str(tmp_path / "receipts"), **overrides}
+    fields: dict[str, Any] = {
+        "path": str(model),
+        "data": str(data),
+        "adapter_path": str(tmp_path / "adapter"),
+        "num_layers": 2,
+        "receipts_dir": str(tmp_path / "receipts"),
+        **overrides,
+    }
     return TrainRequest(**fields)
 
 
@@ -67,8 +86,10 @@ def test_plan_binds_base_identity_and_dataset_sha256(tiny_model: Path, data: Pat
     for name, record in files.items():
         raw = (data / name).read_bytes()
         assert record["sha256"] == hashlib.sha256(raw).hexdigest() and record["size"] == len(raw)
-    assert files["train.jsonl"]["lines"] == 8 and plan["dataset"]["formats"] == {"train.jsonl": "text",
-                                                                                  "valid.jsonl": "text"}
+    assert files["train.jsonl"]["lines"] == 8 and plan["dataset"]["formats"] == {
+        "train.jsonl": "text",
+        "valid.jsonl": "text",
+    }
 
 
 def test_every_jsonl_file_is_bound(tiny_model: Path, tmp_path: Path) -> None:
@@ -125,9 +146,24 @@ def test_mlx_lm_reads_every_hyperparameter_from_argv_or_config(tiny_model: Path,
     assert all(lora.CONFIG_DEFAULTS[k] is None or k == "test_batches" for k in left_to_defaults), left_to_defaults
     hp = plan["hyperparameters"]
     assert args["lora_parameters"] == {"rank": hp["rank"], "scale": hp["scale"], "dropout": hp["dropout"]}
-    for key in ("fine_tune_type", "iters", "batch_size", "learning_rate", "num_layers", "max_seq_length", "seed",
-                "steps_per_report", "steps_per_eval", "val_batches", "save_every", "mask_prompt", "optimizer",
-                "grad_accumulation_steps", "grad_checkpoint", "lr_schedule"):
+    for key in (
+        "fine_tune_type",
+        "iters",
+        "batch_size",
+        "learning_rate",
+        "num_layers",
+        "max_seq_length",
+        "seed",
+        "steps_per_report",
+        "steps_per_eval",
+        "val_batches",
+        "save_every",
+        "mask_prompt",
+        "optimizer",
+        "grad_accumulation_steps",
+        "grad_checkpoint",
+        "lr_schedule",
+    ):
         assert args[key] == hp[key], key
     for key, value in CUSTOM.items():
         assert hp[key] == value, key
@@ -148,20 +184,23 @@ def test_mask_prompt_goes_to_the_config(tiny_model: Path, tmp_path: Path) -> Non
     assert plan["dataset"]["formats"]["train.jsonl"] == "chat"
 
 
-def test_paths_are_absolute_and_env_is_offline(tiny_model: Path, data: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paths_are_absolute_and_env_is_offline(
+    tiny_model: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Relative --data and --adapter-path become absolute, and the children run offline from /."""
     monkeypatch.chdir(tmp_path)
-    plan = plan_of(TrainRequest(path=str(tiny_model), data="data", adapter_path="out", num_layers=2,
-                                receipts_dir="receipts"))
+    plan = plan_of(
+        TrainRequest(path=str(tiny_model), data="data", adapter_path="out", num_layers=2, receipts_dir="receipts")
+    )
     assert plan["dataset"]["path"] == str(data) and plan["adapter_path"] == str(tmp_path / "out")
     assert plan["config_path"].startswith(str(tmp_path / "receipts" / "train") + os.sep)
     assert plan["env"]["HF_HUB_OFFLINE"] == "1" and plan["env"]["TRANSFORMERS_OFFLINE"] == "1"
     assert set(plan["trainer"]["versions"]) == {"mlx", "mlx-lm", "mlx-agent"}
 
 
-def test_repo_base_binds_the_cached_snapshot(tiny_model: Path, data: Path, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_repo_base_binds_the_cached_snapshot(
+    tiny_model: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--repo trains on the cached snapshot, bound by revision and blob ids."""
     snapshot = build_hf_cache_repo(tmp_path / "hf", "org/tiny", tiny_model)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
@@ -206,8 +245,9 @@ REFUSALS: list[tuple[str, dict[str, Any], type[MlxAgentError]]] = [
 
 
 @pytest.mark.parametrize(("name", "overrides", "error"), REFUSALS, ids=[r[0] for r in REFUSALS])
-def test_request_refusals(tiny_model: Path, data: Path, tmp_path: Path, name: str, overrides: dict[str, Any],
-                          error: type[MlxAgentError]) -> None:
+def test_request_refusals(
+    tiny_model: Path, data: Path, tmp_path: Path, name: str, overrides: dict[str, Any], error: type[MlxAgentError]
+) -> None:
     """Requests mlx_lm would fail on, or misread, are refused before anything runs."""
     with pytest.raises(error):
         build_training_plan(request(tiny_model, data, tmp_path, **overrides))
@@ -222,8 +262,11 @@ def test_missing_dataset_directory_is_not_found(tiny_model: Path, tmp_path: Path
 @pytest.mark.parametrize("layout", ["no_train", "no_valid", "bad_first_line", "unknown_keys", "valid_too_small"])
 def test_dataset_refusals(tiny_model: Path, tmp_path: Path, layout: str) -> None:
     """A dataset without train.jsonl, without valid.jsonl when validating, or with unusable records is refused."""
-    data = write_dataset(tmp_path / "data", train=0 if layout == "no_train" else 8,
-                         valid={"no_valid": 0, "valid_too_small": 2}.get(layout, 4))
+    data = write_dataset(
+        tmp_path / "data",
+        train=0 if layout == "no_train" else 8,
+        valid={"no_valid": 0, "valid_too_small": 2}.get(layout, 4),
+    )
     if layout == "bad_first_line":
         (data / "train.jsonl").write_text("not json\n" * 8)
     if layout == "unknown_keys":

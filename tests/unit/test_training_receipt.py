@@ -75,9 +75,16 @@ def completed(model_copy: Path, tmp_path: Path) -> dict[str, Any]:
         (adapter / name).write_bytes(content)
         files[name] = {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
     base = resolve_path_source(str(model_copy))[0]
-    return {"format_version": "1.0", "kind": "train", "id": "0" * 16, "state": "completed", "exit_code": 0,
-            "plan": {"base": base, "adapter_path": str(adapter)}, "base": base,
-            "adapter": {"path": str(adapter), "files": files}}
+    return {
+        "format_version": "1.0",
+        "kind": "train",
+        "id": "0" * 16,
+        "state": "completed",
+        "exit_code": 0,
+        "plan": {"base": base, "adapter_path": str(adapter)},
+        "base": base,
+        "adapter": {"path": str(adapter), "files": files},
+    }
 
 
 def write(path: Path, receipt: Any) -> Path:
@@ -93,13 +100,17 @@ def test_load_returns_receipt_and_the_sha256_of_its_bytes(completed: dict[str, A
     assert receipt == completed and digest == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize(("content", "error"), [
-    (None, ReceiptNotFound),
-    ("{not json", ReceiptCorrupt),
-    ('["a list"]', ReceiptCorrupt),
-    ('{"format_version": "1.0", "kind": "serve", "state": "x", "plan": {}}', ReceiptCorrupt),
-    ('{"format_version": "2.0", "kind": "train", "state": "completed", "plan": {}}', ReceiptVersionUnsupported),
-], ids=["missing", "not_json", "not_object", "serve_receipt", "newer_major"])
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (None, ReceiptNotFound),
+        ("{not json", ReceiptCorrupt),
+        ('["a list"]', ReceiptCorrupt),
+        ('{"format_version": "1.0", "kind": "serve", "state": "x", "plan": {}}', ReceiptCorrupt),
+        ('{"format_version": "2.0", "kind": "train", "state": "completed", "plan": {}}', ReceiptVersionUnsupported),
+    ],
+    ids=["missing", "not_json", "not_object", "serve_receipt", "newer_major"],
+)
 def test_load_refusals(tmp_path: Path, content: str | None, error: type[Exception]) -> None:
     """Missing, corrupt, foreign and newer-major receipts are refused with their own codes."""
     path = tmp_path / "r.json"
@@ -159,8 +170,9 @@ def test_check_refuses_a_base_that_is_gone(completed: dict[str, Any], model_copy
     assert info.value.details["cause"]["code"] == "config_missing"
 
 
-def test_relative_paths_in_older_receipts_resolve_from_the_cwd(completed: dict[str, Any], model_copy: Path,
-                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_paths_in_older_receipts_resolve_from_the_cwd(
+    completed: dict[str, Any], model_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Relative base and adapter paths resolve from the working directory and must still match by content."""
     older = copy.deepcopy(completed)
     older["base"]["path"] = os.path.relpath(model_copy, tmp_path)
@@ -173,8 +185,9 @@ def test_relative_paths_in_older_receipts_resolve_from_the_cwd(completed: dict[s
         check_training_receipt(older, tmp_path)
 
 
-def test_repo_base_is_rederived_from_the_cache(tiny_model: Path, tmp_path: Path, completed: dict[str, Any],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_repo_base_is_rederived_from_the_cache(
+    tiny_model: Path, tmp_path: Path, completed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A base from the HF cache is re-derived by repo; a moved refs/main is base_model_changed."""
     hf = tmp_path / "hf"
     build_hf_cache_repo(hf, "org/tiny", tiny_model)

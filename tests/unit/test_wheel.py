@@ -13,8 +13,23 @@ from tests.conftest import REPO_ROOT
 
 def test_the_wheel_ships_recipes_schemas_and_kernels(tmp_path: Path) -> None:
     """A wheel built from the checkout lists every recipe, schema and kernel file inside mlx_agent/."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(REPO_ROOT)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO_ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     [wheel] = tmp_path.glob("mlx_agent-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder in ("recipes", "schemas"):

@@ -66,8 +66,14 @@ class AnthropicApi:
         usage = doc.get("usage")
         count = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
         if not isinstance(count, int) or isinstance(count, bool):
-            return _error(RequestRefused(502, "the model worker did not report the prompt's tokens",
-                                         code="worker_failed", type_="server_error"))
+            return _error(
+                RequestRefused(
+                    502,
+                    "the model worker did not report the prompt's tokens",
+                    code="worker_failed",
+                    type_="server_error",
+                )
+            )
         return json_response({"input_tokens": count})
 
 
@@ -79,8 +85,13 @@ def _error(refusal: RequestRefused) -> web.Response:
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give every error answered on the Messages paths (the front door's too) Anthropic's shape."""
     response = await handler(request)
-    if (not request.path.startswith(MESSAGES_PATH) or response.status < 400 or not isinstance(response, web.Response)
-            or response.content_type != "application/json" or not isinstance(response.body, bytes)):
+    if (
+        not request.path.startswith(MESSAGES_PATH)
+        or response.status < 400
+        or not isinstance(response, web.Response)
+        or response.content_type != "application/json"
+        or not isinstance(response.body, bytes)
+    ):
         return response
     try:
         doc: Any = json.loads(response.body)

@@ -24,9 +24,16 @@ from aiohttp import web
 
 from mlx_agent.gateway.http_errors import json_response
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
-               429: "rate_limit_error", 529: "overloaded_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 IdMaker = Callable[[str], str]
 
 
@@ -48,8 +55,12 @@ def usage_of(usage: object) -> dict[str, int]:
     prompt = _count(doc.get("prompt_tokens"))
     details = doc.get("prompt_tokens_details")
     cached = min(_count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0, prompt)
-    return {"input_tokens": prompt - cached, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached,
-            "output_tokens": _count(doc.get("completion_tokens"))}
+    return {
+        "input_tokens": prompt - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+        "output_tokens": _count(doc.get("completion_tokens")),
+    }
 
 
 def _count(value: object) -> int:
@@ -89,11 +100,17 @@ def message_from_chat(doc: Mapping[str, Any], model: str, make_id: IdMaker = new
             content.append({"type": "text", "text": json.dumps(function, ensure_ascii=False)})
             continue
         used_tools = True
-        content.append({"type": "tool_use", "id": call.get("id") or make_id("toolu"), "name": name,
-                        "input": arguments})
-    return {"id": make_id("msg"), "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason(choice.get("finish_reason"), used_tools), "stop_sequence": None,
-            "usage": usage_of(doc.get("usage"))}
+        content.append({"type": "tool_use", "id": call.get("id") or make_id("toolu"), "name": name, "input": arguments})
+    return {
+        "id": make_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason(choice.get("finish_reason"), used_tools),
+        "stop_sequence": None,
+        "usage": usage_of(doc.get("usage")),
+    }
 
 
 def error_type(status: int) -> str:
@@ -113,7 +130,8 @@ def anthropic_error(status: int, openai_error: Mapping[str, Any]) -> dict[str, A
     return {"type": "error", "error": {"type": error_type(status), "message": message, **details}}
 
 
-def anthropic_error_response(status: int, openai_error: Mapping[str, Any],
-                             headers: Mapping[str, str] | None = None) -> web.Response:
+def anthropic_error_response(
+    status: int, openai_error: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> web.Response:
     """Return an HTTP error response with an Anthropic error body."""
     return json_response(anthropic_error(status, openai_error), status=status, headers=headers)

@@ -32,11 +32,28 @@ from typing import Any, TypeGuard
 
 from mlx_agent.errors import RequestRefused
 
-MESSAGE_FIELDS = frozenset({"model", "max_tokens", "messages", "system", "stream", "temperature", "top_p", "top_k",
-                            "stop_sequences", "tools", "tool_choice", "metadata", "thinking", "cache_control"})
+MESSAGE_FIELDS = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "thinking",
+        "cache_control",
+    }
+)
 COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "cache_control"})
-TOOL_FIELDS = frozenset({"name", "description", "input_schema", "type", "cache_control", "eager_input_streaming",
-                         "strict"})
+TOOL_FIELDS = frozenset(
+    {"name", "description", "input_schema", "type", "cache_control", "eager_input_streaming", "strict"}
+)
 BLOCK_JOIN = "\n\n"
 
 
@@ -55,8 +72,9 @@ def to_chat(body: object, *, counting: bool = False) -> dict[str, Any]:
     allowed = COUNT_FIELDS if counting else MESSAGE_FIELDS
     for name in sorted(body):
         if name not in allowed and body[name] is not None:
-            raise refuse(f"'{name}' is not supported: the local runtime cannot honour it", name,
-                         "unsupported_parameter")
+            raise refuse(
+                f"'{name}' is not supported: the local runtime cannot honour it", name, "unsupported_parameter"
+            )
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise refuse("'model' is required and must be a string", "model")
@@ -87,8 +105,9 @@ def to_chat(body: object, *, counting: bool = False) -> dict[str, Any]:
     last = messages[-1]
     if isinstance(last, Mapping) and last.get("role") == "assistant":
         if chat[-1].get("tool_calls"):
-            raise refuse("the last message is an assistant tool_use: send its tool_result in a user message",
-                         "messages")
+            raise refuse(
+                "the last message is an assistant tool_use: send its tool_result in a user message", "messages"
+            )
         template_kwargs["continue_final_message"] = True
         template_kwargs["add_generation_prompt"] = False
     if template_kwargs:
@@ -136,8 +155,11 @@ def _thinking(thinking: object, out: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(thinking, Mapping):
         raise refuse("'thinking' must be an object", "thinking", "invalid_type")
     if thinking.get("display") not in (None, "summarized"):
-        raise refuse("thinking.display 'omitted' is not supported: local thinking is returned as written",
-                      "thinking.display", "unsupported_parameter")
+        raise refuse(
+            "thinking.display 'omitted' is not supported: local thinking is returned as written",
+            "thinking.display",
+            "unsupported_parameter",
+        )
     kind = thinking.get("type")
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
@@ -149,8 +171,11 @@ def _thinking(thinking: object, out: dict[str, Any]) -> dict[str, Any]:
         return {"enable_thinking": False}
     if kind == "adaptive":
         return {}
-    raise refuse(f"thinking type {kind!r} is not supported; use enabled, disabled or adaptive", "thinking.type",
-                 "unsupported_parameter")
+    raise refuse(
+        f"thinking type {kind!r} is not supported; use enabled, disabled or adaptive",
+        "thinking.type",
+        "unsupported_parameter",
+    )
 
 
 def _system_text(system: object) -> str:
@@ -181,8 +206,9 @@ def _message(message: object, index: int) -> list[dict[str, Any]]:
         raise refuse("a message's content must be a string or a list of blocks", f"{param}.content", "invalid_type")
     for block_index, block in enumerate(content):
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
-            raise refuse("each content block must be an object with a type", f"{param}.content.{block_index}",
-                         "invalid_type")
+            raise refuse(
+                "each content block must be an object with a type", f"{param}.content.{block_index}", "invalid_type"
+            )
     if role == "user":
         return _user_blocks(content, param)
     return [_assistant_blocks(content, param)]
@@ -190,8 +216,7 @@ def _message(message: object, index: int) -> list[dict[str, Any]]:
 
 def _unsupported_block(kind: str, param: str) -> RequestRefused:
     if kind in ("image", "document", "search_result", "container_upload"):
-        return refuse(f"{kind} content is not supported: the local model reads text only", param,
-                      "unsupported_content")
+        return refuse(f"{kind} content is not supported: the local model reads text only", param, "unsupported_content")
     return refuse(f"content blocks of type '{kind}' are not supported here", param, "unsupported_content")
 
 
@@ -214,8 +239,9 @@ def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, 
             tool_use_id = block.get("tool_use_id")
             if not isinstance(tool_use_id, str) or not tool_use_id:
                 raise refuse("a tool_result needs its tool_use_id", f"{where}.tool_use_id")
-            out.append({"role": "tool", "tool_call_id": tool_use_id,
-                        "content": _tool_result_text(block.get("content"), where)})
+            out.append(
+                {"role": "tool", "tool_call_id": tool_use_id, "content": _tool_result_text(block.get("content"), where)}
+            )
         else:
             raise _unsupported_block(kind, where)
     flush()
@@ -234,8 +260,13 @@ def _assistant_blocks(blocks: list[Mapping[str, Any]], param: str) -> dict[str, 
             call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
             if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, Mapping):
                 raise refuse("a tool_use block needs a string id and name and an object input", where)
-            calls.append({"id": call_id, "type": "function",
-                          "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}})
+            calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+                }
+            )
         elif kind in ("thinking", "redacted_thinking"):
             continue
         else:
@@ -257,8 +288,7 @@ def _tool_result_text(content: object, where: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list):
-        raise refuse("a tool_result's content must be a string or a list of blocks", f"{where}.content",
-                     "invalid_type")
+        raise refuse("a tool_result's content must be a string or a list of blocks", f"{where}.content", "invalid_type")
     texts = []
     for index, block in enumerate(content):
         inner = f"{where}.content.{index}"
@@ -283,15 +313,20 @@ def _tools(tools: object, tool_choice: object) -> list[dict[str, Any]]:
             raise refuse("each tool must be an object", where, "invalid_type")
         kind = tool.get("type")
         if kind not in (None, "custom"):
-            raise refuse(f"tool type {kind!r} is not supported: only custom tools (name, description, "
-                         "input_schema) run locally", f"{where}.type", "unsupported_tool")
+            raise refuse(
+                f"tool type {kind!r} is not supported: only custom tools (name, description, input_schema) run locally",
+                f"{where}.type",
+                "unsupported_tool",
+            )
         for name in sorted(tool):
             if name not in TOOL_FIELDS and tool[name] not in (None, False, [], {}):
-                raise refuse(f"the tool field '{name}' is not supported here", f"{where}.{name}",
-                             "unsupported_tool")
+                raise refuse(f"the tool field '{name}' is not supported here", f"{where}.{name}", "unsupported_tool")
         if tool.get("strict"):
-            raise refuse("strict tools are not supported: the runtime does not enforce tool schemas",
-                         f"{where}.strict", "unsupported_tool")
+            raise refuse(
+                "strict tools are not supported: the runtime does not enforce tool schemas",
+                f"{where}.strict",
+                "unsupported_tool",
+            )
         name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
         if not isinstance(name, str) or not name:
             raise refuse("a tool needs a name", f"{where}.name")
@@ -310,13 +345,18 @@ def _tool_choice(tool_choice: object) -> str:
         return "auto"
     kind = tool_choice.get("type") if isinstance(tool_choice, Mapping) else None
     if kind in ("any", "tool"):
-        raise refuse(f"tool_choice '{kind}' forces a tool call, which the local runtime cannot enforce; "
-                     "use 'auto' or 'none'", "tool_choice", "unsupported_tool_choice")
+        raise refuse(
+            f"tool_choice '{kind}' forces a tool call, which the local runtime cannot enforce; use 'auto' or 'none'",
+            "tool_choice",
+            "unsupported_tool_choice",
+        )
     if kind not in ("auto", "none"):
-        raise refuse("tool_choice must be an object of type 'auto' or 'none'", "tool_choice",
-                     "unsupported_tool_choice")
+        raise refuse("tool_choice must be an object of type 'auto' or 'none'", "tool_choice", "unsupported_tool_choice")
     assert isinstance(tool_choice, Mapping)
     if tool_choice.get("disable_parallel_tool_use"):
-        raise refuse("disable_parallel_tool_use is not supported: the runtime cannot limit the number of calls",
-                     "tool_choice.disable_parallel_tool_use", "unsupported_tool_choice")
+        raise refuse(
+            "disable_parallel_tool_use is not supported: the runtime cannot limit the number of calls",
+            "tool_choice.disable_parallel_tool_use",
+            "unsupported_tool_choice",
+        )
     return str(kind)

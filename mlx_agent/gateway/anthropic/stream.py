@@ -38,9 +38,16 @@ class AnthropicStream(ChunkTranslator):
 
     def start(self) -> bytes:
         """Return ``message_start`` and the first ``ping``."""
-        message: dict[str, Any] = {"id": self.message_id, "type": "message", "role": "assistant", "model": self.model,
-                   "content": [], "stop_reason": None, "stop_sequence": None,
-                   "usage": usage_of(None)}
+        message: dict[str, Any] = {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage_of(None),
+        }
         return sse("message_start", {"type": "message_start", "message": message}) + PING
 
     def keepalive(self, event: bytes) -> bytes:
@@ -72,10 +79,19 @@ class AnthropicStream(ChunkTranslator):
         """Return the closing events: the open block's stop, ``message_delta`` and ``message_stop``."""
         out: list[bytes] = []
         self._close(out)
-        out.append(sse("message_delta", {
-            "type": "message_delta",
-            "delta": {"stop_reason": stop_reason(self.finish_reason, bool(self.tool_blocks)), "stop_sequence": None},
-            "usage": usage_of(self.usage)}))
+        out.append(
+            sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": stop_reason(self.finish_reason, bool(self.tool_blocks)),
+                        "stop_sequence": None,
+                    },
+                    "usage": usage_of(self.usage),
+                },
+            )
+        )
         out.append(sse("message_stop", {"type": "message_stop"}))
         self.ended = True
         return b"".join(out)
@@ -94,8 +110,16 @@ class AnthropicStream(ChunkTranslator):
         function = call.get("function") or {}
         if key not in self.tool_blocks:
             self.tool_blocks.add(key)
-            self._switch(key, out, {"type": "tool_use", "id": call.get("id") or self.make_id("toolu"),
-                                    "name": function.get("name") or "", "input": {}})
+            self._switch(
+                key,
+                out,
+                {
+                    "type": "tool_use",
+                    "id": call.get("id") or self.make_id("toolu"),
+                    "name": function.get("name") or "",
+                    "input": {},
+                },
+            )
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments and self.open == key:
             out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
@@ -105,8 +129,9 @@ class AnthropicStream(ChunkTranslator):
             return
         self._close(out)
         self.open = kind
-        out.append(sse("content_block_start", {"type": "content_block_start", "index": self.blocks,
-                                               "content_block": block}))
+        out.append(
+            sse("content_block_start", {"type": "content_block_start", "index": self.blocks, "content_block": block})
+        )
         self.blocks += 1
 
     def _delta(self, delta: dict[str, Any]) -> bytes:

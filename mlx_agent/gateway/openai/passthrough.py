@@ -83,8 +83,14 @@ class OpenAiApi:
     async def health(self, request: web.Request) -> web.Response:
         """Answer 200 while the front listens; ``ready`` says every model it preloads is loaded."""
         fleet = self.upstream.fleet
-        return json_response({"status": "ok", "ready": fleet.ready, "model_state": fleet.models[0].state,
-                              "models": {m.name: m.state for m in fleet.models}})
+        return json_response(
+            {
+                "status": "ok",
+                "ready": fleet.ready,
+                "model_state": fleet.models[0].state,
+                "models": {m.name: m.state for m in fleet.models},
+            }
+        )
 
     def _entries(self, request: web.Request) -> list[dict[str, Any]]:
         anthropic = "anthropic-version" in request.headers
@@ -92,8 +98,13 @@ class OpenAiApi:
         entries = []
         for model in self.upstream.fleet.models:
             for name in (model.name, *model.model["aliases"]):
-                entry: dict[str, Any] = {"id": name, "object": "model", "created": self.created,
-                                         "owned_by": "mlx-agent", "state": model.state}
+                entry: dict[str, Any] = {
+                    "id": name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "mlx-agent",
+                    "state": model.state,
+                }
                 if name != model.name:
                     entry["alias_of"] = model.name
                 if anthropic:  # the Anthropic models API's fields, for clients that list through it
@@ -106,8 +117,11 @@ class OpenAiApi:
         entries = self._entries(request)
         doc: dict[str, Any] = {"object": "list", "data": entries}
         if "anthropic-version" in request.headers:
-            doc.update(has_more=False, first_id=entries[0]["id"] if entries else None,
-                       last_id=entries[-1]["id"] if entries else None)
+            doc.update(
+                has_more=False,
+                first_id=entries[0]["id"] if entries else None,
+                last_id=entries[-1]["id"] if entries else None,
+            )
         return json_response(doc)
 
     async def model(self, request: web.Request) -> web.Response:
@@ -119,8 +133,11 @@ class OpenAiApi:
             return refusal_response(refusal)
         entry = next((e for e in self._entries(request) if e["id"] == name), None)
         if entry is None:
-            entry = {**next(e for e in self._entries(request) if e["id"] == model.name), "id": name,
-                     "alias_of": model.name}
+            entry = {
+                **next(e for e in self._entries(request) if e["id"] == model.name),
+                "id": name,
+                "alias_of": model.name,
+            }
             if "display_name" in entry:
                 entry["display_name"] = name
         return json_response(entry)
@@ -144,15 +161,17 @@ class OpenAiApi:
         except RequestRefused as refusal:
             return refusal_response(refusal)
 
-    async def _plain(self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None,
-                     path: str) -> web.Response:
+    async def _plain(
+        self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, path: str
+    ) -> web.Response:
         async with self.upstream.worker_request(model, prepared.body, path, stream=False) as (upstream, worker):
             try:
                 raw = await upstream.read()
             except (aiohttp.ClientError, OSError) as exc:
                 await self.upstream.notice_exit(model, worker)
-                return error_response(502, f"the model worker failed while answering: {exc}", code="worker_failed",
-                                      type_="server_error")
+                return error_response(
+                    502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
+                )
             status, content_type = upstream.status, upstream.content_type
         if status == 200:
             raw = _rewrite_json(raw, prepared, account)

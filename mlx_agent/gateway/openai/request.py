@@ -58,9 +58,12 @@ def prepare(body: object, *, endpoint: str, model: FrontModelConfig, force_usage
         raise _refuse("the request body must be a JSON object", param="body", code="invalid_body")
     for name in FORBIDDEN_FIELDS:
         if name in body:
-            raise _refuse(f"'{name}' is not accepted: this endpoint serves its reviewed models only; "
-                          "preview a new serve plan to change adapters or draft models",
-                          param=name, code="unsupported_parameter")
+            raise _refuse(
+                f"'{name}' is not accepted: this endpoint serves its reviewed models only; "
+                "preview a new serve plan to change adapters or draft models",
+                param=name,
+                code="unsupported_parameter",
+            )
     if endpoint == "chat" and not isinstance(body.get("messages"), list):
         raise _refuse("'messages' must be a list", param="messages", code="invalid_value")
     if endpoint == "completions" and not isinstance(body.get("prompt"), str):
@@ -70,8 +73,9 @@ def prepare(body: object, *, endpoint: str, model: FrontModelConfig, force_usage
         raise _refuse("'stream' must be true or false", param="stream", code="invalid_type")
     n = body.get("n")
     if n is not None and n != 1:
-        raise _refuse("'n' must be 1: the local runtime generates one choice per request", param="n",
-                      code="unsupported_parameter")
+        raise _refuse(
+            "'n' must be 1: the local runtime generates one choice per request", param="n", code="unsupported_parameter"
+        )
 
     out = dict(body)
     client_model = body.get("model")
@@ -92,6 +96,9 @@ def prepare(body: object, *, endpoint: str, model: FrontModelConfig, force_usage
     usage_requested = bool(stream and options and options.get("include_usage"))
     if stream and force_usage and not usage_requested:
         out["stream_options"] = {**(options or {}), "include_usage": True}
-    name = client_model if isinstance(client_model, str) and client_model and client_model != WORKER_MODEL_NAME \
+    name = (
+        client_model
+        if isinstance(client_model, str) and client_model and client_model != WORKER_MODEL_NAME
         else model["name"]
+    )
     return PreparedRequest(out, stream, name, model["worker"]["model_name"], usage_requested)

@@ -41,12 +41,14 @@ class ResponsesApi:
             model, prepared = self.upstream.prepare(request, translated.chat, "chat", force_usage=True)
             base = base_response(translated, new_id("resp"), int(time.time()))
             if translated.stream:
+
                 def keep(final: dict[str, Any]) -> None:
                     self._keep(translated, final, owner)
 
                 account = self.upstream.accountant(request, "chat", prepared.body)
-                return await self.upstream.stream(request, model, prepared,
-                                                  ResponsesStream(base, keep, on_usage=account))
+                return await self.upstream.stream(
+                    request, model, prepared, ResponsesStream(base, keep, on_usage=account)
+                )
             doc = await self.upstream.complete(request, model, prepared)
         except RequestRefused as refusal:
             return refusal_response(refusal)
@@ -62,10 +64,19 @@ class ResponsesApi:
         """Return a stored response."""
         response_id = request.match_info["response_id"]
         if request.query.get("stream") not in (None, "false"):
-            return error_response(400, "replaying a stored response as a stream is not supported",
-                                  code="unsupported_parameter", param="stream")
+            return error_response(
+                400,
+                "replaying a stored response as a stream is not supported",
+                code="unsupported_parameter",
+                param="stream",
+            )
         found = self.store.get(response_id, request.get(API_KEY_ID))
         if found is None:
-            return error_response(404, f"No response with id '{response_id}' is stored here (the gateway keeps "
-                                  "the most recent 64 until it stops)", code="not_found", param="response_id")
+            return error_response(
+                404,
+                f"No response with id '{response_id}' is stored here (the gateway keeps "
+                "the most recent 64 until it stops)",
+                code="not_found",
+                param="response_id",
+            )
         return json_response(found)

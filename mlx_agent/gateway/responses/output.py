@@ -31,15 +31,30 @@ def base_response(request: ResponsesRequest, response_id: str, created_at: int) 
     """Return the Response object as it starts: ``in_progress``, no output, the request's settings echoed."""
     echo = request.echo
     return {
-        "id": response_id, "object": "response", "created_at": created_at, "status": "in_progress",
-        "background": request.background, "error": None, "incomplete_details": None,
-        "instructions": echo.get("instructions"), "max_output_tokens": echo.get("max_output_tokens"),
-        "model": request.model, "output": [], "parallel_tool_calls": echo.get("parallel_tool_calls", True),
-        "previous_response_id": None, "prompt_cache_key": echo.get("prompt_cache_key"),
-        "reasoning": {"effort": None, "summary": None}, "store": request.store,
-        "temperature": echo.get("temperature"), "text": {"format": {"type": "text"}},
-        "tool_choice": echo.get("tool_choice", "auto"), "tools": echo.get("tools", []), "top_p": echo.get("top_p"),
-        "truncation": "disabled", "usage": None, "metadata": echo.get("metadata") or {},
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "background": request.background,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": echo.get("instructions"),
+        "max_output_tokens": echo.get("max_output_tokens"),
+        "model": request.model,
+        "output": [],
+        "parallel_tool_calls": echo.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "prompt_cache_key": echo.get("prompt_cache_key"),
+        "reasoning": {"effort": None, "summary": None},
+        "store": request.store,
+        "temperature": echo.get("temperature"),
+        "text": {"format": {"type": "text"}},
+        "tool_choice": echo.get("tool_choice", "auto"),
+        "tools": echo.get("tools", []),
+        "top_p": echo.get("top_p"),
+        "truncation": "disabled",
+        "usage": None,
+        "metadata": echo.get("metadata") or {},
     }
 
 
@@ -56,8 +71,14 @@ def output_text(text: str) -> dict[str, Any]:
 
 def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
     """Return a ``function_call`` item."""
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
-            "arguments": arguments}
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
 
 
 def arguments_text(arguments: object) -> str:
@@ -73,22 +94,31 @@ def usage_of(usage: object) -> dict[str, Any]:
     prompt, completion = _count(doc.get("prompt_tokens")), _count(doc.get("completion_tokens"))
     details = doc.get("prompt_tokens_details")
     cached = min(_count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0, prompt)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
 
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def finished(base: Mapping[str, Any], output: list[dict[str, Any]], finish_reason: object,
-             usage: object) -> dict[str, Any]:
+def finished(
+    base: Mapping[str, Any], output: list[dict[str, Any]], finish_reason: object, usage: object
+) -> dict[str, Any]:
     """Return the final Response object: ``completed``, or ``incomplete`` when the token limit cut it."""
     cut = finish_reason == "length"
-    return {**base, "status": "incomplete" if cut else "completed",
-            "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
-            "output": output, "usage": usage_of(usage)}
+    return {
+        **base,
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "output": output,
+        "usage": usage_of(usage),
+    }
 
 
 def failed(base: Mapping[str, Any], output: list[dict[str, Any]], message: str) -> dict[str, Any]:
@@ -110,6 +140,13 @@ def response_from_chat(doc: Mapping[str, Any], base: Mapping[str, Any], make_id:
         function = call.get("function") or {}
         arguments = function.get("arguments")
         status = "incomplete" if cut and index == len(calls) - 1 else "completed"
-        output.append(function_call_item(make_id("fc"), str(call.get("id") or make_id("call")),
-                                         str(function.get("name") or ""), arguments_text(arguments), status))
+        output.append(
+            function_call_item(
+                make_id("fc"),
+                str(call.get("id") or make_id("call")),
+                str(function.get("name") or ""),
+                arguments_text(arguments),
+                status,
+            )
+        )
     return finished(base, output, choice.get("finish_reason"), doc.get("usage"))

@@ -28,10 +28,29 @@ from typing import Any, TypeGuard
 
 from mlx_agent.errors import RequestRefused
 
-RESPONSE_FIELDS = frozenset({
-    "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "store", "background",
-    "tools", "tool_choice", "parallel_tool_calls", "prompt_cache_key", "client_metadata", "metadata", "reasoning",
-    "include", "text", "truncation"})
+RESPONSE_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "stream",
+        "store",
+        "background",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "prompt_cache_key",
+        "client_metadata",
+        "metadata",
+        "reasoning",
+        "include",
+        "text",
+        "truncation",
+    }
+)
 ACCEPTED_INCLUDES = frozenset({"reasoning.encrypted_content"})
 TOOL_FIELDS = frozenset({"type", "name", "description", "parameters", "strict"})
 TEXT_PARTS = ("input_text", "output_text")
@@ -61,8 +80,9 @@ def to_chat(body: object, *, default_model: str) -> ResponsesRequest:
         raise refuse("the request body must be a JSON object", "body", "invalid_body")
     for name in sorted(body):
         if name not in RESPONSE_FIELDS and body[name] is not None:
-            raise refuse(f"'{name}' is not supported: the local runtime cannot honour it", name,
-                         "unsupported_parameter")
+            raise refuse(
+                f"'{name}' is not supported: the local runtime cannot honour it", name, "unsupported_parameter"
+            )
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise refuse("'model' must be a string", "model", "invalid_type")
@@ -94,13 +114,24 @@ def to_chat(body: object, *, default_model: str) -> ResponsesRequest:
     flags = {name: _flag(body, name) for name in ("stream", "store", "background", "parallel_tool_calls")}
     chat["stream"] = bool(flags["stream"])
     echo = {
-        "instructions": instructions, "max_output_tokens": max_output, "temperature": body.get("temperature"),
-        "top_p": body.get("top_p"), "tools": echo_tools, "tool_choice": tool_choice,
+        "instructions": instructions,
+        "max_output_tokens": max_output,
+        "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"),
+        "tools": echo_tools,
+        "tool_choice": tool_choice,
         "parallel_tool_calls": True if flags["parallel_tool_calls"] is None else flags["parallel_tool_calls"],
-        "prompt_cache_key": body.get("prompt_cache_key"), "metadata": body.get("metadata") or {},
+        "prompt_cache_key": body.get("prompt_cache_key"),
+        "metadata": body.get("metadata") or {},
     }
-    return ResponsesRequest(chat, model if model is not None else default_model, stream=bool(flags["stream"]),
-                            store=flags["store"] is not False, background=bool(flags["background"]), echo=echo)
+    return ResponsesRequest(
+        chat,
+        model if model is not None else default_model,
+        stream=bool(flags["stream"]),
+        store=flags["store"] is not False,
+        background=bool(flags["background"]),
+        echo=echo,
+    )
 
 
 def _integer(value: object) -> TypeGuard[int]:
@@ -121,22 +152,34 @@ def _flag(body: Mapping[str, Any], name: str) -> bool | None:
 def _check_accepted(body: Mapping[str, Any]) -> None:
     """Refuse values of the accepted fields that would ask for something the runtime cannot do."""
     reasoning = body.get("reasoning")
-    if reasoning is not None and (not isinstance(reasoning, Mapping)
-                                  or any(v is not None for v in reasoning.values())):
-        raise refuse("reasoning controls are not supported: the local model reasons (or not) as its template says; "
-                     "send an empty reasoning object or none", "reasoning", "unsupported_parameter")
+    if reasoning is not None and (not isinstance(reasoning, Mapping) or any(v is not None for v in reasoning.values())):
+        raise refuse(
+            "reasoning controls are not supported: the local model reasons (or not) as its template says; "
+            "send an empty reasoning object or none",
+            "reasoning",
+            "unsupported_parameter",
+        )
     include = body.get("include")
     if include is not None and (not isinstance(include, list) or not set(include) <= ACCEPTED_INCLUDES):
-        raise refuse("only include: ['reasoning.encrypted_content'] is accepted (no reasoning items are produced)",
-                     "include", "unsupported_parameter")
+        raise refuse(
+            "only include: ['reasoning.encrypted_content'] is accepted (no reasoning items are produced)",
+            "include",
+            "unsupported_parameter",
+        )
     text = body.get("text")
     if text is not None:
         fmt = text.get("format") if isinstance(text, Mapping) else None
-        if (not isinstance(text, Mapping) or any(k not in ("format", "verbosity") for k in text)
-                or text.get("verbosity") is not None
-                or (fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"))):
-            raise refuse("structured text formats and verbosity are not supported: only text.format 'text'",
-                         "text", "unsupported_parameter")
+        if (
+            not isinstance(text, Mapping)
+            or any(k not in ("format", "verbosity") for k in text)
+            or text.get("verbosity") is not None
+            or (fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"))
+        ):
+            raise refuse(
+                "structured text formats and verbosity are not supported: only text.format 'text'",
+                "text",
+                "unsupported_parameter",
+            )
     if body.get("truncation") not in (None, "disabled"):
         raise refuse("only truncation 'disabled' is supported", "truncation", "unsupported_parameter")
     for name in ("prompt_cache_key",):
@@ -168,8 +211,7 @@ def _input(items: object) -> list[dict[str, Any]]:
                 raise refuse("a function_call_output needs its call_id", f"{where}.call_id")
             out.append({"role": "tool", "tool_call_id": call_id, "content": _text(item.get("output"), where)})
         else:
-            raise refuse(f"input items of type {kind!r} are not supported here", f"{where}.type",
-                         "unsupported_content")
+            raise refuse(f"input items of type {kind!r} are not supported here", f"{where}.type", "unsupported_content")
     return out
 
 
@@ -197,8 +239,9 @@ def _text(content: object, where: str) -> str:
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
         elif kind in ("input_image", "input_file", "input_audio"):
-            raise refuse(f"{kind} content is not supported: the local model reads text only", inner,
-                         "unsupported_content")
+            raise refuse(
+                f"{kind} content is not supported: the local model reads text only", inner, "unsupported_content"
+            )
         else:
             raise refuse(f"content parts of type {kind!r} are not supported here", inner, "unsupported_content")
     return BLOCK_JOIN.join(texts)
@@ -219,8 +262,11 @@ def _function_call(item: Mapping[str, Any], where: str, out: list[dict[str, Any]
 def _tools(tools: object, tool_choice: object) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
     """Return (the chat tools to send, the tools the Response echoes, the tool_choice it echoes)."""
     if tool_choice not in (None, "auto", "none"):
-        raise refuse("tool_choice must be 'auto' or 'none': the local runtime cannot force a tool call",
-                     "tool_choice", "unsupported_tool_choice")
+        raise refuse(
+            "tool_choice must be 'auto' or 'none': the local runtime cannot force a tool call",
+            "tool_choice",
+            "unsupported_tool_choice",
+        )
     choice = str(tool_choice or "auto")
     if tools is None:
         return [], [], choice
@@ -233,14 +279,21 @@ def _tools(tools: object, tool_choice: object) -> tuple[list[dict[str, Any]], li
         if not isinstance(tool, Mapping):
             raise refuse("each tool must be an object", where, "invalid_type")
         if tool.get("type") != "function":
-            raise refuse(f"tool type {tool.get('type')!r} is not supported: only function tools run locally",
-                         f"{where}.type", "unsupported_tool")
+            raise refuse(
+                f"tool type {tool.get('type')!r} is not supported: only function tools run locally",
+                f"{where}.type",
+                "unsupported_tool",
+            )
         for name in sorted(tool):
             if name not in TOOL_FIELDS and tool[name] not in (None, False, [], {}):
                 raise refuse(f"the tool field '{name}' is not supported here", f"{where}.{name}", "unsupported_tool")
         if tool.get("strict"):
-            raise refuse("strict function schemas are not supported: the runtime does not enforce tool arguments; "
-                         "send strict: false", f"{where}.strict", "unsupported_tool")
+            raise refuse(
+                "strict function schemas are not supported: the runtime does not enforce tool arguments; "
+                "send strict: false",
+                f"{where}.strict",
+                "unsupported_tool",
+            )
         name, description, parameters = tool.get("name"), tool.get("description"), tool.get("parameters")
         if not isinstance(name, str) or not name:
             raise refuse("a function tool needs a name", f"{where}.name")
@@ -251,6 +304,13 @@ def _tools(tools: object, tool_choice: object) -> tuple[list[dict[str, Any]], li
             function["description"] = description
         function["parameters"] = dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
         chat.append({"type": "function", "function": function})
-        echo.append({"type": "function", "name": name, "description": description if isinstance(description, str)
-                     else None, "parameters": parameters, "strict": False})
+        echo.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": description if isinstance(description, str) else None,
+                "parameters": parameters,
+                "strict": False,
+            }
+        )
     return ([] if choice == "none" else chat), echo, choice

@@ -33,8 +33,13 @@ KEEPALIVE = b": keepalive\n\n"
 class ResponsesStream(ChunkTranslator):
     """One Responses stream, as ``sse.pump`` drives it."""
 
-    def __init__(self, base: Mapping[str, Any], on_final: Callable[[dict[str, Any]], None] | None = None,
-                 make_id: IdMaker = new_id, on_usage: Accountant | None = None) -> None:
+    def __init__(
+        self,
+        base: Mapping[str, Any],
+        on_final: Callable[[dict[str, Any]], None] | None = None,
+        make_id: IdMaker = new_id,
+        on_usage: Accountant | None = None,
+    ) -> None:
         super().__init__(on_usage)
         self.base = dict(base)
         self.on_final = on_final
@@ -56,8 +61,9 @@ class ResponsesStream(ChunkTranslator):
 
     def start(self) -> bytes:
         """Return ``response.created`` and ``response.in_progress``."""
-        return (self._event("response.created", response=self.base)
-                + self._event("response.in_progress", response=self.base))
+        return self._event("response.created", response=self.base) + self._event(
+            "response.in_progress", response=self.base
+        )
 
     def keepalive(self, event: bytes) -> bytes:
         """Return an SSE comment (clients ignore it; it keeps the connection busy)."""
@@ -112,11 +118,26 @@ class ResponsesStream(ChunkTranslator):
             self.text = []
             index = len(self.output)
             out.append(self._event("response.output_item.added", output_index=index, item=self.item))
-            out.append(self._event("response.content_part.added", item_id=self.item["id"], output_index=index,
-                                   content_index=0, part=output_text("")))
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=self.item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=output_text(""),
+                )
+            )
         self.text.append(text)
-        out.append(self._event("response.output_text.delta", item_id=self.item["id"], output_index=len(self.output),
-                               content_index=0, delta=text, logprobs=[]))
+        out.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self.item["id"],
+                output_index=len(self.output),
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
 
     def _call_delta(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
         key = call.get("index", position)
@@ -124,16 +145,27 @@ class ResponsesStream(ChunkTranslator):
         if key not in self.tool_keys:
             self.tool_keys.add(key)
             self._close(out, "completed")
-            self.item = function_call_item(self.make_id("fc"), str(call.get("id") or self.make_id("call")),
-                                           str(function.get("name") or ""), "", "in_progress")
+            self.item = function_call_item(
+                self.make_id("fc"),
+                str(call.get("id") or self.make_id("call")),
+                str(function.get("name") or ""),
+                "",
+                "in_progress",
+            )
             self.open_key = key
             out.append(self._event("response.output_item.added", output_index=len(self.output), item=self.item))
         arguments = function.get("arguments")
         if arguments and self.item is not None and self.open_key == key:
             piece = arguments_text(arguments)
             self.item["arguments"] += piece
-            out.append(self._event("response.function_call_arguments.delta", item_id=self.item["id"],
-                                   output_index=len(self.output), delta=piece))
+            out.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=self.item["id"],
+                    output_index=len(self.output),
+                    delta=piece,
+                )
+            )
 
     def _close(self, out: list[bytes], status: str) -> None:
         item = self.item
@@ -142,14 +174,35 @@ class ResponsesStream(ChunkTranslator):
         index = len(self.output)
         if item["type"] == "message":
             text = "".join(self.text)
-            out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                                   content_index=0, text=text, logprobs=[]))
-            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                   content_index=0, part=output_text(text)))
+            out.append(
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+            )
+            out.append(
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=output_text(text),
+                )
+            )
             done = message_item(item["id"], text, status)
         else:
-            out.append(self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                                   arguments=item["arguments"]))
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                )
+            )
             done = {**item, "status": status}
         out.append(self._event("response.output_item.done", output_index=index, item=done))
         self.output.append(done)
