@@ -74,10 +74,11 @@ class Agent:
 
     home: Path
     env: dict[str, str]
+    prefix: tuple[str, ...] = ()  # e.g. ("ip", "netns", "exec", NAME): where the CLI and its servers run
 
     def run(self, *args: str, timeout: float = 180, check_json: bool = True) -> CliResult:
         """Run ``mlx-agent ARGS --json`` from the checkout and validate its single JSON document."""
-        argv = [sys.executable, str(LAUNCHER), *args]
+        argv = [*self.prefix, sys.executable, str(LAUNCHER), *args]
         if check_json:
             argv.append("--json")
         proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout, cwd=self.home)
@@ -90,7 +91,7 @@ class Agent:
     def popen(self, *args: str) -> subprocess.Popen[str]:
         """Start ``mlx-agent ARGS --json`` without waiting."""
         return subprocess.Popen(
-            [sys.executable, str(LAUNCHER), *args, "--json"],
+            [*self.prefix, sys.executable, str(LAUNCHER), *args, "--json"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

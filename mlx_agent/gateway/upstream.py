@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,11 +31,21 @@ from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.request import PreparedRequest, prepare
 from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.sse import SSE_HEADERS, Accountant, StreamTranslator, end, pump
+from mlx_agent.gateway.tools import DROPPED_HEADER
 from mlx_agent.gateway.worker import WorkerProcess
 
 CHAT_PATH = "/v1/chat/completions"
+log = logging.getLogger("mlx_agent.gateway")
 EXIT_NOTICE_S = 1.0
 UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
+
+
+def dropped_tools(names: list[str]) -> dict[str, str]:
+    """Return the header naming tools left out of what the model sees (they run on a provider's servers)."""
+    if not names:
+        return {}
+    log.info("left out tools this machine cannot run: %s", ", ".join(names))
+    return {DROPPED_HEADER: ", ".join(names)}
 
 
 def read_error(status: int, doc: object) -> RequestRefused:
@@ -162,6 +173,7 @@ class Upstream:
         prepared: PreparedRequest,
         translator: StreamTranslator,
         path: str = CHAT_PATH,
+        headers: dict[str, str] | None = None,
     ) -> web.StreamResponse:
         """Stream the worker's answer through ``translator``; an error before the first event raises."""
         async with self.worker_request(model, prepared.body, path, stream=True) as (upstream, worker):
@@ -171,7 +183,7 @@ class Upstream:
                 except (aiohttp.ClientError, OSError, ValueError):
                     doc = None
                 raise read_error(upstream.status if upstream.status != 200 else 502, doc)
-            response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
             await response.prepare(request)
             result = await pump(request, response, upstream, translator)
             if not result.done and not result.client_gone:

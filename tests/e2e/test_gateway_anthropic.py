@@ -144,10 +144,12 @@ DOCUMENT: Any = {"type": "document", "source": {"type": "text", "media_type": "t
 REFUSALS: Any = {
     "image": {"messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "What is this?"}]}]},
     "document": {"messages": [{"role": "user", "content": [DOCUMENT]}]},
-    "server_tool": {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+    "computer_tool": {
+        "tools": [{"type": "computer_20250124", "name": "computer", "display_width_px": 800, "display_height_px": 600}]
+    },
     "tool_choice_any": {"tools": [WEATHER], "tool_choice": {"type": "any"}},
     "tool_choice_tool": {"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "get_weather"}},
-    "other_parameter": {"service_tier": "auto"},
+    "code_container": {"extra_body": {"container": "container_1"}},
 }
 
 

@@ -162,16 +162,11 @@ REFUSALS: Any = {
         ]
     },
     "file": {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},
-    "other_tool": {"tools": [{"type": "web_search"}]},
-    "strict_schema": {"tools": [{**WEATHER, "strict": True}]},
-    "reasoning_controls": {"reasoning": {"effort": "high"}},
-    "structured_text": {
-        "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object", "properties": {}}}}
-    },
+    "client_shell_tool": {"tools": [{"type": "local_shell"}]},
     "forced_tool_choice": {"tools": [WEATHER], "tool_choice": "required"},
     "named_tool_choice": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
     "previous_response_id": {"previous_response_id": "resp_123"},
-    "other_parameter": {"service_tier": "flex"},
+    "stored_conversation": {"conversation": "conv_123"},
 }
 
 
@@ -239,9 +234,10 @@ def test_streamed_function_call_round_trip_through_the_real_runtime(agent: Gatew
 
 
 def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
-    """With tool_choice none the template sees no tools, so this model answers instead of calling one."""
+    """With tool_choice none the template sees no tools, so this model thinks and answers instead of calling one."""
     response = client_for(agent).responses.create(model="org/tiny", input=ASK, tools=[WEATHER], tool_choice="none")
-    assert [item.type for item in response.output] == ["message"] and response.output_text == AGENT_ANSWER
+    assert [item.type for item in response.output] == ["reasoning", "message"]
+    assert response.output_text == AGENT_ANSWER
 
 
 # -- the stand-in worker --------------------------------------------------------------------------------------

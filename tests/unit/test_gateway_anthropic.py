@@ -8,7 +8,7 @@ import pytest
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.anthropic.reply import anthropic_error, message_from_chat, usage_of
-from mlx_agent.gateway.anthropic.request import to_chat
+from mlx_agent.gateway.anthropic.request import to_chat, translate
 from mlx_agent.gateway.openai.request import prepare
 from tests.unit.test_gateway_request_body import model as request_model
 
@@ -189,9 +189,6 @@ DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/p
             "messages.0.content.0.content.0",
             "unsupported_content",
         ),
-        (ask(tools=[{"type": "web_search_20250305", "name": "web_search"}]), "tools.0.type", "unsupported_tool"),
-        (ask(tools=[{"type": "bash_20250124", "name": "bash"}]), "tools.0.type", "unsupported_tool"),
-        (ask(tools=[{**WEATHER_TOOL, "strict": True}]), "tools.0.strict", "unsupported_tool"),
         (ask(tools=[WEATHER_TOOL], tool_choice={"type": "any"}), "tool_choice", "unsupported_tool_choice"),
         (
             ask(tools=[WEATHER_TOOL], tool_choice={"type": "tool", "name": "get_weather"}),
@@ -203,18 +200,21 @@ DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/p
             "tool_choice.disable_parallel_tool_use",
             "unsupported_tool_choice",
         ),
-        (ask(service_tier="auto"), "service_tier", "unsupported_parameter"),
         (
             ask(mcp_servers=[{"type": "url", "url": "https://example.com", "name": "x"}]),
             "mcp_servers",
             "unsupported_parameter",
         ),
         (
-            ask(thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"}),
+            ask(thinking={"type": "enabled", "budget_tokens": 1024, "display": "shown"}),
             "thinking.display",
-            "unsupported_parameter",
+            "invalid_value",
         ),
-        (ask({"role": "system", "content": "x"}), "messages.0.role", "invalid_value"),
+        (ask(tools=[{"type": "computer_20250124", "name": "computer"}]), "tools.0.type", "unsupported_tool"),
+        (ask(container="c-1"), "container", "unsupported_parameter"),
+        (ask(output_config={"task_budget": 5}), "output_config.task_budget", "unsupported_parameter"),
+        (ask(output_config={"format": {"type": "xml"}}), "output_config.format", "invalid_value"),
+        (ask({"role": "tool", "content": "x"}), "messages.0.role", "invalid_value"),
         ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}, "model", "invalid_value"),
         ({"model": "org/tiny", "messages": [{"role": "user", "content": "x"}]}, "max_tokens", "invalid_value"),
     ],
@@ -223,6 +223,70 @@ def test_what_the_runtime_cannot_honour_is_refused(body: dict[str, Any], param: 
     """Each refusal is a 400 invalid_request_error naming the offending field."""
     refusal = refused(body)
     assert (refusal.status, refusal.type_, refusal.param, refusal.code) == (400, "invalid_request_error", param, code)
+
+
+def test_what_claude_code_sends_is_accepted() -> None:
+    """Claude Code's fields are honoured or accepted: billing block dropped, thinking omitted, system in place."""
+    translated = translate(
+        ask(
+            {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "system", "content": [{"type": "text", "text": "Be careful."}]},
+            system=[
+                {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332; cch=ab12;"},
+                {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
+            ],
+            tools=[{**WEATHER_TOOL, "strict": True, "defer_loading": True, "eager_input_streaming": True}],
+            thinking={"type": "enabled", "budget_tokens": 31999, "display": "omitted"},
+            context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            output_config={"effort": "high"},
+            metadata={"user_id": "{}"},
+            service_tier="auto",
+            max_tokens=32000,
+            stream=True,
+        )
+    )
+    chat = translated.chat
+    assert chat["messages"] == [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Hi"},
+        {"role": "system", "content": "Be careful."},
+    ]
+    assert (chat["reasoning_budget"], chat["reasoning_effort"], chat["max_tokens"]) == (31999, "high", 32000)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["get_weather"]
+    assert translated.omit_thinking and translated.tools.dropped == []
+
+
+def test_server_tools_are_left_out_and_client_tools_get_their_schema() -> None:
+    """Server tools (web search, code execution) are dropped and listed; bash and the text editor are offered."""
+    translated = translate(
+        ask(
+            tools=[
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+                {"type": "code_execution_20250522", "name": "code_execution"},
+                {"type": "bash_20250124", "name": "bash"},
+                {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+                WEATHER_TOOL,
+            ]
+        )
+    )
+    assert translated.tools.dropped == ["web_search", "code_execution"]
+    offered = {t["function"]["name"]: t["function"]["parameters"] for t in translated.chat["tools"]}
+    assert set(offered) == {"bash", "str_replace_based_edit_tool", "get_weather"}
+    assert offered["bash"]["properties"]["command"] == {"type": "string"}
+
+
+def test_output_format_becomes_an_enforced_response_format() -> None:
+    """output_config.format with a JSON schema reaches the worker as response_format, which it enforces."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    chat = to_chat(ask(output_config={"format": {"type": "json_schema", "schema": schema}}))
+    assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+
+
+def test_omitted_thinking_keeps_the_block_without_its_text() -> None:
+    """With display omitted the reply still has a thinking block, with an empty thinking text."""
+    doc = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "A", "reasoning": "secret"}}]}
+    blocks = message_from_chat(doc, "m", sequence_ids(), omit_thinking=True)["content"]
+    assert blocks[0] == {"type": "thinking", "thinking": "", "signature": ""} and blocks[1]["text"] == "A"
 
 
 def test_a_trailing_tool_use_is_refused() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.responses.output import base_response, response_from_chat
+from mlx_agent.gateway.responses.output import base_response, conversation_of, response_from_chat
 from mlx_agent.gateway.responses.request import to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
 
@@ -124,6 +124,122 @@ def test_golden_body_of_a_function_call_round_trip() -> None:
     assert translated.echo["parallel_tool_calls"] is False and translated.echo["prompt_cache_key"] == "thread-1"
 
 
+def test_what_codex_sends_is_accepted() -> None:
+    """Codex's fields are honoured or accepted: effort, summary, verbosity, strict, namespaces, hosted tools."""
+    translated = to_chat(
+        {
+            "model": "gpt-5-codex",
+            "input": [
+                {"type": "message", "id": "msg_a", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+                {"type": "reasoning", "id": "rs_0", "summary": [], "encrypted_content": None},
+                {"type": "function_call", "call_id": "c0", "name": "spawn", "namespace": "agents", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c0", "output": "spawned"},
+                {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
+                {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"},
+            ],
+            "tools": [
+                {**WEATHER, "strict": True},
+                {
+                    "type": "namespace",
+                    "name": "agents",
+                    "description": "Sub-agents.",
+                    "tools": [{"type": "function", "name": "spawn", "strict": False, "parameters": {"type": "object"}}],
+                },
+                {
+                    "type": "custom",
+                    "name": "apply_patch",
+                    "description": "Patch files.",
+                    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+                },
+                {"type": "web_search", "external_web_access": False},
+                {"type": "image_generation"},
+            ],
+            "reasoning": {"effort": "medium", "summary": "auto"},
+            "text": {"verbosity": "low"},
+            "store": False,
+            "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "thread-1",
+            "client_metadata": {"x-codex-turn-metadata": "{}"},
+            "user": "someone",
+            "service_tier": "auto",
+            "truncation": "auto",
+            "stream": True,
+        },
+        default_model="gpt-5-codex",
+    )
+    chat = translated.chat
+    assert [t["function"]["name"] for t in chat["tools"]] == ["get_weather", "agents__spawn", "apply_patch"]
+    assert chat["tools"][2]["function"]["parameters"]["required"] == ["input"]
+    assert translated.tools.dropped == ["web_search", "image_generation"]
+    assert chat["reasoning_effort"] == "medium"
+    assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert chat["messages"][1]["tool_calls"][0]["function"]["name"] == "agents__spawn"
+    assert chat["messages"][3]["tool_calls"][0]["function"]["arguments"] == '{"input": "*** Begin Patch"}'
+
+
+def test_structured_text_formats_become_an_enforced_response_format() -> None:
+    """text.format json_object and json_schema reach the worker as response_format."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    named = to_chat(
+        {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": schema}}}, default_model="m"
+    )
+    assert named.chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    plain = to_chat({"input": "x", "text": {"format": {"type": "json_object"}}}, default_model="m")
+    assert plain.chat["response_format"] == {"type": "json_object"}
+
+
+def test_a_previous_response_continues_its_stored_conversation() -> None:
+    """previous_response_id puts the stored input and answer before the new input; instructions stay per request."""
+    first = to_chat({"input": "Weather?", "instructions": "Be terse.", "tools": [WEATHER]}, default_model="m")
+    doc = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "content": "Looking.",
+                    "tool_calls": [
+                        {
+                            "id": "call_9",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                        }
+                    ],
+                },
+            }
+        ]
+    }
+    response = response_from_chat(doc, base_response(first, "resp_1", 0), sequence_ids(), tools=first.tools)
+    store = ResponseStore()
+    store.put(response, None, conversation_of(first, response))
+    history = store.conversation("resp_1", None)
+    assert store.conversation("resp_1", "someone-else") is None
+    second = to_chat(
+        {
+            "input": [{"type": "function_call_output", "call_id": "call_9", "output": "-3 C"}],
+            "previous_response_id": "resp_1",
+        },
+        default_model="m",
+        history=history,
+    )
+    assert second.chat["messages"] == [
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": "Looking.",
+            "tool_calls": [
+                {
+                    "id": "call_9",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_9", "content": "-3 C"},
+    ]
+    assert second.echo["previous_response_id"] == "resp_1"
+
+
 def test_a_string_input_is_one_user_message_and_the_model_defaults() -> None:
     """A string input is one user message; with no model the gateway's model is reported."""
     translated = to_chat({"input": "Hi"}, default_model="org/tiny")
@@ -164,27 +280,20 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
             "input[0].content[0]",
             "unsupported_content",
         ),
-        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type", "unsupported_content"),
-        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type", "unsupported_tool"),
-        ({"input": "x", "tools": [{"type": "custom", "name": "grammar"}]}, "tools[0].type", "unsupported_tool"),
-        ({"input": "x", "tools": [{**WEATHER, "strict": True}]}, "tools[0].strict", "unsupported_tool"),
-        ({"input": "x", "reasoning": {"effort": "high"}}, "reasoning", "unsupported_parameter"),
-        ({"input": "x", "include": ["message.output_text.logprobs"]}, "include", "unsupported_parameter"),
-        (
-            {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {}}}},
-            "text",
-            "unsupported_parameter",
-        ),
-        ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text", "unsupported_parameter"),
         ({"input": "x", "tool_choice": "required"}, "tool_choice", "unsupported_tool_choice"),
         (
             {"input": "x", "tool_choice": {"type": "function", "name": "get_weather"}},
             "tool_choice",
             "unsupported_tool_choice",
         ),
-        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "unsupported_parameter"),
         ({"input": "x", "conversation": "conv_1"}, "conversation", "unsupported_parameter"),
-        ({"input": "x", "truncation": "auto"}, "truncation", "unsupported_parameter"),
+        ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt", "unsupported_parameter"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "unsupported_content"),
+        ({"input": "x", "tools": [{"type": "local_shell"}]}, "tools[0].type", "unsupported_tool"),
+        ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format", "invalid_value"),
+        ({"input": "x", "truncation": "middle"}, "truncation", "invalid_value"),
+        ({"input": "x", "include": [{}]}, "include", "invalid_type"),
+        ({"input": "x", "reasoning": {"effort": 3}}, "reasoning.effort", "invalid_value"),
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "invalid_type"),
         ({"input": []}, "input", "invalid_value"),
     ],
@@ -196,7 +305,7 @@ def test_what_the_runtime_cannot_honour_is_refused(body: dict[str, Any], param: 
 
 
 def test_golden_response_with_text_and_a_function_call() -> None:
-    """A worker reply becomes a message item and a function_call item, completed, with Responses usage."""
+    """A worker reply becomes reasoning, message and function_call items, completed, with Responses usage."""
     translated = to_chat(
         {"model": "org/tiny", "input": "Weather?", "tools": [WEATHER], "metadata": {"k": "v"}}, default_model="org/tiny"
     )
@@ -209,7 +318,7 @@ def test_golden_response_with_text_and_a_function_call() -> None:
                 "message": {
                     "role": "assistant",
                     "content": "Checking.",
-                    "reasoning": "dropped",
+                    "reasoning": "Need the weather.",
                     "tool_calls": [
                         {
                             "id": "call-9",
@@ -252,17 +361,25 @@ def test_golden_response_with_text_and_a_function_call() -> None:
         ],
         "top_p": None,
         "truncation": "disabled",
+        "user": None,
         "metadata": {"k": "v"},
         "output": [
             {
-                "id": "msg_1",
+                "id": "rs_1",
+                "type": "reasoning",
+                "status": "completed",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Need the weather."}],
+            },
+            {
+                "id": "msg_2",
                 "type": "message",
                 "status": "completed",
                 "role": "assistant",
                 "content": [{"type": "output_text", "text": "Checking.", "annotations": [], "logprobs": []}],
             },
             {
-                "id": "fc_2",
+                "id": "fc_3",
                 "type": "function_call",
                 "status": "completed",
                 "call_id": "call-9",

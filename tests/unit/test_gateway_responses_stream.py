@@ -7,6 +7,7 @@ from typing import Any
 from mlx_agent.gateway.responses.output import base_response
 from mlx_agent.gateway.responses.request import to_chat
 from mlx_agent.gateway.responses.stream import ResponsesStream
+from mlx_agent.gateway.tools import responses_tools
 from tests.gateway_support import read_sse
 
 
@@ -58,7 +59,6 @@ def test_golden_stream_of_text_then_a_fragmented_function_call() -> None:
     events, final = run(
         [
             chunk({"role": "assistant", "content": "Let me "}),
-            chunk({"reasoning": "not an item"}),
             chunk({"content": "check."}),
             chunk(
                 {
@@ -156,6 +156,54 @@ def test_golden_stream_of_text_then_a_fragmented_function_call() -> None:
     assert final == events[-1][1]["response"]
     assert [item["type"] for item in final["output"]] == ["message", "function_call"]
     assert final["usage"]["input_tokens"] == 20 and final["usage"]["input_tokens_details"]["cached_tokens"] == 8
+
+
+def test_reasoning_and_client_named_calls_stream_as_their_items() -> None:
+    """Reasoning streams as a reasoning item; calls come back named as the client's namespaced or custom tools."""
+    tools = responses_tools(
+        [
+            {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn", "parameters": {}}]},
+            {"type": "custom", "name": "apply_patch"},
+        ]
+    )
+    finals: list[dict[str, Any]] = []
+    base = base_response(to_chat({"model": "org/tiny", "input": "Hi"}, default_model="org/tiny"), "resp_0", 1)
+    stream = ResponsesStream(base, finals.append, sequence_ids(), tools=tools)
+    calls = [
+        {"index": 0, "id": "c1", "function": {"name": "agents__spawn", "arguments": "{}"}},
+        {"index": 1, "id": "c2", "function": {"name": "apply_patch", "arguments": '{"input": "*** Begin"}'}},
+    ]
+    body = stream.start() + stream.chunk(chunk({"reasoning": "Think "})) + stream.chunk(chunk({"reasoning": "more."}))
+    body += stream.chunk(chunk({"tool_calls": calls})) + stream.chunk(chunk(finish="tool_calls")) + stream.finish()
+    kinds = [data["type"] for _, data in read_sse(body)]
+    assert kinds[2:7] == [
+        "response.output_item.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.output_item.done",
+    ]
+    assert "response.custom_tool_call_input.done" in kinds
+    output = finals[0]["output"]
+    assert output[0] == {
+        "id": "rs_1",
+        "type": "reasoning",
+        "status": "completed",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "Think more."}],
+    }
+    assert {k: output[1][k] for k in ("type", "name", "namespace", "arguments")} == {
+        "type": "function_call",
+        "name": "spawn",
+        "namespace": "agents",
+        "arguments": "{}",
+    }
+    assert {k: output[2][k] for k in ("type", "name", "input", "call_id")} == {
+        "type": "custom_tool_call",
+        "name": "apply_patch",
+        "input": "*** Begin",
+        "call_id": "c2",
+    }
 
 
 def test_a_cut_answer_ends_incomplete() -> None:

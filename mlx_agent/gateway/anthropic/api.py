@@ -23,11 +23,11 @@ from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.anthropic.reply import anthropic_error_response, message_from_chat
-from mlx_agent.gateway.anthropic.request import to_chat
+from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.anthropic.stream import AnthropicStream
 from mlx_agent.gateway.http_errors import json_response, retry_headers
 from mlx_agent.gateway.security import Handler
-from mlx_agent.gateway.upstream import Upstream, read_json_body
+from mlx_agent.gateway.upstream import Upstream, dropped_tools, read_json_body
 
 MESSAGES_PATH = "/v1/messages"
 KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry")
@@ -43,13 +43,16 @@ class AnthropicApi:
         """Create a message, streamed or not."""
         try:
             body = await read_json_body(request)
-            model, prepared = self.upstream.prepare(request, to_chat(body), "chat", force_usage=True)
+            translated = translate(body)
+            model, prepared = self.upstream.prepare(request, translated.chat, "chat", force_usage=True)
             name = prepared.client_model
+            headers = dropped_tools(translated.tools.dropped)
             if prepared.stream:
                 account = self.upstream.accountant(request, "chat", prepared.body)
-                return await self.upstream.stream(request, model, prepared, AnthropicStream(name, on_usage=account))
+                stream = AnthropicStream(name, on_usage=account, omit_thinking=translated.omit_thinking)
+                return await self.upstream.stream(request, model, prepared, stream, headers=headers)
             doc = await self.upstream.complete(request, model, prepared)
-            return json_response(message_from_chat(doc, name))
+            return json_response(message_from_chat(doc, name, omit_thinking=translated.omit_thinking), headers=headers)
         except RequestRefused as refusal:
             return _error(refusal)
 
@@ -57,7 +60,7 @@ class AnthropicApi:
         """Count the prompt's tokens with the model's own tokenizer and template (module docstring)."""
         try:
             body = await read_json_body(request)
-            chat = to_chat(body, counting=True)
+            chat = translate(body, counting=True).chat
             chat.update(max_tokens=1, stream=False)
             model, prepared = self.upstream.prepare(request, chat, "chat", force_usage=True)
             doc = await self.upstream.complete(request, model, prepared)

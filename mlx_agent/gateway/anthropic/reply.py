@@ -80,14 +80,16 @@ def tool_input(arguments: object) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def message_from_chat(doc: Mapping[str, Any], model: str, make_id: IdMaker = new_id) -> dict[str, Any]:
-    """Return the Anthropic Message for a non-streamed chat completion."""
+def message_from_chat(
+    doc: Mapping[str, Any], model: str, make_id: IdMaker = new_id, *, omit_thinking: bool = False
+) -> dict[str, Any]:
+    """Return the Anthropic Message for a non-streamed chat completion (thinking text left out if asked)."""
     choice = doc["choices"][0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
     reasoning = message.get("reasoning") or message.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning:
-        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+        content.append({"type": "thinking", "thinking": "" if omit_thinking else reasoning, "signature": ""})
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})

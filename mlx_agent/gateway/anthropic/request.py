@@ -1,69 +1,83 @@
 """An Anthropic Messages request, translated into the worker's chat-completions body (pure).
 
-The rules (docs/gateway.md, "Anthropic Messages API"):
+The rules (docs/gateway.md, "Anthropic Messages API"), written for what Claude Code sends:
 
-* ``system`` (a string, or text blocks joined by a blank line) becomes the first, ``system`` message.
+* ``system`` (a string, or text blocks joined by a blank line) becomes the first, ``system`` message. Claude
+  Code's per-request ``x-anthropic-billing-header: ...`` block is left out: it changes on every turn and would
+  make the worker's prompt cache miss the whole conversation.
 * A ``user`` turn: its text blocks (joined by a blank line) become a ``user`` message and each ``tool_result``
   block a ``tool`` message (``tool_call_id`` = ``tool_use_id``; text content joined by a blank line), in the
   order they come. An ``assistant`` turn: its text becomes the content and each ``tool_use`` block a
   ``tool_calls`` entry (arguments = the input as JSON); ``thinking`` blocks are dropped (chat templates drop
-  earlier reasoning themselves).
+  earlier reasoning themselves, which is also what ``context_management``'s clear-thinking edit asks for). A
+  ``system`` message inside ``messages`` stays a system message at its place (the worker folds them).
 * A last ``assistant`` turn is continued (``continue_final_message``), as Anthropic continues a prefill.
-* Custom tools become function tools (``input_schema`` is the parameters). ``tool_choice`` ``auto`` (or
-  none given) sends them; ``none`` sends no tools.
-* ``max_tokens`` (required; the gateway then clamps it to the plan), ``temperature``, ``top_p``, ``top_k``
-  carry over; ``stop_sequences`` becomes ``stop``. ``thinking``: ``enabled`` sets the runtime's
-  ``reasoning_budget`` to ``budget_tokens``, ``disabled`` passes ``enable_thinking: false`` to the chat
-  template, ``adaptive`` leaves the template's default.
-* ``metadata`` and ``cache_control`` (anywhere) are accepted and change nothing (the worker caches prompt
-  prefixes by itself).
+* Custom tools become function tools (``tools.py``: server tools are left out and named in a header;
+  ``strict``, ``defer_loading`` and ``cache_control`` are accepted). ``tool_choice`` ``auto`` (or none given)
+  sends them; ``none`` sends no tools.
+* ``max_tokens`` (required; the front applies its ceiling), ``temperature``, ``top_p``, ``top_k`` carry over;
+  ``stop_sequences`` becomes ``stop``. ``thinking``: ``enabled`` sets the worker's ``reasoning_budget`` to
+  ``budget_tokens``, ``disabled`` passes ``enable_thinking: false`` to the chat template, ``adaptive`` leaves
+  the template's default; ``display: "omitted"`` returns thinking blocks without their text.
+  ``output_config.effort`` becomes ``reasoning_effort`` (for templates that read it) and
+  ``output_config.format`` a ``response_format`` JSON schema, which the worker enforces.
+* ``metadata``, ``service_tier``, ``context_management`` and ``cache_control`` (anywhere) are accepted and
+  change nothing (the worker caches prompt prefixes by itself).
 
-Refused with a 400 ``invalid_request_error``: image, document and other non-text content, non-custom
-(server or versioned) tools, strict tools and tool features the runtime does not have, forced ``tool_choice``
-(``any``, ``tool``), ``disable_parallel_tool_use``, and every other top-level parameter (``service_tier``,
-``container``, ``mcp_servers``, ``output_config``, ...).
+Refused with a 400 ``invalid_request_error``: image, document and other non-text content, tools that need
+what a text model lacks (computer use), forced ``tool_choice`` (``any``, ``tool``), ``disable_parallel_tool_use``,
+and top-level parameters that ask for servers this machine does not have (``mcp_servers``, ``container``)
+or that it does not know.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.tools import ToolSet, anthropic_tools, refuse
 
-MESSAGE_FIELDS = frozenset(
+PROMPT_FIELDS = frozenset(
     {
         "model",
-        "max_tokens",
         "messages",
         "system",
-        "stream",
-        "temperature",
-        "top_p",
-        "top_k",
-        "stop_sequences",
         "tools",
         "tool_choice",
-        "metadata",
         "thinking",
         "cache_control",
+        "context_management",
+        "output_config",
+        "metadata",
+        "service_tier",
     }
 )
-COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "cache_control"})
-TOOL_FIELDS = frozenset(
-    {"name", "description", "input_schema", "type", "cache_control", "eager_input_streaming", "strict"}
-)
+MESSAGE_FIELDS = PROMPT_FIELDS | {"max_tokens", "stream", "temperature", "top_p", "top_k", "stop_sequences"}
+COUNT_FIELDS = PROMPT_FIELDS
+OUTPUT_CONFIG_FIELDS = frozenset({"effort", "format"})
+BILLING_HEADER = "x-anthropic-billing-header:"
 BLOCK_JOIN = "\n\n"
 
 
-def refuse(message: str, param: str, code: str = "invalid_value") -> RequestRefused:
-    """Return the 400 ``invalid_request_error`` the gateway answers for a request it cannot honour."""
-    return RequestRefused(400, message, code=code, param=param)
+@dataclass
+class AnthropicRequest:
+    """A translated Messages request: the worker's chat body, and what the reply must know."""
+
+    chat: dict[str, Any]
+    tools: ToolSet = field(default_factory=ToolSet)
+    omit_thinking: bool = False  # thinking.display "omitted": thinking blocks carry no text
 
 
 def to_chat(body: object, *, counting: bool = False) -> dict[str, Any]:
-    """Return the chat-completions body for an Anthropic Messages request; raise ``RequestRefused`` if refused.
+    """Return the chat-completions body for an Anthropic Messages request (``translate``'s chat part)."""
+    return translate(body, counting=counting).chat
+
+
+def translate(body: object, *, counting: bool = False) -> AnthropicRequest:
+    """Translate an Anthropic Messages request; raise ``RequestRefused`` if it cannot be honoured.
 
     ``counting`` translates a ``count_tokens`` request: no ``max_tokens``, no sampling fields.
     """
@@ -96,12 +110,13 @@ def to_chat(body: object, *, counting: bool = False) -> dict[str, Any]:
         chat.extend(_message(message, index))
     out["messages"] = chat
 
-    tools = _tools(body.get("tools"), body.get("tool_choice"))
-    if tools:
-        out["tools"] = tools
+    tools = anthropic_tools(body.get("tools"))
+    if _tool_choice(body.get("tool_choice")) != "none" and tools.functions:
+        out["tools"] = tools.functions
     if not counting:
         _sampling(body, out)
-    template_kwargs = _thinking(body.get("thinking"), out)
+    _output_config(body.get("output_config"), out)
+    omit, template_kwargs = _thinking(body.get("thinking"), out)
     last = messages[-1]
     if isinstance(last, Mapping) and last.get("role") == "assistant":
         if chat[-1].get("tool_calls"):
@@ -112,7 +127,7 @@ def to_chat(body: object, *, counting: bool = False) -> dict[str, Any]:
         template_kwargs["add_generation_prompt"] = False
     if template_kwargs:
         out["chat_template_kwargs"] = template_kwargs
-    return out
+    return AnthropicRequest(out, tools, omit)
 
 
 def _integer(value: object) -> TypeGuard[int]:
@@ -148,29 +163,27 @@ def _sampling(body: Mapping[str, Any], out: dict[str, Any]) -> None:
         out["stream"] = stream
 
 
-def _thinking(thinking: object, out: dict[str, Any]) -> dict[str, Any]:
-    """Apply ``thinking``; return the chat-template arguments it asks for."""
+def _thinking(thinking: object, out: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """Apply ``thinking``; return whether its text is omitted from the reply, and the template arguments."""
     if thinking is None:
-        return {}
+        return False, {}
     if not isinstance(thinking, Mapping):
         raise refuse("'thinking' must be an object", "thinking", "invalid_type")
-    if thinking.get("display") not in (None, "summarized"):
-        raise refuse(
-            "thinking.display 'omitted' is not supported: local thinking is returned as written",
-            "thinking.display",
-            "unsupported_parameter",
-        )
+    display = thinking.get("display")
+    if display not in (None, "summarized", "omitted"):
+        raise refuse("thinking.display must be 'summarized' or 'omitted'", "thinking.display")
+    omit = display == "omitted"
     kind = thinking.get("type")
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
         if not _integer(budget) or budget < 1:
             raise refuse("thinking.budget_tokens must be a positive integer", "thinking.budget_tokens")
         out["reasoning_budget"] = budget
-        return {}
+        return omit, {}
     if kind == "disabled":
-        return {"enable_thinking": False}
+        return omit, {"enable_thinking": False}
     if kind == "adaptive":
-        return {}
+        return omit, {}
     raise refuse(
         f"thinking type {kind!r} is not supported; use enabled, disabled or adaptive",
         "thinking.type",
@@ -178,16 +191,46 @@ def _thinking(thinking: object, out: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _system_text(system: object) -> str:
+def _output_config(config: object, out: dict[str, Any]) -> None:
+    """Apply ``output_config``: ``effort`` for templates that read it, ``format`` as an enforced JSON schema."""
+    if config is None:
+        return
+    if not isinstance(config, Mapping):
+        raise refuse("'output_config' must be an object", "output_config", "invalid_type")
+    for name in sorted(config):
+        if name not in OUTPUT_CONFIG_FIELDS and config[name] is not None:
+            raise refuse(
+                f"output_config.{name} is not supported here", f"output_config.{name}", "unsupported_parameter"
+            )
+    effort = config.get("effort")
+    if effort is not None:
+        if not isinstance(effort, str) or not effort:
+            raise refuse("output_config.effort must be a string such as 'low' or 'high'", "output_config.effort")
+        out["reasoning_effort"] = effort
+    fmt = config.get("format")
+    if fmt is not None:
+        if (
+            not isinstance(fmt, Mapping)
+            or fmt.get("type") != "json_schema"
+            or not isinstance(fmt.get("schema"), Mapping)
+        ):
+            raise refuse(
+                "output_config.format must be {'type': 'json_schema', 'schema': {...}}", "output_config.format"
+            )
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+
+
+def _system_text(system: object, param: str = "system") -> str:
     if system is None or isinstance(system, str):
         return system or ""
     if not isinstance(system, list):
-        raise refuse("'system' must be a string or a list of text blocks", "system", "invalid_type")
+        raise refuse("system content must be a string or a list of text blocks", param, "invalid_type")
     texts = []
     for index, block in enumerate(system):
         if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise refuse("'system' blocks must be text blocks", f"system.{index}", "unsupported_content")
-        texts.append(block["text"])
+            raise refuse("system content blocks must be text blocks", f"{param}.{index}", "unsupported_content")
+        if not block["text"].startswith(BILLING_HEADER):  # a per-turn nonce: it would defeat the prompt cache
+            texts.append(block["text"])
     return BLOCK_JOIN.join(texts)
 
 
@@ -197,9 +240,11 @@ def _message(message: object, index: int) -> list[dict[str, Any]]:
     if not isinstance(message, Mapping):
         raise refuse("each message must be an object", param, "invalid_type")
     role = message.get("role")
-    if role not in ("user", "assistant"):
-        raise refuse("a message's role must be 'user' or 'assistant'", f"{param}.role")
+    if role not in ("user", "assistant", "system"):
+        raise refuse("a message's role must be 'user', 'assistant' or 'system'", f"{param}.role")
     content = message.get("content")
+    if role == "system":  # Claude Code puts some of its instructions here; they stay where they were sent
+        return [{"role": "system", "content": _system_text(content, f"{param}.content")}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
@@ -297,47 +342,6 @@ def _tool_result_text(content: object, where: str) -> str:
             raise _unsupported_block(str(kind), inner)
         texts.append(_text(block, inner))
     return BLOCK_JOIN.join(texts)
-
-
-def _tools(tools: object, tool_choice: object) -> list[dict[str, Any]]:
-    """Return the function tools to send (none for ``tool_choice: none``)."""
-    choice = _tool_choice(tool_choice)
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise refuse("'tools' must be a list", "tools", "invalid_type")
-    out = []
-    for index, tool in enumerate(tools):
-        where = f"tools.{index}"
-        if not isinstance(tool, Mapping):
-            raise refuse("each tool must be an object", where, "invalid_type")
-        kind = tool.get("type")
-        if kind not in (None, "custom"):
-            raise refuse(
-                f"tool type {kind!r} is not supported: only custom tools (name, description, input_schema) run locally",
-                f"{where}.type",
-                "unsupported_tool",
-            )
-        for name in sorted(tool):
-            if name not in TOOL_FIELDS and tool[name] not in (None, False, [], {}):
-                raise refuse(f"the tool field '{name}' is not supported here", f"{where}.{name}", "unsupported_tool")
-        if tool.get("strict"):
-            raise refuse(
-                "strict tools are not supported: the runtime does not enforce tool schemas",
-                f"{where}.strict",
-                "unsupported_tool",
-            )
-        name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
-        if not isinstance(name, str) or not name:
-            raise refuse("a tool needs a name", f"{where}.name")
-        if not isinstance(schema, Mapping):
-            raise refuse("a tool needs an input_schema object", f"{where}.input_schema")
-        function: dict[str, Any] = {"name": name}
-        if isinstance(description, str):
-            function["description"] = description
-        function["parameters"] = dict(schema)
-        out.append({"type": "function", "function": function})
-    return [] if choice == "none" else out
 
 
 def _tool_choice(tool_choice: object) -> str:

@@ -24,9 +24,12 @@ PING = sse("ping", {"type": "ping"})
 class AnthropicStream(ChunkTranslator):
     """One Messages stream, as ``sse.pump`` drives it."""
 
-    def __init__(self, model: str, make_id: IdMaker = new_id, on_usage: Accountant | None = None) -> None:
+    def __init__(
+        self, model: str, make_id: IdMaker = new_id, on_usage: Accountant | None = None, omit_thinking: bool = False
+    ) -> None:
         super().__init__(on_usage)
         self.model = model
+        self.omit_thinking = omit_thinking  # thinking.display "omitted": the block opens and closes, no text
         self.make_id = make_id
         self.message_id = make_id("msg")
         self.ended = False
@@ -63,7 +66,8 @@ class AnthropicStream(ChunkTranslator):
             reasoning = delta.get("reasoning") or delta.get("reasoning_content")
             if isinstance(reasoning, str) and reasoning:
                 self._switch("thinking", out, {"type": "thinking", "thinking": "", "signature": ""})
-                out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
+                if not self.omit_thinking:
+                    out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._switch("text", out, {"type": "text", "text": ""})

@@ -16,12 +16,12 @@ from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
-from mlx_agent.gateway.responses.output import base_response, new_id, response_from_chat
-from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
+from mlx_agent.gateway.responses.output import base_response, conversation_of, new_id, response_from_chat
+from mlx_agent.gateway.responses.request import ResponsesRequest, previous_id, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
 from mlx_agent.gateway.responses.stream import ResponsesStream
 from mlx_agent.gateway.security import API_KEY_ID
-from mlx_agent.gateway.upstream import Upstream, read_json_body
+from mlx_agent.gateway.upstream import Upstream, dropped_tools, read_json_body
 
 
 class ResponsesApi:
@@ -37,28 +37,43 @@ class ResponsesApi:
         try:
             body = await read_json_body(request)
             named = self.upstream.fleet.route(body.get("model") if isinstance(body, dict) else None)
-            translated = to_chat(body, default_model=named.name)
+            translated = to_chat(body, default_model=named.name, history=self._history(previous_id(body), owner))
             model, prepared = self.upstream.prepare(request, translated.chat, "chat", force_usage=True)
             base = base_response(translated, new_id("resp"), int(time.time()))
+            headers = dropped_tools(translated.tools.dropped)
             if translated.stream:
 
                 def keep(final: dict[str, Any]) -> None:
                     self._keep(translated, final, owner)
 
                 account = self.upstream.accountant(request, "chat", prepared.body)
-                return await self.upstream.stream(
-                    request, model, prepared, ResponsesStream(base, keep, on_usage=account)
-                )
+                stream = ResponsesStream(base, keep, on_usage=account, tools=translated.tools)
+                return await self.upstream.stream(request, model, prepared, stream, headers=headers)
             doc = await self.upstream.complete(request, model, prepared)
         except RequestRefused as refusal:
             return refusal_response(refusal)
-        response = response_from_chat(doc, base)
+        response = response_from_chat(doc, base, tools=translated.tools)
         self._keep(translated, response, owner)
-        return json_response(response)
+        return json_response(response, headers=headers)
+
+    def _history(self, previous: str | None, owner: str | None) -> list[dict[str, Any]] | None:
+        """Return the stored conversation ``previous_response_id`` continues; 400 when none is stored."""
+        if previous is None:
+            return None
+        conversation = self.store.conversation(previous, owner)
+        if conversation is None:
+            raise RequestRefused(
+                400,
+                f"Previous response with id '{previous}' not found (the front keeps the "
+                "most recent stored responses until it stops)",
+                code="previous_response_not_found",
+                param="previous_response_id",
+            )
+        return conversation
 
     def _keep(self, translated: ResponsesRequest, response: dict[str, Any], owner: str | None) -> None:
         if translated.store:
-            self.store.put(response, owner)
+            self.store.put(response, owner, conversation_of(translated, response))
 
     async def retrieve(self, request: web.Request) -> web.Response:
         """Return a stored response."""

@@ -1,23 +1,27 @@
 """An OpenAI Responses request, translated into the worker's chat-completions body (pure).
 
-The rules (docs/gateway.md, "OpenAI Responses API"):
+The rules (docs/gateway.md, "OpenAI Responses API"), written for what Codex CLI sends:
 
 * ``instructions`` becomes the first, ``system`` message. ``input`` is a string (one user message) or a list
   of items: a text message (``user``, ``assistant``, ``system``; ``developer`` becomes ``system``; its text
-  parts joined by a blank line), a ``function_call`` (a ``tool_calls`` entry of an assistant message; calls
-  that follow an assistant message or each other join it), a ``function_call_output`` (a ``tool`` message).
-* Function tools become chat function tools; ``tool_choice`` ``auto`` sends them, ``none`` sends none.
-* ``max_output_tokens`` becomes ``max_tokens`` (clamped to the plan by the gateway; the plan's limit when
-  absent); ``temperature`` and ``top_p`` carry over.
+  parts joined by a blank line), a ``function_call`` or ``custom_tool_call`` (a ``tool_calls`` entry of an
+  assistant message; calls that follow an assistant message or each other join it), their outputs (``tool``
+  messages), and ``reasoning`` items (dropped: chat templates drop earlier reasoning themselves).
+* ``previous_response_id``: the stored conversation of that response comes first (``ResponseStore``).
+* Tools (``tools.py``): functions (``strict`` accepted), ``custom`` tools, ``namespace`` groups (flattened),
+  and hosted tools that cannot run here (left out and named in a header). ``tool_choice`` ``auto`` sends
+  them, ``none`` sends none.
+* ``max_output_tokens`` becomes ``max_tokens`` (the front applies its ceiling; the plan's limit when absent);
+  ``temperature`` and ``top_p`` carry over; ``reasoning.effort`` becomes ``reasoning_effort`` for templates
+  that read it; ``text.format`` ``json_schema`` / ``json_object`` becomes an enforced ``response_format``.
 * Accepted without changing generation: ``parallel_tool_calls``, ``prompt_cache_key``, ``client_metadata``,
-  ``metadata`` (echoed), an empty ``reasoning`` object, ``include: ["reasoning.encrypted_content"]`` (no
-  reasoning items are produced), ``text.format`` ``text``, ``truncation: "disabled"``, ``store``,
-  ``background`` (the answer is complete before the reply returns).
+  ``metadata`` (echoed), ``reasoning.summary`` (no summaries are produced; reasoning comes back as written),
+  ``include`` values, ``text.verbosity``, ``truncation`` (a prompt longer than the context is refused, never
+  cut), ``store``, ``background``, ``user``, ``safety_identifier``, ``service_tier``, ``prompt_cache_retention``.
 
-Refused with a 400 ``invalid_request_error``: image, file and audio content, tools other than functions,
-strict function schemas, reasoning controls, structured text formats and verbosity, forced ``tool_choice``
-(``required`` or a named tool), other item types, and every other parameter (``previous_response_id``,
-``conversation``, ``prompt``, ``service_tier``, ``user``, ...).
+Refused with a 400 ``invalid_request_error``: image, file and audio content, ``tool_choice`` ``required`` or a
+named tool (the runtime cannot force a call), item types that refer to server-side objects
+(``item_reference``, ...), and parameters that need them (``conversation``, ``prompt``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.tools import ToolSet, refuse, responses_tools
 
 RESPONSE_FIELDS = frozenset(
     {
@@ -49,17 +53,23 @@ RESPONSE_FIELDS = frozenset(
         "include",
         "text",
         "truncation",
+        "user",
+        "safety_identifier",
+        "service_tier",
+        "prompt_cache_retention",
+        "previous_response_id",
+        "stream_options",
     }
 )
-ACCEPTED_INCLUDES = frozenset({"reasoning.encrypted_content"})
-TOOL_FIELDS = frozenset({"type", "name", "description", "parameters", "strict"})
 TEXT_PARTS = ("input_text", "output_text")
+CALL_ITEMS = ("function_call", "custom_tool_call")
+OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
 BLOCK_JOIN = "\n\n"
 
 
 @dataclass(frozen=True)
 class ResponsesRequest:
-    """A translated Responses request: the worker's chat body and what the Response object echoes."""
+    """A translated Responses request: the worker's chat body, its tools, and what the Response echoes."""
 
     chat: dict[str, Any]
     model: str
@@ -67,15 +77,12 @@ class ResponsesRequest:
     store: bool = True
     background: bool = False
     echo: dict[str, Any] = field(default_factory=dict)
+    tools: ToolSet = field(default_factory=ToolSet)
+    previous_response_id: str | None = None
 
 
-def refuse(message: str, param: str, code: str = "invalid_value") -> RequestRefused:
-    """Return the 400 ``invalid_request_error`` for a request the gateway cannot honour."""
-    return RequestRefused(400, message, code=code, param=param)
-
-
-def to_chat(body: object, *, default_model: str) -> ResponsesRequest:
-    """Translate a Responses request; raise ``RequestRefused`` for what the module docstring lists."""
+def to_chat(body: object, *, default_model: str, history: list[dict[str, Any]] | None = None) -> ResponsesRequest:
+    """Translate a Responses request (after ``history``, a stored conversation); raise ``RequestRefused``."""
     if not isinstance(body, dict):
         raise refuse("the request body must be a JSON object", "body", "invalid_body")
     for name in sorted(body):
@@ -86,7 +93,6 @@ def to_chat(body: object, *, default_model: str) -> ResponsesRequest:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise refuse("'model' must be a string", "model", "invalid_type")
-    _check_accepted(body)
     chat: dict[str, Any] = {"messages": []}
     if model is not None:
         chat["model"] = model
@@ -96,10 +102,12 @@ def to_chat(body: object, *, default_model: str) -> ResponsesRequest:
             raise refuse("'instructions' must be a string", "instructions", "invalid_type")
         if instructions:
             chat["messages"].append({"role": "system", "content": instructions})
-    chat["messages"].extend(_input(body.get("input")))
-    chat_tools, echo_tools, tool_choice = _tools(body.get("tools"), body.get("tool_choice"))
-    if chat_tools:
-        chat["tools"] = chat_tools
+    tools = responses_tools(body.get("tools"))
+    chat["messages"].extend(history or [])
+    chat["messages"].extend(_input(body.get("input"), tools))
+    choice = _tool_choice(body.get("tool_choice"))
+    if tools.functions and choice != "none":
+        chat["tools"] = tools.functions
     max_output = body.get("max_output_tokens")
     if max_output is not None:
         if not _integer(max_output) or max_output < 1:
@@ -111,18 +119,30 @@ def to_chat(body: object, *, default_model: str) -> ResponsesRequest:
             if not _number(value):
                 raise refuse(f"'{name}' must be a number", name, "invalid_type")
             chat[name] = value
+    effort = _reasoning(body.get("reasoning"))
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    fmt = _text_format(body.get("text"))
+    if fmt is not None:
+        chat["response_format"] = fmt
+    _check_accepted(body)
     flags = {name: _flag(body, name) for name in ("stream", "store", "background", "parallel_tool_calls")}
     chat["stream"] = bool(flags["stream"])
+    previous = body.get("previous_response_id")
     echo = {
         "instructions": instructions,
         "max_output_tokens": max_output,
         "temperature": body.get("temperature"),
         "top_p": body.get("top_p"),
-        "tools": echo_tools,
-        "tool_choice": tool_choice,
+        "tools": _echo_tools(body.get("tools")),
+        "tool_choice": choice,
         "parallel_tool_calls": True if flags["parallel_tool_calls"] is None else flags["parallel_tool_calls"],
         "prompt_cache_key": body.get("prompt_cache_key"),
         "metadata": body.get("metadata") or {},
+        "reasoning": {"effort": effort, "summary": None},
+        "text": {"format": body_format(body.get("text"))},
+        "user": body.get("user"),
+        "previous_response_id": previous,
     }
     return ResponsesRequest(
         chat,
@@ -131,7 +151,17 @@ def to_chat(body: object, *, default_model: str) -> ResponsesRequest:
         store=flags["store"] is not False,
         background=bool(flags["background"]),
         echo=echo,
+        tools=tools,
+        previous_response_id=previous,
     )
+
+
+def previous_id(body: object) -> str | None:
+    """Return a request's ``previous_response_id`` (a string), or None; refuse any other type."""
+    value = body.get("previous_response_id") if isinstance(body, dict) else None
+    if value is not None and (not isinstance(value, str) or not value):
+        raise refuse("'previous_response_id' must be a response id", "previous_response_id", "invalid_type")
+    return value
 
 
 def _integer(value: object) -> TypeGuard[int]:
@@ -149,48 +179,68 @@ def _flag(body: Mapping[str, Any], name: str) -> bool | None:
     return value
 
 
+def _reasoning(reasoning: object) -> str | None:
+    """Return ``reasoning.effort`` (``summary`` is accepted: reasoning comes back as written, unsummarised)."""
+    if reasoning is None:
+        return None
+    if not isinstance(reasoning, Mapping):
+        raise refuse("'reasoning' must be an object", "reasoning", "invalid_type")
+    for name in sorted(reasoning):
+        if name not in ("effort", "summary", "generate_summary") and reasoning[name] is not None:
+            raise refuse(f"reasoning.{name} is not supported here", f"reasoning.{name}", "unsupported_parameter")
+    effort = reasoning.get("effort")
+    if effort is not None and (not isinstance(effort, str) or not effort):
+        raise refuse("reasoning.effort must be a string such as 'low' or 'high'", "reasoning.effort")
+    return effort
+
+
+def _text_format(text: object) -> dict[str, Any] | None:
+    """Return the response_format ``text.format`` asks for (None for plain text); ``verbosity`` is accepted."""
+    if text is None:
+        return None
+    if not isinstance(text, Mapping):
+        raise refuse("'text' must be an object", "text", "invalid_type")
+    for name in sorted(text):
+        if name not in ("format", "verbosity") and text[name] is not None:
+            raise refuse(f"text.{name} is not supported here", f"text.{name}", "unsupported_parameter")
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema" and isinstance(fmt, Mapping) and isinstance(fmt.get("schema"), Mapping):
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": str(fmt.get("name") or "output"), "schema": fmt["schema"]},
+        }
+    raise refuse("text.format must be text, json_object or json_schema with a schema", "text.format")
+
+
+def body_format(text: object) -> Any:
+    """Return the ``text.format`` a Response echoes."""
+    fmt = text.get("format") if isinstance(text, Mapping) else None
+    return fmt if isinstance(fmt, Mapping) else {"type": "text"}
+
+
 def _check_accepted(body: Mapping[str, Any]) -> None:
-    """Refuse values of the accepted fields that would ask for something the runtime cannot do."""
-    reasoning = body.get("reasoning")
-    if reasoning is not None and (not isinstance(reasoning, Mapping) or any(v is not None for v in reasoning.values())):
-        raise refuse(
-            "reasoning controls are not supported: the local model reasons (or not) as its template says; "
-            "send an empty reasoning object or none",
-            "reasoning",
-            "unsupported_parameter",
-        )
+    """Check the types of the fields accepted without effect, so a malformed one is still a 400."""
     include = body.get("include")
-    if include is not None and (not isinstance(include, list) or not set(include) <= ACCEPTED_INCLUDES):
-        raise refuse(
-            "only include: ['reasoning.encrypted_content'] is accepted (no reasoning items are produced)",
-            "include",
-            "unsupported_parameter",
-        )
-    text = body.get("text")
-    if text is not None:
-        fmt = text.get("format") if isinstance(text, Mapping) else None
-        if (
-            not isinstance(text, Mapping)
-            or any(k not in ("format", "verbosity") for k in text)
-            or text.get("verbosity") is not None
-            or (fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"))
-        ):
-            raise refuse(
-                "structured text formats and verbosity are not supported: only text.format 'text'",
-                "text",
-                "unsupported_parameter",
-            )
-    if body.get("truncation") not in (None, "disabled"):
-        raise refuse("only truncation 'disabled' is supported", "truncation", "unsupported_parameter")
-    for name in ("prompt_cache_key",):
+    if include is not None and (not isinstance(include, list) or not all(isinstance(i, str) for i in include)):
+        raise refuse("'include' must be a list of strings", "include", "invalid_type")
+    if body.get("truncation") not in (None, "disabled", "auto"):
+        raise refuse("truncation must be 'auto' or 'disabled'", "truncation", "invalid_value")
+    for name in ("prompt_cache_key", "user", "safety_identifier", "service_tier", "prompt_cache_retention"):
         if body.get(name) is not None and not isinstance(body[name], str):
             raise refuse(f"'{name}' must be a string", name, "invalid_type")
-    for name in ("client_metadata", "metadata"):
+    for name in ("client_metadata", "metadata", "stream_options"):
         if body.get(name) is not None and not isinstance(body[name], Mapping):
             raise refuse(f"'{name}' must be an object", name, "invalid_type")
 
 
-def _input(items: object) -> list[dict[str, Any]]:
+def _input(items: object, tools: ToolSet) -> list[dict[str, Any]]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
@@ -203,13 +253,15 @@ def _input(items: object) -> list[dict[str, Any]]:
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "message":
             out.append(_message(item, where))
-        elif kind == "function_call":
-            _function_call(item, where, out)
-        elif kind == "function_call_output":
+        elif kind in CALL_ITEMS:
+            _call(item, where, out, tools)
+        elif kind in OUTPUT_ITEMS:
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise refuse("a function_call_output needs its call_id", f"{where}.call_id")
+                raise refuse(f"a {kind} needs its call_id", f"{where}.call_id")
             out.append({"role": "tool", "tool_call_id": call_id, "content": _text(item.get("output"), where)})
+        elif kind == "reasoning":
+            continue  # earlier reasoning: templates leave it out of the prompt
         else:
             raise refuse(f"input items of type {kind!r} are not supported here", f"{where}.type", "unsupported_content")
     return out
@@ -247,11 +299,17 @@ def _text(content: object, where: str) -> str:
     return BLOCK_JOIN.join(texts)
 
 
-def _function_call(item: Mapping[str, Any], where: str, out: list[dict[str, Any]]) -> None:
-    call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments", "")
-    if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
-        raise refuse("a function_call needs string call_id, name and arguments", where)
-    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments or "{}"}}
+def _call(item: Mapping[str, Any], where: str, out: list[dict[str, Any]], tools: ToolSet) -> None:
+    call_id, name = item.get("call_id"), item.get("name")
+    raw = item.get("arguments", "") if item.get("type") == "function_call" else item.get("input", "")
+    if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(raw, str):
+        raise refuse("a call needs string call_id, name and arguments (or input)", where)
+    if item.get("type") == "custom_tool_call":
+        import json
+
+        raw = json.dumps({"input": raw}, ensure_ascii=False)
+    visible = tools.visible(name, item.get("namespace"))
+    call = {"id": call_id, "type": "function", "function": {"name": visible, "arguments": raw or "{}"}}
     previous = out[-1] if out else None
     if previous is not None and previous["role"] == "assistant":
         previous.setdefault("tool_calls", []).append(call)
@@ -259,58 +317,16 @@ def _function_call(item: Mapping[str, Any], where: str, out: list[dict[str, Any]
         out.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
-def _tools(tools: object, tool_choice: object) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
-    """Return (the chat tools to send, the tools the Response echoes, the tool_choice it echoes)."""
-    if tool_choice not in (None, "auto", "none"):
-        raise refuse(
-            "tool_choice must be 'auto' or 'none': the local runtime cannot force a tool call",
-            "tool_choice",
-            "unsupported_tool_choice",
-        )
-    choice = str(tool_choice or "auto")
-    if tools is None:
-        return [], [], choice
-    if not isinstance(tools, list):
-        raise refuse("'tools' must be a list", "tools", "invalid_type")
-    chat: list[dict[str, Any]] = []
-    echo: list[dict[str, Any]] = []
-    for index, tool in enumerate(tools):
-        where = f"tools[{index}]"
-        if not isinstance(tool, Mapping):
-            raise refuse("each tool must be an object", where, "invalid_type")
-        if tool.get("type") != "function":
-            raise refuse(
-                f"tool type {tool.get('type')!r} is not supported: only function tools run locally",
-                f"{where}.type",
-                "unsupported_tool",
-            )
-        for name in sorted(tool):
-            if name not in TOOL_FIELDS and tool[name] not in (None, False, [], {}):
-                raise refuse(f"the tool field '{name}' is not supported here", f"{where}.{name}", "unsupported_tool")
-        if tool.get("strict"):
-            raise refuse(
-                "strict function schemas are not supported: the runtime does not enforce tool arguments; "
-                "send strict: false",
-                f"{where}.strict",
-                "unsupported_tool",
-            )
-        name, description, parameters = tool.get("name"), tool.get("description"), tool.get("parameters")
-        if not isinstance(name, str) or not name:
-            raise refuse("a function tool needs a name", f"{where}.name")
-        if parameters is not None and not isinstance(parameters, Mapping):
-            raise refuse("a function tool's parameters must be an object", f"{where}.parameters", "invalid_type")
-        function: dict[str, Any] = {"name": name}
-        if isinstance(description, str):
-            function["description"] = description
-        function["parameters"] = dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
-        chat.append({"type": "function", "function": function})
-        echo.append(
-            {
-                "type": "function",
-                "name": name,
-                "description": description if isinstance(description, str) else None,
-                "parameters": parameters,
-                "strict": False,
-            }
-        )
-    return ([] if choice == "none" else chat), echo, choice
+def _tool_choice(tool_choice: object) -> str:
+    if tool_choice in (None, "auto", "none"):
+        return str(tool_choice or "auto")
+    raise refuse(
+        "tool_choice must be 'auto' or 'none': the local runtime cannot force a tool call",
+        "tool_choice",
+        "unsupported_tool_choice",
+    )
+
+
+def _echo_tools(tools: object) -> list[Any]:
+    """Return the tools a Response echoes: the request's own, as sent."""
+    return list(tools) if isinstance(tools, list) else []

@@ -18,11 +18,13 @@ class ResponseStore:
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[str, tuple[str | None, dict[str, Any]]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[str | None, dict[str, Any], list[dict[str, Any]]]] = OrderedDict()
 
-    def put(self, response: dict[str, Any], owner: str | None) -> None:
-        """Keep ``response`` (a copy), owned by the key id ``owner``."""
-        self._items[response["id"]] = (owner, copy.deepcopy(response))
+    def put(
+        self, response: dict[str, Any], owner: str | None, conversation: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Keep ``response`` (a copy) and the chat conversation it ends, owned by the key id ``owner``."""
+        self._items[response["id"]] = (owner, copy.deepcopy(response), copy.deepcopy(conversation or []))
         self._items.move_to_end(response["id"])
         while len(self._items) > self.capacity:
             self._items.popitem(last=False)
@@ -33,6 +35,13 @@ class ResponseStore:
         if found is None or found[0] != owner:
             return None
         return copy.deepcopy(found[1])
+
+    def conversation(self, response_id: str, owner: str | None) -> list[dict[str, Any]] | None:
+        """Return the chat messages up to and including the stored response's answer, if ``owner`` made it."""
+        found = self._items.get(response_id)
+        if found is None or found[0] != owner:
+            return None
+        return copy.deepcopy(found[2])
 
     def __len__(self) -> int:
         return len(self._items)

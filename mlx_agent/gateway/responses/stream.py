@@ -1,13 +1,16 @@
 """The worker's chat-completion chunks as an OpenAI Responses stream, translated one chunk at a time (pure).
 
-The sequence: ``response.created``, ``response.in_progress``; for text, ``response.output_item.added``
-(a message), ``response.content_part.added``, ``response.output_text.delta``..., ``response.output_text.done``,
+The sequence: ``response.created``, ``response.in_progress``; for reasoning, ``response.output_item.added``
+(a reasoning item), ``response.reasoning_text.delta``..., ``response.reasoning_text.done``,
+``response.output_item.done``; for text, ``response.output_item.added`` (a message),
+``response.content_part.added``, ``response.output_text.delta``..., ``response.output_text.done``,
 ``response.content_part.done``, ``response.output_item.done``; for each tool call,
-``response.output_item.added`` (a function_call), ``response.function_call_arguments.delta``...,
-``response.function_call_arguments.done``, ``response.output_item.done``; then ``response.completed``, or
-``response.incomplete`` when the token limit cut the answer. Every event has a ``sequence_number``. An item
-closes when the next one starts, or at the end. A stream the worker breaks ends with ``response.failed``.
-Worker keepalives pass as SSE comments. The final Response object is handed to ``on_final`` (to be stored).
+``response.output_item.added`` (a ``function_call``, or a ``custom_tool_call``), its argument deltas
+(``response.function_call_arguments.delta``..., or one ``response.custom_tool_call_input.delta``), their
+``.done``, ``response.output_item.done``; then ``response.completed``, or ``response.incomplete`` when the token
+limit cut the answer. Every event has a ``sequence_number``. An item closes when the next one starts, or at the
+end. A stream the worker breaks ends with ``response.failed``. Worker keepalives pass as SSE comments. The
+final Response object is handed to ``on_final`` (to be stored).
 """
 
 from __future__ import annotations
@@ -18,14 +21,17 @@ from typing import Any
 from mlx_agent.gateway.responses.output import (
     IdMaker,
     arguments_text,
+    call_item,
+    custom_input,
     failed,
     finished,
-    function_call_item,
     message_item,
     new_id,
     output_text,
+    reasoning_item,
 )
 from mlx_agent.gateway.sse import Accountant, ChunkTranslator, first_choice, sse
+from mlx_agent.gateway.tools import ToolSet
 
 KEEPALIVE = b": keepalive\n\n"
 
@@ -39,18 +45,21 @@ class ResponsesStream(ChunkTranslator):
         on_final: Callable[[dict[str, Any]], None] | None = None,
         make_id: IdMaker = new_id,
         on_usage: Accountant | None = None,
+        tools: ToolSet | None = None,
     ) -> None:
         super().__init__(on_usage)
         self.base = dict(base)
         self.on_final = on_final
         self.make_id = make_id
+        self.tools = tools or ToolSet()
         self.ended = False
         self.sequence = 0
         self.output: list[dict[str, Any]] = []  # closed items, in output order
         self.item: dict[str, Any] | None = None  # the open item
-        self.text: list[str] = []  # the open message's text so far
+        self.text: list[str] = []  # the open message's or reasoning's text so far
+        self.arguments: list[str] = []  # the open call's arguments so far
         self.tool_keys: set[object] = set()
-        self.open_key: object = None  # the worker's index of the open function call
+        self.open_key: object = None  # the worker's index of the open call
         self.finish_reason: object = None
         self.usage: object = None
 
@@ -75,9 +84,12 @@ class ResponsesStream(ChunkTranslator):
             self.usage = doc["usage"]
         out: list[bytes] = []
         for delta, finish_reason in first_choice(doc):
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                self._text_delta("reasoning", reasoning, out)
             content = delta.get("content")
             if isinstance(content, str) and content:
-                self._text_delta(content, out)
+                self._text_delta("message", content, out)
             for position, call in enumerate(delta.get("tool_calls") or []):
                 if isinstance(call, dict):
                     self._call_delta(call, position, out)
@@ -111,33 +123,49 @@ class ResponsesStream(ChunkTranslator):
 
     # -- items --------------------------------------------------------------------------------------------
 
-    def _text_delta(self, text: str, out: list[bytes]) -> None:
-        if self.item is None or self.item["type"] != "message":
+    def _text_delta(self, kind: str, text: str, out: list[bytes]) -> None:
+        index = len(self.output)
+        if self.item is None or self.item["type"] != kind:
             self._close(out, "completed")
-            self.item = message_item(self.make_id("msg"), None, "in_progress")
-            self.text = []
             index = len(self.output)
-            out.append(self._event("response.output_item.added", output_index=index, item=self.item))
+            self.text = []
+            if kind == "message":
+                self.item = message_item(self.make_id("msg"), None, "in_progress")
+                out.append(self._event("response.output_item.added", output_index=index, item=self.item))
+                out.append(
+                    self._event(
+                        "response.content_part.added",
+                        item_id=self.item["id"],
+                        output_index=index,
+                        content_index=0,
+                        part=output_text(""),
+                    )
+                )
+            else:
+                self.item = reasoning_item(self.make_id("rs"), None, "in_progress")
+                out.append(self._event("response.output_item.added", output_index=index, item=self.item))
+        self.text.append(text)
+        if kind == "message":
             out.append(
                 self._event(
-                    "response.content_part.added",
+                    "response.output_text.delta",
                     item_id=self.item["id"],
                     output_index=index,
                     content_index=0,
-                    part=output_text(""),
+                    delta=text,
+                    logprobs=[],
                 )
             )
-        self.text.append(text)
-        out.append(
-            self._event(
-                "response.output_text.delta",
-                item_id=self.item["id"],
-                output_index=len(self.output),
-                content_index=0,
-                delta=text,
-                logprobs=[],
+        else:
+            out.append(
+                self._event(
+                    "response.reasoning_text.delta",
+                    item_id=self.item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=text,
+                )
             )
-        )
 
     def _call_delta(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
         key = call.get("index", position)
@@ -145,34 +173,39 @@ class ResponsesStream(ChunkTranslator):
         if key not in self.tool_keys:
             self.tool_keys.add(key)
             self._close(out, "completed")
-            self.item = function_call_item(
+            self.item = call_item(
                 self.make_id("fc"),
                 str(call.get("id") or self.make_id("call")),
                 str(function.get("name") or ""),
                 "",
                 "in_progress",
+                self.tools,
             )
+            self.arguments = []
             self.open_key = key
             out.append(self._event("response.output_item.added", output_index=len(self.output), item=self.item))
         arguments = function.get("arguments")
         if arguments and self.item is not None and self.open_key == key:
             piece = arguments_text(arguments)
-            self.item["arguments"] += piece
-            out.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=self.item["id"],
-                    output_index=len(self.output),
-                    delta=piece,
+            self.arguments.append(piece)
+            if self.item["type"] == "function_call":
+                self.item["arguments"] += piece
+                out.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        item_id=self.item["id"],
+                        output_index=len(self.output),
+                        delta=piece,
+                    )
                 )
-            )
 
     def _close(self, out: list[bytes], status: str) -> None:
         item = self.item
         if item is None:
             return
         index = len(self.output)
-        if item["type"] == "message":
+        kind = item["type"]
+        if kind == "message":
             text = "".join(self.text)
             out.append(
                 self._event(
@@ -194,6 +227,25 @@ class ResponsesStream(ChunkTranslator):
                 )
             )
             done = message_item(item["id"], text, status)
+        elif kind == "reasoning":
+            text = "".join(self.text)
+            out.append(
+                self._event(
+                    "response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0, text=text
+                )
+            )
+            done = reasoning_item(item["id"], text, status)
+        elif kind == "custom_tool_call":
+            value = custom_input("".join(self.arguments))  # whole: the model writes it as JSON around the input
+            out.append(
+                self._event(
+                    "response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=value
+                )
+            )
+            out.append(
+                self._event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=value)
+            )
+            done = {**item, "input": value, "status": status}
         else:
             out.append(
                 self._event(

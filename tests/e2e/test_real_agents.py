@@ -1,0 +1,151 @@
+"""Claude Code and Codex CLI, unmodified, finish a tool round trip against `serve start`, eager and JIT, keyed or not.
+
+Each runs inside a network namespace that has only loopback (tests/agents_support.py), against a scripted
+tiny model that calls the agent's own file tool (Claude Code: Read; Codex: exec_command running cat) and,
+given the tool's result, answers with a word it could only reach after a tool round. The agent exits 0 on that
+answer only if every request it sent was accepted and every reply was well formed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.agents_support import Namespace, agent_binary, inside, loopback_namespace, scripted_agent_model
+from tests.conftest import Agent, free_port
+
+pytestmark = pytest.mark.e2e
+
+ANSWER = "Basil"
+KEY = "sk-local-test-key"
+MODES = [
+    pytest.param([], None, id="eager"),
+    pytest.param(["--jit"], None, id="jit"),
+    pytest.param([], KEY, id="eager-keyed"),
+    pytest.param(["--jit"], KEY, id="jit-keyed"),
+]
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    """Make a network namespace with only loopback, for one test."""
+    with loopback_namespace() as made:
+        yield made
+
+
+def serve(agent: Agent, model: Path, extra: list[str], key: str | None, tmp_path: Path) -> int:
+    """Preview and confirm a server for ``model`` named like a hosted model; return its port."""
+    port = free_port()
+    args = [
+        "--path",
+        str(model),
+        "--port",
+        str(port),
+        "--served-model-name",
+        "local-coder",
+        "--alias",
+        "claude-*",
+        "--alias",
+        "gpt-*",
+        "--max-tokens",
+        "256",
+        *extra,
+    ]
+    if key is not None:
+        key_file = tmp_path / "keys"
+        key_file.write_text(key + "\n")
+        key_file.chmod(0o600)
+        args += ["--api-key-file", str(key_file)]
+    agent.launch(*args)
+    return port
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """Return an agent's environment: its own home, nothing of ours, and ``extra``."""
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TERM") if k in os.environ}
+    return {**keep, "HOME": str(home), **extra}
+
+
+@pytest.mark.parametrize(("extra", "key"), MODES)
+def test_claude_code_reads_a_file_and_finishes(
+    agent: Agent, tmp_path: Path, namespace: Namespace, extra: list[str], key: str | None
+) -> None:
+    """`claude -p` calls its Read tool on the model's word, reads the file, and ends on the model's answer."""
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, extra, key, tmp_path)
+    home = tmp_path / "claude-home"
+    home.mkdir()
+    env = clean_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY=key or "unused",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+    )
+    done = namespace.run(
+        [
+            str(agent_binary("claude")),
+            "--bare",
+            "-p",
+            f"Read {note} and tell me the word.",
+            "--output-format",
+            "json",
+            "--model",
+            "claude-sonnet-4-5",
+            "--tools",
+            "Read",
+            "--allowedTools",
+            "Read",
+            "--system-prompt",
+            "You read files for the user.",
+        ],
+        env,
+        tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["is_error"] is False and result["result"] == ANSWER, result
+    assert result["num_turns"] >= 2  # the answer comes only after the Read tool's result went back
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+@pytest.mark.parametrize(("extra", "key"), MODES)
+def test_codex_runs_a_command_and_finishes(
+    agent: Agent, tmp_path: Path, namespace: Namespace, extra: list[str], key: str | None
+) -> None:
+    """`codex exec` runs cat with its exec_command tool on the model's word and ends on the model's answer."""
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(tmp_path / "model", "exec_command", {"cmd": f"cat {note}"}, ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, extra, key, tmp_path)
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
+        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
+    )
+    env = clean_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY=key or "unused")
+    done = namespace.run(
+        [
+            str(agent_binary("codex")),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            f"Run cat {note} and tell me the word.",
+        ],
+        env,
+        tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
