@@ -6,6 +6,10 @@ and hangs the reply's watcher on the generation arguments, where the replaced ``
 appends it. ``generate`` runs in the handler thread and returns a ``ReplyStream`` that watches the client; with
 ``--prompt-lookup`` it also marks a plain greedy request for the lookup path (``lookup_serving``), which the
 generation thread then serves alone through ``_serve_single``.
+
+A Harmony model (gpt-oss) gets its own text machine from ``_make_state_machine``, a first state read from the
+prompt's last message (``_tokenize``), and the Harmony call parser on its generation context (``generate``);
+its analysis channel is the watcher's thinking (``harmony_serving``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from mlx_agent.errors import ContextLengthExceeded, SchemaFailed, TemplateFailed
 from mlx_agent.runtime import structured
 from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
 from mlx_agent.runtime.errors_http import from_generation_error, generation_unavailable
+from mlx_agent.runtime.harmony import CALL
+from mlx_agent.runtime.harmony_calls import parse_call
+from mlx_agent.runtime.harmony_serving import HarmonyTextMachine, HarmonyVocabulary, harmony_vocabulary, prompt_mode
 from mlx_agent.runtime.limits import Limits
 from mlx_agent.runtime.lookup_serving import PROMPT_LOOKUP_ATTRIBUTE, PromptLookup, native_reasons, serve_prompt_lookup
 from mlx_agent.runtime.request_options import RequestOptions, Served
@@ -85,6 +92,21 @@ class TemplateCall:
         return getattr(self._tokenizer, name)
 
 
+class CallingTokenizer:
+    """A Harmony tokenizer that says it calls tools: mlx_lm knows no Harmony markers, and would warn otherwise."""
+
+    has_tool_calling = True
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def __len__(self) -> int:
+        return len(self._tokenizer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+
 class WrappedGenerator(server.ResponseGenerator):
     """mlx_lm's generator with schema enforcement, reply limits and client watching (module docstring)."""
 
@@ -103,7 +125,25 @@ class WrappedGenerator(server.ResponseGenerator):
         self._ll_tokenizers: dict[Any, Any] = {}
         self._classes: dict[Any, structured.TokenClasses] = {}
         self._pieces: dict[Any, dict[int, str]] = {}
+        self._harmony: dict[Any, HarmonyVocabulary | None] = {}
         super().__init__(model_provider, prompt_cache)
+
+    def harmony(self, tokenizer: Any) -> HarmonyVocabulary | None:
+        """Return the served tokenizer's Harmony ids, or None when it does not speak Harmony (cached per model)."""
+        key = self.model_provider.model_key
+        if key not in self._harmony:
+            self._harmony[key] = harmony_vocabulary(tokenizer)
+        return self._harmony[key]
+
+    def thinks(self, tokenizer: Any) -> bool:
+        """Whether the model thinks: mlx_lm knows its thinking markers, or it writes Harmony's analysis channel."""
+        return bool(getattr(tokenizer, "has_thinking", False)) or self.harmony(tokenizer) is not None
+
+    def call_markers(self, tokenizer: Any) -> tuple[str | None, str | None]:
+        """Return what a tool call is written between (a Harmony call's text holds its own header)."""
+        if self.harmony(tokenizer) is not None:
+            return None, CALL
+        return tokenizer.tool_call_start, tokenizer.tool_call_end
 
     # -- generation thread -----------------------------------------------------------------------------
 
@@ -111,6 +151,9 @@ class WrappedGenerator(server.ResponseGenerator):
         options: RequestOptions = getattr(request, "options", RequestOptions())
         label: str = getattr(request, "label", "request")
         rendering = TemplateCall(tokenizer, options) if options.custom_template_call else tokenizer
+        vocabulary = self.harmony(tokenizer)
+        if vocabulary is not None:
+            rendering = CallingTokenizer(rendering)
         try:
             result = super()._tokenize(rendering, request, args)  # type: ignore[no-untyped-call]
         except Exception as error:
@@ -118,12 +161,21 @@ class WrappedGenerator(server.ResponseGenerator):
                 f"The chat template could not render this request: {type(error).__name__}: {error}"
             ) from error
         self._fit_context(result[0], args)
+        if vocabulary is not None and request.request_type == "chat":
+            result = (*result[:3], prompt_mode(tokenizer, result[0], vocabulary), *result[4:])
         initial_state = result[3]
         watcher = self._watcher(tokenizer, options, args.max_tokens, initial_state == "reasoning", label)
         setattr(args, WATCHER_ATTRIBUTE, watcher)
         if isinstance(request, WrappedRequest):
             request.watcher = watcher
         return result
+
+    def _make_state_machine(self, model_key: Any, tokenizer: Any, stop_words: list[str]) -> tuple[Any, Any]:
+        """Return mlx_lm's stop sequences and text machine; a Harmony model's text machine splits its channels."""
+        stop_sequences, text_sm = super()._make_state_machine(model_key, tokenizer, stop_words)  # type: ignore[no-untyped-call]
+        if self.harmony(tokenizer) is not None:
+            text_sm = HarmonyTextMachine(stop_words)
+        return stop_sequences, text_sm
 
     def _fit_context(self, prompt: list[int], args: Any) -> None:
         """Refuse a prompt the model's context cannot hold, and cut the reply limit to what the context leaves."""
@@ -142,18 +194,27 @@ class WrappedGenerator(server.ResponseGenerator):
         self, tokenizer: Any, options: RequestOptions, max_tokens: int, thinking_open: bool, label: str
     ) -> ReplyWatcher | None:
         limits = options.limits
-        thinks = bool(tokenizer.has_thinking)
+        thinks = self.thinks(tokenizer)
         if not needs_watcher(options, thinks):
             return None  # nothing to watch: the reply keeps mlx_lm's fastest path
         key = self.model_provider.model_key
         width = self._output_width(tokenizer)
         pieces = self._pieces.setdefault(key, {})
+        harmony = self.harmony(tokenizer)
+        if harmony is not None:
+            think_start, think_end, answer_header = harmony.think_start, harmony.think_end, harmony.answer_header
+        elif thinks:
+            think_start, think_end = tuple(tokenizer.think_start_tokens or ()), tuple(tokenizer.think_end_tokens or ())
+            answer_header = ()
+        else:
+            think_start = think_end = answer_header = ()
         vocab = Vocabulary(
             width=width,
             eos=tuple(sorted(tokenizer.eos_token_ids)),
-            think_start=tuple(tokenizer.think_start_tokens or ()) if thinks else (),
-            think_end=tuple(tokenizer.think_end_tokens or ()) if thinks else (),
+            think_start=think_start,
+            think_end=think_end,
             piece=_piece_reader(tokenizer, pieces),
+            answer_header=answer_header,
         )
         grammar = None
         if options.grammar is not None:
@@ -209,7 +270,7 @@ class WrappedGenerator(server.ResponseGenerator):
             kv_bits=provider.cli_args.kv_bits,
         )
         options: RequestOptions = getattr(request, "options", RequestOptions())
-        if needs_watcher(options, bool(getattr(provider.tokenizer, "has_thinking", False))):
+        if needs_watcher(options, self.thinks(provider.tokenizer)):
             reasons.append("a reply watcher (structured output, thinking or answer limits)")
         if any(server._image_parts(request.messages or [])):
             reasons.append("images")
@@ -238,6 +299,10 @@ class WrappedGenerator(server.ResponseGenerator):
         queue: Queue[Any] = Queue()
         self.requests.put((queue, request, generation_args))
         ctx = self._first(queue)
+        if isinstance(ctx.text_sm, HarmonyTextMachine):
+            # mlx_lm's handler formats the calls the machine files with the context's parser.
+            ctx.tool_parser = parse_call
+            ctx.has_tool_calling = True
         watched = request if isinstance(request, WrappedRequest) else None
         stream = ReplyStream(
             ctx,

@@ -126,13 +126,9 @@ class WrappedHandler(server.APIHandler):
         self.tool_calls_parsed += len(parsed)
         if unparsed:
             tokenizer: Any = self.response_generator.model_provider.tokenizer
+            start, end = self.response_generator.call_markers(tokenizer)
             written = [
-                as_written(
-                    call,
-                    tokenizer.tool_call_start,
-                    tokenizer.tool_call_end,
-                    finished=finish_reason != "length" or index < len(unparsed) - 1,
-                )
+                as_written(call, start, end, finished=finish_reason != "length" or index < len(unparsed) - 1)
                 for index, call in enumerate(unparsed)
             ]
             text = (text or "") + "".join(written)
@@ -157,6 +153,19 @@ class WrappedHandler(server.APIHandler):
                 message[MARKER] = [
                     {"text": text_, "error": call["error"]} for text_, call in zip(written, unparsed, strict=True)
                 ]
+        return response
+
+    def completion_usage_response(
+        self,
+        prompt_token_count: int | None = None,
+        completion_token_count: int | None = None,
+        prompt_cache_count: int | None = None,
+    ) -> dict[str, Any]:
+        """Build the stream's usage chunk under the stream's own object (mlx_lm writes ``chat.completion``)."""
+        response: dict[str, Any] = super().completion_usage_response(
+            prompt_token_count, completion_token_count, prompt_cache_count
+        )
+        response["object"] = self.object_type
         return response
 
     def _answer_error(self, error: HttpError) -> None:

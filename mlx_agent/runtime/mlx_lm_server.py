@@ -5,8 +5,9 @@ thread. Our ``run`` (mlx_lm's ``run`` ignores its ``handler_class`` argument, so
 default model first, then serves with our generator and handler: once the port accepts connections, the
 model is loaded, and a readiness probe of ``/health`` means "loaded and answering".
 
-What the wrapper adds (structured output, reply limits, disconnect cancellation, honest errors, kept tool
-calls, template kwargs) is described in docs/wrapped-server.md; the seams it uses are in ``seams``.
+What the wrapper adds (structured output, reply limits, disconnect cancellation, honest errors, kept and
+lenient tool calls, Harmony channels, template kwargs) is described in docs/wrapped-server.md; the seams it uses
+are in ``seams``.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def serving_run(
 
 def install(limit_defaults: Limits, accel: AccelFlags | None = None, listening: Listening | None = None) -> None:
     """Replace the module-level seams of mlx_lm.server with the wrapper's."""
+    from mlx_agent.runtime import harmony_serving, lenient_tools
     from mlx_agent.runtime.generator import with_watcher
     from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter
 
@@ -134,6 +136,8 @@ def install(limit_defaults: Limits, accel: AccelFlags | None = None, listening: 
     server._make_logits_processors = with_watcher(server._make_logits_processors)
     server.ToolCallFormatter = KeepingToolCallFormatter  # type: ignore[misc]  # replacing the class is the seam
     server.scan_cache_dir = tolerant_scan(server.scan_cache_dir)  # type: ignore[attr-defined]
+    harmony_serving.install()
+    lenient_tools.install()
 
 
 def tolerant_scan(scan: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,8 +1,9 @@
 """Every name of mlx_lm the wrapped server depends on, checked at start-up and by tests/unit/test_seams.py.
 
-The wrapper subclasses mlx_lm.server's ``APIHandler``, ``ResponseGenerator``, ``ToolCallFormatter`` and
-``CompletionRequest``, replaces its module-level ``run``, ``_make_logits_processors`` and
-``ToolCallFormatter``, and reads a few tokenizer properties; with ``--prompt-lookup`` it also serves requests
+The wrapper subclasses mlx_lm.server's ``APIHandler``, ``ResponseGenerator``, ``ToolCallFormatter``,
+``TextStateMachine`` and ``CompletionRequest``, replaces its module-level ``run``, ``_make_logits_processors``,
+``ToolCallFormatter`` and ``TextStateMachine`` (Harmony), wraps the value readers of mlx_lm's tool parsers
+(``lenient_tools``), and reads a few tokenizer properties; with ``--prompt-lookup`` it also serves requests
 itself through ``_serve_single`` with mlx_lm's prompt cache and KV cache helpers. pyproject.toml pins the tested range,
 ``mlx-lm>=0.32.2,<0.33`` (``SUPPORTED_MLX_LM``); a newer mlx_lm must pass these checks (and the e2e tests)
 before the pin moves. A failed check stops the server before it listens, naming what changed.
@@ -35,7 +36,7 @@ SEAMS: dict[str, tuple[str, ...]] = {
     # --prompt-lookup: a marked request is not batchable, and _serve_single runs the lookup decoder for it
     "ResponseGenerator._is_batchable": ("self", "args"),
     "ResponseGenerator._serve_single": ("self", "request", "stream"),
-    "ResponseGenerator._make_state_machine": ("self", "model_key", "tokenizer", "stop_words"),
+    "ResponseGenerator._make_state_machine": ("self", "model_key", "tokenizer", "stop_words"),  # Harmony's machine
     "ResponseGenerator._log_cache_stats": ("self",),
     "LRUPromptCache.fetch_nearest_cache": ("self", "model", "tokens"),
     "LRUPromptCache.insert_cache": ("self", "model", "tokens", "prompt_cache"),
@@ -59,9 +60,21 @@ SEAMS: dict[str, tuple[str, ...]] = {
         "tool_calls",
     ),
     "APIHandler._set_completion_headers": ("self", "status_code"),
+    # overridden: the streamed usage chunk takes the stream's object ("chat.completion.chunk")
+    "APIHandler.completion_usage_response": (
+        "self",
+        "prompt_token_count",
+        "completion_token_count",
+        "prompt_cache_count",
+    ),
     "ToolCallFormatter.__init__": ("self", "tool_parser", "tools", "streaming"),
     "ToolCallFormatter._format": ("self", "tc"),
     "GenerationContext.stop": ("self",),
+    # Replaced by a subclass whose static steps also split Harmony states; the handler calls them on the class.
+    "TextStateMachine.make_state": ("self", "initial"),
+    "TextStateMachine.split": ("state", "text"),
+    "TextStateMachine.flush": ("state",),
+    "TextStateMachine.discard": ("state",),
     "scan_cache_dir": ("cache_dir",),  # wrapped: a missing hub cache lists no repos instead of failing
 }
 
@@ -103,6 +116,14 @@ MODULE_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
         "KVCache.trim": ("self", "n"),
         "KVCache.is_trimmable": ("self",),
     },
+    # The tool parsers' value readers that lenient_tools wraps (it calls them with these parameters).
+    "mlx_lm.tool_parsers.qwen3_coder": {"_convert_param_value": ("param_value", "param_name", "param_config")},
+    "mlx_lm.tool_parsers.minimax_m2": {"_convert_param_value_with_types": ("value", "param_types")},
+    "mlx_lm.tool_parsers.minicpm5": {"_convert_param_value_with_types": ("value", "param_types")},
+    "mlx_lm.tool_parsers.glm47": {"_deserialize": ("value",)},
+    "mlx_lm.tool_parsers.longcat": {"_deserialize": ("value",)},
+    "mlx_lm.tool_parsers.muse_spark": {"_param_value": ("raw",)},
+    "mlx_lm.tool_parsers.kimi_k3": {"_decode_value": ("value", "value_type")},
 }
 
 # Properties and methods of mlx_lm.tokenizer_utils.TokenizerWrapper we read.

@@ -5,7 +5,8 @@ client sees an empty reply (and ``finish_reason: "tool_calls"`` with no calls). 
 ``content`` gets the call as the model wrote it (between the model's tool-call markers), so a harness that
 sends the transcript back shows the model what it wrote, and the message (or stream delta) gets the
 documented marker ``unparsed_tool_calls: [{"text": ..., "error": ...}]``. ``finish_reason`` is
-``"tool_calls"`` only when at least one call was parsed.
+``"tool_calls"`` only when at least one call was parsed. A value no JSON parser reads (a number too large, say)
+is sent as the text JSON would need (``lenient_tools.json_safe``), so the arguments stay JSON.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import mlx_lm.server as server
+
+from mlx_agent.runtime.harmony import CUT_OFF
+from mlx_agent.runtime.lenient_tools import json_safe
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +46,16 @@ class KeepingToolCallFormatter(server.ToolCallFormatter):
                     raise ValueError("the model has no tool parser")
                 parsed = self.parser(text, self.tools)
                 calls = parsed if isinstance(parsed, list) else [parsed]
-                formatted = [self._format(dict(call)) for call in calls]  # type: ignore[no-untyped-call]
+                formatted = [
+                    self._format({**call, "arguments": json_safe(call["arguments"])})  # type: ignore[no-untyped-call]
+                    for call in calls
+                ]
             except Exception as error:  # parsers raise anything from ValueError to KeyError on bad input
                 log.warning(
                     "mlx-agent: a tool call did not parse (%s: %s); returning it as text", type(error).__name__, error
                 )
-                result.append(UnparsedToolCall(text=text, error=f"{type(error).__name__}: {error}"))
+                written = text.removesuffix(CUT_OFF)  # a Harmony call cut by max_tokens
+                result.append(UnparsedToolCall(text=written, error=f"{type(error).__name__}: {error}"))
                 continue
             result.extend(formatted)
         return result

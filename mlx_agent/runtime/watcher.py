@@ -8,11 +8,15 @@ reply's new tokens. A reply moves through phases:
 ``thinking``  free text until the model (or a limit) closes it; with a schema, the reply may not end here
 ``answer``    with a schema, every token must fit the grammar (llguidance's mask)
 
-Without a schema the watcher reads the history only every ``CHECK_EVERY`` tokens (and at the exact token a
-budget runs out), so an unconstrained reply keeps mlx_lm's pipelining: reading a token waits for the step
-that sampled it. Cutting short: thinking is closed by forcing its end marker (the model then answers); a JSON
-answer "wraps up" (closes what it is writing so the schema completes); a plain answer gets only EOS. An
-answer cut short is reported with finish_reason "length" (``cut``).
+A Harmony model (gpt-oss) thinks on its analysis channel: ``<|channel|>analysis<|message|>`` opens the thinking,
+``<|end|>`` ends it, and its answer is written after a header (``answer_header``: ``<|start|>assistant
+<|channel|>final<|message|>``), which a thinking closed by a limit is given, and a schema's answer waits for.
+
+Without a schema the watcher reads the history only every ``CHECK_EVERY`` tokens (each token of ``start``,
+and at the exact token a budget runs out), so an unconstrained reply keeps mlx_lm's pipelining: reading a
+token waits for the step that sampled it. Cutting short: thinking is closed by forcing its end marker (the
+model then answers); a JSON answer "wraps up" (closes what it is writing so the schema completes); a plain
+answer gets only EOS. An answer cut short is reported with finish_reason "length" (``cut``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Vocabulary:
     think_start: tuple[int, ...]  # empty for a model that does not think
     think_end: tuple[int, ...]
     piece: Callable[[int], str]  # one token's text, for judging hedges and loops
+    answer_header: tuple[int, ...] = ()  # what follows think_end before an answer (Harmony's final header)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class _State:
     wrapping: bool = False  # a JSON answer finishing as soon as it can
     cut: str | None = None
     consumed: int = 0  # tokens fed to the matcher
+    header_left: int = 0  # tokens of the answer's header still to come (not fed to the matcher)
     broken: bool = False
 
 
@@ -106,7 +112,7 @@ class ReplyWatcher:
             steps = structured.steps_to_finish(
                 self.grammar.matcher, self.grammar.classes, self.vocab.eos, self.vocab.width
             )
-            least = 2 * steps + 8 + len(self.vocab.think_end)
+            least = 2 * steps + 8 + len(self.vocab.think_end) + len(self.vocab.answer_header)
             self._finish_check_at = 3 * steps + 32
         self._thinking_deadline = self.max_tokens - answer_reserve(self.max_tokens, least)
 
@@ -199,6 +205,13 @@ class ReplyWatcher:
             state.thinking_tokens += 1
             if end and tuple(self._reply[-len(end) :]) == end:
                 self._enter("answer")
+                header = self.vocab.answer_header
+                # A closed thinking (already forcing the header) or a schema's answer writes the answer's header.
+                if header and (self.grammar is not None or state.forced == header):
+                    state.forced = header
+                    state.header_left = len(header)
+        elif state.header_left:
+            state.header_left -= 1
         else:
             self._feed(token)
             if self.grammar is None and start and tuple(self._reply[-len(start) :]) == start:
@@ -234,9 +247,12 @@ class ReplyWatcher:
     def _next_read(self) -> int:
         generated = len(self._reply)
         state = self._state
-        if state.phase == "answer" and not self.limits.limit_answers:
+        if state.phase == "start":
+            return generated + 1  # a few tokens: whether the reply thinks, read as it happens (the budget counts)
+        if state.phase == "answer" and not self.limits.limit_answers and not self.vocab.answer_header:
             return self.max_tokens + 1  # nothing left to watch without a schema
-        read_at = generated + CHECK_EVERY
+        # (A Harmony answer is read on: a reply of several messages may think again on its analysis channel.)
+        read_at = generated + CHECK_EVERY - generated % CHECK_EVERY  # checks stay on every CHECK_EVERY-th token
         if state.phase == "thinking":
             if self.limits.reasoning_budget:
                 read_at = min(read_at, generated + max(1, self.limits.reasoning_budget - state.thinking_tokens))
@@ -281,7 +297,7 @@ class ReplyWatcher:
 
     def _close_thinking(self, reason: str) -> None:
         log.info("mlx-agent: %s %s; closing its thinking so that it answers", self.label, reason)
-        self._state.forced = self.vocab.think_end
+        self._state.forced = self.vocab.think_end + self.vocab.answer_header
         self._state.thought_cut = True
 
     def _cut_answer(self, reason: str) -> None:

@@ -119,6 +119,23 @@ def test_the_served_model_answers_to_its_path(server: Server) -> None:
     assert reply["model"] == listed[-1]
 
 
+@pytest.mark.parametrize(
+    "path,body,kind",
+    [
+        ("/v1/chat/completions", {"messages": HI}, "chat.completion.chunk"),
+        ("/v1/completions", {"prompt": "Once upon"}, "text_completion"),
+    ],
+)
+def test_a_streamed_usage_chunk_is_of_its_stream(server: Server, path: str, body: Any, kind: str) -> None:
+    """A stream's closing usage chunk names the stream's own object, as its other chunks do."""
+    request = {"model": "default_model", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+    status, raw = server.post({**request, **body}, path=path)
+    assert status == 200
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    assert {chunk["object"] for chunk in chunks} == {kind}
+    assert chunks[-1]["usage"]["completion_tokens"] == 3 and chunks[-1]["choices"] == []
+
+
 def test_a_dead_generation_thread_is_503(tiny_model: Path, tmp_path: Path) -> None:
     """Once the generation thread has died, the request in flight and every later one get 503, not 404."""
     with running(tiny_model, tmp_path, prelude=FAULT) as faulty:
