@@ -6,7 +6,9 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
 
     MlxAgentError
     ├── UsageError (exit 2)
-    │   └── InvalidArguments ................ invalid_arguments
+    │   ├── InvalidArguments ................ invalid_arguments
+    │   ├── ModelsFileInvalid ............... models_file_invalid
+    │   └── ModelsNameConflict .............. models_name_conflict
     ├── PreviewError
     │   ├── PreviewHashRequired ............. preview_hash_required
     │   └── PreviewStale .................... preview_stale
@@ -55,7 +57,10 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── GatewayUnreachable .............. gateway_unreachable
     │   ├── UnloadBlocked ................... unload_blocked
     │   ├── PolicyRejected .................. policy_rejected
-    │   └── FrontConfigInvalid .............. front_config_invalid
+    │   ├── FrontConfigInvalid .............. front_config_invalid
+    │   ├── InsufficientHeadroom ............ insufficient_headroom
+    │   ├── MemoryUnknown ................... memory_unknown
+    │   └── TooManyLoaded ................... too_many_loaded
     ├── RequestRefused ...................... (its own code: an HTTP error answer of the front or a worker)
     ├── SeamChanged ......................... seam_changed
     ├── OwnershipMismatch ................... ownership_mismatch
@@ -159,6 +164,16 @@ class UsageError(MlxAgentError):
 class InvalidArguments(UsageError):
     code = "invalid_arguments"
     remediation = "Fix the named option; `mlx-agent serve start --help` lists them."
+
+
+class ModelsFileInvalid(UsageError):
+    code = "models_file_invalid"
+    remediation = "Fix the models file at the line and key named in details; each [[model]] takes serve start's keys."
+
+
+class ModelsNameConflict(UsageError):
+    code = "models_name_conflict"
+    remediation = "Give every model a name and aliases of its own, so a request's model reaches one model only."
 
 
 class PreviewError(MlxAgentError):
@@ -437,6 +452,26 @@ class FrontConfigInvalid(GatewayError):
         "Preview and confirm the server again: the front's config, control token, key file or "
         "persisted policy is missing or invalid."
     )
+
+
+class InsufficientHeadroom(GatewayError):
+    code = "insufficient_headroom"
+    remediation = (
+        "Free memory, lower --min-headroom-gb, or let an idle model go (details.held_by lists what is "
+        "loaded); a request may retry after Retry-After."
+    )
+
+
+class MemoryUnknown(GatewayError):
+    code = "memory_unknown"
+    remediation = (
+        "Serve a model with safetensors weights, or drop --min-headroom-gb: its size or free memory is unknown."
+    )
+
+
+class TooManyLoaded(GatewayError):
+    code = "too_many_loaded"
+    remediation = "Wait for the busy models in details.held_by to finish, or raise --max-loaded."
 
 
 class RequestRefused(MlxAgentError):

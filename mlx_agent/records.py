@@ -204,6 +204,8 @@ class FrontRecord(TypedDict):
     min_headroom_gb: float | None
     max_body_bytes: int
     socket_dir: str  # "" means a private temporary directory the front makes at start
+    max_loaded: int | None  # how many models may be loaded at once (None: as many as memory allows)
+    log_prompts: bool  # the front's request lines carry the prompt text
 
 
 @with_config(STRICT)
@@ -217,6 +219,15 @@ class UnitRecord(TypedDict):
     log_path: str
     content: str
     commands: dict[str, list[list[str]]]
+
+
+@with_config(STRICT)
+class ModelsFileRecord(TypedDict):
+    """The models file a fleet plan was built from, bound by its bytes."""
+
+    path: str
+    sha256: str
+    size: int
 
 
 @with_config(STRICT)
@@ -236,6 +247,7 @@ class ServePlan(TypedDict):
     cwd: str
     readiness: ReadinessRecord
     ready_timeout: float
+    models_file: NotRequired[ModelsFileRecord]
     unit: NotRequired[UnitRecord]
     preview_hash: NotRequired[str]
 
@@ -306,6 +318,8 @@ class FrontConfig(TypedDict):
     api_key_path: AbsPath | None
     max_body_bytes: Annotated[int, Field(ge=1024)]
     socket_dir: Annotated[str, Field(pattern=r"^(/.*)?$")]  # "" means a private temporary directory
+    max_loaded: Positive | None
+    log_prompts: bool
 
 
 @with_config(STRICT)
@@ -363,6 +377,8 @@ class ModelState(TypedDict):
     last_error: dict[str, Any] | None
     loads: int
     evictions: int
+    weight_bytes: int | None
+    memory_estimate_bytes: int | None  # what a load needs: weights x 1.10 + the runtime allowance
     last_used: str | None
     idle_since: str | None
     idle_unload_at: str | None
@@ -378,4 +394,6 @@ class FrontState(TypedDict):
     mode: str
     started_at: str | None
     ready: bool
+    max_loaded: int | None
+    min_headroom_gb: float | None
     models: list[ModelState]

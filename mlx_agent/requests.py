@@ -35,6 +35,9 @@ class ReceiptsRecord(Record):
 class ServeRequest(ReceiptsRecord):
     """``serve start``: the server to plan, before any file is read."""
 
+    models: str | None = option(
+        "--models", "str", "A TOML file of [[model]] tables: serve them all on one port, routed by 'model'."
+    )
     path: str | None = option("--path", "str", "Absolute path of a local model directory.")
     repo: str | None = option("--repo", "str", "ORG/NAME of a model already in the Hugging Face cache.")
     training_receipt: str | None = option(
@@ -111,8 +114,17 @@ class ServeRequest(ReceiptsRecord):
         "Refuse a cold load unless this many GB stay free beyond the model's estimate.",
         minimum=0,
     )
+    max_loaded: int | None = option(
+        "--max-loaded",
+        "int",
+        "At most this many models loaded at once; the least recently used idle one makes room.",
+        minimum=1,
+    )
     api_key_file: str | None = option(
         "--api-key-file", "str", "Require one of the keys in this file (0600, one per line)."
+    )
+    log_prompts: bool = option(
+        "--log-prompts", "flag", "Put each request's prompt text in the front's request lines.", default=False
     )
     launchd: bool = option(
         "--launchd", "flag", "Install a launchd agent (macOS) that starts the server at login.", default=False
@@ -167,6 +179,8 @@ class ControlRecord(ReceiptsRecord):
 class UnloadRequest(ControlRecord):
     """``serve unload``."""
 
+    model: str | None = option("--model", "str", "Only this model (a served name or alias; default: every model).")
+
 
 class PolicyRequest(ControlRecord):
     """``serve policy``: the whole policy, replaced."""
@@ -179,6 +193,20 @@ class PolicyRequest(ControlRecord):
     )
     min_headroom_gb: float | None = option(
         "--min-headroom-gb", "float", "Memory reserve for cold loads (omitted: no check).", minimum=0
+    )
+    model: str | None = option(
+        "--model", "str", "Apply the idle part to this model only (default: every model); the reserve is the front's."
+    )
+
+
+class LogsRequest(ReceiptsRecord):
+    """``serve logs``: the front's and its workers' logs."""
+
+    port: int = option("--port", "int", "Port of the server.", required=True, **PORT)
+    model: str | None = option("--model", "str", "Only this model: its worker's log and its request lines.")
+    follow: bool = option("--follow", "flag", "Keep printing lines as they are written (Ctrl-C stops).", default=False)
+    lines: int = option(
+        "--lines", "int", "How many of the last lines of each log to print first.", default=50, minimum=0
     )
 
 
@@ -281,6 +309,7 @@ COMMANDS: dict[tuple[str, str], Command] = {
     ("serve", "stop"): Command(StopRequest),
     ("serve", "unload"): Command(UnloadRequest),
     ("serve", "policy"): Command(PolicyRequest),
+    ("serve", "logs"): Command(LogsRequest),
     ("lora", "train"): Command(TrainRequest, two_step=True),
     ("lora", "status"): Command(TrainStatusRequest),
 }

@@ -1,7 +1,7 @@
 """Measure what the Anthropic Messages and OpenAI Responses translation costs, side by side in one run.
 
 It starts ``python -m mlx_agent.gateway`` over the wrapped mlx_lm.server on a tiny random-weight model
-(built locally, or ``--model DIR``; the gateway set-up is ``bench_gateway``'s), then streams the same greedy
+(built locally, or ``--model DIR``; the eager front's set-up is ``bench_gateway``'s), then streams the same greedy
 prompt through the same gateway three ways, in interleaved rounds (the order rotates each round):
 
 * ``/v1/chat/completions`` (the worker's own format, passed through): completion tokens from the usage chunk
@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -102,7 +100,7 @@ def main() -> int:
         "chat completions": (
             "/v1/chat/completions",
             {
-                "model": "bench/tiny",
+                "model": "org/tiny",
                 "messages": [{"role": "user", "content": PROMPT}],
                 "max_tokens": args.tokens,
                 "temperature": 0,
@@ -114,7 +112,7 @@ def main() -> int:
         "messages": (
             "/v1/messages",
             {
-                "model": "bench/tiny",
+                "model": "org/tiny",
                 "messages": [{"role": "user", "content": PROMPT}],
                 "max_tokens": args.tokens,
                 "temperature": 0,
@@ -125,7 +123,7 @@ def main() -> int:
         "responses": (
             "/v1/responses",
             {
-                "model": "bench/tiny",
+                "model": "org/tiny",
                 "input": PROMPT,
                 "max_output_tokens": args.tokens,
                 "temperature": 0,
@@ -144,7 +142,8 @@ def main() -> int:
             from tests.fixtures.tiny_model import build_tiny_model
 
             model = build_tiny_model(directory / "tiny-llama")
-        proc, port = bench_gateway.start_gateway(directory, model.resolve(), args.tokens)
+        gateway = bench_gateway.front(directory, model.resolve(), args.tokens, eager=True)
+        port = gateway.port
         try:
             names = list(sides)
             for name in names:  # the cold load, then one warm-up per API
@@ -158,8 +157,7 @@ def main() -> int:
                     tokens_seen.add(tokens)
                     rates[name].append(tokens / seconds)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
+            gateway.stop()
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
     base = medians["chat completions"]

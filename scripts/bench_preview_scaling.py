@@ -111,7 +111,7 @@ def check_preview(argv: list[str], env: dict[str, str], total_bytes: int) -> str
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     try:
         doc = json.loads(proc.stdout)
-        files = doc["data"]["plan"]["source"]["files"]
+        files = doc["data"]["plan"]["models"][0]["source"]["files"]
     except (ValueError, KeyError, TypeError):
         return f"exit {proc.returncode}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     shards = [f for f in files if f["name"].endswith(".safetensors")]

@@ -117,3 +117,63 @@ def loopback_namespace() -> Iterator[Namespace]:
 def inside(agent: Agent, namespace: Namespace) -> Agent:
     """Return a CLI runner whose commands (and the servers they start) run inside ``namespace``."""
     return Agent(agent.home, agent.env, namespace.prefix)
+
+
+# A stand-in API that records each request an agent sends and refuses it (the agent then gives up), so a
+# test sees exactly what the real client sends, not a hand-written copy of it.
+CAPTURE_SERVER = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+out = open(sys.argv[2], "a")
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def _answer(self, status):
+        body = b'{"type": "error", "error": {"type": "invalid_request_error", "message": "captured"}}'
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-should-retry", "false")
+        self.end_headers()
+        self.wfile.write(body)
+    def do_HEAD(self):
+        self.send_response(200)
+        self.end_headers()
+    def do_GET(self):
+        self._answer(404)
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        out.write(json.dumps({"path": self.path, "headers": dict(self.headers), "body": json.loads(raw)}) + "\n")
+        out.flush()
+        self._answer(400)
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def capture(namespace: Namespace, port: int, argv: list[str], env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
+    """Run an agent against the capture server on ``port`` inside ``namespace``; return the requests it sent."""
+    import sys
+    import time
+
+    record = cwd / f"captured-{port}.jsonl"
+    server = subprocess.Popen([*namespace.prefix, sys.executable, "-c", CAPTURE_SERVER, str(port), str(record)])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # wait until it listens: a connect inside the namespace succeeds
+            probe = subprocess.run(
+                [
+                    *namespace.prefix,
+                    sys.executable,
+                    "-c",
+                    f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)",
+                ],
+                capture_output=True,
+            )
+            if probe.returncode == 0:
+                break
+            time.sleep(0.1)
+        namespace.run(argv, env, cwd, timeout=120)
+    finally:
+        server.terminate()
+        server.wait()
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []

@@ -180,6 +180,8 @@ def gateway_config(
         "api_key_path": None,
         "max_body_bytes": 1024 * 1024,
         "socket_dir": "",
+        "max_loaded": None,
+        "log_prompts": False,
     }
     config.update(overrides)
     return config

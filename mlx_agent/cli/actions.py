@@ -15,7 +15,14 @@ if TYPE_CHECKING:
 
     from mlx_agent.cli.output import Result
     from mlx_agent.options import Record
-    from mlx_agent.requests import PolicyRequest, ServeRequest, StatusRequest, StopRequest, UnloadRequest
+    from mlx_agent.requests import (
+        LogsRequest,
+        PolicyRequest,
+        ServeRequest,
+        StatusRequest,
+        StopRequest,
+        UnloadRequest,
+    )
     from mlx_agent.supervise.readiness import Tick
 
 
@@ -94,7 +101,7 @@ def serve_unload(req: UnloadRequest, flags: dict[str, Any]) -> None:
     run(
         "serve.unload",
         bool(flags["json"]),
-        lambda: (unload(directory, req.port, req.expected_pid), []),
+        lambda: (unload(directory, req.port, req.expected_pid, req.model), []),
         render("render_control"),
     )
 
@@ -108,9 +115,49 @@ def serve_policy(req: PolicyRequest, flags: dict[str, Any]) -> None:
 
     def action() -> Result:
         new = policy_from_options(req.idle_timeout, req.keep_loaded, req.min_headroom_gb)
-        return replace_policy(directory, req.port, req.expected_pid, new), []
+        return replace_policy(directory, req.port, req.expected_pid, new, req.model), []
 
     run("serve.policy", bool(flags["json"]), action, render("render_control"))
+
+
+def serve_logs(req: LogsRequest, flags: dict[str, Any]) -> None:
+    """Print the front's and its workers' logs (request lines included); --follow keeps printing new lines."""
+    from mlx_agent.supervise import logs
+
+    directory = _serve_dir(req)
+    as_json = bool(flags["json"])
+    if not req.follow:
+        run(
+            "serve.logs",
+            as_json,
+            lambda: (logs.read_logs(directory, req.port, req.model, req.lines), []),
+            render("render_logs"),
+        )
+        return
+    import json
+    import sys
+
+    from mlx_agent.cli.output import fail
+    from mlx_agent.errors import MlxAgentError
+
+    def emit(source: str, line: str) -> None:
+        if as_json:  # one JSON object per line, as it is written
+            doc: dict[str, Any] = {"source": source, "line": line}
+            request = logs.request_of(line) if source == logs.FRONT_SOURCE else None
+            if request is not None:
+                doc["request"] = request
+            sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(f"{source}: {line}\n")
+        sys.stdout.flush()
+
+    try:
+        for _ in logs.follow(directory, req.port, req.model, req.lines, emit):
+            pass
+    except MlxAgentError as exc:
+        fail("serve.logs", exc, as_json)
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
 
 
 ACTIONS: dict[tuple[str, str], Any] = {
@@ -119,5 +166,6 @@ ACTIONS: dict[tuple[str, str], Any] = {
     ("serve", "stop"): serve_stop,
     ("serve", "unload"): serve_unload,
     ("serve", "policy"): serve_policy,
+    ("serve", "logs"): serve_logs,
     **LORA_ACTIONS,
 }

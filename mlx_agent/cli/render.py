@@ -88,6 +88,11 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
             else "loads its model before it answers)"
         ),
     )
+    if "models_file" in plan:
+        mf = plan["models_file"]
+        table.add_row("models file", escape(f"{mf['path']} (sha256 {mf['sha256'][:12]}, {len(plan['models'])} models)"))
+    if front["max_loaded"] is not None:
+        table.add_row("max loaded", f"{front['max_loaded']} at once (the least recently used idle one makes room)")
     for model in plan["models"]:
         source, runtime = model["source"], model["runtime"]
         where = source["path"] if source["kind"] == "path" else f"{source['repo']}@{source['revision']}"
@@ -134,24 +139,30 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     if not data["servers"]:
         out.print(f"No servers have receipts in {escape(data['receipts_dir'])}.")
         return
-    table = Table("port", "state", "health", "pid", "model", "model state", "runtime", "started")
+    table = Table("port", "front", "pid", "model", "state", "worker", "loads", "last use", "memory")
     colours = {"running": "green", "starting": "yellow", "exited": "dim", "foreign": "red", "unreadable": "red"}
     for s in data["servers"]:
-        state = s["state"] + (f" ({s['mode']})" if s.get("mode") else "")
+        how = ", ".join(x for x in (s.get("mode"), s.get("health")) if x)
+        state = s["state"] + (f" ({how})" if how else "")
         models = s.get("models") or [
             {"name": s.get("name") or s.get("repo") or s.get("model"), "model_state": s.get("model_state")}
         ]
         for index, m in enumerate(models):
             first = index == 0
+            worker = m.get("worker") or {}
+            estimate = m.get("memory_estimate_bytes")
+            loads = str(m.get("loads", "-")) + (f" ({m['evictions']} evicted)" if m.get("evictions") else "")
+            last = str(m.get("last_used") or "-")
             table.add_row(
                 str(s["port"]) if first else "",
                 f"[{colours.get(s['state'], 'white')}]{state}[/]" if first else "",
-                (s.get("health") or "-") if first else "",
                 str(s.get("pid", "-")) if first else "",
                 escape(str(m.get("name") or "-")),
                 str(m.get("model_state") or "-"),
-                (s.get("runtime") or "-") if first else "",
-                (s.get("started_at") or "-") if first else "",
+                str(worker.get("pid") or "-"),
+                loads,
+                last[11:19] if len(last) >= 19 else last,  # the time of day; --json has the whole date
+                "-" if estimate is None else f"{estimate / 1e9:.1f} GB",
             )
     out.print(table)
 
@@ -160,9 +171,20 @@ def render_control(data: dict[str, Any], warnings: list[str]) -> None:
     """Print the answer of a front's control command."""
     _warnings(warnings)
     if "policy" in data:
-        out.print(f"port {data['port']}: policy is now {escape(str(data['policy']))}")
+        scope = f" for {escape(data['model'])}" if data.get("model") else ""
+        out.print(f"port {data['port']}: policy{scope} is now {escape(str(data['policy']))}")
     else:
-        out.print(f"port {data['port']}: models unloaded; the front stays up and loads on the next request")
+        names = ", ".join(escape(str(m.get("name"))) for m in data.get("models") or []) or "models"
+        out.print(f"port {data['port']}: unloaded {names}; the front stays up and loads on the next request")
+
+
+def render_logs(data: dict[str, Any], warnings: list[str]) -> None:
+    """Print each log's last lines under its source's name."""
+    _warnings(warnings)
+    for log in data["logs"]:
+        out.print(f"[bold]== {escape(log['source'])}[/] [dim]{escape(log['path'])}[/]")
+        for line in log["lines"]:
+            out.print(escape(line), soft_wrap=True, highlight=False)
 
 
 def render_stop(data: dict[str, Any], warnings: list[str]) -> None:

@@ -29,6 +29,11 @@ GB = 1_000_000_000  # decimal GB, as the user types it
 RETRY_AFTER_S = 30
 
 
+def memory_estimate(weight_bytes: int | None) -> int | None:
+    """Return what loading a model takes, by the admission rule (weights x 1.10 + the runtime allowance)."""
+    return None if weight_bytes is None else math.ceil(weight_bytes * WEIGHT_FACTOR) + RUNTIME_ALLOWANCE_BYTES
+
+
 def memory_check(weight_bytes: int | None, reserve_gb: float, available_bytes: int | None) -> dict[str, Any]:
     """Return the dated admission estimate: whether fresh available memory covers the load plus the reserve.
 
@@ -36,9 +41,8 @@ def memory_check(weight_bytes: int | None, reserve_gb: float, available_bytes: i
     memory is unknown, ``insufficient_headroom`` when available memory is short.
     """
     reserve_bytes = round(reserve_gb * GB)
-    required: int | None = None
-    if weight_bytes is not None:
-        required = math.ceil(weight_bytes * WEIGHT_FACTOR) + RUNTIME_ALLOWANCE_BYTES + reserve_bytes
+    estimate = memory_estimate(weight_bytes)
+    required = None if estimate is None else estimate + reserve_bytes
     reason: str | None = None
     shortfall = 0
     if required is None or available_bytes is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from mlx_agent.errors import MlxAgentError, refusal_line
 from mlx_agent.gateway.admission import read_policy_file
@@ -25,6 +26,7 @@ from mlx_agent.gateway.cache_privacy import PromptLedger
 from mlx_agent.gateway.config import read_private_lines, read_secret_file
 from mlx_agent.gateway.control import Control
 from mlx_agent.gateway.fleet import Fleet
+from mlx_agent.gateway.observe import observer
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
 from mlx_agent.gateway.responses.api import ResponsesApi
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -66,18 +68,27 @@ def read_secrets(config: FrontConfig) -> Secrets:
 def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
     """Return the front's application; its fleet starts with it and stops with it."""
     guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys)
-    # errors_middleware is outermost: it gives the front door's refusals on /v1/messages Anthropic's shape.
-    app = web.Application(middlewares=[errors_middleware, guard.middleware()], client_max_size=config["max_body_bytes"])
+    fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
+    # observe is outermost, so its request line has the status the client got; errors_middleware then gives
+    # the front door's refusals on /v1/messages Anthropic's shape.
+    app = web.Application(
+        middlewares=[observer(fleet.metrics, config["log_prompts"]), errors_middleware, guard.middleware()],
+        client_max_size=config["max_body_bytes"],
+    )
     app.on_response_prepare.append(add_cors_headers)
+    app[FLEET] = fleet
+
+    async def metrics(request: web.Request) -> web.Response:
+        """Answer a Prometheus scrape."""
+        return web.Response(body=fleet.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
-        app[FLEET] = fleet
         upstream = Upstream(fleet, PromptLedger() if secrets.api_keys else None)
         openai = OpenAiApi(upstream)
         control = Control(fleet)
         app.router.add_get("/", openai.root)  # also answers HEAD
         app.router.add_get("/health", openai.health)
+        app.router.add_get("/metrics", metrics)
         app.router.add_get("/v1/models", openai.models)
         app.router.add_get("/v1/models/{model_id:.+}", openai.model)
         app.router.add_post("/v1/chat/completions", openai.chat)

@@ -6,7 +6,7 @@
   "open_streams", "loading", "model"}}`` while the model (any of them) has open work.
 * ``PUT  /mlx-agent/policy`` with the whole policy ``{"idle_timeout", "keep_loaded", "min_headroom_gb"}`` and
   optionally ``"model"`` -> 200 ``{"policy", "policy_path"}`` once it is persisted and applied; 400
-  ``policy_rejected`` for a bad object, 500 ``policy_not_saved`` if it cannot be written.
+  ``policy_rejected`` for a bad object, 500 ``policy_not_saved`` if it cannot be written (nothing changes then).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mlx_agent.files import write_json_atomic
 from mlx_agent.gateway.admission import policy_file
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
-from mlx_agent.policy import parse_policy
+from mlx_agent.policy import Policy, parse_policy
 
 
 async def _body(request: web.Request) -> dict[str, object]:
@@ -52,11 +52,13 @@ class Control:
         try:
             doc = await _body(request)
             name = doc.get("model")
-            result = await self.fleet.unload(name if isinstance(name, str) else None)
+            if name is not None and not isinstance(name, str):
+                return error_response(400, "model must be a served model's name", code="invalid_type", param="model")
+            result = await self.fleet.unload(name)
         except RequestRefused as refusal:
             return refusal_response(refusal)
         except PolicyRejected as exc:
-            return error_response(400, exc.message, code=exc.code, param="body")
+            return error_response(400, exc.message, code="invalid_body", param="body")
         except UnloadBlocked as blocked:
             d = blocked.details
             what = (
@@ -89,13 +91,15 @@ class Control:
             return refusal_response(refusal)
         path = Path(self.fleet.config["policy_path"])
         async with self._policy_lock:
-            self.fleet.replace_policy(policy, name)
+            # Saved first, then applied: a policy that could not be saved changes nothing.
+            targets = {m.name for m in self.fleet.models} if name is None else {self.fleet.route(name).name}
+            idle = Policy(policy.idle_timeout, policy.keep_loaded)
+            policies = {n: idle if n in targets else p for n, p in self.fleet.policies().items()}
             try:
-                await asyncio.to_thread(
-                    write_json_atomic, path, policy_file(self.fleet.min_headroom_gb, self.fleet.policies())
-                )
+                await asyncio.to_thread(write_json_atomic, path, policy_file(policy.min_headroom_gb, policies))
             except OSError as exc:
                 return error_response(
                     500, f"the policy could not be saved: {exc}", code="policy_not_saved", type_="server_error"
                 )
+            self.fleet.replace_policy(policy, name)
         return json_response({"policy": policy.to_json(), "model": name, "policy_path": str(path)})

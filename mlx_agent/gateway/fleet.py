@@ -1,17 +1,24 @@
 """The models behind one front: routing by the request's ``model``, admission before a cold load, control.
 
 A request names its model by a served name or alias (a glob such as ``claude-*``), first match in the plan's
-order; a request without ``model`` gets the first model. Before a cold load the fleet checks memory afresh
-(``admission.memory_check``) against the reserve. An eager front loads every ``preload`` model at start.
+order; a request without ``model`` gets the first model. An eager front loads every ``preload`` model at start.
+
+Cold loads are admitted one at a time (``admission``), so two loads never judge the same free memory. Before
+one, the fleet makes room: while ``max_loaded`` models are loaded, or the fresh memory check
+(``admission.memory_check``) fails against the reserve, it unloads the least recently used loaded model that
+has no open request, stream or load (``keep_loaded`` models only when no other can go) and checks again. When
+nothing can go, the load is refused with 503, naming what holds the memory. A busy model is never evicted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +27,7 @@ from mlx_agent.files import utc_iso
 from mlx_agent.gateway.admission import RETRY_AFTER_S, available_memory, memory_check
 from mlx_agent.gateway.config import matches
 from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.metrics import FrontMetrics
 from mlx_agent.policy import Policy
 from mlx_agent.wire import FRONT_STATE_VERSION
 
@@ -38,15 +46,18 @@ class Fleet:
     ) -> None:
         self.config = config
         self.min_headroom_gb = config["min_headroom_gb"] if policies is None else min_headroom_gb
+        self.max_loaded = config["max_loaded"]
         self.started_at = time.time()
         self.socket_dir = self._socket_dir()
+        self.metrics = FrontMetrics(self)
         self.models: list[Lifecycle] = []
         for index, model in enumerate(config["models"]):
             policy = (policies or {}).get(model["name"]) or Policy(
                 model["policy"]["idle_timeout"], model["policy"]["keep_loaded"]
             )
-            self.models.append(Lifecycle(index, model, policy, self.admit, self.socket_path))
+            self.models.append(Lifecycle(index, model, policy, self.admission, self.socket_path, self.loaded))
         self._watch_task: asyncio.Task[None] | None = None
+        self._load_lock = asyncio.Lock()
 
     # -- addresses ----------------------------------------------------------------------------------------
 
@@ -93,33 +104,99 @@ class Fleet:
 
     # -- admission ----------------------------------------------------------------------------------------
 
-    async def admit(self, model: Lifecycle) -> None:
-        """Refuse a cold load that the memory reserve rules out (503, with the dated estimate)."""
-        reserve = self.min_headroom_gb
-        check = memory_check(model.model["weight_bytes"], reserve or 0, await asyncio.to_thread(available_memory))
-        check["enforced"] = reserve is not None
-        model.memory_check = check
-        if reserve is None or check["ok"]:
-            model.load_blocked_reason = None
-            return
-        reason = check["reason"]
-        model.load_blocked_reason = reason
-        if reason == "memory_unknown":
-            message = "cannot tell whether the model fits: the weight size or the available memory is unknown"
-        else:
-            message = (
-                f"not enough free memory to load {model.name}: {check['available_bytes'] / 1e9:.2f} GB "
-                f"available, {check['required_bytes'] / 1e9:.2f} GB required (weights x 1.10 + 1.5 GB "
-                f"runtime + {reserve:g} GB reserve)"
+    @contextlib.asynccontextmanager
+    async def admission(self, model: Lifecycle) -> AsyncIterator[None]:
+        """Hold the fleet's one cold load for ``model``, after making room for it (module docstring)."""
+        async with self._load_lock:
+            try:
+                await self._make_room(model)
+            except RequestRefused as refusal:
+                self.metrics.refusals.labels(model.name, refusal.code).inc()
+                raise
+            yield
+
+    def loaded(self, model: Lifecycle, seconds: float) -> None:
+        """Record a finished load's time."""
+        self.metrics.load_seconds.labels(model.name).observe(seconds)
+
+    def _holders(self, model: Lifecycle) -> list[Lifecycle]:
+        return [m for m in self.models if m is not model and m.worker is not None]
+
+    def _victim(self, model: Lifecycle) -> Lifecycle | None:
+        """Return the loaded model to unload first: idle, least recently used, ``keep_loaded`` ones last."""
+        idle = [m for m in self._holders(model) if m.state == "loaded" and not m.busy]
+        idle.sort(key=lambda m: (m.policy.keep_loaded, m.last_used or m.ready_at or 0.0))
+        return idle[0] if idle else None
+
+    async def _evict(self, model: Lifecycle, why: str) -> bool:
+        """Unload the best victim to make room for ``model``; return False when none can go."""
+        victim = self._victim(model)
+        if victim is None:
+            return False
+        log.info("%s: evicting %s (least recently used, idle) to load %s: %s", model.name, victim.name, model.name, why)
+        await victim.evict()
+        return True
+
+    def _held_by(self, model: Lifecycle) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": m.name,
+                "model_state": m.state,
+                "open_requests": m.open_requests,
+                "open_streams": m.open_streams,
+                "keep_loaded": m.policy.keep_loaded,
+                "weight_bytes": m.model["weight_bytes"],
+            }
+            for m in self._holders(model)
+        ]
+
+    def _refuse(self, model: Lifecycle, code: str, message: str, check: dict[str, Any] | None) -> RequestRefused:
+        held = self._held_by(model)
+        if held:
+            busy = ", ".join(
+                f"{h['name']} ({h['open_requests']} open request(s), {h['open_streams']} open stream(s))" for h in held
             )
-        raise RequestRefused(
-            503,
-            message,
-            code=reason,
-            type_="server_error",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-            extra={"memory_check": check},
+            message += f"; loaded and busy: {busy}"
+        extra: dict[str, Any] = {"held_by": held}
+        if check is not None:
+            extra["memory_check"] = check
+        return RequestRefused(
+            503, message, code=code, type_="server_error", headers={"Retry-After": str(RETRY_AFTER_S)}, extra=extra
         )
+
+    async def _make_room(self, model: Lifecycle) -> None:
+        """Evict until ``model`` may load, or refuse (503) when nothing idle is left to evict."""
+        while self.max_loaded is not None and len(self._holders(model)) >= self.max_loaded:
+            if not await self._evict(model, f"--max-loaded {self.max_loaded} reached"):
+                model.load_blocked_reason = "too_many_loaded"
+                raise self._refuse(
+                    model,
+                    "too_many_loaded",
+                    f"cannot load {model.name}: {self.max_loaded} model(s) may be loaded at once and none is idle",
+                    None,
+                )
+        while True:
+            reserve = self.min_headroom_gb
+            available = await asyncio.to_thread(available_memory)
+            check = memory_check(model.model["weight_bytes"], reserve or 0, available)
+            check["enforced"] = reserve is not None
+            model.memory_check = check
+            if reserve is None or check["ok"]:
+                model.load_blocked_reason = None
+                return
+            reason = check["reason"]
+            if reason == "insufficient_headroom" and await self._evict(model, "not enough free memory"):
+                continue
+            model.load_blocked_reason = reason
+            if reason == "memory_unknown":
+                message = "cannot tell whether the model fits: the weight size or the available memory is unknown"
+            else:
+                message = (
+                    f"not enough free memory to load {model.name}: {check['available_bytes'] / 1e9:.2f} GB "
+                    f"available, {check['required_bytes'] / 1e9:.2f} GB required (weights x 1.10 + 1.5 GB "
+                    f"runtime + {reserve:g} GB reserve)"
+                )
+            raise self._refuse(model, reason, message, check)
 
     # -- start, watch, control ----------------------------------------------------------------------------
 
@@ -130,6 +207,8 @@ class Fleet:
 
     async def preload(self) -> MlxAgentError | None:
         """Load every ``preload`` model, in order; return the first failure (the front then exits with it)."""
+        from mlx_agent.errors import error_class
+
         for model in self.models:
             if not model.model["policy"]["preload"]:
                 continue
@@ -137,11 +216,12 @@ class Fleet:
                 await model.acquire()
             except RequestRefused as refusal:
                 error = model.last_error or {}
-                from mlx_agent.errors import error_class
-
                 cls = error_class(str(error.get("code"))) if error else None
                 if cls is not None and "message" in error:
                     return cls(str(error["message"]), details=dict(error.get("details") or {}))
+                cls = error_class(refusal.code)  # admission: insufficient_headroom, memory_unknown, ...
+                if cls is not None:
+                    return cls(refusal.message, details={"model": model.name, **refusal.extra})
                 return refusal
         return None
 
@@ -165,6 +245,8 @@ class Fleet:
             "mode": self.config["mode"],
             "started_at": utc_iso(self.started_at),
             "ready": self.ready,
+            "max_loaded": self.max_loaded,
+            "min_headroom_gb": self.min_headroom_gb,
             "models": [m.status(self.min_headroom_gb) for m in self.models],
         }
 

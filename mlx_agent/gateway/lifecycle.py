@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.errors import AdapterChanged, MlxAgentError, RequestRefused, UnloadBlocked
 from mlx_agent.files import changed_files, log_tail, utc_iso
+from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.worker import WorkerProcess
 from mlx_agent.policy import Policy
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
+    from contextlib import AbstractAsyncContextManager
 
     from mlx_agent.records import FrontModelConfig, ModelState
 
@@ -36,15 +38,18 @@ class Lifecycle:
         index: int,
         model: FrontModelConfig,
         policy: Policy,
-        admit: Callable[[Lifecycle], Awaitable[None]],
+        admission: Callable[[Lifecycle], AbstractAsyncContextManager[None]],
         socket_path: Callable[[int, int], Path],
+        loaded: Callable[[Lifecycle, float], None] | None = None,
     ) -> None:
         self.index = index
         self.model = model
         self.name = model["name"]
         self.policy = policy
-        self._admit = admit  # the fleet's memory and loaded-model check; raises RequestRefused to refuse
+        # The fleet's one cold load at a time, entered once it has made room; raises RequestRefused to refuse.
+        self._admission = admission
         self._socket_path = socket_path
+        self._loaded = loaded  # told how long each successful load took
         self.state = "unloaded"
         self.worker: WorkerProcess | None = None
         self.loads = 0
@@ -60,6 +65,11 @@ class Lifecycle:
         self._idle_handle: asyncio.TimerHandle | None = None
         self._load_task: asyncio.Task[WorkerProcess] | None = None
         self._stopping: set[asyncio.Task[str]] = set()
+
+    @property
+    def ready_at(self) -> float | None:
+        """Return when the current worker became ready (None without one)."""
+        return self.worker.ready_at if self.worker is not None else None
 
     @property
     def busy(self) -> bool:
@@ -107,42 +117,8 @@ class Lifecycle:
         try:
             if self._stopping:  # a worker still shutting down holds memory the check must not count as used
                 await asyncio.gather(*self._stopping, return_exceptions=True)
-            await self._admit(self)
-            await self._check_files("before")
-            self.loads += 1
-            log.info("%s: loading worker (load %d)", self.name, self.loads)
-            spec = self.model["worker"]
-            try:
-                worker = WorkerProcess.spawn(spec, self.loads, self._socket_path(self.index, self.loads))
-            except OSError as exc:
-                raise self._fail(
-                    MlxAgentError(f"the worker could not be started: {exc}", details={"argv": spec["argv"]}),
-                    "launch_failed",
-                ) from exc
-            self.worker = worker
-            try:
-                await worker.wait_ready()
-            except MlxAgentError as exc:
-                self.worker = None
-                await worker.stop()
-                raise self._fail(exc, exc.code) from exc
-            except BaseException:
-                self.worker = None
-                worker.kill_now()
-                await worker.session.close()
-                raise
-            try:
-                await self._check_files("after")
-            except RequestRefused:
-                self.worker = None
-                await worker.stop()
-                raise
-            self.state = "loaded"
-            self.last_error = None
-            log.info("%s: worker %d ready on %s", self.name, worker.pid, worker.address)
-            if self.open_requests == 0 and self.open_streams == 0:
-                self._became_idle()
-            return worker
+            async with self._admission(self):
+                return await self._start_worker()
         except RequestRefused as refusal:
             if refusal.code in ("insufficient_headroom", "memory_unknown", "too_many_loaded"):
                 self.state = previous
@@ -153,6 +129,47 @@ class Lifecycle:
             raise
         finally:
             self._load_task = None
+
+    async def _start_worker(self) -> WorkerProcess:
+        """Spawn a worker and wait until it is ready, with the file checks before and after."""
+        await self._check_files("before")
+        self.loads += 1
+        started = time.monotonic()
+        log.info("%s: loading worker (load %d)", self.name, self.loads)
+        spec = self.model["worker"]
+        try:
+            worker = WorkerProcess.spawn(spec, self.loads, self._socket_path(self.index, self.loads))
+        except OSError as exc:
+            raise self._fail(
+                MlxAgentError(f"the worker could not be started: {exc}", details={"argv": spec["argv"]}),
+                "launch_failed",
+            ) from exc
+        self.worker = worker
+        try:
+            await worker.wait_ready()
+        except MlxAgentError as exc:
+            self.worker = None
+            await worker.stop()
+            raise self._fail(exc, exc.code) from exc
+        except BaseException:
+            self.worker = None
+            worker.kill_now()
+            await worker.session.close()
+            raise
+        try:
+            await self._check_files("after")
+        except RequestRefused:
+            self.worker = None
+            await worker.stop()
+            raise
+        self.state = "loaded"
+        self.last_error = None
+        log.info("%s: worker %d ready on %s", self.name, worker.pid, worker.address)
+        if self._loaded is not None:
+            self._loaded(self, time.monotonic() - started)
+        if self.open_requests == 0 and self.open_streams == 0:
+            self._became_idle()
+        return worker
 
     async def _check_files(self, when: str) -> None:
         checks = self.model["file_checks"]
@@ -242,6 +259,15 @@ class Lifecycle:
             "model_state": self.state,
         }
 
+    async def evict(self) -> None:
+        """Unload this idle model to make room for another, and wait until its worker has gone."""
+        worker = self.worker
+        if worker is None:
+            return
+        self.evictions += 1
+        how = await asyncio.shield(self._detach(worker))
+        log.info("%s: worker %d evicted (%s)", self.name, worker.pid, how)
+
     def _became_idle(self) -> None:
         if self.state != "loaded":
             return
@@ -310,6 +336,8 @@ class Lifecycle:
             "last_error": self.last_error,
             "loads": self.loads,
             "evictions": self.evictions,
+            "weight_bytes": self.model["weight_bytes"],
+            "memory_estimate_bytes": memory_estimate(self.model["weight_bytes"]),
             "last_used": utc_iso(self.last_used),
             "idle_since": utc_iso(self.idle_since),
             "idle_unload_at": unload_at,

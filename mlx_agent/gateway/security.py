@@ -6,8 +6,8 @@
 * CORS: a loopback ``Origin`` is echoed back with ``Vary: Origin``; ``*`` is never sent.
 * Bodies larger than ``max_body_bytes`` get 413.
 * ``/mlx-agent/...`` (control: status, unload, policy) needs ``Authorization: Bearer <control token>``.
-* ``/v1/...`` needs an API key, as ``Authorization: Bearer KEY`` or ``x-api-key: KEY``, when the config names
-  an API key file; ``/health`` is always open and tells only liveness and the model state.
+* ``/v1/...`` and ``/metrics`` need an API key, as ``Authorization: Bearer KEY`` or ``x-api-key: KEY``, when
+  the config names an API key file; ``/health`` is always open and tells only liveness and the model state.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from mlx_agent.gateway.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX
 
 MODEL_PREFIX = "/v1/"
+METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the model API
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 API_KEY_ID = "mlx_agent_api_key_id"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -135,7 +136,7 @@ class Guard:
                     code="unauthorized",
                     type_="authentication_error",
                 )
-        elif path.startswith(MODEL_PREFIX) and self._api_keys is not None:
+        elif (path.startswith(MODEL_PREFIX) or path == METRICS_PATH) and self._api_keys is not None:
             key, presented = self.api_key(request)
             if key is None:
                 message = (

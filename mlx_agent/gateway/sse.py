@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
+from mlx_agent.gateway.observe import exchange_of
+
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]"
 DATA = b"data: "
@@ -93,11 +95,13 @@ async def pump(
     """Carry ``upstream``'s events through ``translator`` to ``response`` until the worker or the client ends."""
     result = PumpResult()
     pending = b""
+    exchange = exchange_of(request)
     try:
         opening = translator.start()
         if opening:
             await response.write(opening)
-        async for data in upstream.content.iter_any():
+        content = upstream.content
+        while data := await content.readany():
             pending += data
             out: list[bytes] = []
             while (end := pending.find(b"\n\n")) >= 0:
@@ -110,6 +114,8 @@ async def pump(
                 elif event.startswith(b":"):
                     out.append(translator.keepalive(event))
                 elif event.startswith(DATA):
+                    if exchange is not None and exchange.first_token is None:
+                        exchange.token()
                     out.append(translator.data(event[len(DATA) :]))
             if out:
                 await response.write(b"".join(out))

@@ -8,7 +8,8 @@ Every endpoint, whatever API it speaks, reaches a worker through ``Upstream``:
   load until its reply has been read, loads the worker if needed, and posts the body;
 * ``complete`` returns the worker's JSON reply, or raises ``RequestRefused`` carrying the worker's error;
 * ``stream`` pumps the worker's stream through the endpoint's translator (``sse.pump``);
-* ``accountant`` returns the per-API-key ``cached_tokens`` bound (``cache_privacy``) for one request.
+* ``accountant`` returns what sees each reply's usage: the request's ``observe.Exchange``, and the per-API-key
+  ``cached_tokens`` bound (``cache_privacy``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.observe import exchange_of
 from mlx_agent.gateway.openai.request import PreparedRequest, prepare
 from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.sse import SSE_HEADERS, Accountant, StreamTranslator, end, pump
@@ -79,13 +81,18 @@ class Upstream:
         self.fleet = fleet
         self.ledger = ledger  # only when API keys are in use
 
-    def prepare(
-        self, request: web.Request, body: object, endpoint: str, force_usage: bool | None = None
-    ) -> tuple[Lifecycle, PreparedRequest]:
-        """Route a body to its model and prepare it for that model's worker (``openai.request.prepare``)."""
+    def prepare(self, request: web.Request, body: object, endpoint: str) -> tuple[Lifecycle, PreparedRequest]:
+        """Route a body to its model and prepare it for that model's worker (``openai.request.prepare``).
+
+        A stream is always asked for its usage chunk (the request line and the metrics count its tokens); the
+        chunk is removed again when the client did not ask for it.
+        """
         model = self.fleet.route(body.get("model") if isinstance(body, dict) else None)
-        force = request.get(API_KEY_ID) is not None if force_usage is None else force_usage
-        return model, prepare(body, endpoint=endpoint, model=model.model, force_usage=force)
+        prepared = prepare(body, endpoint=endpoint, model=model.model, force_usage=True)
+        exchange = exchange_of(request)
+        if exchange is not None:
+            exchange.routed(model.name, prepared.stream, prepared.body.get("messages", prepared.body.get("prompt")))
+        return model, prepared
 
     @contextlib.asynccontextmanager
     async def worker_request(
@@ -124,17 +131,21 @@ class Upstream:
             await asyncio.sleep(0.05)
         model.check_worker()
 
-    def accountant(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> Accountant | None:
-        """Return what bounds ``cached_tokens`` in a reply to this request's API key, or None without keys."""
+    def accountant(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> Accountant:
+        """Return what sees a reply's usage: the request's exchange, and the ``cached_tokens`` bound of its key."""
         key_id: str | None = request.get(API_KEY_ID)
-        ledger = self.ledger
-        if key_id is None or ledger is None:
-            return None
-        shape = PromptShape.of(endpoint, body)
+        ledger = self.ledger if key_id is not None else None
+        shape = PromptShape.of(endpoint, body) if ledger is not None else None
+        exchange = exchange_of(request)
 
         def account(doc: dict[str, Any]) -> None:
-            if isinstance(doc.get("usage"), dict):
-                ledger.rewrite_usage(key_id, shape, doc["usage"])
+            usage = doc.get("usage")
+            if not isinstance(usage, dict):
+                return
+            if exchange is not None:
+                exchange.usage(usage)  # the worker's own count: the metrics are the operator's, not a client's
+            if ledger is not None and key_id is not None and shape is not None:
+                ledger.rewrite_usage(key_id, shape, usage)
 
         return account
 
@@ -162,8 +173,7 @@ class Upstream:
             raise RequestRefused(
                 502, "the model worker's reply has no choices", code="worker_failed", type_="server_error"
             )
-        if account is not None:
-            account(doc)
+        account(doc)
         return doc
 
     async def stream(

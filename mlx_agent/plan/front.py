@@ -60,7 +60,14 @@ def api_key_file(raw: str | None) -> str | None:
 
 
 def front_record(
-    serve_dir: Path, port: int, *, jit: bool, api_key: str | None, min_headroom_gb: float | None
+    serve_dir: Path,
+    port: int,
+    *,
+    jit: bool,
+    api_key: str | None,
+    min_headroom_gb: float | None,
+    max_loaded: int | None = None,
+    log_prompts: bool = False,
 ) -> FrontRecord:
     """Return the plan's ``front`` record."""
     paths = front_paths(serve_dir, port)
@@ -73,6 +80,8 @@ def front_record(
         "min_headroom_gb": min_headroom_gb,
         "max_body_bytes": MAX_BODY_BYTES,
         "socket_dir": socket_dir(serve_dir, port),
+        "max_loaded": max_loaded,
+        "log_prompts": log_prompts,
     }
 
 
@@ -120,4 +129,6 @@ def front_config(plan: ServePlan) -> FrontConfig:
         "api_key_path": front["api_key_file"],
         "max_body_bytes": front["max_body_bytes"],
         "socket_dir": front["socket_dir"],
+        "max_loaded": front["max_loaded"],
+        "log_prompts": front["log_prompts"],
     }

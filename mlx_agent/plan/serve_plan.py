@@ -1,7 +1,8 @@
 """Build the deterministic plan of ``serve start``: a front on the port, and the models behind it.
 
-Reads the files the request names, writes nothing. A single-model request is a front with one model; the
-model's part is ``model_plan.build_model_plan``, the front's ``front.py``.
+Reads the files the request names, writes nothing. A single-model request is a front with one model; a
+``--models`` file gives a fleet (``models_file``). Each model's part is ``model_plan.build_model_plan``, the
+front's ``front.py``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mlx_agent.errors import InvalidArguments, LaunchdJitUnsupported, LaunchdTrainingReceiptUnsupported
+from mlx_agent.errors import (
+    InvalidArguments,
+    LaunchdJitUnsupported,
+    LaunchdTrainingReceiptUnsupported,
+    ModelsFileInvalid,
+)
 from mlx_agent.home import receipts_dir
 from mlx_agent.plan.front import FRONT_READINESS, front_argv, front_record, worker_log
 from mlx_agent.plan.model_plan import ModelSpec, build_model_plan, child_env
@@ -19,10 +25,29 @@ from mlx_agent.wire import HOST, PLAN_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.records import ServePlan
+    from mlx_agent.records import ModelsFileRecord, ServePlan
     from mlx_agent.requests import ServeRequest
 
 SUPERVISORS = ("mlx-agent", "launchd", "systemd")
+# The options that describe one model: a models file gives them per [[model]] table instead.
+MODEL_OPTIONS = (
+    ("path", "--path", None),
+    ("repo", "--repo", None),
+    ("training_receipt", "--training-receipt", None),
+    ("adapter_path", "--adapter-path", None),
+    ("runtime", "--runtime", "mlx_lm"),
+    ("runtime_executable", "--runtime-executable", None),
+    ("served_model_name", "--served-model-name", None),
+    ("alias", "--alias", ()),
+    ("thinking", "--thinking", None),
+    ("chat_template_args", "--chat-template-args", None),
+    ("prompt_lookup", "--prompt-lookup", False),
+    ("m5_prefill", "--m5-prefill", False),
+    ("max_tokens", "--max-tokens", 512),
+    ("max_tokens_ceiling", "--max-tokens-ceiling", None),
+    ("idle_timeout", "--idle-timeout", None),
+    ("keep_loaded", "--keep-loaded", False),
+)
 
 
 def _validate(req: ServeRequest) -> None:
@@ -37,6 +62,13 @@ def _validate(req: ServeRequest) -> None:
         raise InvalidArguments("--unit-dir and --restart apply only with --launchd or --systemd")
     if not req.jit and (req.idle_timeout is not None or req.keep_loaded):
         raise InvalidArguments("--idle-timeout and --keep-loaded require --jit: an eager server keeps its model loaded")
+    if req.models is not None:
+        given = [flag for attr, flag, default in MODEL_OPTIONS if getattr(req, attr) != default]
+        if given:
+            raise InvalidArguments(
+                f"--models names each model's options in its [[model]] table; do not also give {', '.join(given)}",
+                details={"options": given},
+            )
     if req.training_receipt is not None and supervisor != "mlx-agent":
         raise LaunchdTrainingReceiptUnsupported("a training receipt cannot be installed as a launchd or systemd unit")
     if req.jit and supervisor != "mlx-agent":
@@ -67,15 +99,58 @@ def model_spec(req: ServeRequest) -> ModelSpec:
     )
 
 
+def fleet_specs(req: ServeRequest) -> tuple[list[ModelSpec], ModelsFileRecord | None]:
+    """Return the models the request asks for: its one model, or every table of its models file."""
+    if req.models is None:
+        return [model_spec(req)], None
+    from mlx_agent.plan.models_file import eager_conflicts, key_line, model_specs, read_models_file
+
+    tables, record, base = read_models_file(req.models)
+    conflict = None if req.jit else eager_conflicts(tables)
+    if conflict is not None:
+        index, key = conflict
+        line = key_line(Path(record["path"]).read_text(encoding="utf-8"), index, key)
+        raise ModelsFileInvalid(
+            f"{record['path']}:{line}: [[model]] {index + 1} ({tables[index]['name']}) sets {key!r}, which asks for "
+            "loading on request or unloading: add --jit (an eager front loads every model and keeps it)",
+            details={"path": record["path"], "line": line, "key": key, "model": tables[index]["name"]},
+        )
+    specs = model_specs(tables, base, jit=req.jit)
+    if req.supervisor != "mlx-agent" and any(s.training_receipt for s in specs):
+        raise LaunchdTrainingReceiptUnsupported("a training receipt cannot be installed as a launchd or systemd unit")
+    return specs, record
+
+
+def _check_max_loaded(req: ServeRequest, specs: list[ModelSpec]) -> None:
+    preloaded = sum(1 for s in specs if s.preload)
+    if req.max_loaded is not None and preloaded > req.max_loaded:
+        raise InvalidArguments(
+            f"--max-loaded {req.max_loaded} is fewer than the {preloaded} models the front loads at start",
+            details={"max_loaded": req.max_loaded, "preloaded": preloaded},
+        )
+
+
 def build_serve_plan(req: ServeRequest) -> ServePlan:
     """Return the plan (without its hash) for one server; reads files, writes nothing."""
     _validate(req)
     policy = policy_from_options(req.idle_timeout, req.keep_loaded, req.min_headroom_gb)
-    model = build_model_plan(model_spec(req), Path("/"), req.ready_timeout)
-    port = req.port if req.port is not None else int(load_recipe(model["runtime"]["name"])[0]["default_port"])
+    specs, models_file = fleet_specs(req)
+    _check_max_loaded(req, specs)
+    models = [build_model_plan(spec, Path("/"), req.ready_timeout) for spec in specs]
+    port = req.port if req.port is not None else int(load_recipe(models[0]["runtime"]["name"])[0]["default_port"])
     serve_dir = receipts_dir("serve", req.receipts_dir)
-    model["worker"]["log_path"] = str(worker_log(serve_dir, port, 0))
-    front = front_record(serve_dir, port, jit=req.jit, api_key=req.api_key_file, min_headroom_gb=policy.min_headroom_gb)
+    for index, model in enumerate(models):
+        model["worker"]["log_path"] = str(worker_log(serve_dir, port, index))
+    front = front_record(
+        serve_dir,
+        port,
+        jit=req.jit,
+        api_key=req.api_key_file,
+        min_headroom_gb=policy.min_headroom_gb,
+        max_loaded=req.max_loaded,
+        log_prompts=req.log_prompts,
+    )
+    preloaded = sum(1 for m in models if m["policy"]["preload"])
     plan: ServePlan = {
         "format_version": PLAN_VERSION,
         "operation": "serve.start",
@@ -84,13 +159,15 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
         "port": port,
         "base_url": f"http://{HOST}:{port}",
         "front": front,
-        "models": [model],
+        "models": models,
         "argv": front_argv(front["config_path"]),
         "env": child_env("wrapped"),  # the front is our own module, like the wrapped entry
         "cwd": os.sep,
         "readiness": FRONT_READINESS,
-        "ready_timeout": req.ready_timeout,
+        "ready_timeout": req.ready_timeout * max(1, preloaded),  # --ready-timeout is per model loaded at start
     }
+    if models_file is not None:
+        plan["models_file"] = models_file
     if req.supervisor != "mlx-agent":
         from mlx_agent.plan.units import build_unit  # plistlib and configparser only when a unit is asked for
 

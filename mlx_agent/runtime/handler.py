@@ -123,6 +123,8 @@ class WrappedHandler(server.APIHandler):
     ) -> dict[str, Any]:
         """Build mlx_lm's response, moving tool calls that did not parse into the content and the marker."""
         parsed, unparsed = split_calls(tool_calls)
+        if self.options.one_tool_call:
+            parsed = parsed[: max(0, 1 - self.tool_calls_parsed)]  # parallel_tool_calls: false keeps the first
         self.tool_calls_parsed += len(parsed)
         if unparsed:
             tokenizer: Any = self.response_generator.model_provider.tokenizer

@@ -29,6 +29,7 @@ class RequestOptions:
     grammar: str | None = None  # llguidance grammar of an enforced response_format
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    one_tool_call: bool = False  # parallel_tool_calls: false: the reply carries at most its first call
 
     @property
     def custom_template_call(self) -> bool:
@@ -94,6 +95,21 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise bad_request("tools must be a list.", param="tools")
+    if tool_choice == "required" or isinstance(tool_choice, Mapping):
+        # Forcing a call needs the model's own call syntax as a grammar; the runtime cannot, and ignoring it
+        # would hand the client text where it relies on a call.
+        raise bad_request(
+            "tool_choice 'required' or a named tool forces a tool call, which the local runtime cannot "
+            "enforce; use 'auto' or 'none'.",
+            param="tool_choice",
+            code="unsupported_tool_choice",
+        )
+    parallel = body.pop("parallel_tool_calls", None)
+    if parallel is not None and not isinstance(parallel, bool):
+        raise bad_request("parallel_tool_calls must be true or false.", param="parallel_tool_calls")
+    if tool_choice == "none" and tools:
+        body.pop("tools")  # the model does not see tools it may not call, so it cannot call one
+        tools = None
     grammar = grammar_for(body.get("response_format"))
     if grammar is not None and not format_is_enforced(tools, tool_choice):
         grammar = None  # a tool call is not JSON; the caller rules one out with tool_choice "none"
@@ -102,6 +118,7 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
         grammar=grammar,
         add_generation_prompt=add_generation_prompt,
         continue_final_message=continue_final,
+        one_tool_call=parallel is False,
     )
     return body, options
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from mlx_agent.errors import (
     ExpectedPidMismatch,
     GatewayUnreachable,
+    InvalidArguments,
     NoFront,
     OwnershipMismatch,
     PolicyRejected,
@@ -45,6 +46,10 @@ STATUS_KEYS = (
     "open_requests",
     "open_streams",
     "loads",
+    "evictions",
+    "last_used",
+    "weight_bytes",
+    "memory_estimate_bytes",
     "last_error",
     "idle_since",
 )
@@ -111,6 +116,7 @@ def front_status(receipt: ServeReceipt) -> dict[str, Any]:
     first = models[0] if models else {}
     return {
         "mode": state.get("mode"),
+        "max_loaded": state.get("max_loaded"),
         **{k: first.get(k) for k in STATUS_KEYS},
         "models": [
             {"name": m.get("name"), "aliases": m.get("aliases"), **{k: m.get(k) for k in STATUS_KEYS}} for m in models
@@ -139,27 +145,40 @@ def _live_front(directory: Path, port: int, expected_pid: int) -> ServeReceipt:
     return receipt
 
 
-def unload(directory: Path, port: int, expected_pid: int) -> dict[str, Any]:
-    """Release the front's loaded workers, keeping the front up; refused while requests or streams are open."""
+def _unknown_model(port: int, model: str | None, code: int, data: dict[str, Any]) -> None:
+    """Refuse a --model the front does not serve (it answered 404 naming the served models)."""
+    if code == 404 and model is not None:
+        message = data.get("error", {}).get("message", "")
+        raise InvalidArguments(f"--model {model}: {message}", details={"port": port, "model": model})
+
+
+def unload(directory: Path, port: int, expected_pid: int, model: str | None = None) -> dict[str, Any]:
+    """Release the front's loaded workers (or one model's), keeping the front up; refused while busy."""
     with port_lock(directory, port, timeout=CONTROL_LOCK_SECONDS):
         receipt = _live_front(directory, port, expected_pid)
-        code, data = _call(receipt, "POST", "unload", {}, timeout=20.0)  # it waits for the workers to stop
+        body = {} if model is None else {"model": model}
+        code, data = _call(receipt, "POST", "unload", body, timeout=20.0)  # it waits for the workers to stop
+    _unknown_model(port, model, code, data)
     if code == 409:
         error = data.get("error", {})
         raise UnloadBlocked(
-            f"the front on port {port} has open requests or streams",
-            details={k: error.get(k) for k in ("open_requests", "open_streams", "loading")},
+            f"{error.get('model') or 'a model'} on port {port} has open requests or streams",
+            details={k: error.get(k) for k in ("model", "open_requests", "open_streams", "loading")},
         )
     if code != 200:
         raise GatewayUnreachable(f"unload answered HTTP {code}", details={"port": port, "answer": data})
     return {"port": port, "pid": expected_pid, **data}
 
 
-def replace_policy(directory: Path, port: int, expected_pid: int, policy: Policy) -> dict[str, Any]:
-    """Replace the whole policy of a live front; the front persists it atomically."""
+def replace_policy(
+    directory: Path, port: int, expected_pid: int, policy: Policy, model: str | None = None
+) -> dict[str, Any]:
+    """Replace the whole policy of a live front (its idle part for one model or all); the front persists it."""
     with port_lock(directory, port, timeout=CONTROL_LOCK_SECONDS):
         receipt = _live_front(directory, port, expected_pid)
-        code, data = _call(receipt, "PUT", "policy", policy.to_json())
+        body = policy.to_json() if model is None else {**policy.to_json(), "model": model}
+        code, data = _call(receipt, "PUT", "policy", body)
+    _unknown_model(port, model, code, data)
     if code == 400:
         raise PolicyRejected(
             f"the front refused the policy: {data.get('error', {}).get('message', data)}", details={"answer": data}

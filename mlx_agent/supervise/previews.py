@@ -40,6 +40,20 @@ def load_preview(directory: Path, preview_hash: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def name_models(changes: list[dict[str, Any]]) -> list[str]:
+    """Add ``model`` to each change inside a model of the plan (``models[NAME]....``); return the names changed."""
+    named: list[str] = []
+    for change in changes:
+        field = change["field"]
+        if not field.startswith("models["):
+            continue
+        name = field[len("models[") :].split("]", 1)[0]
+        change["model"] = name
+        if name not in named:
+            named.append(name)
+    return named
+
+
 def reviewed_plan(build: Callable[[], Plan], preview_hash: str | None) -> Plan:
     """Rebuild a plan with its hash and return it if that hash is the reviewed one; otherwise say what changed."""
     if not preview_hash:
@@ -53,6 +67,10 @@ def reviewed_plan(build: Callable[[], Plan], preview_hash: str | None) -> Plan:
             if changes is not None
             else "the reviewed preview is not stored here, so the changes cannot be listed"
         )
+        if changes is not None:
+            named = name_models(changes)
+            if named:
+                summary += f" (models: {', '.join(named)})"
         # A changed adapter gets its own code: it is the one change a reviewer must not wave through.
         adapter_moved = changes is not None and any(".adapter." in "." + c["field"] for c in changes)
         error = AdapterChanged if adapter_moved else PreviewStale

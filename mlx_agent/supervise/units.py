@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mlx_agent.errors import UnitModified, UnitNotOwned
 from mlx_agent.supervise.readiness import probe
-from mlx_agent.supervise.receipts import plan_receipt, write_receipt
+from mlx_agent.supervise.receipts import has_front, plan_receipt, write_receipt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -127,5 +127,9 @@ def stop(receipt: dict[str, Any], path: Path, uninstall: bool) -> tuple[dict[str
     if probe(receipt.get("host", "127.0.0.1"), int(receipt["port"]), {"path": "/health", "status": 200}, timeout=0.5):
         warnings.append(f"a server still answers on port {receipt['port']}; run the stop command to end it")
     Path(unit["path"]).unlink(missing_ok=True)
+    if has_front(receipt):
+        from mlx_agent.supervise.front import remove_front_files
+
+        remove_front_files(receipt["plan"])  # the unit's front config and token go with it
     path.unlink(missing_ok=True)
     return {**result, "result": "uninstalled", "uninstalled": True}, warnings

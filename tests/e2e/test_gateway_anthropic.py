@@ -90,6 +90,29 @@ def sent_bodies(gateway: Gateway) -> list[dict[str, Any]]:
 # -- the real model -------------------------------------------------------------------------------------------
 
 
+def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(tiny: Gateway) -> None:
+    """Claude Code's per-turn billing block is left out, so turn 2 reuses turn 1's prompt from the worker's cache."""
+    client = client_for(tiny)
+    instructions = {
+        "type": "text",
+        "text": "You are a careful coding agent. " * 12,
+        "cache_control": {"type": "ephemeral"},
+    }
+
+    def system(nonce: str) -> Any:
+        return [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.332; cch={nonce};"}, instructions]
+
+    history: Any = [{"role": "user", "content": "Look at the repository and tell me what it does."}]
+    first = client.messages.create(model="org/tiny", max_tokens=8, system=system("a1"), messages=history)
+    assert not first.usage.cache_read_input_tokens
+    history += [
+        {"role": "assistant", "content": first.content[0].text if first.content else ""},  # type: ignore[union-attr]
+        {"role": "user", "content": "And the tests?"},
+    ]
+    second = client.messages.create(model="org/tiny", max_tokens=8, system=system("b2"), messages=history)
+    assert (second.usage.cache_read_input_tokens or 0) > first.usage.input_tokens // 2
+
+
 def test_plain_message_from_the_real_model(tiny: Gateway) -> None:
     """A message comes back as Anthropic's Message: the client's model name, text, max_tokens, usage."""
     message = client_for(tiny).messages.create(model="org/tiny", max_tokens=1000, messages=ASK)

@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents_support import Namespace, agent_binary, inside, loopback_namespace, scripted_agent_model
+from mlx_agent.gateway.anthropic.request import translate
+from mlx_agent.gateway.responses.request import to_chat
+from tests.agents_support import (
+    Namespace,
+    agent_binary,
+    capture,
+    inside,
+    loopback_namespace,
+    scripted_agent_model,
+)
 from tests.conftest import Agent, free_port
 
 pytestmark = pytest.mark.e2e
@@ -149,3 +158,67 @@ def test_codex_runs_a_command_and_finishes(
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_the_bodies_claude_code_sends_translate_as_documented(tmp_path: Path, namespace: Namespace) -> None:
+    """Claude Code's own requests (full tool set, not --bare), captured live, translate with every field accepted."""
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    env = clean_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY="unused",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+    )
+    sent = capture(
+        namespace,
+        port,
+        [str(agent_binary("claude")), "-p", "Say hi.", "--output-format", "json", "--model", "claude-sonnet-4-5"],
+        env,
+        tmp_path,
+    )
+    messages = [r for r in sent if r["path"].startswith("/v1/messages")]
+    assert messages, sent
+    for record in messages:
+        body = record["body"]
+        translated = translate(body)
+        chat = translated.chat
+        assert not any(
+            m["content"].startswith("x-anthropic-billing-header") for m in chat["messages"] if m["role"] == "system"
+        )
+        assert {"context_management", "thinking", "metadata", "tools"} <= set(body)
+        assert chat["reasoning_budget"] == body["thinking"]["budget_tokens"]
+        assert translated.omit_thinking == (body["thinking"].get("display") == "omitted")
+        offered = {t["function"]["name"] for t in chat.get("tools", [])}
+        assert offered | set(translated.tools.dropped) == {t["name"] for t in body["tools"]}
+        assert chat["max_tokens"] == body["max_tokens"]
+
+
+def test_the_bodies_codex_sends_translate_as_documented(tmp_path: Path, namespace: Namespace) -> None:
+    """Codex's own request, captured live, translates: namespaces flattened, hosted tools left out, effort kept."""
+    port = free_port()
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "local"\nmodel_reasoning_effort = "high"\n\n'
+        f'[model_providers.local]\nname = "local"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+        'wire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
+    )
+    env = clean_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY="unused")
+    sent = capture(
+        namespace, port, [str(agent_binary("codex")), "exec", "--skip-git-repo-check", "Say hi."], env, tmp_path
+    )
+    [record] = [r for r in sent if r["path"] == "/v1/responses"][:1]
+    body = record["body"]
+    translated = to_chat(body, default_model="gpt-5-codex")
+    chat = translated.chat
+    assert body["store"] is False and body["reasoning"].get("summary") is not None
+    assert chat["reasoning_effort"] == "high"
+    kinds = {t["type"] for t in body["tools"]}
+    assert "namespace" in kinds and kinds & {"web_search"}
+    offered = [t["function"]["name"] for t in chat["tools"]]
+    assert any("__" in name for name in offered)  # a namespace's functions, flattened
+    assert "web_search" in translated.tools.dropped
+    assert [m["role"] for m in chat["messages"]][:1] == ["system"]  # developer instructions first

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import openai
 import psutil
@@ -63,6 +66,48 @@ def test_repo_from_the_hf_cache(agent: Agent, tiny_model: Path) -> None:
         model="default_model", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
     )
     assert reply.choices[0].finish_reason in {"length", "stop"}
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_the_context_window_bounds_every_request(agent: Agent, tiny_model: Path) -> None:
+    """A prompt the context cannot hold is 400 context_length_exceeded (not retried); a long ask is cut to fit."""
+    port = free_port()
+    agent.launch("--path", str(tiny_model), "--port", str(port), "--served-model-name", "tiny", "--alias", "gpt-*")
+    url = f"http://127.0.0.1:{port}"
+
+    def post(content: str, max_tokens: int) -> tuple[int, Any, dict[str, str]]:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
+        request = urllib.request.Request(
+            f"{url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                return answer.status, json.loads(answer.read()), dict(answer.headers)
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read()), dict(error.headers)
+
+    status, doc, headers = post("a b " * 2000, 16)
+    assert status == 400 and doc["error"]["code"] == "context_length_exceeded", doc
+    assert headers.get("x-should-retry") == "false"
+    status, doc, _ = post("a b " * 900, 2048)
+    assert status == 200, doc
+    usage = doc["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= 2048 < usage["prompt_tokens"] + 2048
+    assert doc["choices"][0]["finish_reason"] == "length"
+
+    for method in ("GET", "HEAD"):
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/", method=method)) as answer:
+            assert answer.status == 200
+    listing = urllib.request.Request(f"{url}/v1/models", headers={"anthropic-version": "2023-06-01"})
+    with urllib.request.urlopen(listing) as answer:
+        models = json.loads(answer.read())
+    assert [(m["id"], m["type"], m["display_name"]) for m in models["data"]] == [
+        ("tiny", "model", "tiny"),
+        ("gpt-*", "model", "gpt-*"),
+    ]
+    assert models["has_more"] is False and models["first_id"] == "tiny"
+    with urllib.request.urlopen(f"{url}/v1/models/gpt-4o") as answer:
+        assert json.loads(answer.read())["alias_of"] == "tiny"
     assert agent.run("serve", "stop", "--port", str(port)).rc == 0
 
 

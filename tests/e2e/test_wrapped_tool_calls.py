@@ -103,3 +103,30 @@ def test_a_parsed_tool_call_is_still_a_tool_call(tmp_path: Path) -> None:
     [call] = choice.message.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_time", {"zone": "UTC"})  # type: ignore[union-attr]
     assert not (choice.message.model_extra or {}).get("unparsed_tool_calls")
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call(tmp_path: Path) -> None:
+    """A reply with several calls keeps them all, or only its first with parallel_tool_calls false, streamed or not."""
+    chain = {"\n": "<tool_call>", "<tool_call>": WHOLE, WHOLE: "</tool_call>", "</tool_call>": "<tool_call>"}
+    model = scripted_model(
+        tmp_path / "model",
+        chain,
+        "<|im_end|>",
+        special=["<tool_call>", "</tool_call>"],
+        plain=[WHOLE],
+        tokenizer_config={"tool_parser_type": "json_tools"},
+    )
+    with running(model, tmp_path) as server:
+        client = server.client()
+        ask: Any = {"model": "default_model", "max_tokens": 9, "tools": TOOLS, "messages": ASK["messages"]}
+        every = client.chat.completions.create(**ask).choices[0].message.tool_calls
+        first = client.chat.completions.create(**ask, parallel_tool_calls=False).choices[0].message.tool_calls
+        streamed = [
+            call.index
+            for chunk in client.chat.completions.create(**ask, parallel_tool_calls=False, stream=True)
+            if chunk.choices
+            for call in chunk.choices[0].delta.tool_calls or []
+        ]
+    assert every is not None and len(every) == 3
+    assert first is not None and len(first) == 1 and first[0].function.name == "get_time"  # type: ignore[union-attr]
+    assert streamed == [0]

@@ -195,6 +195,18 @@ def test_policy_replacement_persists_atomically_and_takes_effect(tmp_path: Path)
             restarted.stop()
 
 
+def test_a_policy_that_cannot_be_saved_changes_nothing(tmp_path: Path) -> None:
+    """When the policy file cannot be written the answer is 500 policy_not_saved and the old policy stays."""
+    with running_gateway(tmp_path) as gateway:
+        before = gateway.status()["policy"]
+        Path(gateway.config["policy_path"]).mkdir(parents=True)  # a directory where the file must go
+        reply = gateway.control("PUT", "policy", {"idle_timeout": 5, "keep_loaded": True, "min_headroom_gb": 1})
+        assert (reply.status, reply.json()["error"]["code"]) == (500, "policy_not_saved")
+        assert gateway.status()["policy"] == before
+        bad = gateway.control("POST", "unload", {"model": 7})
+        assert (bad.status, bad.json()["error"]["param"]) == (400, "model")
+
+
 def test_gateway_imports_no_mlx(tmp_path: Path) -> None:
     """Importing and building the gateway loads no MLX, mlx_lm, transformers or huggingface_hub."""
     code = (

@@ -109,7 +109,7 @@ def test_systemd_unit_runs_exactly_the_plan(agent: Agent, odd_model: Path, tmp_p
 
 
 def test_status_and_stop_of_a_unit(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
-    """Status lists the unit; stop prints the stop command and keeps it; --uninstall removes file and receipt."""
+    """Status lists the unit; stop prints the stop command and keeps it; --uninstall removes it all."""
     port = free_port()
     data = install(agent, "launchd", tiny_model, port, tmp_path / "agents")
     unit_path = Path(data["receipt"]["unit"]["path"])  # type: ignore[index]
@@ -121,9 +121,12 @@ def test_status_and_stop_of_a_unit(agent: Agent, tiny_model: Path, tmp_path: Pat
     assert unit_path.exists()
     again = agent.run("serve", "start", "--path", str(tiny_model), "--port", str(port))
     assert again.code == "port_in_use"
+    front = data["receipt"]["plan"]["front"]  # type: ignore[index]
+    assert Path(front["config_path"]).exists() and Path(front["token_path"]).exists()
     removed = agent.run("serve", "stop", "--port", str(port), "--uninstall")
     assert (removed.rc, removed.data["result"]) == (0, "uninstalled")
     assert not unit_path.exists()
+    assert not Path(front["config_path"]).exists() and not Path(front["token_path"]).exists()
     assert agent.run("serve", "status").data["servers"] == []
 
 

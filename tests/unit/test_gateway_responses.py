@@ -119,6 +119,7 @@ def test_golden_body_of_a_function_call_round_trip() -> None:
         "temperature": 0.2,
         "top_p": 0.8,
         "stream": True,
+        "parallel_tool_calls": False,
     }
     assert (translated.stream, translated.store, translated.model) == (True, False, "org/tiny")
     assert translated.echo["parallel_tool_calls"] is False and translated.echo["prompt_cache_key"] == "thread-1"

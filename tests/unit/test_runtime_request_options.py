@@ -107,6 +107,19 @@ def test_tools_leave_the_format_unenforced_unless_ruled_out() -> None:
     assert prepare(response_format=json_object, tools=tools, tool_choice="none")[1].grammar is not None
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "f"}}])
+def test_a_forced_tool_call_is_refused_naming_tool_choice(choice: Any) -> None:
+    """The runtime cannot force a call, so 'required' or a named tool is a 400, never a silent plain answer."""
+    error = refused(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice=choice)
+    assert (error.status, error.param, error.code) == (400, "tool_choice", "unsupported_tool_choice")
+
+
+def test_tool_choice_none_hides_the_tools_from_the_model() -> None:
+    """With tool_choice 'none' the template gets no tools, so the model cannot call one."""
+    body, _ = prepare(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="none")
+    assert "tools" not in body and body["tool_choice"] == "none"
+
+
 def test_a_text_completion_needs_a_string_prompt() -> None:
     """/v1/completions bodies are checked for a prompt instead of messages."""
     with pytest.raises(HttpError) as caught:

@@ -44,7 +44,7 @@ class AnthropicApi:
         try:
             body = await read_json_body(request)
             translated = translate(body)
-            model, prepared = self.upstream.prepare(request, translated.chat, "chat", force_usage=True)
+            model, prepared = self.upstream.prepare(request, translated.chat, "chat")
             name = prepared.client_model
             headers = dropped_tools(translated.tools.dropped)
             if prepared.stream:
@@ -62,7 +62,7 @@ class AnthropicApi:
             body = await read_json_body(request)
             chat = translate(body, counting=True).chat
             chat.update(max_tokens=1, stream=False)
-            model, prepared = self.upstream.prepare(request, chat, "chat", force_usage=True)
+            model, prepared = self.upstream.prepare(request, chat, "chat")
             doc = await self.upstream.complete(request, model, prepared)
         except RequestRefused as refusal:
             return _error(refusal)

@@ -21,13 +21,14 @@ The rules (docs/gateway.md, "Anthropic Messages API"), written for what Claude C
   the template's default; ``display: "omitted"`` returns thinking blocks without their text.
   ``output_config.effort`` becomes ``reasoning_effort`` (for templates that read it) and
   ``output_config.format`` a ``response_format`` JSON schema, which the worker enforces.
+  ``tool_choice.disable_parallel_tool_use`` becomes ``parallel_tool_calls: false``: the worker returns the
+  reply's first tool call only.
 * ``metadata``, ``service_tier``, ``context_management`` and ``cache_control`` (anywhere) are accepted and
   change nothing (the worker caches prompt prefixes by itself).
 
 Refused with a 400 ``invalid_request_error``: image, document and other non-text content, tools that need
-what a text model lacks (computer use), forced ``tool_choice`` (``any``, ``tool``), ``disable_parallel_tool_use``,
-and top-level parameters that ask for servers this machine does not have (``mcp_servers``, ``container``)
-or that it does not know.
+what a text model lacks (computer use), forced ``tool_choice`` (``any``, ``tool``), and top-level parameters
+that ask for servers this machine does not have (``mcp_servers``, ``container``) or that it does not know.
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ def translate(body: object, *, counting: bool = False) -> AnthropicRequest:
     out["messages"] = chat
 
     tools = anthropic_tools(body.get("tools"))
-    if _tool_choice(body.get("tool_choice")) != "none" and tools.functions:
+    choice = body.get("tool_choice")
+    if _tool_choice(choice) != "none" and tools.functions:
         out["tools"] = tools.functions
+        if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:
+            out["parallel_tool_calls"] = False  # the worker returns the first call only
     if not counting:
         _sampling(body, out)
     _output_config(body.get("output_config"), out)
@@ -357,10 +361,4 @@ def _tool_choice(tool_choice: object) -> str:
     if kind not in ("auto", "none"):
         raise refuse("tool_choice must be an object of type 'auto' or 'none'", "tool_choice", "unsupported_tool_choice")
     assert isinstance(tool_choice, Mapping)
-    if tool_choice.get("disable_parallel_tool_use"):
-        raise refuse(
-            "disable_parallel_tool_use is not supported: the runtime cannot limit the number of calls",
-            "tool_choice.disable_parallel_tool_use",
-            "unsupported_tool_choice",
-        )
     return str(kind)

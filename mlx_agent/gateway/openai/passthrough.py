@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
+from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response, retry_headers
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
@@ -175,7 +175,10 @@ class OpenAiApi:
             status, content_type = upstream.status, upstream.content_type
         if status == 200:
             raw = _rewrite_json(raw, prepared, account)
-        return web.Response(body=raw, status=status, content_type=content_type or "application/json")
+        # A worker's own error passes as written, with the front's retry advice like every other refusal.
+        return web.Response(
+            body=raw, status=status, content_type=content_type or "application/json", headers=retry_headers(status)
+        )
 
 
 def _rewrite_json(raw: bytes, prepared: PreparedRequest, account: Accountant | None) -> bytes:

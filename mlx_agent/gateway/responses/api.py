@@ -38,7 +38,7 @@ class ResponsesApi:
             body = await read_json_body(request)
             named = self.upstream.fleet.route(body.get("model") if isinstance(body, dict) else None)
             translated = to_chat(body, default_model=named.name, history=self._history(previous_id(body), owner))
-            model, prepared = self.upstream.prepare(request, translated.chat, "chat", force_usage=True)
+            model, prepared = self.upstream.prepare(request, translated.chat, "chat")
             base = base_response(translated, new_id("resp"), int(time.time()))
             headers = dropped_tools(translated.tools.dropped)
             if translated.stream:

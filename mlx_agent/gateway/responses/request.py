@@ -14,7 +14,8 @@ The rules (docs/gateway.md, "OpenAI Responses API"), written for what Codex CLI 
 * ``max_output_tokens`` becomes ``max_tokens`` (the front applies its ceiling; the plan's limit when absent);
   ``temperature`` and ``top_p`` carry over; ``reasoning.effort`` becomes ``reasoning_effort`` for templates
   that read it; ``text.format`` ``json_schema`` / ``json_object`` becomes an enforced ``response_format``.
-* Accepted without changing generation: ``parallel_tool_calls``, ``prompt_cache_key``, ``client_metadata``,
+* ``parallel_tool_calls: false`` reaches the worker, which returns the reply's first tool call only.
+* Accepted without changing generation: ``prompt_cache_key``, ``client_metadata``,
   ``metadata`` (echoed), ``reasoning.summary`` (no summaries are produced; reasoning comes back as written),
   ``include`` values, ``text.verbosity``, ``truncation`` (a prompt longer than the context is refused, never
   cut), ``store``, ``background``, ``user``, ``safety_identifier``, ``service_tier``, ``prompt_cache_retention``.
@@ -128,6 +129,8 @@ def to_chat(body: object, *, default_model: str, history: list[dict[str, Any]] |
     _check_accepted(body)
     flags = {name: _flag(body, name) for name in ("stream", "store", "background", "parallel_tool_calls")}
     chat["stream"] = bool(flags["stream"])
+    if flags["parallel_tool_calls"] is False and "tools" in chat:
+        chat["parallel_tool_calls"] = False  # the worker returns the first call only
     previous = body.get("previous_response_id")
     echo = {
         "instructions": instructions,

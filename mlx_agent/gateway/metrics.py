@@ -1,0 +1,100 @@
+"""``GET /metrics``: the front's counters in the Prometheus text format, written by ``prometheus_client``.
+
+Per model: requests by endpoint and status, prompt, completion and cached prompt tokens, time to first token
+and tokens/s (histograms), loads and load seconds, evictions, open requests and streams, whether it is
+loaded, and admission refusals by reason. Counts the lifecycles already keep (loads, evictions, open work)
+are read from them at scrape time rather than kept twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from mlx_agent.gateway.fleet import Fleet
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+LOAD_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class FleetCollector(Collector):
+    """Reads what each model's lifecycle counts, at scrape time."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield loads, evictions, open work and the loaded state of every model."""
+        loads = CounterMetricFamily("mlx_agent_loads", "Worker loads started, per model.", labels=["model"])
+        evictions = CounterMetricFamily(
+            "mlx_agent_evictions", "Loaded models unloaded to make room for another, per model.", labels=["model"]
+        )
+        streams = GaugeMetricFamily("mlx_agent_open_streams", "Streams open now, per model.", labels=["model"])
+        requests = GaugeMetricFamily(
+            "mlx_agent_open_requests", "Non-streamed requests open now, per model.", labels=["model"]
+        )
+        loaded = GaugeMetricFamily("mlx_agent_model_loaded", "1 while the model's worker is ready.", labels=["model"])
+        for model in self.fleet.models:
+            labels = [model.name]
+            loads.add_metric(labels, model.loads)
+            evictions.add_metric(labels, model.evictions)
+            streams.add_metric(labels, model.open_streams)
+            requests.add_metric(labels, model.open_requests)
+            loaded.add_metric(labels, 1 if model.state == "loaded" else 0)
+        yield from (loads, evictions, streams, requests, loaded)
+
+
+class FrontMetrics:
+    """The front's registry: what requests, loads and admission add to, and the text a scrape reads."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # the front's own process: ``*_created`` series would double every scrape
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("mlx_agent_requests", "Requests answered.", ["model", "endpoint", "status"], registry=r)
+        self.prompt_tokens = Counter("mlx_agent_prompt_tokens", "Prompt tokens read.", ["model"], registry=r)
+        self.completion_tokens = Counter(
+            "mlx_agent_completion_tokens", "Completion tokens written.", ["model"], registry=r
+        )
+        self.cached_tokens = Counter(
+            "mlx_agent_cached_prompt_tokens", "Prompt tokens read from the prompt cache.", ["model"], registry=r
+        )
+        self.ttft = Histogram(
+            "mlx_agent_time_to_first_token_seconds",
+            "Seconds from a streamed request's arrival to its first token.",
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.rate = Histogram(
+            "mlx_agent_tokens_per_second",
+            "Completion tokens per second of a stream, after its first token.",
+            ["model"],
+            buckets=RATE_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "mlx_agent_request_duration_seconds",
+            "Seconds from a request's arrival to its last byte.",
+            ["model", "endpoint"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.load_seconds = Histogram(
+            "mlx_agent_load_seconds", "Seconds a worker took to load.", ["model"], buckets=LOAD_BUCKETS, registry=r
+        )
+        self.refusals = Counter(
+            "mlx_agent_admission_refusals", "Cold loads refused by admission.", ["model", "reason"], registry=r
+        )
+        r.register(FleetCollector(fleet))
+
+    def render(self) -> bytes:
+        """Return the exposition text of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,145 @@
+"""What the front records of each model request: one request line in its log, and the metrics it adds to.
+
+The ``observe`` middleware (outermost, so it sees the status the client gets) gives each ``/v1/...`` request
+an ``Exchange``. ``Upstream`` fills in the model it was routed to, the usage the worker reported and, for a
+stream, when the first token arrived. When the request ends the middleware writes the line::
+
+    request {"time", "model", "endpoint", "status", "stream", "prompt_tokens", "completion_tokens",
+             "cached_tokens", "ttft_ms", "duration_ms"}
+
+(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from mlx_agent.files import utc_iso
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Middleware
+
+    from mlx_agent.gateway.metrics import FrontMetrics
+    from mlx_agent.gateway.security import Handler
+
+EXCHANGE = "mlx_agent_exchange"
+REQUEST_LINE = "request "  # what starts a request line's message (``serve logs`` reads them)
+OBSERVED_PREFIX = "/v1/"
+log = logging.getLogger("mlx_agent.gateway")
+
+
+@dataclass
+class Exchange:
+    """One model request as the front saw it."""
+
+    started: float  # perf_counter at arrival
+    wall: float  # time.time at arrival
+    stream: bool = False
+    model: str | None = None
+    prompt: Any = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    first_token: float | None = None  # perf_counter at the first streamed token
+
+    def routed(self, model: str, stream: bool, prompt: Any) -> None:
+        """Record the model the request reached, whether it streams, and its prompt (kept only if logged)."""
+        self.model, self.stream, self.prompt = model, stream, prompt
+
+    def token(self) -> None:
+        """Record that a streamed token arrived (only the first one counts)."""
+        if self.first_token is None:
+            self.first_token = time.perf_counter()
+
+    def usage(self, usage: dict[str, Any]) -> None:
+        """Record the worker's usage object (chat-completion shape)."""
+        self.prompt_tokens = _count(usage.get("prompt_tokens"))
+        self.completion_tokens = _count(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        self.cached_tokens = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def exchange_of(request: web.Request) -> Exchange | None:
+    """Return the request's exchange (None outside ``/v1/``)."""
+    found: Exchange | None = request.get(EXCHANGE)
+    return found
+
+
+def endpoint_of(request: web.Request) -> str:
+    """Return the route's template (``/v1/models/{model_id}``), never the raw path (its label stays bounded)."""
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    return resource.canonical if resource is not None else "unmatched"
+
+
+def record(metrics: FrontMetrics, exchange: Exchange, endpoint: str, status: int, log_prompts: bool) -> None:
+    """Write the request line and add the exchange to the metrics."""
+    ended = time.perf_counter()
+    duration = ended - exchange.started
+    ttft = None if exchange.first_token is None else exchange.first_token - exchange.started
+    model = exchange.model or ""
+    line: dict[str, Any] = {
+        "time": utc_iso(exchange.wall),
+        "model": exchange.model,
+        "endpoint": endpoint,
+        "status": status,
+        "stream": exchange.stream,
+        "prompt_tokens": exchange.prompt_tokens,
+        "completion_tokens": exchange.completion_tokens,
+        "cached_tokens": exchange.cached_tokens,
+        "ttft_ms": None if ttft is None else round(ttft * 1000, 1),
+        "duration_ms": round(duration * 1000, 1),
+    }
+    if log_prompts and exchange.prompt is not None:
+        line["prompt"] = exchange.prompt
+    log.info("%s%s", REQUEST_LINE, json.dumps(line, ensure_ascii=False))
+    metrics.requests.labels(model, endpoint, str(status)).inc()
+    metrics.duration.labels(model, endpoint).observe(duration)
+    if exchange.model is None:
+        return
+    for counter, value in (
+        (metrics.prompt_tokens, exchange.prompt_tokens),
+        (metrics.completion_tokens, exchange.completion_tokens),
+        (metrics.cached_tokens, exchange.cached_tokens),
+    ):
+        if value:
+            counter.labels(model).inc(value)
+    if ttft is not None:
+        metrics.ttft.labels(model).observe(ttft)
+    # Decode speed after the first token, for streams only: a plain reply's time includes a cold load and the prompt.
+    tokens = exchange.completion_tokens
+    if exchange.first_token is not None and tokens and tokens > 1 and ended > exchange.first_token:
+        metrics.rate.labels(model).observe((tokens - 1) / (ended - exchange.first_token))
+
+
+def observer(metrics: FrontMetrics, log_prompts: bool) -> Middleware:
+    """Return the middleware that gives each model request an exchange and records it when it ends."""
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith(OBSERVED_PREFIX):
+            return await handler(request)
+        exchange = Exchange(time.perf_counter(), time.time())
+        request[EXCHANGE] = exchange
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            record(metrics, exchange, endpoint_of(request), status, log_prompts)
+
+    return observe
