@@ -128,5 +128,5 @@ def test_parallel_tool_calls_false_keeps_the_first_call(tmp_path: Path) -> None:
             for call in chunk.choices[0].delta.tool_calls or []
         ]
     assert every is not None and len(every) == 3
-    assert first is not None and len(first) == 1 and first[0].function.name == "get_time"  # type: ignore[union-attr]
+    assert first is not None and len(first) == 1 and first[0].function.name == "get_time"
     assert streamed == [0]
