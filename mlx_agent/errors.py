@@ -70,6 +70,7 @@ Outside the tree, because they are signals inside the servers rather than errors
 
     HttpError (BaseException) ............... a worker's HTTP error answer, raised through mlx_lm's handler
     ClientGone (BaseException) .............. the worker's client hung up; nothing more is written
+    BodyInvalid ............................. a request body its endpoint's declaration refuses (front and worker)
     TemplateFailed, SchemaFailed ............ the generation thread could not render a prompt or a schema
     ContextLengthExceeded ................... the prompt does not fit the model's context
 """
@@ -565,6 +566,16 @@ class ClientGone(BaseException):
 
     A ``BaseException`` so that it leaves mlx_lm's handler code untouched by its ``except Exception`` blocks.
     """
+
+
+class BodyInvalid(Exception):
+    """A request body refused by its endpoint's declaration (``bodies.py``): a 400 naming the field."""
+
+    def __init__(self, message: str, *, param: str, code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
 
 
 class TemplateFailed(Exception):

@@ -203,6 +203,9 @@ class FrontRecord(TypedDict):
     api_key_file: str | None
     min_headroom_gb: float | None
     max_body_bytes: int
+    max_connections: int  # open at once; more are closed at once
+    header_timeout: float  # seconds a connection may take to send its first request's headers
+    keepalive_timeout: float  # seconds an idle keep-alive connection stays open
     socket_dir: str  # "" means a private temporary directory the front makes at start
     max_loaded: int | None  # how many models may be loaded at once (None: as many as memory allows)
     log_prompts: bool  # the front's request lines carry the prompt text
@@ -317,6 +320,9 @@ class FrontConfig(TypedDict):
     control_token_path: AbsPath
     api_key_path: AbsPath | None
     max_body_bytes: Annotated[int, Field(ge=1024)]
+    max_connections: Annotated[int, Field(ge=1)]
+    header_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    keepalive_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     socket_dir: Annotated[str, Field(pattern=r"^(/.*)?$")]  # "" means a private temporary directory
     max_loaded: Positive | None
     log_prompts: bool
@@ -377,6 +383,7 @@ class ModelState(TypedDict):
     last_error: dict[str, Any] | None
     loads: int
     evictions: int
+    worker_exits: int  # workers that exited on their own; a preloaded model's is started again at once
     weight_bytes: int | None
     memory_estimate_bytes: int | None  # what a load needs: weights x 1.10 + the runtime allowance
     last_used: str | None

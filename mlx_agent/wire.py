@@ -23,12 +23,19 @@ HOST = "127.0.0.1"
 # (the code is an mlx-agent error code) and exits with EXIT_REFUSED; its supervisor raises the same error.
 REFUSAL_PREFIX = "mlx-agent-error "
 EXIT_REFUSED = 3
+# A worker whose generation thread died exits with this, so its front notices and starts a new one.
+EXIT_GENERATION_DIED = 70
 
 # The front's control endpoints live under this prefix, which no OpenAI- or Anthropic-style path uses.
 CONTROL_PREFIX = "/mlx-agent/"
 
 # The largest request body the front reads (413 beyond it).
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# The front's connection limits (the plan records them): open at once, seconds for a request's headers, and
+# seconds an idle keep-alive connection stays open.
+MAX_CONNECTIONS = 512
+HEADER_TIMEOUT_S = 30.0
+KEEPALIVE_TIMEOUT_S = 60.0
 
 # The wrapped entry's own flags, taken out of argv before the runtime parses the rest.
 ENTRY_MODULE = "mlx_agent.runtime"

@@ -19,7 +19,7 @@ from tests.conftest import REPO_ROOT, free_port
 
 # A stand-in for the worker: HTTP/1.0 like mlx_lm.server, echoes what it received, streams on request.
 # Request fields it understands: x_chunks (stream events), x_delay (seconds between events), x_cached
-# (cached_tokens to report), x_status (answer with this error status).
+# (cached_tokens to report), x_status (answer with this error status), x_sleep (seconds before a plain answer).
 # Env: FAKE_LOAD_DELAY (seconds before listening), FAKE_FAIL (exit 3 at once).
 FAKE_WORKER = r"""
 import argparse, json, os, sys, time
@@ -56,6 +56,7 @@ class H(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1,
                  "prompt_tokens_details": {"cached_tokens": body.get("x_cached", 0)}}
         if not body.get("stream"):
+            time.sleep(body.get("x_sleep", 0))
             return self._json(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),
                                     "choices": [{"index": 0, "finish_reason": "stop",
                                                  "message": {"role": "assistant", "content": "ok"}}],
@@ -179,6 +180,9 @@ def gateway_config(
         "control_token_path": str(serve / f"{port}.token"),
         "api_key_path": None,
         "max_body_bytes": 1024 * 1024,
+        "max_connections": 512,
+        "header_timeout": 30.0,
+        "keepalive_timeout": 60.0,
         "socket_dir": "",
         "max_loaded": None,
         "log_prompts": False,

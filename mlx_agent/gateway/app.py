@@ -24,6 +24,7 @@ from mlx_agent.gateway.admission import read_policy_file
 from mlx_agent.gateway.anthropic.api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
 from mlx_agent.gateway.config import read_private_lines, read_secret_file
+from mlx_agent.gateway.connections import GuardedConnections
 from mlx_agent.gateway.control import Control
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.observe import observer
@@ -113,11 +114,22 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
 async def serve(config: FrontConfig, secrets: Secrets) -> int:
     """Listen until SIGTERM/SIGINT; return the exit status."""
     app = build_app(config, secrets)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    # handler_cancellation: a client that hangs up cancels its handler, which closes the worker's request, so
+    # a non-streamed generation stops as a streamed one does.
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        handler_cancellation=True,
+        keepalive_timeout=config["keepalive_timeout"],
+        auto_decompress=False,  # a compressed body is refused (415) by the guard, never inflated
+    )
     await runner.setup()
-    site = web.TCPSite(runner, config["host"], config["port"], shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    loop = asyncio.get_running_loop()
+    guarded = GuardedConnections(runner.server, config["max_connections"], config["header_timeout"])  # type: ignore[arg-type]
     try:
-        await site.start()
+        listener = await loop.create_server(guarded, config["host"], config["port"], reuse_address=True)
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config["host"], config["port"], exc.strerror or exc)
         await runner.cleanup()
@@ -125,7 +137,6 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
     names = ", ".join(m["name"] for m in config["models"])
     log.info("listening on http://%s:%d for %s (%s)", config["host"], config["port"], names, config["mode"])
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     preload = loop.create_task(app[FLEET].preload())
@@ -138,6 +149,7 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
         await stopped
     log.info("stopping: workers first, then the front")
     preload.cancel()
+    listener.close()
     await app[FLEET].close()
     await runner.cleanup()
     if failure is not None:

@@ -20,6 +20,7 @@ from mlx_agent.files import changed_files, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.worker import WorkerProcess
 from mlx_agent.policy import Policy
+from mlx_agent.wire import EXIT_GENERATION_DIED
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,6 +55,7 @@ class Lifecycle:
         self.worker: WorkerProcess | None = None
         self.loads = 0
         self.evictions = 0
+        self.worker_exits = 0  # workers that exited on their own (crashed, or their generation thread died)
         self.open_requests = 0
         self.open_streams = 0
         self.last_error: dict[str, Any] | None = None
@@ -203,15 +205,22 @@ class Lifecycle:
         code = worker.exited()
         if code is None:
             return
-        log.error("%s: worker %d exited with status %s", self.name, worker.pid, code)
+        why = "its generation thread died" if code == EXIT_GENERATION_DIED else f"status {code}"
+        log.error("%s: worker %d exited (%s)", self.name, worker.pid, why)
         self._detach(worker)
         self.state = "failed"
+        self.worker_exits += 1
         self.last_error = {
             "code": "worker_exited",
-            "message": f"the worker exited with status {code}",
+            "message": f"the worker exited: {why}",
             "at": utc_iso(time.time()),
             "details": {"exit_code": code, "log_path": str(worker.log_path), "log_tail": log_tail(worker.log_path)},
         }
+        if self.model["policy"]["preload"] and self._load_task is None:
+            # A model the front keeps loaded is started again now, not at the next request.
+            log.info("%s: starting a new worker", self.name)
+            task = asyncio.get_running_loop().create_task(self.acquire())
+            task.add_done_callback(_consume)
 
     # -- unloading --------------------------------------------------------------------------------------------
 
@@ -336,6 +345,7 @@ class Lifecycle:
             "last_error": self.last_error,
             "loads": self.loads,
             "evictions": self.evictions,
+            "worker_exits": self.worker_exits,
             "weight_bytes": self.model["weight_bytes"],
             "memory_estimate_bytes": memory_estimate(self.model["weight_bytes"]),
             "last_used": utc_iso(self.last_used),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -24,10 +25,12 @@ from mlx_agent.gateway.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX
 
 MODEL_PREFIX = "/v1/"
+ACCEPTED_ENCODINGS = ("identity",)  # no client compresses its requests; a compressed body is 415, not decoded
 METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the model API
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 API_KEY_ID = "mlx_agent_api_key_id"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger("mlx_agent.gateway")
 
 
 def allowed_hosts(port: int) -> frozenset[str]:
@@ -127,6 +130,14 @@ class Guard:
             )
         if request.content_length is not None and request.content_length > self.max_body_bytes:
             return _too_large(self.max_body_bytes)
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ACCEPTED_ENCODINGS:
+            return error_response(
+                415,
+                f"request bodies must not be compressed (Content-Encoding: {encoding})",
+                code="unsupported_content_encoding",
+                param="Content-Encoding",
+            )
         path = request.path
         if path.startswith(CONTROL_PREFIX):
             if not self.control_ok(request):
@@ -156,10 +167,25 @@ class Guard:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
             return _too_large(self.max_body_bytes)
-        except web.HTTPMethodNotAllowed:
-            return error_response(405, f"{request.method} is not allowed on {path}", code="method_not_allowed")
+        except web.HTTPMethodNotAllowed as exc:
+            allowed = ", ".join(sorted(exc.allowed_methods))
+            return error_response(
+                405,
+                f"{request.method} is not allowed on {path}; use {allowed}",
+                code="method_not_allowed",
+                headers={"Allow": allowed},
+            )
         except web.HTTPNotFound:
             return error_response(404, f"no such endpoint: {path}", code="not_found")
+        except web.HTTPException as exc:  # aiohttp's own refusals (a body it cannot decode, ...), as JSON
+            if exc.status < 400:
+                raise
+            return error_response(exc.status, exc.text or exc.reason, code="bad_request")
+        except Exception:  # a bug: answered as JSON, logged with its traceback
+            log.exception("unexpected error answering %s %s", request.method, path)
+            return error_response(
+                500, "the front failed to answer this request", code="internal_error", type_="server_error"
+            )
 
 
 def _too_large(limit: int) -> web.Response:

@@ -25,7 +25,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from mlx_agent.errors import RequestRefused
+from mlx_agent.bodies import check, load_json
+from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.lifecycle import Lifecycle
@@ -65,13 +66,20 @@ def read_error(status: int, doc: object) -> RequestRefused:
     )
 
 
-async def read_json_body(request: web.Request) -> Any:
-    """Return the parsed request body; raise ``RequestRefused`` (400 ``invalid_json``) if it is not JSON."""
+def refused_body(error: BodyInvalid) -> RequestRefused:
+    """Return the 400 of a body its declaration refuses."""
+    return RequestRefused(400, error.message, code=error.code, param=error.param)
+
+
+async def read_json_body(request: web.Request, endpoint: str) -> dict[str, Any]:
+    """Return the request's body, checked against ``endpoint``'s declaration (``bodies``); 400 otherwise."""
     raw = await request.read()
     try:
-        return json.loads(raw)
-    except ValueError:
-        raise RequestRefused(400, "the request body is not valid JSON", code="invalid_json", param="body") from None
+        doc = load_json(raw)
+        check(endpoint, doc)
+    except BodyInvalid as error:
+        raise refused_body(error) from None
+    return doc
 
 
 class Upstream:

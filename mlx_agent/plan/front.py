@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments
-from mlx_agent.wire import FRONT_CONFIG_VERSION, FRONT_MODULE, MAX_BODY_BYTES, WORKER_MODEL_NAME
+from mlx_agent.wire import (
+    FRONT_CONFIG_VERSION,
+    FRONT_MODULE,
+    HEADER_TIMEOUT_S,
+    KEEPALIVE_TIMEOUT_S,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    WORKER_MODEL_NAME,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -79,6 +87,9 @@ def front_record(
         "api_key_file": api_key_file(api_key),
         "min_headroom_gb": min_headroom_gb,
         "max_body_bytes": MAX_BODY_BYTES,
+        "max_connections": MAX_CONNECTIONS,
+        "header_timeout": HEADER_TIMEOUT_S,
+        "keepalive_timeout": KEEPALIVE_TIMEOUT_S,
         "socket_dir": socket_dir(serve_dir, port),
         "max_loaded": max_loaded,
         "log_prompts": log_prompts,
@@ -128,6 +139,9 @@ def front_config(plan: ServePlan) -> FrontConfig:
         "control_token_path": front["token_path"],
         "api_key_path": front["api_key_file"],
         "max_body_bytes": front["max_body_bytes"],
+        "max_connections": front["max_connections"],
+        "header_timeout": front["header_timeout"],
+        "keepalive_timeout": front["keepalive_timeout"],
         "socket_dir": front["socket_dir"],
         "max_loaded": front["max_loaded"],
         "log_prompts": front["log_prompts"],

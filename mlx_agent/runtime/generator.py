@@ -15,6 +15,9 @@ its analysis channel is the watcher's thinking (``harmony_serving``).
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +29,7 @@ import mlx_lm.server as server
 from mlx_agent.errors import ContextLengthExceeded, SchemaFailed, TemplateFailed
 from mlx_agent.runtime import structured
 from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
-from mlx_agent.runtime.errors_http import from_generation_error, generation_unavailable
+from mlx_agent.runtime.errors_http import bad_request, from_generation_error, generation_unavailable
 from mlx_agent.runtime.harmony import CALL
 from mlx_agent.runtime.harmony_calls import parse_call
 from mlx_agent.runtime.harmony_serving import HarmonyTextMachine, HarmonyVocabulary, harmony_vocabulary, prompt_mode
@@ -34,11 +37,14 @@ from mlx_agent.runtime.limits import Limits
 from mlx_agent.runtime.lookup_serving import PROMPT_LOOKUP_ATTRIBUTE, PromptLookup, native_reasons, serve_prompt_lookup
 from mlx_agent.runtime.request_options import RequestOptions, Served
 from mlx_agent.runtime.watcher import Grammar, ReplyWatcher, Vocabulary
+from mlx_agent.wire import EXIT_GENERATION_DIED
 
 log = logging.getLogger(__name__)
 
 # The attribute of mlx_lm's GenerationArguments that carries a reply's watcher to the logits processors.
 WATCHER_ATTRIBUTE = "mlx_agent_watcher"
+WATCHDOG_SECONDS = 0.5  # how often the worker looks at its generation thread
+DEATH_GRACE_SECONDS = 1.0  # what requests in flight get to answer 503 before a dead worker exits
 
 
 @dataclass
@@ -127,6 +133,19 @@ class WrappedGenerator(server.ResponseGenerator):
         self._pieces: dict[Any, dict[int, str]] = {}
         self._harmony: dict[Any, HarmonyVocabulary | None] = {}
         super().__init__(model_provider, prompt_cache)
+        threading.Thread(target=self._exit_when_generation_dies, name="mlx-agent-watchdog", daemon=True).start()
+
+    def _exit_when_generation_dies(self) -> None:
+        """Exit the worker once mlx_lm's generation thread has died, so the front starts a new one.
+
+        A dead generation thread answers every later request with 503; the process staying up would keep
+        that state forever. Requests in flight get their 503 in the grace period before the exit.
+        """
+        while self.generation_available():  # type: ignore[no-untyped-call]
+            time.sleep(WATCHDOG_SECONDS)
+        log.error("mlx-agent: the generation thread died; exiting so the front starts a new worker")
+        time.sleep(DEATH_GRACE_SECONDS)
+        os._exit(EXIT_GENERATION_DIED)
 
     def harmony(self, tokenizer: Any) -> HarmonyVocabulary | None:
         """Return the served tokenizer's Harmony ids, or None when it does not speak Harmony (cached per model)."""
@@ -240,6 +259,10 @@ class WrappedGenerator(server.ResponseGenerator):
             label=label,
         )
 
+    def output_width(self) -> int:
+        """Return how many token ids the served model's logits have."""
+        return self._output_width(self.model_provider.tokenizer)
+
     def _output_width(self, tokenizer: Any) -> int:
         args = getattr(self.model_provider.model, "args", None)
         width = getattr(args, "vocab_size", None)
@@ -282,6 +305,7 @@ class WrappedGenerator(server.ResponseGenerator):
         """Queue the request and return its context and a ``ReplyStream`` of its tokens."""
         if not self.generation_available():  # type: ignore[no-untyped-call]
             raise generation_unavailable()
+        self._preflight(generation_args)
         # Every request runs on the served model, adapter and draft, whatever name it used (checked already):
         # mlx_lm would otherwise reload the model without the adapter for a request naming its path.
         generation_args.model = replace(
@@ -316,6 +340,28 @@ class WrappedGenerator(server.ResponseGenerator):
         if watched is not None:
             watched.stream = stream
         return ctx, iter(stream)
+
+    def _preflight(self, generation_args: Any) -> None:
+        """Build the request's sampler and logits processors in the handler thread first.
+
+        One that cannot be built is this request's 400, never an exception in the generation thread (which
+        would end it for every request).
+        """
+        try:
+            server._make_sampler(generation_args, self.model_provider.tokenizer)  # type: ignore[no-untyped-call]
+            server.make_logits_processors(  # type: ignore[attr-defined]  # unwrapped: no second watcher
+                generation_args.logits.logit_bias,
+                generation_args.logits.repetition_penalty,
+                generation_args.logits.repetition_context_size,
+                generation_args.logits.presence_penalty,
+                generation_args.logits.presence_context_size,
+                generation_args.logits.frequency_penalty,
+                generation_args.logits.frequency_context_size,
+            )
+        except Exception as error:  # anything mlx raises on a bad value
+            raise bad_request(
+                f"The sampling parameters cannot be used: {type(error).__name__}: {error}", param="body"
+            ) from None
 
     def _first(self, queue: Queue[Any]) -> Any:
         while True:

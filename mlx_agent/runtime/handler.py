@@ -15,7 +15,8 @@ from typing import Any
 
 import mlx_lm.server as server
 
-from mlx_agent.errors import ClientGone, HttpError
+from mlx_agent.bodies import load_json
+from mlx_agent.errors import BodyInvalid, ClientGone, HttpError
 from mlx_agent.runtime.errors_http import bad_request, from_upstream_validation
 from mlx_agent.runtime.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.runtime.request_options import RequestOptions, prepare_body
@@ -74,15 +75,30 @@ class WrappedHandler(server.APIHandler):
             raise HttpError(411, "A Content-Length header is required.", code="length_required")
         try:
             raw = self.rfile.read(int(length))
-            body = json.loads(raw)
-        except ValueError as error:  # a bad length, bad UTF-8 and bad JSON are all ValueErrors
-            raise bad_request(f"The request body is not valid JSON: {error}", code="invalid_json") from None
-        if not isinstance(body, dict):
-            raise bad_request("The request body must be a JSON object.", code="invalid_json")
-        body, self.options = prepare_body(body, self.response_generator.served, chat=self.path in CHAT_PATHS)
+        except ValueError:
+            raise bad_request("Content-Length is not a number.", code="invalid_json") from None
+        chat = self.path in CHAT_PATHS
+        try:
+            body = load_json(raw)
+        except BodyInvalid as error:
+            raise bad_request(error.message, param=error.param, code=error.code) from None
+        self._check_token_ids(body.get("logit_bias"))
+        body, self.options = prepare_body(body, self.response_generator.served, chat=chat)
         prepared = json.dumps(body).encode()
         self.headers.replace_header("Content-Length", str(len(prepared)))
         self.rfile = io.BytesIO(prepared)
+
+    def _check_token_ids(self, bias: object) -> None:
+        """Refuse a logit_bias key past the model's vocabulary (mlx would index out of its logits)."""
+        if not isinstance(bias, dict) or not bias:
+            return
+        width = self.response_generator.output_width()
+        for key in bias:
+            if int(key) >= width:
+                raise bad_request(
+                    f"logit_bias key {key} is not a token id of this model (its vocabulary has {width}).",
+                    param=f"logit_bias.{key}",
+                )
 
     def end_headers(self) -> None:
         """Send the headers, remembering that the status can no longer change."""
@@ -169,6 +185,33 @@ class WrappedHandler(server.APIHandler):
         )
         response["object"] = self.object_type
         return response
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Answer http.server's own refusals (an unknown method, a malformed request line) as error objects."""
+        allow = None
+        if code == 501:  # a method with no do_ handler
+            code, allow = 405, "GET, POST"
+            message = f"{self.command} is not allowed; use GET or POST."
+        body = json.dumps(
+            {
+                "error": {
+                    "message": message or explain or "bad request",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "method_not_allowed" if allow else "bad_request",
+                }
+            }
+        ).encode()
+        self.log_error("code %d, message %s", code, message)
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if allow:
+            self.send_header("Allow", allow)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
 
     def _answer_error(self, error: HttpError) -> None:
         log.info("mlx-agent: answered %d to %s %s: %s", error.status, self.command, self.path, error.message)

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_agent.bodies import check
+from mlx_agent.errors import BodyInvalid
 from mlx_agent.runtime.errors_http import bad_request, model_not_found
 from mlx_agent.runtime.limits import Limits, limits_from_body
 from mlx_agent.runtime.structured import format_is_enforced, grammar_for
@@ -47,10 +49,12 @@ class Served:
 
 def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tuple[dict[str, Any], RequestOptions]:
     """Check ``body`` and return the body mlx_lm should see, with this request's options."""
+    try:
+        check("chat" if chat else "completions", dict(body))  # types and bounds: the endpoint's declaration
+    except BodyInvalid as error:
+        raise bad_request(error.message, param=error.param, code=error.code) from None
     body = dict(body)
-    model = body.get("model", "default_model")
-    if not isinstance(model, str):
-        raise bad_request("model must be a string.", param="model")
+    model = body.get("model") or "default_model"
     if model not in served.model_names:
         raise model_not_found(model)
     for name in ("adapters", "draft_model"):
@@ -62,13 +66,7 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
             )
     if chat:
         body["messages"] = fold_system_messages(_messages(body))
-    elif not isinstance(body.get("prompt"), str):
-        raise bad_request("prompt must be a string.", param="prompt")
-
-    kwargs = body.get("chat_template_kwargs")
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise bad_request("chat_template_kwargs must be an object.", param="chat_template_kwargs")
-    kwargs = dict(kwargs or {})
+    kwargs = dict(body.get("chat_template_kwargs") or {})
     add_generation_prompt = _flag(kwargs.pop("add_generation_prompt", None), "add_generation_prompt")
     continue_final = _flag(kwargs.pop("continue_final_message", None), "continue_final_message") or False
     if add_generation_prompt is None:
@@ -90,11 +88,9 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
     body["chat_template_kwargs"] = kwargs or None
 
     tool_choice = body.get("tool_choice")
-    if tool_choice is not None and tool_choice not in TOOL_CHOICES and not isinstance(tool_choice, Mapping):
+    if isinstance(tool_choice, str) and tool_choice not in TOOL_CHOICES:
         raise bad_request("tool_choice must be 'none', 'auto', 'required' or an object.", param="tool_choice")
     tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise bad_request("tools must be a list.", param="tools")
     if tool_choice == "required" or isinstance(tool_choice, Mapping):
         # Forcing a call needs the model's own call syntax as a grammar; the runtime cannot, and ignoring it
         # would hand the client text where it relies on a call.
@@ -124,12 +120,10 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad_request("messages must be a non-empty list.", param="messages")
+    messages: list[dict[str, Any]] = body["messages"]
     for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise bad_request(f"messages[{index}] must be an object with a string role.", param="messages")
+        if not isinstance(message.get("role"), str):
+            raise bad_request(f"messages[{index}] must have a string role.", param=f"messages.{index}.role")
     return [dict(m) for m in messages]
 
 

@@ -27,6 +27,17 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "run": ("host", "port", "model_provider"),  # replaced; main() calls run(host, port, provider)
     "_run_http_server": ("host", "port", "response_generator", "server_class", "handler_class"),
     "_make_logits_processors": ("args",),  # wrapped: appends the reply watcher
+    # built once in the handler thread first, so a request they refuse fails alone (generator._preflight)
+    "_make_sampler": ("args", "tokenizer"),
+    "make_logits_processors": (
+        "logit_bias",
+        "repetition_penalty",
+        "repetition_context_size",
+        "presence_penalty",
+        "presence_context_size",
+        "frequency_penalty",
+        "frequency_context_size",
+    ),
     "LRUPromptCache.__init__": ("self", "max_size"),
     "ModelProvider.load_default": ("self",),
     "ResponseGenerator.__init__": ("self", "model_provider", "prompt_cache"),

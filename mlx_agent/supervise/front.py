@@ -47,6 +47,7 @@ STATUS_KEYS = (
     "open_streams",
     "loads",
     "evictions",
+    "worker_exits",
     "last_used",
     "weight_bytes",
     "memory_estimate_bytes",

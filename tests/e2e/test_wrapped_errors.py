@@ -16,6 +16,7 @@ from typing import Any
 import openai
 import pytest
 
+from mlx_agent.wire import EXIT_GENERATION_DIED
 from tests.e2e.test_wrapped_support import Server, running, variant
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
@@ -27,15 +28,16 @@ STRICT_TEMPLATE = (
     "{{- raise_exception('Unknown role: ' + message['role']) }}{%- endif %}{%- endfor %}" + CHAT_TEMPLATE
 )
 HI: Any = [{"role": "user", "content": "hi"}]
-# Kills mlx_lm's generation thread on a request for 13 tokens, as an uncaught error (say, out of memory) would.
+# Kills mlx_lm's generation thread on a request for 13 tokens, as an uncaught error inside a batch step (say,
+# out of memory) would: nothing the handler thread builds first can see it coming.
 FAULT = """
 import mlx_lm.server as _server
-_make_sampler = _server._make_sampler
-def _faulty(args, tokenizer):
-    if args.max_tokens == 13:
+_insert = _server.BatchGenerator.insert_segments
+def _faulty(self, *args, **kwargs):
+    if kwargs.get("max_tokens") == [13]:
         raise RuntimeError("injected fault")
-    return _make_sampler(args, tokenizer)
-_server._make_sampler = _faulty
+    return _insert(self, *args, **kwargs)
+_server.BatchGenerator.insert_segments = _faulty
 """
 
 
@@ -72,11 +74,11 @@ def test_a_bad_parameter_is_400_naming_it(server: Server, field: str, value: Any
 @pytest.mark.parametrize(
     "body,param",
     [
-        (b"{not json", None),
-        (b"[1, 2]", None),
+        (b"{not json", "body"),
+        (b"[1, 2]", "body"),
         (json.dumps({"max_tokens": 4}).encode(), "messages"),
         (json.dumps({"messages": []}).encode(), "messages"),
-        (json.dumps({"messages": [{"content": "no role"}]}).encode(), "messages"),
+        (json.dumps({"messages": [{"content": "no role"}]}).encode(), "messages.0.role"),
         (json.dumps({"messages": HI, "tools": "get_time"}).encode(), "tools"),
         (json.dumps({"messages": HI, "tool_choice": "sometimes"}).encode(), "tool_choice"),
         (json.dumps({"messages": HI, "adapters": "/elsewhere"}).encode(), "adapters"),
@@ -84,7 +86,7 @@ def test_a_bad_parameter_is_400_naming_it(server: Server, field: str, value: Any
         (json.dumps({"messages": HI, "reasoning_effort": 3}).encode(), "reasoning_effort"),
     ],
 )
-def test_a_bad_body_is_400(server: Server, body: bytes, param: str | None) -> None:
+def test_a_bad_body_is_400(server: Server, body: bytes, param: str) -> None:
     """A body that is not JSON, not an object, or has a bad field is a 400 with an error object."""
     status, answer = server.post(body)
     assert status == 400
@@ -136,8 +138,8 @@ def test_a_streamed_usage_chunk_is_of_its_stream(server: Server, path: str, body
     assert chunks[-1]["usage"]["completion_tokens"] == 3 and chunks[-1]["choices"] == []
 
 
-def test_a_dead_generation_thread_is_503(tiny_model: Path, tmp_path: Path) -> None:
-    """Once the generation thread has died, the request in flight and every later one get 503, not 404."""
+def test_a_dead_generation_thread_is_503_then_the_worker_exits(tiny_model: Path, tmp_path: Path) -> None:
+    """Once the generation thread has died, requests get 503 (not 404), and the worker exits so it is replaced."""
     with running(tiny_model, tmp_path, prelude=FAULT) as faulty:
         client = faulty.client()
         with pytest.raises(openai.InternalServerError) as in_flight:
@@ -146,4 +148,13 @@ def test_a_dead_generation_thread_is_503(tiny_model: Path, tmp_path: Path) -> No
         status, answer = faulty.post({"messages": HI, "max_tokens": 4})
         assert status == 503
         assert error_of(answer)["type"] == "server_error"
-        assert "generation thread died" in faulty.log()
+        assert faulty.process.wait(timeout=30) == EXIT_GENERATION_DIED
+        assert "generation thread died; exiting so the front starts a new worker" in faulty.log()
+
+
+def test_a_sampler_that_cannot_be_built_fails_only_its_request(server: Server) -> None:
+    """Values mlx_lm's own checks let through but mlx cannot use are refused before the generation thread."""
+    status, answer = server.post({"messages": HI, "max_tokens": 4, "logit_bias": {"999999": 1}})
+    assert status == 400 and error_of(answer)["param"] == "logit_bias.999999"
+    status, answer = server.post({"messages": HI, "max_tokens": 4})
+    assert status == 200

@@ -41,7 +41,8 @@ def test_api_keys_guard_model_endpoints_only(tmp_path: Path) -> None:
         assert gateway.request("GET", "/v1/models", headers={"Authorization": "Bearer key-one"}).status == 200
         assert gateway.request("GET", "/v1/models", headers={"x-api-key": "key-two"}).status == 200
         assert gateway.request("GET", "/health").status == 200
-        reply = gateway.request("POST", "/v1/chat/completions", {"messages": []}, {"x-api-key": "key-one"})
+        hi = {"messages": [{"role": "user", "content": "hi"}]}
+        reply = gateway.request("POST", "/v1/chat/completions", hi, {"x-api-key": "key-one"})
         assert reply.status == 200
         assert "key-one" not in json.dumps(reply.json()["headers"])  # keys are not forwarded to the worker
 
@@ -88,7 +89,9 @@ def test_bodies_over_the_cap_are_413(tmp_path: Path) -> None:
 def test_other_models_are_404_and_adapters_and_bad_json_400(tmp_path: Path) -> None:
     """Another model name is 404 model_not_found; a request-time adapter or draft model and bad JSON are 400s."""
     with running_gateway(tmp_path) as gateway:
-        other = gateway.request("POST", "/v1/chat/completions", {"model": "other/model", "messages": []})
+        other = gateway.request(
+            "POST", "/v1/chat/completions", {"model": "other/model", "messages": [{"role": "user", "content": "x"}]}
+        )
         assert other.status == 404 and other.headers["x-should-retry"] == "false"
         assert other.json()["error"] == {
             **other.json()["error"],

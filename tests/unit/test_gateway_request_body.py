@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mlx_agent.errors import RequestRefused
+from mlx_agent.bodies import check, load_json
+from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.config import parse_config
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.openai.request import prepare
@@ -29,11 +31,15 @@ def chat(**fields: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": "hi"}], **fields}
 
 
-def refused(body: Any, endpoint: str = "chat") -> RequestRefused:
-    """Return the refusal ``prepare`` raises for ``body``."""
-    with pytest.raises(RequestRefused) as info:
-        prepare(body, endpoint=endpoint, model=model(max_tokens=64))
-    return info.value
+def refused(body: Any, endpoint: str = "chat") -> RequestRefused | BodyInvalid:
+    """Return the refusal the front's road (declaration, then ``prepare``) gives ``body``."""
+    with pytest.raises((RequestRefused, BodyInvalid)) as info:
+        doc = load_json(json.dumps(body).encode())
+        check(endpoint, doc)
+        prepare(doc, endpoint=endpoint, model=model(max_tokens=64))
+    error = info.value
+    assert isinstance(error, RequestRefused | BodyInvalid)
+    return error
 
 
 def fleet(tmp_path: Path) -> Fleet:
@@ -92,7 +98,7 @@ def test_an_unknown_model_is_a_404_listing_the_served_names(tmp_path: Path) -> N
 def test_request_time_adapters_and_draft_models_are_refused(field: str) -> None:
     """Adapter and draft-model overrides are refused with the field as param."""
     refusal = refused(chat(**{field: "/x"}))
-    assert (refusal.status, refusal.param) == (400, field)
+    assert isinstance(refusal, RequestRefused) and (refusal.status, refusal.param) == (400, field)
 
 
 def test_reply_limits_default_ceiling_and_context() -> None:

@@ -42,7 +42,7 @@ class AnthropicApi:
     async def messages(self, request: web.Request) -> web.StreamResponse:
         """Create a message, streamed or not."""
         try:
-            body = await read_json_body(request)
+            body = await read_json_body(request, "messages")
             translated = translate(body)
             model, prepared = self.upstream.prepare(request, translated.chat, "chat")
             name = prepared.client_model
@@ -59,7 +59,7 @@ class AnthropicApi:
     async def count_tokens(self, request: web.Request) -> web.Response:
         """Count the prompt's tokens with the model's own tokenizer and template (module docstring)."""
         try:
-            body = await read_json_body(request)
+            body = await read_json_body(request, "messages")
             chat = translate(body, counting=True).chat
             chat.update(max_tokens=1, stream=False)
             model, prepared = self.upstream.prepare(request, chat, "chat")

@@ -152,7 +152,7 @@ class OpenAiApi:
 
     async def _forward(self, request: web.Request, endpoint: str, path: str) -> web.StreamResponse:
         try:
-            body = await read_json_body(request)
+            body = await read_json_body(request, endpoint)
             model, prepared = self.upstream.prepare(request, body, endpoint)
             account = self.upstream.accountant(request, endpoint, body)
             if prepared.stream:

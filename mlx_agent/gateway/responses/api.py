@@ -35,7 +35,7 @@ class ResponsesApi:
         """Create a response, streamed or not."""
         owner: str | None = request.get(API_KEY_ID)
         try:
-            body = await read_json_body(request)
+            body = await read_json_body(request, "responses")
             named = self.upstream.fleet.route(body.get("model") if isinstance(body, dict) else None)
             translated = to_chat(body, default_model=named.name, history=self._history(previous_id(body), owner))
             model, prepared = self.upstream.prepare(request, translated.chat, "chat")

@@ -1,0 +1,176 @@
+"""A bounded fuzz of every endpoint's body against a real front and worker (hypothesis, fixed seed).
+
+Bodies start valid and get fields replaced by hostile values: wrong types, huge and negative numbers,
+NaN and infinities, lone surrogates, deep nesting, unknown fields; raw bodies that are not JSON at all. After
+every case: no 5xx, no hang past the request timeout, and a normal request is answered. At the end the
+worker is the process the front first started (nothing crashed or restarted). The counts are printed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.e2e.front_support import HI, Front, running_front
+
+pytestmark = pytest.mark.e2e
+
+FUZZ = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,  # a fixed seed: the same cases every run
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+SEEN: Counter[str] = Counter()
+
+BASES: dict[str, dict[str, Any]] = {
+    "/v1/chat/completions": {"model": "tiny", "messages": HI, "max_tokens": 3},
+    "/v1/completions": {"model": "tiny", "prompt": "Once", "max_tokens": 3},
+    "/v1/messages": {"model": "tiny", "messages": HI, "max_tokens": 3},
+    "/v1/messages/count_tokens": {"model": "tiny", "messages": HI},
+    "/v1/responses": {"model": "tiny", "input": "hi", "max_output_tokens": 3},
+}
+FIELDS: dict[str, list[str]] = {
+    "/v1/chat/completions": [
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "stop",
+        "n",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "repetition_context_size",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "parallel_tool_calls",
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "reasoning_budget",
+        "hedge_limit",
+        "repeat_limit",
+        "xtc_probability",
+        "num_draft_tokens",
+        "x-unknown",
+    ],
+    "/v1/completions": ["model", "prompt", "max_tokens", "temperature", "seed", "stop", "logit_bias", "stream"],
+    "/v1/messages": [
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "stream",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "metadata",
+        "output_config",
+        "context_management",
+        "service_tier",
+    ],
+    "/v1/messages/count_tokens": ["model", "messages", "system", "tools", "thinking"],
+    "/v1/responses": [
+        "model",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "include",
+        "text",
+        "reasoning",
+        "store",
+        "previous_response_id",
+        "parallel_tool_calls",
+        "stream",
+        "truncation",
+        "metadata",
+    ],
+}
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, -1, 1, 2**31, 2**63, 2**64 + 1, 10**30]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=st.characters(), max_size=12),  # lone surrogates included
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=12,
+)
+deep = st.integers(min_value=60, max_value=1200).map(lambda n: json.loads("[" * min(n, 900) + "]" * min(n, 900)))
+
+
+@pytest.fixture(scope="module")
+def front(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
+    """Start one eager front on the tiny model for the whole fuzz; print what the cases got."""
+    with running_front(tiny_model, tmp_path_factory.mktemp("fuzz-home")) as started:
+        yield started
+        model = started.models()
+        print(
+            f"\nfuzz: {sum(SEEN.values())} requests, {dict(sorted(SEEN.items()))}; worker restarts {model['loads'] - 1}"
+        )
+
+
+def attempt(front: Front, path: str, raw: bytes) -> None:
+    """Send one hostile body; it must not be a 5xx, and the next normal request must be answered."""
+    status, _, answer = front.send("POST", path, raw=raw)
+    SEEN[f"{status // 100}xx"] += 1
+    assert status < 500, (path, raw[:300], answer)
+    assert front.healthy(), (path, raw[:300])
+
+
+@pytest.mark.parametrize("path", list(BASES))
+@FUZZ
+@given(data=st.data())
+def test_hostile_fields_never_break_the_server(front: Front, path: str, data: st.DataObject) -> None:
+    """Replacing one to three fields of a valid body with anything is a 2xx or a 4xx, never a 5xx or a hang."""
+    body = dict(BASES[path])
+    names = data.draw(st.lists(st.sampled_from(FIELDS[path]), min_size=1, max_size=3, unique=True))
+    for name in names:
+        body[name] = data.draw(st.one_of(values, deep) if name in ("messages", "tools", "input") else values)
+    if body.get("stream") is True:
+        body["max_tokens"] = 3  # keep a valid stream short; its reply is read whole
+    attempt(front, path, json.dumps(body, allow_nan=True).encode())
+
+
+@FUZZ
+@given(raw=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass"))))
+def test_bodies_that_are_not_json_are_400(front: Front, raw: bytes) -> None:
+    """Arbitrary bytes (bad UTF-8, truncated JSON, surrogates) to chat completions are never a 5xx."""
+    attempt(front, "/v1/chat/completions", raw)
+
+
+def test_the_worker_never_restarted(front: Front) -> None:
+    """After the fuzz the worker is the first one: nothing crashed it."""
+    model = front.models()
+    assert (model["worker"]["pid"], model["loads"], model["worker_exits"]) == (front.first_worker, 1, 0)
