@@ -13,6 +13,7 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── PreviewHashRequired ............. preview_hash_required
     │   └── PreviewStale .................... preview_stale
     │       ├── AdapterChanged .............. adapter_changed
+    │       ├── ModelChanged ................ model_changed
     │       └── RuntimeChanged .............. runtime_changed
     ├── SourceError
     │   ├── ModelNotLocal ................... model_not_local
@@ -38,7 +39,9 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     ├── ReceiptError
     │   ├── ReceiptNotFound ................. receipt_not_found
     │   ├── ReceiptCorrupt .................. receipt_corrupt
-    │   └── ReceiptVersionUnsupported ....... receipt_version_unsupported
+    │   ├── ReceiptVersionUnsupported ....... receipt_version_unsupported
+    │   ├── StateDirUnsafe .................. state_dir_unsafe
+    │   └── StateWriteFailed ................ state_write_failed
     ├── TrainingError
     │   ├── DatasetNotFound ................. dataset_not_found
     │   ├── DatasetInvalid .................. dataset_invalid
@@ -199,6 +202,14 @@ class AdapterChanged(PreviewStale):
     )
 
 
+class ModelChanged(PreviewStale):
+    code = "model_changed"
+    remediation = (
+        "The model's files changed since the plan was reviewed (details.changed lists them); restore them, or "
+        "preview and confirm a new plan."
+    )
+
+
 class RuntimeChanged(PreviewStale):
     code = "runtime_changed"
     remediation = (
@@ -336,6 +347,19 @@ class ReceiptCorrupt(ReceiptError):
 class ReceiptVersionUnsupported(ReceiptError):
     code = "receipt_version_unsupported"
     remediation = "Upgrade mlx-agent; this receipt was written by a newer major version."
+
+
+class StateDirUnsafe(ReceiptError):
+    code = "state_dir_unsafe"
+    remediation = (
+        "Use a state directory (MLX_AGENT_HOME, --receipts-dir) that you own and that group and others cannot "
+        "write (chmod 700), holding regular files of yours, not links."
+    )
+
+
+class StateWriteFailed(ReceiptError):
+    code = "state_write_failed"
+    remediation = "Free space on (or fix the permissions of) the file system named in details.path, then run it again."
 
 
 class TrainingError(MlxAgentError):

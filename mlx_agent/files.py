@@ -3,6 +3,9 @@
 * ``sha256_file`` reads in 4 MiB chunks into one reused buffer.
 * ``changed_files`` rechecks files a plan bound by content (adapter files, a training receipt): the one
   place that decides whether a reviewed file is still what was reviewed.
+* ``private_dir`` / ``check_private_dir`` / ``open_private`` keep state to the user's own directories and
+  files: created 0700/0600 whatever the umask, refused (``state_dir_unsafe``) when another user owns them,
+  group or others can write them, or they are symbolic links (opened with ``O_NOFOLLOW``).
 * ``write_json_atomic`` writes a private file readers see whole or not at all.
 * ``log_tail`` reads the last lines of a log leniently.
 * ``utc_now`` / ``utc_iso`` are the one timestamp format: ISO 8601, UTC, milliseconds, ``Z``.
@@ -21,6 +24,71 @@ if TYPE_CHECKING:
     from typing import Any
 
 CHUNK = 4 * 1024 * 1024
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _unsafe(path: Path, why: str) -> Exception:
+    from mlx_agent.errors import StateDirUnsafe
+
+    return StateDirUnsafe(
+        f"{path} {why}; mlx-agent keeps its state only where you alone can write", details={"path": str(path)}
+    )
+
+
+def check_private_dir(path: Path) -> Path:
+    """Refuse an existing state directory that is a link, another user's, or writable by group or others."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    import stat
+
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise _unsafe(path, "is not a directory (a link or another file)")
+    if st.st_uid != os.getuid():
+        raise _unsafe(path, f"belongs to uid {st.st_uid}, not to you (uid {os.getuid()})")
+    if st.st_mode & 0o022:
+        raise _unsafe(path, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+    return path
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and any missing parents as 0700 directories (whatever the umask); refuse an unsafe one."""
+    missing = []
+    probe = path
+    while not os.path.lexists(probe):
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass  # another process made it first; it is checked below like any existing one
+        else:
+            os.chmod(directory, 0o700)
+    return check_private_dir(path)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open a state file without following links; refuse one that is not a regular file of this user's.
+
+    New files are created 0600. Returns the descriptor.
+    """
+    try:
+        fd = os.open(path, flags | NOFOLLOW, 0o600)
+    except OSError as exc:
+        import errno
+
+        if exc.errno == errno.ELOOP:
+            raise _unsafe(path, "is a symbolic link") from None
+        raise
+    import stat
+
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        os.close(fd)
+        raise _unsafe(path, "is not a regular file of yours")
+    return fd
 
 
 def sha256_file(path: Path) -> str:
@@ -62,26 +130,33 @@ def changed_files(checks: Iterable[tuple[Path, str, int]]) -> list[dict[str, Any
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` (mode 0600) so readers see the old file or the new one, never a half."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(path.parent)
     # O_EXCL on a random name in the same directory, as tempfile.mkstemp does, without its import cost.
     tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), 0o600)
-            json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                os.fchmod(fh.fileno(), 0o600)
+                json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:  # a full disk, a read-only file system: an error of ours, never a traceback
+        from mlx_agent.errors import StateWriteFailed
+
+        raise StateWriteFailed(
+            f"cannot write {path}: {exc.strerror or exc}", details={"path": str(path), "errno": exc.errno}
+        ) from exc
 
 
 def log_tail(log_path: Path, lines: int = 20) -> list[str]:

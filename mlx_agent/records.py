@@ -30,6 +30,7 @@ class FileRecord(TypedDict):
     sha256: NotRequired[str]
     blob: NotRequired[str]
     mtime_ns: NotRequired[int]
+    ctime_ns: NotRequired[int]
     inode: NotRequired[int]
     header_sha256: NotRequired[str]
 
@@ -286,6 +287,8 @@ class ServeReceipt(TypedDict):
     cmdline: NotRequired[list[str]]
     started_at: NotRequired[str]
     ready_at: NotRequired[str | None]
+    confirm_pid: NotRequired[int]  # the CLI that confirmed it, waiting for readiness
+    confirm_create_time: NotRequired[float]
     unit: NotRequired[dict[str, Any]]
     installed_at: NotRequired[str]
 
@@ -302,6 +305,7 @@ class FrontModelConfig(TypedDict):
     context_window: Positive | None
     weight_bytes: Count | None
     file_checks: list[FileCheck]
+    source: SourceRecord  # the base model's bound identity, rechecked before every load
     policy: ModelPolicyRecord
     worker: WorkerRecord
 

@@ -33,9 +33,11 @@ def with_parent_death_signal(argv: list[str]) -> list[str]:
 
 
 def open_log(log_path: Path) -> int:
-    """Open (create) a private log for appending and return its descriptor."""
-    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    """Open (create) a private log for appending and return its descriptor; a link there is refused."""
+    from mlx_agent.files import open_private, private_dir
+
+    private_dir(log_path.parent)
+    fd = open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     os.fchmod(fd, 0o600)
     return fd
 

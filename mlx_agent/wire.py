@@ -53,3 +53,16 @@ PORT_PLACEHOLDER = "{port}"
 
 # The name a front gives the worker for its one model; the worker serves nothing else.
 WORKER_MODEL_NAME = "default_model"
+
+
+# A front proves it is the one a receipt launched: ``GET /health?challenge=C`` answers ``"proof"``, an HMAC of C
+# keyed by its private control token (never sent). A squatter on the port cannot answer it.
+CHALLENGE_PARAM = "challenge"
+MAX_CHALLENGE = 128
+
+
+def front_proof(token: str, challenge: str) -> str:
+    """Return the proof a front gives for ``challenge``: HMAC-SHA256 of it under the control token."""
+    import hmac
+
+    return hmac.new(token.encode(), b"mlx-agent front proof " + challenge.encode(), "sha256").hexdigest()

@@ -127,6 +127,7 @@ MODEL_KEYS = (
     "context_window",
     "weight_bytes",
     "file_checks",
+    "source",
 )
 
 
@@ -150,6 +151,7 @@ def gateway_config(
         "context_window": None,
         "weight_bytes": 1000,
         "file_checks": [],
+        "source": {"kind": "path", "path": str(model_path), "model_type": None, "files": []},
         "policy": {
             "idle_timeout": policy["idle_timeout"],
             "keep_loaded": policy["keep_loaded"],

@@ -169,3 +169,23 @@ ACTIONS: dict[tuple[str, str], Any] = {
     ("serve", "logs"): serve_logs,
     **LORA_ACTIONS,
 }
+
+
+def dispatch(key: tuple[str, str], record: Record, flags: dict[str, Any]) -> None:
+    """Run a command's action, reporting any mlx-agent error as the envelope or a message, with its exit code.
+
+    Errors raised before an action's own boundary (resolving the state directory, say) are reported too.
+    """
+    from mlx_agent.cli.output import fail
+    from mlx_agent.errors import MlxAgentError, StateWriteFailed
+
+    try:
+        ACTIONS[key](record, flags)
+    except MlxAgentError as exc:
+        fail(".".join(key), exc, bool(flags.get("json")))
+    except OSError as exc:  # a full disk or a failing file system under any step: an envelope, not a traceback
+        failed = StateWriteFailed(
+            f"a file operation failed: {exc.strerror or exc}",
+            details={"path": exc.filename, "errno": exc.errno},
+        )
+        fail(".".join(key), failed, bool(flags.get("json")))

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from mlx_agent import __version__
-from mlx_agent.cli.actions import ACTIONS
+from mlx_agent.cli.actions import ACTIONS, dispatch
 from mlx_agent.options import Opt, choices
 from mlx_agent.requests import COMMANDS
 
@@ -49,14 +49,13 @@ def _with_options(options: tuple[Opt, ...]) -> Callable[[Callable[..., None]], C
 
 
 def _command(group: click.Group, key: tuple[str, str]) -> None:
-    action = ACTIONS[key]
     command = COMMANDS[key]
 
     def callback(**values: Any) -> None:
         record, flags = command.parse(values)
-        action(record, flags)
+        dispatch(key, record, flags)
 
-    callback.__doc__ = action.__doc__
+    callback.__doc__ = ACTIONS[key].__doc__
     group.command(name=key[1])(_with_options(command.options)(callback))
 
 

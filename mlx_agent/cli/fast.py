@@ -82,8 +82,8 @@ def run_fast(argv: list[str]) -> bool:
     parsed = parse(argv)
     if parsed is None:
         return False
-    from mlx_agent.cli.actions import ACTIONS
+    from mlx_agent.cli.actions import dispatch
 
     key, record, flags = parsed
-    ACTIONS[key](record, flags)
+    dispatch(key, record, flags)
     return True

@@ -140,7 +140,14 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
         out.print(f"No servers have receipts in {escape(data['receipts_dir'])}.")
         return
     table = Table("port", "front", "pid", "model", "state", "worker", "loads", "last use", "memory")
-    colours = {"running": "green", "starting": "yellow", "exited": "dim", "foreign": "red", "unreadable": "red"}
+    colours = {
+        "running": "green",
+        "starting": "yellow",
+        "orphaned": "red",
+        "exited": "dim",
+        "foreign": "red",
+        "unreadable": "red",
+    }
     for s in data["servers"]:
         how = ", ".join(x for x in (s.get("mode"), s.get("health")) if x)
         state = s["state"] + (f" ({how})" if how else "")

@@ -1,7 +1,7 @@
 """``python -m mlx_agent.gateway --config /abs/front.json``: run a server's front until SIGTERM.
 
-Exit status: 0 after a clean stop, 1 if it cannot listen, 2 for an unusable config, token, key file or
-policy, 3 (with a refusal line) when an eager front cannot load one of its models.
+Exit status: 0 after a clean stop, 2 for an unusable config, token, key file or policy, 3 (with a refusal
+line) when it cannot listen (``port_in_use``) or an eager front cannot load one of its models.
 """
 
 from __future__ import annotations

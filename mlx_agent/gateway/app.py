@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mlx_agent.errors import MlxAgentError, refusal_line
+from mlx_agent.errors import MlxAgentError, PortInUse, refusal_line
 from mlx_agent.gateway.admission import read_policy_file
 from mlx_agent.gateway.anthropic.api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
@@ -85,7 +85,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         upstream = Upstream(fleet, PromptLedger() if secrets.api_keys else None)
-        openai = OpenAiApi(upstream)
+        openai = OpenAiApi(upstream, guard.proof)
         control = Control(fleet)
         app.router.add_get("/", openai.root)  # also answers HEAD
         app.router.add_get("/health", openai.health)
@@ -133,7 +133,13 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config["host"], config["port"], exc.strerror or exc)
         await runner.cleanup()
-        return 1
+        # Another process holds the port (it took it after the preview checked): the supervisor says so.
+        taken = PortInUse(
+            f"port {config['port']} was taken before the front could listen: {exc.strerror or exc}",
+            details={"port": config["port"]},
+        )
+        print(refusal_line(taken), file=sys.stderr, flush=True)
+        return EXIT_REFUSED
     names = ", ".join(m["name"] for m in config["models"])
     log.info("listening on http://%s:%d for %s (%s)", config["host"], config["port"], names, config["mode"])
     stop = asyncio.Event()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from mlx_agent.errors import PolicyRejected, RequestRefused, UnloadBlocked
+from mlx_agent.errors import PolicyRejected, RequestRefused, StateWriteFailed, UnloadBlocked
 from mlx_agent.files import write_json_atomic
 from mlx_agent.gateway.admission import policy_file
 from mlx_agent.gateway.fleet import Fleet
@@ -97,7 +97,7 @@ class Control:
             policies = {n: idle if n in targets else p for n, p in self.fleet.policies().items()}
             try:
                 await asyncio.to_thread(write_json_atomic, path, policy_file(policy.min_headroom_gb, policies))
-            except OSError as exc:
+            except (OSError, StateWriteFailed) as exc:
                 return error_response(
                     500, f"the policy could not be saved: {exc}", code="policy_not_saved", type_="server_error"
                 )

@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlx_agent.errors import AdapterChanged, MlxAgentError, RequestRefused, UnloadBlocked
+from mlx_agent.errors import AdapterChanged, MlxAgentError, ModelChanged, RequestRefused, UnloadBlocked
 from mlx_agent.files import changed_files, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.worker import WorkerProcess
+from mlx_agent.plan.identity import source_changes
 from mlx_agent.policy import Policy
 from mlx_agent.wire import EXIT_GENERATION_DIED
 
@@ -174,6 +175,15 @@ class Lifecycle:
         return worker
 
     async def _check_files(self, when: str) -> None:
+        if when == "before":  # the base model's bound identity, before a worker may load it
+            moved = await asyncio.to_thread(source_changes, self.model["source"])
+            if moved:
+                error: MlxAgentError = ModelChanged(
+                    f"the model's files changed since the plan was reviewed ({len(moved)} file(s)); restore "
+                    "them, or preview and confirm a new serve plan",
+                    details={"changed": moved, "path": self.model["source"]["path"]},
+                )
+                raise self._fail(error, error.code)
         checks = self.model["file_checks"]
         if not checks:
             return
@@ -190,7 +200,7 @@ class Lifecycle:
         self.state = "failed"
         self.last_error = {"code": code, "message": error.message, "at": utc_iso(time.time()), "details": error.details}
         log.error("%s: load failed: %s: %s", self.name, code, error.message)
-        client_code = AdapterChanged.code if code == AdapterChanged.code else "load_failed"
+        client_code = code if code in (AdapterChanged.code, ModelChanged.code) else "load_failed"
         return RequestRefused(
             503, f"the model could not be loaded: {error.message}", code=client_code, type_="server_error"
         )

@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mlx_agent.gateway.http_errors import error_response
-from mlx_agent.wire import CONTROL_PREFIX
+from mlx_agent.wire import CONTROL_PREFIX, front_proof
 
 MODEL_PREFIX = "/v1/"
 ACCEPTED_ENCODINGS = ("identity",)  # no client compresses its requests; a compressed body is 415, not decoded
@@ -73,6 +73,10 @@ class Guard:
         self.max_body_bytes = max_body_bytes
         self._control_token = control_token.encode()
         self._api_keys = [k.encode() for k in api_keys] if api_keys else None
+
+    def proof(self, challenge: str) -> str:
+        """Return this front's proof for a readiness challenge (``wire.front_proof``)."""
+        return front_proof(self._control_token.decode(), challenge)
 
     def control_ok(self, request: web.Request) -> bool:
         """Say whether the request carries the control token."""

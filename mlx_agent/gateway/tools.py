@@ -113,17 +113,24 @@ def _name(tool: Mapping[str, Any], where: str) -> str:
     return name
 
 
+def _each_tool(tools: object) -> list[tuple[str, Mapping[str, Any]]]:
+    """Return a request's tools with the path of each (``tools.N``); refuse a non-list or a non-object."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise refuse("'tools' must be a list", "tools", "invalid_type")
+    found = []
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise refuse("each tool must be an object", f"tools.{index}", "invalid_type")
+        found.append((f"tools.{index}", tool))
+    return found
+
+
 def anthropic_tools(tools: object) -> ToolSet:
     """Return the tool set of an Anthropic Messages request's ``tools``."""
     found = ToolSet()
-    if tools is None:
-        return found
-    if not isinstance(tools, list):
-        raise refuse("'tools' must be a list", "tools", "invalid_type")
-    for index, tool in enumerate(tools):
-        where = f"tools.{index}"
-        if not isinstance(tool, Mapping):
-            raise refuse("each tool must be an object", where, "invalid_type")
+    for where, tool in _each_tool(tools):
         kind = tool.get("type")
         if kind in (None, "custom"):
             schema = tool.get("input_schema")
@@ -151,14 +158,7 @@ def anthropic_tools(tools: object) -> ToolSet:
 def responses_tools(tools: object) -> ToolSet:
     """Return the tool set of an OpenAI Responses request's ``tools``."""
     found = ToolSet()
-    if tools is None:
-        return found
-    if not isinstance(tools, list):
-        raise refuse("'tools' must be a list", "tools", "invalid_type")
-    for index, tool in enumerate(tools):
-        where = f"tools[{index}]"
-        if not isinstance(tool, Mapping):
-            raise refuse("each tool must be an object", where, "invalid_type")
+    for where, tool in _each_tool(tools):
         _responses_tool(tool, where, found, None)
     return found
 
@@ -193,8 +193,8 @@ def _responses_tool(tool: Mapping[str, Any], where: str, found: ToolSet, namespa
             raise refuse("a namespace tool needs a list of tools", f"{where}.tools", "invalid_type")
         for index, item in enumerate(inner):
             if not isinstance(item, Mapping):
-                raise refuse("each tool must be an object", f"{where}.tools[{index}]", "invalid_type")
-            _responses_tool(item, f"{where}.tools[{index}]", found, space)
+                raise refuse("each tool must be an object", f"{where}.tools.{index}", "invalid_type")
+            _responses_tool(item, f"{where}.tools.{index}", found, space)
     elif kind in HOSTED_TOOLS:
         found.dropped.append(str(kind))
     else:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     Plan = TypeVar("Plan", bound=Mapping[str, Any])
 
-_MISSING = "<absent>"
+MISSING = "<absent>"  # what a diff shows for a field one side lacks
 
 
 def canonical_json(obj: Any) -> str:
@@ -52,8 +52,8 @@ def plan_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, 
     _flatten({k: v for k, v in new.items() if k != "preview_hash"}, "", flat_new)
     changes = []
     for field in sorted(flat_old.keys() | flat_new.keys()):
-        before = flat_old.get(field, _MISSING)
-        after = flat_new.get(field, _MISSING)
+        before = flat_old.get(field, MISSING)
+        after = flat_new.get(field, MISSING)
         if before != after:
             changes.append({"field": field, "old": before, "new": after})
     return changes

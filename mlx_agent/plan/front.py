@@ -120,6 +120,7 @@ def _model_config(model: ModelPlan) -> FrontModelConfig:
         "context_window": model["context_window"],
         "weight_bytes": model["weight_bytes"],
         "file_checks": model["file_checks"],
+        "source": model["source"],
         "policy": model["policy"],
         "worker": model["worker"],
     }

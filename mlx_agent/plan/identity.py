@@ -1,8 +1,9 @@
 """Content identity of model and adapter files, cheap enough to compute at every preview.
 
 Small files are hashed in full. Weight files are never read in full at preview: a plain directory binds
-their size, mtime_ns and inode plus a sha256 of the safetensors header; the HF cache binds the blob id,
-which already is the content hash.
+their size, mtime_ns, ctime_ns (which no user can set back) and inode plus a sha256 of the safetensors header;
+the HF cache binds the blob id, which already is the content hash. ``source_changes`` recomputes the same
+identity, which every worker load does before the model is loaded (``model_changed``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mlx_agent.files import sha256_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin", ".pt", ".pth")
@@ -62,7 +64,13 @@ def file_identity(path: Path, name: str) -> dict[str, Any]:
     """Return the identity record of one file of a plain model directory."""
     st = path.stat()
     if is_weight_file(name) or st.st_size > SMALL_FILE_LIMIT:
-        record: dict[str, Any] = {"name": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+        record: dict[str, Any] = {
+            "name": name,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino,
+        }
         if name.endswith(".safetensors"):
             record["header_sha256"] = safetensors_header_sha256(path)
         return record
@@ -85,3 +93,27 @@ def list_files(root: Path) -> list[str]:
 def directory_identity(root: Path) -> list[dict[str, Any]]:
     """Return the identity records of every file in a plain model directory."""
     return [file_identity(root / name, name) for name in list_files(root)]
+
+
+def source_changes(source: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return the files of a model source that are no longer what the plan bound (empty: all unchanged).
+
+    Each change is ``{"name", "reason"}``: ``missing``, or ``changed`` (its recomputed identity differs).
+    """
+    root = Path(source["path"])
+    changes: list[dict[str, Any]] = []
+    for record in source["files"]:
+        name = record["name"]
+        path = root / name
+        try:
+            if "blob" in record:  # an HF cache link: its blob's name is its content hash
+                target = path.resolve()
+                now: dict[str, Any] = {"name": name, "blob": target.name, "size": target.stat().st_size}
+            else:
+                now = file_identity(path, name)
+        except (OSError, ModelInvalid):
+            changes.append({"name": name, "reason": "missing"})
+            continue
+        if now != dict(record):
+            changes.append({"name": name, "reason": "changed"})
+    return changes

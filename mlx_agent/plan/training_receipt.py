@@ -119,13 +119,14 @@ def _check_base(receipt: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, A
     pinned = receipt.get("base") or receipt["plan"].get("base")
     if not isinstance(pinned, dict) or "path" not in pinned:
         raise _corrupt(receipt_dir / f"{receipt.get('id', '?')}.json", "it records no base model identity")
-    from mlx_agent.plan.canonical import plan_diff
+    from mlx_agent.plan.canonical import MISSING, plan_diff
 
     now, config = _base_now(pinned, receipt_dir)
     expected = dict(pinned)
     if expected.get("kind") == "path":
         expected["path"] = str(_absolute(str(expected["path"])).resolve())
-    changes = plan_diff(expected, now)
+    # A receipt written before ctime_ns was bound pins weights without it: compare what it pinned.
+    changes = [c for c in plan_diff(expected, now) if not (c["field"].endswith(".ctime_ns") and c["old"] is MISSING)]
     if changes:
         raise BaseModelChanged(
             f"the base model changed since training: {len(changes)} field(s) differ",

@@ -21,10 +21,11 @@ from mlx_agent.errors import (
     ReceiptNotFound,
     UnloadBlocked,
 )
-from mlx_agent.files import write_json_atomic
+from mlx_agent.files import NOFOLLOW, open_private, private_dir, write_json_atomic
 from mlx_agent.plan.front import front_config
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
+from mlx_agent.supervise.readiness import front_answers
 from mlx_agent.supervise.receipts import has_front, read_receipt, receipt_path
 from mlx_agent.wire import CONTROL_PREFIX
 
@@ -60,9 +61,9 @@ def write_front_files(plan: ServePlan) -> None:
     """Write a fresh control token and the reviewed config; drop a policy left by an earlier front."""
     front = plan["front"]
     token_path = Path(front["token_path"])
-    token_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(token_path.parent)
     token_path.unlink(missing_ok=True)
-    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(secrets.token_urlsafe(32) + "\n")
     Path(front["policy_path"]).unlink(missing_ok=True)  # the reviewed policy, not a previous front's
@@ -87,7 +88,8 @@ def _call(
 
     token_path = receipt["plan"]["front"]["token_path"]
     try:
-        token = Path(token_path).read_text(encoding="utf-8").strip()
+        with os.fdopen(open_private(Path(token_path), os.O_RDONLY), "rb") as fh:  # never a planted link
+            token = fh.read().decode("utf-8", "replace").strip()
     except OSError as exc:
         raise GatewayUnreachable(f"cannot read the control token: {exc}", details={"path": token_path}) from exc
     conn = http.client.HTTPConnection(receipt["host"], int(receipt["port"]), timeout=timeout)
@@ -142,6 +144,11 @@ def _live_front(directory: Path, port: int, expected_pid: int) -> ServeReceipt:
         raise OwnershipMismatch(
             f"pid {expected_pid} is not the running front of port {port} ({state})",
             details={"port": port, "state": state},
+        )
+    if not front_answers(receipt):  # the control token is sent only to the front this receipt launched
+        raise GatewayUnreachable(
+            f"port {port} does not answer as the front this receipt launched (no proof of its control token)",
+            details={"port": port},
         )
     return receipt
 

@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mlx_agent.errors import LockTimeout, MlxAgentError
+from mlx_agent.files import open_private, private_dir
 
 
 @contextmanager
 def file_lock(path: Path, *, timeout: float, busy: MlxAgentError) -> Iterator[None]:
     """Hold the exclusive lock of the file ``path`` for the block, or raise ``busy`` after ``timeout`` seconds."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(path.parent)
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)  # a link planted at the lock's path is refused
     try:
         deadline = time.monotonic() + timeout
         while True:

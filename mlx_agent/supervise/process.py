@@ -45,6 +45,18 @@ def identity(pid: int) -> ProcessIdentity:
         raise ProcessLookupError(pid) from exc
 
 
+def alive(pid: int, create_time: float) -> bool:
+    """Say whether ``pid`` is still the process born at ``create_time`` (not ended, not a reused pid)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        same = abs(proc.create_time() - create_time) < CREATE_TIME_TOLERANCE
+        return bool(same and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
 def classify(receipt: Mapping[str, Any]) -> State:
     """Say whether the receipt's process is still running, has exited, or the pid is now someone else's."""
     if os.path.isdir("/proc/self") and not os.path.exists(f"/proc/{receipt['pid']}"):
@@ -57,6 +69,8 @@ def classify(receipt: Mapping[str, Any]) -> State:
         with proc.oneshot():
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return "exited"
+            if proc.uids().real != os.getuid():
+                return "foreign"  # another user's process is never ours to signal, whatever a receipt says
             same_birth = abs(proc.create_time() - receipt["create_time"]) < CREATE_TIME_TOLERANCE
             same = same_birth and proc.cmdline() == receipt.get("cmdline", receipt["argv"])
     except psutil.NoSuchProcess:

@@ -9,10 +9,13 @@ from pathlib import Path
 from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, from_refusal_lines
 from mlx_agent.files import log_tail
 from mlx_agent.readiness import Readiness
+from mlx_agent.wire import CHALLENGE_PARAM, front_proof
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Mapping
+    from typing import Any
 
     from mlx_agent.records import ReadinessRecord, ServePlan
 
@@ -21,26 +24,62 @@ POLL_SECONDS = 0.25
 FRONT_GRACE_S = 10.0
 
 
-def probe(host: str, port: int, record: ReadinessRecord, timeout: float = 1.0) -> bool:
-    """Say whether the server answers its readiness check as the plan expects."""
+def probe(host: str, port: int, record: ReadinessRecord, timeout: float = 1.0, token: str | None = None) -> bool:
+    """Say whether the server answers its readiness check as the plan expects.
+
+    With ``token`` (a front's control token) the answer must also carry the proof of a fresh challenge
+    (``wire.front_proof``): only the front the receipt launched can give it, not a process squatting the port.
+    """
     import http.client  # lazily: it drags in ssl and email, and most status calls probe nothing
 
     check = Readiness(record, timeout)
     conn = http.client.HTTPConnection(host, port, timeout=check.timeout)
+    path, challenge = check.path, None
+    if token is not None:
+        import secrets
+
+        challenge = secrets.token_hex(16)
+        path += ("&" if "?" in path else "?") + f"{CHALLENGE_PARAM}={challenge}"
     try:
         body = check.body()
         conn.request(
-            check.method,
-            check.path,
-            body=body,
-            headers={"Content-Type": "application/json"} if body is not None else {},
+            check.method, path, body=body, headers={"Content-Type": "application/json"} if body is not None else {}
         )
         resp = conn.getresponse()
-        return check.matches(resp.status, resp.read())
-    except (OSError, http.client.HTTPException):
+        raw = resp.read()
+        if not check.matches(resp.status, raw):
+            return False
+        if token is None or challenge is None:
+            return True
+        import hmac
+        import json
+
+        doc = json.loads(raw)
+        proof = doc.get("proof") if isinstance(doc, dict) else None
+        return isinstance(proof, str) and hmac.compare_digest(proof, front_proof(token, challenge))
+    except (OSError, http.client.HTTPException, ValueError):
         return False
     finally:
         conn.close()
+
+
+def read_token(path: str) -> str:
+    """Return a front's control token from its private file (never through a link, never another user's)."""
+    import os
+
+    from mlx_agent.files import open_private
+
+    with os.fdopen(open_private(Path(path), os.O_RDONLY), "rb") as fh:
+        return fh.read().decode("utf-8", "replace").strip()
+
+
+def front_answers(receipt: Mapping[str, Any]) -> bool:
+    """Say whether the port's answer proves it comes from the front this receipt launched."""
+    try:
+        token = read_token(receipt["plan"]["front"]["token_path"])
+    except (OSError, MlxAgentError):
+        return False
+    return probe(receipt.get("host", "127.0.0.1"), int(receipt["port"]), {"path": "/health", "status": 200}, 0.5, token)
 
 
 def launch_failed(exit_code: int, log_path: Path) -> MlxAgentError:
@@ -72,11 +111,12 @@ def wait_ready(
     start = time.monotonic()
     limit = float(plan["ready_timeout"]) + FRONT_GRACE_S
     deadline = start + limit
+    token = read_token(plan["front"]["token_path"])  # the answer must prove it is the front just launched
     while True:
         code = child.poll()
         if code is not None:
             raise launch_failed(code, log_path)
-        if probe(plan["host"], plan["port"], plan["readiness"]):
+        if probe(plan["host"], plan["port"], plan["readiness"], token=token):
             return
         now = time.monotonic()
         if on_tick is not None:

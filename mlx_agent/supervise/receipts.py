@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
-from mlx_agent.files import write_json_atomic
+from mlx_agent.files import open_private, write_json_atomic
 from mlx_agent.wire import PLAN_VERSION
 
 TYPE_CHECKING = False
@@ -103,9 +104,11 @@ def _check(path: Path, data: Any) -> dict[str, Any]:
 def read_receipt(path: Path) -> dict[str, Any]:
     """Return a receipt, refusing one that is missing, unparsable or of an unknown major version."""
     try:
-        raw = path.read_text(encoding="utf-8")
+        fd = open_private(path, os.O_RDONLY)  # a link, or a file another user wrote, is refused
     except FileNotFoundError:
         raise ReceiptNotFound(f"no receipt at {path}", details={"path": str(path)}) from None
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read().decode("utf-8", "replace")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from mlx_agent.errors import (
     PortClaimed,
     PortInUse,
 )
-from mlx_agent.files import utc_now
+from mlx_agent.files import open_private, private_dir, utc_now
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.serve_plan import build_serve_plan, model_ids
@@ -132,14 +133,22 @@ class _Interrupts:
 
 
 def _receipt(plan: ServePlan, identity: ProcessIdentity, log: Path) -> ServeReceipt:
-    return {**plan_receipt(plan, "mlx-agent", str(log)), **identity, "started_at": utc_now(), "ready_at": None}
+    me = process.identity(os.getpid())  # the confirming CLI: a server still starting without it is orphaned
+    return {
+        **plan_receipt(plan, "mlx-agent", str(log)),
+        **identity,
+        "started_at": utc_now(),
+        "ready_at": None,
+        "confirm_pid": me["pid"],
+        "confirm_create_time": me["create_time"],
+    }
 
 
 def _launch(plan: ServePlan, directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> ServeReceipt:
     """Spawn, record, wait; on any failure stop the child and remove its receipt (we hold the port lock)."""
     log = log_path(directory, plan["port"])
-    log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    log.write_bytes(b"")
+    private_dir(log.parent)
+    os.close(open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))  # a fresh log; a planted link is refused
     child: subprocess.Popen[bytes] | None = None
     try:
         with interrupts.held():

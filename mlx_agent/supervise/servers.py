@@ -9,7 +9,7 @@ from pathlib import Path
 from mlx_agent.errors import OwnershipMismatch, ReceiptError
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
-from mlx_agent.supervise.readiness import probe
+from mlx_agent.supervise.readiness import front_answers, probe
 from mlx_agent.supervise.receipts import has_front, is_unit, read_receipt, receipt_files, receipt_path
 
 TYPE_CHECKING = False
@@ -68,21 +68,27 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
 
         return {**units.status_entry(receipt, path), **model_fields(receipt), **adapter_fields(receipt, verify)}
     state = process.classify(receipt)
-    healthy = None
+    health = None
+    proved = False
     if state == "running":
-        healthy = probe(receipt.get("host", "127.0.0.1"), port, {"path": "/health", "status": 200}, timeout=0.5)
+        answers = probe(receipt.get("host", "127.0.0.1"), port, {"path": "/health", "status": 200}, timeout=0.5)
+        if has_front(receipt):
+            proved = answers and front_answers(receipt)  # the control token goes only to the front it launched
+            health = "ok" if proved else ("not_ours" if answers else "unreachable")
+        else:
+            health = "ok" if answers else "unreachable"
     front: dict[str, Any] = {}
     if has_front(receipt):
         from mlx_agent.supervise.front import front_status
 
-        front = front_status(receipt) if state == "running" else {"model_state": None, "models": []}  # type: ignore[arg-type]
+        front = front_status(receipt) if proved else {"model_state": None, "models": []}  # type: ignore[arg-type]
     elif (receipt.get("plan") or {}).get("jit"):
         front = {"jit": True, "model_state": None}  # an older JIT gateway: its control API has changed
     return {
         **front,
         "port": port,
-        "state": "starting" if state == "running" and receipt.get("ready_at") is None else state,
-        "health": None if healthy is None else ("ok" if healthy else "unreachable"),
+        "state": _state(receipt, state),
+        "health": health,
         "pid": receipt["pid"],
         "pgid": receipt["pgid"],
         "base_url": receipt.get("base_url"),
@@ -94,6 +100,16 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
         "receipt_path": str(path),
         **adapter_fields(receipt, verify),
     }
+
+
+def _state(receipt: dict[str, Any], state: str) -> str:
+    """Name a live server still starting: ``starting`` while its confirm waits, ``orphaned`` once it is gone."""
+    if state != "running" or receipt.get("ready_at") is not None:
+        return state
+    pid, born = receipt.get("confirm_pid"), receipt.get("confirm_create_time")
+    if isinstance(pid, int) and isinstance(born, float) and not process.alive(pid, born):
+        return "orphaned"  # the confirm was killed while it waited: nothing will mark it ready
+    return "starting"
 
 
 def status(directory: Path, port: int | None = None, *, verify: bool = False) -> list[dict[str, Any]]:
@@ -110,8 +126,13 @@ def stop(
     A unit-owned server is not ours to signal: the stop command is returned for the user, and with
     ``uninstall`` the unit file and receipt are removed.
     """
+    path = receipt_path(directory, port)
+    seen = path.exists()  # a receipt gone while we waited for the lock was stopped by a concurrent stop
     with port_lock(directory, port, timeout=STOP_LOCK_SECONDS):
-        path = receipt_path(directory, port)
+        if seen and not os.path.lexists(path):
+            return {"port": port, "pid": None, "receipt_path": str(path), "result": "already_stopped"}, [
+                "another stop ended this server while this one waited for the port's lock"
+            ]
         receipt = read_receipt(path)
         if is_unit(receipt):
             from mlx_agent.supervise import units

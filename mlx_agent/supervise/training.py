@@ -8,11 +8,12 @@ once. Status reads receipts and logs and checks processes; it never imports mlx.
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 from mlx_agent.errors import AdapterPathNotEmpty, LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
-from mlx_agent.files import utc_now, write_json_atomic
+from mlx_agent.files import open_private, private_dir, utc_now, write_json_atomic
 from mlx_agent.home import previews_dir, receipts_dir
 from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.training_receipt import read_training_receipt
@@ -110,7 +111,9 @@ def _spawn_watcher(plan: dict[str, Any], argv: list[str], log: Path) -> subproce
     import os
     import subprocess
 
-    with open(log, "ab") as out:
+    from mlx_agent.files import open_private
+
+    with os.fdopen(open_private(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as out:
         return subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -129,8 +132,8 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
     between creating a process and recording it. If anything fails before go, the watcher reads the end of
     its stdin instead and exits without training.
     """
-    log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    log.write_bytes(b"")
+    private_dir(log.parent)
+    os.close(open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))  # a fresh log; a planted link is refused
     log.chmod(0o600)
     argv = [plan["trainer"]["interpreter"], "-m", plan["watcher"]["module"], str(path)]
     saved = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)

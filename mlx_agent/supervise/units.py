@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from mlx_agent.errors import UnitModified, UnitNotOwned
+from mlx_agent.files import private_dir
 from mlx_agent.supervise.readiness import probe
 from mlx_agent.supervise.receipts import has_front, plan_receipt, write_receipt
 
@@ -37,7 +38,7 @@ def check_unit_path(plan: ServePlan) -> None:
 
 def _write_unit(path: Path, content: str) -> None:
     """Write the unit atomically, readable by the session manager (0644)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -55,7 +56,7 @@ def install(plan: ServePlan, directory: Path, now: str) -> ServeReceipt:
     """Write the plan's unit file and the receipt that owns it; return the receipt. Starts nothing."""
     unit = plan["unit"]
     check_unit_path(plan)
-    Path(unit["log_path"]).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(Path(unit["log_path"]).parent)
     receipt: ServeReceipt = {
         **plan_receipt(plan, unit["kind"], unit["log_path"]),
         "installed_at": now,

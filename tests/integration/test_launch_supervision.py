@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import stat
 import time
@@ -86,6 +87,25 @@ def test_interrupt_stops_the_child(agent: Agent, tiny_model: Path, tmp_path: Pat
     assert no_process_with(str(exe))
 
 
+def test_a_server_whose_confirm_was_killed_is_orphaned(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A confirm killed (SIGKILL) while it waits leaves a server that status calls orphaned, and stop ends it."""
+    exe = fake_runtime(tmp_path, "import time\ntime.sleep(600)", name="orphaned-server")
+    port = free_port()
+    args = start_args(tiny_model, exe, port, "--ready-timeout", "120")
+    preview_hash = agent.preview_hash(*args)
+    cli = agent.popen("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    receipt = agent.serve_dir / f"{port}.json"
+    deadline = time.monotonic() + 30
+    while not receipt.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agent.run("serve", "status").data["servers"][0]["state"] == "starting"
+    cli.kill()
+    cli.wait(30)
+    assert agent.run("serve", "status").data["servers"][0]["state"] == "orphaned"
+    assert agent.run("serve", "stop", "--port", str(port)).data["result"] == "stopped"
+    assert no_process_with(str(exe))
+
+
 def test_lifecycle_with_a_stand_in_server(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
     """Confirm writes a private, schema-valid receipt; status shows it running; stop ends the group."""
     exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
@@ -134,3 +154,16 @@ def test_receipts_dir_applies_to_start_status_and_stop(agent: Agent, tiny_model:
     assert agent.run("serve", "status").data["servers"] == []
     assert agent.run("serve", "status", "--receipts-dir", str(base)).data["servers"][0]["port"] == port
     assert agent.run("serve", "stop", "--port", str(port), "--receipts-dir", str(base)).rc == 0
+
+
+def test_concurrent_stops_one_stops_the_rest_already_stopped(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """Ten stops of one server at once: exactly one stops it, the other nine say already_stopped, all exit 0."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    assert confirm(agent, start_args(tiny_model, exe, port))[0] == 0
+    stops = [agent.popen("serve", "stop", "--port", str(port)) for _ in range(10)]
+    results = []
+    for proc in stops:
+        out, _ = proc.communicate(timeout=120)
+        results.append((proc.returncode, json.loads(out)["data"].get("result")))
+    assert sorted(results) == [(0, "already_stopped")] * 9 + [(0, "stopped")]

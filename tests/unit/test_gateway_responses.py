@@ -260,12 +260,12 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
     [
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,x"}]}]},
-            "input[0].content[0]",
+            "input.0.content.0",
             "unsupported_content",
         ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},
-            "input[0].content[0]",
+            "input.0.content.0",
             "unsupported_content",
         ),
         (
@@ -278,7 +278,7 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
                     }
                 ]
             },
-            "input[0].content[0]",
+            "input.0.content.0",
             "unsupported_content",
         ),
         ({"input": "x", "tool_choice": "required"}, "tool_choice", "unsupported_tool_choice"),
@@ -289,8 +289,8 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
         ),
         ({"input": "x", "conversation": "conv_1"}, "conversation", "unsupported_parameter"),
         ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt", "unsupported_parameter"),
-        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "unsupported_content"),
-        ({"input": "x", "tools": [{"type": "local_shell"}]}, "tools[0].type", "unsupported_tool"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0.type", "unsupported_content"),
+        ({"input": "x", "tools": [{"type": "local_shell"}]}, "tools.0.type", "unsupported_tool"),
         ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format", "invalid_value"),
         ({"input": "x", "truncation": "middle"}, "truncation", "invalid_value"),
         ({"input": "x", "include": [{}]}, "include", "invalid_type"),

@@ -49,7 +49,7 @@ def test_corrupt_safetensors_is_model_invalid(tmp_path: Path, content: bytes) ->
 
 
 def test_directory_identity_hashes_small_files_and_stats_weights(tmp_path: Path) -> None:
-    """Small files carry sha256; weights carry size, mtime_ns, inode and header hash, never a full hash."""
+    """Small files carry sha256; weights carry size, mtime_ns, ctime_ns, inode and header hash, never a full hash."""
     (tmp_path / "config.json").write_text("{}")
     write_safetensors(tmp_path / "model.safetensors")
     (tmp_path / ".hidden").write_text("x")
@@ -57,4 +57,4 @@ def test_directory_identity_hashes_small_files_and_stats_weights(tmp_path: Path)
     assert set(records) == {"config.json", "model.safetensors"}
     assert records["config.json"]["sha256"] == hashlib.sha256(b"{}").hexdigest()
     weight = records["model.safetensors"]
-    assert set(weight) == {"name", "size", "mtime_ns", "inode", "header_sha256"}
+    assert set(weight) == {"name", "size", "mtime_ns", "ctime_ns", "inode", "header_sha256"}

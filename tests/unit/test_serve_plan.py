@@ -102,7 +102,8 @@ def test_touched_weight_file_changes_the_hash(model_copy: Path) -> None:
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     after = plan_for(model_copy)
     assert [c["field"] for c in plan_diff(before, after)] == [
-        f"models[{model_copy.name}].source.files[model.safetensors].mtime_ns"
+        f"models[{model_copy.name}].source.files[model.safetensors].ctime_ns",
+        f"models[{model_copy.name}].source.files[model.safetensors].mtime_ns",
     ]
 
 

@@ -159,7 +159,17 @@ def test_check_refuses_a_touched_base_weight(completed: dict[str, Any], model_co
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     with pytest.raises(BaseModelChanged) as info:
         check_training_receipt(completed, tmp_path)
-    assert [c["field"] for c in info.value.details["changes"]] == ["files[model.safetensors].mtime_ns"]
+    assert [c["field"] for c in info.value.details["changes"]] == [
+        "files[model.safetensors].ctime_ns",  # any change to a file's metadata moves its ctime too
+        "files[model.safetensors].mtime_ns",
+    ]
+
+
+def test_an_older_receipt_without_ctime_still_checks(completed: dict[str, Any], tmp_path: Path) -> None:
+    """A receipt written before ctime_ns was bound pins its weights without it, and still checks as unchanged."""
+    for record in completed["base"]["files"]:
+        record.pop("ctime_ns", None)
+    assert check_training_receipt(completed, tmp_path)["base"]["path"]
 
 
 def test_check_refuses_a_base_that_is_gone(completed: dict[str, Any], model_copy: Path, tmp_path: Path) -> None:

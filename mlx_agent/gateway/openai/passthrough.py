@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -22,6 +23,7 @@ from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_json_body
+from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE
 
 
 class PassThrough:
@@ -72,8 +74,9 @@ class PassThrough:
 class OpenAiApi:
     """The handlers of the OpenAI-style endpoints the workers serve themselves, and the front's listings."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream, prove: Callable[[str], str]) -> None:
         self.upstream = upstream
+        self.prove = prove  # the front's answer to a readiness challenge
         self.created = int(time.time())
 
     async def root(self, request: web.Request) -> web.Response:
@@ -83,14 +86,16 @@ class OpenAiApi:
     async def health(self, request: web.Request) -> web.Response:
         """Answer 200 while the front listens; ``ready`` says every model it preloads is loaded."""
         fleet = self.upstream.fleet
-        return json_response(
-            {
-                "status": "ok",
-                "ready": fleet.ready,
-                "model_state": fleet.models[0].state,
-                "models": {m.name: m.state for m in fleet.models},
-            }
-        )
+        doc: dict[str, Any] = {
+            "status": "ok",
+            "ready": fleet.ready,
+            "model_state": fleet.models[0].state,
+            "models": {m.name: m.state for m in fleet.models},
+        }
+        challenge = request.query.get(CHALLENGE_PARAM)
+        if challenge and len(challenge) <= MAX_CHALLENGE:
+            doc["proof"] = self.prove(challenge)
+        return json_response(doc)
 
     def _entries(self, request: web.Request) -> list[dict[str, Any]]:
         anthropic = "anthropic-version" in request.headers

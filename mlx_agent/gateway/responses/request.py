@@ -250,7 +250,7 @@ def _input(items: object, tools: ToolSet) -> list[dict[str, Any]]:
         raise refuse("'input' must be a string or a non-empty list of items", "input")
     out: list[dict[str, Any]] = []
     for index, item in enumerate(items):
-        where = f"input[{index}]"
+        where = f"input.{index}"
         if not isinstance(item, Mapping):
             raise refuse("each input item must be an object", where, "invalid_type")
         kind = item.get("type") or ("message" if "role" in item else None)
@@ -285,7 +285,7 @@ def _text(content: object, where: str) -> str:
         raise refuse("content must be a string or a list of parts", f"{where}.content", "invalid_type")
     texts = []
     for index, part in enumerate(content):
-        inner = f"{where}.content[{index}]"
+        inner = f"{where}.content.{index}"
         if not isinstance(part, Mapping):
             raise refuse("each content part must be an object", inner, "invalid_type")
         kind = part.get("type")

@@ -1,0 +1,315 @@
+"""A hostile machine: another local user, planted links and squatters cannot take over or mislead a server.
+
+The attacker is a real second user (created with ``useradd``; these tests need root, as CI runs them, and are
+skipped with the reason printed otherwise). Each test stages the attack first, then checks it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import FAKE_SERVER, Agent, fake_runtime, free_port
+
+ATTACKER = "mlxattacker"
+
+
+@pytest.fixture(scope="module")
+def attacker() -> Iterator[pwd.struct_passwd]:
+    """Return an unprivileged second user, created for the tests (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second user (CI runs as root)")
+    if shutil.which("useradd") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs useradd and setpriv to act as a second user")
+    try:
+        pwd.getpwnam(ATTACKER)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER], check=True)
+    yield pwd.getpwnam(ATTACKER)
+
+
+def as_user(user: pwd.struct_passwd, code: str) -> subprocess.CompletedProcess[str]:
+    """Run Python ``code`` as ``user`` (no groups, no privileges) and return what happened."""
+    return subprocess.run(
+        ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+
+
+def start_args(model: Path, exe: Path, port: int) -> list[str]:
+    """Return serve start arguments for a stand-in runtime."""
+    return ["--path", str(model), "--runtime-executable", str(exe), "--port", str(port)]
+
+
+def test_another_user_cannot_reach_or_squat_a_worker_socket(
+    agent: Agent, tiny_model: Path, attacker: pwd.struct_passwd
+) -> None:
+    """The worker's Unix socket sits in a 0700 directory: another user can neither connect nor plant a socket."""
+    port = free_port()
+    receipt = agent.launch("--path", str(tiny_model), "--port", str(port), "--max-tokens", "4")
+    worker = agent.run("serve", "status").data["servers"][0]["models"][0]["worker"]
+    sock = Path(worker["address"])  # the plan's socket directory, or a private temporary one for a long path
+    sockets = sock.parent
+    assert (sockets.stat().st_mode & 0o777) == 0o700
+    attempt = as_user(
+        attacker,
+        "import socket, sys\n"
+        f"s = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({str(sock)!r})\n    print('connected')\n"
+        "except OSError as e:\n    print('refused', e.errno)\n"
+        f"t = socket.socket(socket.AF_UNIX)\ntry:\n    t.bind({str(sockets / 'evil.sock')!r})\n    print('bound')\n"
+        "except OSError as e:\n    print('refused', e.errno)\n",
+    )
+    assert attempt.stdout.split("\n")[:2] == ["refused 13", "refused 13"], attempt.stdout + attempt.stderr
+    assert "--port" not in " ".join(receipt["plan"]["models"][0]["worker"]["argv"])  # no port in any argv
+    assert agent.run("serve", "status").data["servers"][0]["health"] == "ok"
+
+
+def test_a_squatter_on_the_port_is_port_in_use_not_a_ready_server(
+    agent: Agent, tiny_model: Path, tmp_path: Path
+) -> None:
+    """A process that answers /health as a ready front on the port makes confirm port_in_use; nothing is left."""
+
+    class Squatter(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"status": "ok", "ready": true, "proof": "forged"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    args = start_args(tiny_model, exe, port)
+    preview_hash = agent.preview_hash(*args)
+    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", port), Squatter)
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    try:
+        result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    finally:
+        squatter.shutdown()
+        squatter.server_close()
+    assert (result.rc, result.code) == (1, "port_in_use"), result.stdout
+    assert agent.run("serve", "status").data["servers"] == []
+
+
+def test_a_front_answers_a_challenge_only_with_its_own_token(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """Readiness and status trust a port only when its answer proves the receipt's control token."""
+    from mlx_agent.supervise.readiness import front_answers, probe
+
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    receipt = agent.launch(*start_args(tiny_model, exe, port))
+    assert front_answers(receipt)
+    record = {"path": "/health", "status": 200}
+    assert not probe("127.0.0.1", port, record, 1.0, token="not-the-token")  # type: ignore[arg-type]
+    forged = {**receipt, "plan": {**receipt["plan"], "front": {**receipt["plan"]["front"]}}}
+    other = tmp_path / "other.token"
+    other.write_text("someone-else\n")
+    other.chmod(0o600)
+    forged["plan"]["front"]["token_path"] = str(other)
+    assert not front_answers(forged)
+
+
+def test_a_receipts_directory_others_can_write_is_refused(agent: Agent, attacker: pwd.struct_passwd) -> None:
+    """A state directory writable by group or others, or owned by another user, is state_dir_unsafe."""
+    serve = agent.serve_dir
+    serve.mkdir(parents=True)
+    serve.chmod(0o777)
+    assert agent.run("serve", "status").code == "state_dir_unsafe"
+    serve.chmod(0o700)
+    os.chown(serve, attacker.pw_uid, attacker.pw_gid)
+    refused = agent.run("serve", "status")
+    assert refused.code == "state_dir_unsafe" and str(serve) in refused.doc["error"]["message"]
+    os.chown(serve, os.getuid(), os.getgid())
+    assert agent.run("serve", "status").rc == 0
+
+
+def test_a_receipt_planted_by_another_user_is_not_obeyed(agent: Agent, attacker: pwd.struct_passwd) -> None:
+    """A receipt file another user owns (here: naming our own live process) is unreadable: nothing is signalled."""
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        serve = agent.serve_dir
+        serve.mkdir(parents=True)
+        proc = psutil.Process(victim.pid)
+        forged = {
+            "format_version": "2.0",
+            "kind": "serve",
+            "port": 9,
+            "pid": victim.pid,
+            "pgid": os.getpgid(victim.pid),
+            "create_time": proc.create_time(),
+            "cmdline": proc.cmdline(),
+            "argv": proc.cmdline(),
+        }
+        path = serve / "9.json"
+        path.write_text(json.dumps(forged))
+        os.chown(path, attacker.pw_uid, attacker.pw_gid)
+        stop = agent.run("serve", "stop", "--port", "9")
+        assert stop.code == "state_dir_unsafe", stop.stdout
+        time.sleep(0.2)
+        assert victim.poll() is None  # still alive
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_another_users_process_is_never_ours_to_stop(agent: Agent, attacker: pwd.struct_passwd) -> None:
+    """Our own receipt naming another user's process (pid, birth time and command line alike) signals nothing."""
+    victim = subprocess.Popen(
+        ["setpriv", f"--reuid={attacker.pw_uid}", f"--regid={attacker.pw_gid}", "--clear-groups", "sleep", "60"]
+    )
+    try:
+        time.sleep(0.3)
+        proc = psutil.Process(victim.pid)
+        serve = agent.serve_dir
+        serve.mkdir(parents=True)
+        receipt = {
+            "format_version": "1.0",
+            "kind": "serve",
+            "port": 9,
+            "pid": victim.pid,
+            "pgid": os.getpgid(victim.pid),
+            "create_time": proc.create_time(),
+            "cmdline": proc.cmdline(),
+            "argv": proc.cmdline(),
+        }
+        path = serve / "9.json"
+        path.write_text(json.dumps(receipt))
+        path.chmod(0o600)
+        stop = agent.run("serve", "stop", "--port", "9")
+        assert stop.code == "ownership_mismatch", stop.stdout
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_links_planted_at_state_files_are_refused(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A link at the log or lock path is refused (the target is untouched); a receipt that is a link is unsafe."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    victim.chmod(0o644)
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    args = start_args(tiny_model, exe, port)
+    preview_hash = agent.preview_hash(*args)
+    agent.serve_dir.mkdir(parents=True, mode=0o700)
+    (agent.serve_dir / f"{port}.log").symlink_to(victim)
+    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    assert result.code == "state_dir_unsafe", result.stdout
+    assert victim.read_text() == "precious\n" and (victim.stat().st_mode & 0o777) == 0o644
+    (agent.serve_dir / f"{port}.log").unlink()
+    (agent.serve_dir / f"{port}.lock").unlink(missing_ok=True)
+    (agent.serve_dir / f"{port}.lock").symlink_to(tmp_path / "dangling")
+    assert agent.run("serve", "stop", "--port", str(port)).code == "state_dir_unsafe"
+    assert not (tmp_path / "dangling").exists()  # the link's target was not created
+
+
+def test_state_directories_are_private_whatever_the_umask(tmp_path: Path, tiny_model: Path) -> None:
+    """Under umask 000 the home, receipts and previews directories are still created 0700."""
+    home = tmp_path / "fresh-home"
+    env = {**os.environ, "MLX_AGENT_HOME": str(home)}
+    launcher = Path(__file__).resolve().parents[2] / "scripts" / "mlx-agent"
+    command = f"umask 000; {sys.executable} {launcher} serve start --path {tiny_model} --port {free_port()} --json"
+    subprocess.run(["bash", "-c", command], env=env, capture_output=True, check=True, timeout=120)
+    for directory in (home, home / "previews"):
+        assert directory.is_dir() and (directory.stat().st_mode & 0o777) == 0o700, directory
+
+
+def _edit_in_place(path: Path) -> None:
+    """Change a byte of ``path`` keeping its size, inode and mtime (what a careful attacker does)."""
+    st = path.stat()
+    with open(path, "r+b") as fh:
+        fh.seek(st.st_size - 1)
+        last = fh.read(1)
+        fh.seek(st.st_size - 1)
+        fh.write(bytes([last[0] ^ 1]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_weights_edited_in_place_after_preview_are_stale(agent: Agent, model_copy: Path, tmp_path: Path) -> None:
+    """Weights changed in place with their mtime restored still make the confirm stale (ctime is bound)."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    args = start_args(model_copy, exe, free_port())
+    preview_hash = agent.preview_hash(*args)
+    _edit_in_place(model_copy / "model.safetensors")
+    stale = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    assert stale.code == "preview_stale"
+    fields = [c["field"] for c in stale.doc["error"]["details"]["changes"]]
+    assert any(f.endswith("[model.safetensors].ctime_ns") for f in fields), fields
+
+
+def test_every_load_rechecks_the_base_model(agent: Agent, model_copy: Path, tmp_path: Path) -> None:
+    """Under JIT, weights changed after confirm are refused at the first load: 503 model_changed, nothing loads."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    agent.launch(*start_args(model_copy, exe, port), "--jit")
+    _edit_in_place(model_copy / "model.safetensors")
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 503 and json.loads(refused.value.read())["error"]["code"] == "model_changed"
+    model = agent.run("serve", "status").data["servers"][0]["models"][0]
+    assert (model["model_state"], model["loads"], model["last_error"]["code"]) == ("failed", 0, "model_changed")
+    assert model["last_error"]["details"]["changed"] == [{"name": "model.safetensors", "reason": "changed"}]
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """Return a directory on a tiny tmpfs that is already full (root only; skipped otherwise)."""
+    mount = tmp_path / "full"
+    mount.mkdir(mode=0o700)
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mount)]).returncode
+    ):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        (mount / "receipts" / "serve").mkdir(parents=True, mode=0o700)
+        os.chmod(mount / "receipts", 0o700)
+        filler = mount / "filler"
+        with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as fh:
+            while True:
+                fh.write(b"\0" * 4096)
+        yield mount / "receipts"
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_an_envelope_and_leaves_nothing_running(
+    agent: Agent, tiny_model: Path, tmp_path: Path, full_disk: Path
+) -> None:
+    """With the receipts on a full disk, confirm is state_write_failed (an envelope, no traceback), nothing runs."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="full-disk-server")
+    args = [*start_args(tiny_model, exe, free_port()), "--receipts-dir", str(full_disk)]
+    preview_hash = agent.preview_hash(*args)
+    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    assert (result.rc, result.code) == (1, "state_write_failed"), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    time.sleep(0.5)
+    assert not any("full-disk-server" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
