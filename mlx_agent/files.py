@@ -20,7 +20,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
 CHUNK = 4 * 1024 * 1024
@@ -91,14 +91,16 @@ def open_private(path: Path, flags: int) -> int:
     return fd
 
 
-def sha256_file(path: Path) -> str:
-    """Return the sha256 hex of a file, read in 4 MiB chunks into one reused buffer."""
+def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    """Return the sha256 hex of a file, read in 4 MiB chunks into one reused buffer; ``progress`` gets each count."""
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as fh:
         buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size)))  # small files: small buffer
         view = memoryview(buf)
         while n := fh.readinto(buf):
             digest.update(view[:n])
+            if progress is not None:
+                progress(n)
     return digest.hexdigest()
 
 

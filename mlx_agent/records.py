@@ -55,8 +55,10 @@ class RuntimeRecord(TypedDict, total=False):
     recipe_sha256: str
     launcher: str  # "wrapped", "module" or "native"
     interpreter: str | None
+    interpreter_sha256: str
     module: str
     entry_sources: dict[str, str]
+    runtime_sources: dict[str, str]  # the runtime package's modules the worker relies on, by sha256
     versions: dict[str, str | None]
     adapter_enabled: bool
     executable: str
@@ -151,6 +153,7 @@ class WorkerRecord(TypedDict):
     """How a front starts one model's worker: argv template, environment, readiness, log."""
 
     transport: Literal["unix", "tcp"]  # "unix": argv has {socket}; "tcp": argv has {port}
+    cuts_to_context: bool  # the worker itself cuts a reply to what the context window leaves after the prompt
     model_name: str  # what the worker calls its one model in requests and replies
     argv: Annotated[list[str], Field(min_length=1)]
     env: dict[str, str]
@@ -189,6 +192,7 @@ class ModelPlan(TypedDict):
     context_window: int | None
     weight_bytes: int | None
     file_checks: list[FileCheck]
+    runtime_checks: list[FileCheck]  # interpreter, entry and runtime sources, rechecked before every load
     policy: ModelPolicyRecord
     worker: WorkerRecord
 
@@ -210,6 +214,8 @@ class FrontRecord(TypedDict):
     socket_dir: str  # "" means a private temporary directory the front makes at start
     max_loaded: int | None  # how many models may be loaded at once (None: as many as memory allows)
     log_prompts: bool  # the front's request lines carry the prompt text
+    interpreter_sha256: str  # the interpreter that runs the front, by content
+    sources: dict[str, str]  # the front's own sources, by sha256
 
 
 @with_config(STRICT)
@@ -305,6 +311,7 @@ class FrontModelConfig(TypedDict):
     context_window: Positive | None
     weight_bytes: Count | None
     file_checks: list[FileCheck]
+    runtime_checks: list[FileCheck]
     source: SourceRecord  # the base model's bound identity, rechecked before every load
     policy: ModelPolicyRecord
     worker: WorkerRecord

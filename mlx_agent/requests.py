@@ -83,6 +83,12 @@ class ServeRequest(ReceiptsRecord):
         "mlx_lm: the experimental M5 Q4 prompt kernel for eligible Qwen2 models; native elsewhere.",
         default=False,
     )
+    verify_weights: bool = option(
+        "--verify-weights",
+        "flag",
+        "Hash every weight file in full and bind the digests, rechecked before every load (slower, exact).",
+        default=False,
+    )
     port: int | None = option("--port", "int", "Loopback port (default: the runtime's, 8080 for mlx_lm).", **PORT)
     max_tokens: int = option(
         "--max-tokens", "int", "The reply limit of a request that sets none.", default=DEFAULT_MAX_TOKENS, minimum=1

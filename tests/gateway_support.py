@@ -127,6 +127,7 @@ MODEL_KEYS = (
     "context_window",
     "weight_bytes",
     "file_checks",
+    "runtime_checks",
     "source",
 )
 
@@ -151,6 +152,7 @@ def gateway_config(
         "context_window": None,
         "weight_bytes": 1000,
         "file_checks": [],
+        "runtime_checks": [],
         "source": {"kind": "path", "path": str(model_path), "model_type": None, "files": []},
         "policy": {
             "idle_timeout": policy["idle_timeout"],
@@ -159,6 +161,7 @@ def gateway_config(
         },
         "worker": {
             "transport": transport,
+            "cuts_to_context": transport == "unix",
             "model_name": "default_model",
             "argv": argv,
             "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},

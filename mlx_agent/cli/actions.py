@@ -35,10 +35,17 @@ def serve_start(req: ServeRequest, flags: dict[str, Any]) -> None:
     as_json = bool(flags["json"])
     directory = _serve_dir(req)
 
+    hashing: AbstractContextManager[None] = nullcontext()
+    if req.verify_weights and not as_json:
+        from mlx_agent.cli.render import hash_progress
+
+        hashing = hash_progress("hashing weights")
+
     def preview() -> Result:
         from mlx_agent.supervise.serve import preview as build_preview
 
-        plan, warnings = build_preview(req, directory)
+        with hashing:
+            plan, warnings = build_preview(req, directory)
         return {"plan": plan, "requires_confirmation": True}, warnings
 
     def confirm() -> Result:
@@ -49,7 +56,7 @@ def serve_start(req: ServeRequest, flags: dict[str, Any]) -> None:
             from mlx_agent.cli.render import spinner
 
             spin = spinner("loading the model")
-        with spin as tick:
+        with hashing, spin as tick:
             receipt, warnings = launch(req, flags["preview_hash"], directory, tick)
         path = str(directory / f"{receipt['port']}.json")
         return {"receipt": receipt, "receipt_path": path, "requires_confirmation": False}, warnings

@@ -99,7 +99,9 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
         names = ", ".join([model["name"], *model["aliases"]])
         table.add_row("model", escape(f"{names}: {where}"))
         total = sum(f["size"] for f in source["files"])
-        table.add_row("files", f"{len(source['files'])} bound by identity, {_size(total)}")
+        hashed = all("sha256" in f for f in source["files"])
+        how = "sha256 of every byte (--verify-weights)" if hashed else "identity (weights by stat and header)"
+        table.add_row("files", f"{len(source['files'])} bound by {how}, {_size(total)}")
         table.add_row("runtime", f"{runtime['name']} ({runtime['launcher']})")
         versions = ", ".join(f"{k} {v}" for k, v in (runtime.get("versions") or {}).items())
         table.add_row("versions", escape(versions))
@@ -172,6 +174,10 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
                 "-" if estimate is None else f"{estimate / 1e9:.1f} GB",
             )
     out.print(table)
+    for s in data["servers"]:
+        for problem in s.get("problems") or []:
+            model = f" {problem['model']}:" if problem.get("model") else ""
+            out.print(f"[yellow]port {s['port']}:{escape(model)} {problem['code']}[/]: {escape(problem['message'])}")
 
 
 def render_control(data: dict[str, Any], warnings: list[str]) -> None:
@@ -209,6 +215,27 @@ def render_stop(data: dict[str, Any], warnings: list[str]) -> None:
         out.print(f"port {data['port']}: the process had already exited; removed its receipt")
     else:
         out.print(f"port {data['port']}: stopped pid {data['pid']} ({data['how']}); removed its receipt")
+
+
+@contextmanager
+def hash_progress(message: str) -> Iterator[None]:
+    """Draw a progress bar with throughput for any full hashing done inside (``--verify-weights``)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from mlx_agent.plan.identity import HASH_PROGRESS
+
+    columns = (TextColumn(message), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task(message, total=None)
+
+        def show(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        token = HASH_PROGRESS.set(show)
+        try:
+            yield
+        finally:
+            HASH_PROGRESS.reset(token)
 
 
 @contextmanager

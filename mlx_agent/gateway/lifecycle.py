@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlx_agent.errors import AdapterChanged, MlxAgentError, ModelChanged, RequestRefused, UnloadBlocked
+from mlx_agent.errors import (
+    AdapterChanged,
+    MlxAgentError,
+    ModelChanged,
+    RequestRefused,
+    RuntimeChanged,
+    UnloadBlocked,
+)
 from mlx_agent.files import changed_files, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.worker import WorkerProcess
@@ -184,6 +191,17 @@ class Lifecycle:
                     details={"changed": moved, "path": self.model["source"]["path"]},
                 )
                 raise self._fail(error, error.code)
+            runtime = self.model["runtime_checks"]
+            changed_runtime = await asyncio.to_thread(
+                changed_files, [(Path(c["path"]), c["sha256"], c["size"]) for c in runtime]
+            )
+            if changed_runtime:
+                error = RuntimeChanged(
+                    "the interpreter, mlx-agent's entry or the runtime's sources changed since the plan was "
+                    "reviewed; preview and confirm a new serve plan",
+                    details={"changed": changed_runtime},
+                )
+                raise self._fail(error, error.code)
         checks = self.model["file_checks"]
         if not checks:
             return
@@ -200,7 +218,7 @@ class Lifecycle:
         self.state = "failed"
         self.last_error = {"code": code, "message": error.message, "at": utc_iso(time.time()), "details": error.details}
         log.error("%s: load failed: %s: %s", self.name, code, error.message)
-        client_code = code if code in (AdapterChanged.code, ModelChanged.code) else "load_failed"
+        client_code = code if code in (AdapterChanged.code, ModelChanged.code, RuntimeChanged.code) else "load_failed"
         return RequestRefused(
             503, f"the model could not be loaded: {error.message}", code=client_code, type_="server_error"
         )
@@ -221,7 +239,7 @@ class Lifecycle:
         self.state = "failed"
         self.worker_exits += 1
         self.last_error = {
-            "code": "worker_exited",
+            "code": "generation_died" if code == EXIT_GENERATION_DIED else "worker_exited",
             "message": f"the worker exited: {why}",
             "at": utc_iso(time.time()),
             "details": {"exit_code": code, "log_path": str(worker.log_path), "log_tail": log_tail(worker.log_path)},

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments
+from mlx_agent.files import sha256_file
 from mlx_agent.wire import (
     FRONT_CONFIG_VERSION,
     FRONT_MODULE,
@@ -93,7 +94,22 @@ def front_record(
         "socket_dir": socket_dir(serve_dir, port),
         "max_loaded": max_loaded,
         "log_prompts": log_prompts,
+        "interpreter_sha256": sha256_file(Path(sys.executable).resolve()),
+        "sources": front_sources(),
     }
+
+
+# The modules the front runs besides gateway/ (what ``python -m mlx_agent.gateway`` imports).
+FRONT_MODULES = ("bodies.py", "errors.py", "files.py", "policy.py", "readiness.py", "records.py", "spawn.py", "wire.py")
+
+
+def front_sources() -> dict[str, str]:
+    """Return the sha256 of each source the front runs, keyed by its package-relative name."""
+    from mlx_agent.resources import PACKAGE_DIR
+
+    files = [*sorted((PACKAGE_DIR / "gateway").rglob("*.py")), *(PACKAGE_DIR / m for m in FRONT_MODULES)]
+    files.append(PACKAGE_DIR / "plan" / "identity.py")
+    return {p.relative_to(PACKAGE_DIR).as_posix(): sha256_file(p) for p in files if "__pycache__" not in p.parts}
 
 
 def front_argv(config_path: str) -> list[str]:
@@ -120,6 +136,7 @@ def _model_config(model: ModelPlan) -> FrontModelConfig:
         "context_window": model["context_window"],
         "weight_bytes": model["weight_bytes"],
         "file_checks": model["file_checks"],
+        "runtime_checks": model["runtime_checks"],
         "source": model["source"],
         "policy": model["policy"],
         "worker": model["worker"],

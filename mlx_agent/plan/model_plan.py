@@ -17,9 +17,9 @@ from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
-from mlx_agent.plan.identity import read_safetensors_header
+from mlx_agent.plan.identity import read_safetensors_header, with_digests
 from mlx_agent.plan.recipes import AUTO, load_recipe
-from mlx_agent.plan.runtime import resolve_runtime
+from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
@@ -64,6 +64,7 @@ class ModelSpec:
         "served_model_name",
         "thinking",
         "training_receipt",
+        "verify_weights",
     )
 
     def __init__(
@@ -86,6 +87,7 @@ class ModelSpec:
         idle_timeout: float = 0,
         keep_loaded: bool = False,
         preload: bool = True,
+        verify_weights: bool = False,
     ) -> None:
         self.path = path
         self.repo = repo
@@ -104,6 +106,7 @@ class ModelSpec:
         self.idle_timeout = idle_timeout
         self.keep_loaded = keep_loaded
         self.preload = preload
+        self.verify_weights = verify_weights  # hash weights in full: digests bound and rechecked at every load
 
 
 def validate_spec(spec: ModelSpec) -> None:
@@ -287,6 +290,8 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         source, config = resolve_path_source(spec.path)
     else:
         source, config = resolve_repo_source(spec.repo or "")
+    if spec.verify_weights:
+        source = with_digests(source)  # the same record, digests added
     name, reason = select_runtime(spec.runtime, config, spec.runtime_executable)
     recipe, recipe_sha = load_recipe(name)
     runtime = resolve_runtime(name, recipe, recipe_sha, spec.runtime_executable)
@@ -299,7 +304,8 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     extra_args += accel.entry_flags(lookup, prefill, runtime)
     window = context_window(config)
     wrapped = runtime["launcher"] == "wrapped"
-    if wrapped and window is not None:
+    cuts = wrapped and bool(recipe.get("cuts_to_context"))
+    if cuts and window is not None:
         extra_args += [CONTEXT_WINDOW_FLAG, str(window)]
     values = {
         "model": source["path"],
@@ -332,9 +338,11 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "context_window": window,
         "weight_bytes": weight_bytes(source, adapter),
         "file_checks": file_checks(adapter),
+        "runtime_checks": runtime_checks(runtime),
         "policy": {"idle_timeout": spec.idle_timeout, "keep_loaded": spec.keep_loaded, "preload": spec.preload},
         "worker": {
             "transport": "unix" if wrapped else "tcp",
+            "cuts_to_context": cuts,
             "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
             "argv": build_argv(runtime, native_args),
             "env": child_env(runtime["launcher"]),

@@ -184,7 +184,7 @@ def _relative(value: str | None, base: Path) -> str | None:
     return str(expanded if expanded.is_absolute() else base / expanded)
 
 
-def model_specs(tables: list[dict[str, Any]], base: Path, *, jit: bool) -> list[ModelSpec]:
+def model_specs(tables: list[dict[str, Any]], base: Path, *, jit: bool, verify_weights: bool) -> list[ModelSpec]:
     """Return the plan's model specs: the mode's policy defaults, overridden per model by the file."""
     import json
 
@@ -213,6 +213,7 @@ def model_specs(tables: list[dict[str, Any]], base: Path, *, jit: bool) -> list[
                 idle_timeout=table["idle_timeout"] or 0,
                 keep_loaded=(not jit) if keep is None else keep,
                 preload=(not jit) if preload is None else preload,
+                verify_weights=verify_weights,
             )
         )
     return specs

@@ -26,7 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import RuntimeRecord
+    from mlx_agent.records import FileCheck, RuntimeRecord
 
 ENTRY_DIR = PACKAGE_DIR / "runtime"
 
@@ -43,6 +43,42 @@ def entry_sources() -> dict[str, str]:
         for p in sorted(set(files))
         if "__pycache__" not in p.parts
     }
+
+
+def runtime_sources(recipe: dict[str, Any]) -> dict[str, str]:
+    """Return the sha256 of the runtime modules the entry relies on (``patched_modules`` globs), by name."""
+    package = recipe["package"]
+    root = package_dir(package, None)
+    if root is None:
+        return {}
+    files = sorted({p for pattern in recipe.get("patched_modules", []) for p in root.glob(pattern) if p.is_file()})
+    return {f"{package}/{p.relative_to(root).as_posix()}": sha256_file(p) for p in files}
+
+
+def interpreter_sha256(interpreter: str) -> str:
+    """Return the sha256 of the interpreter binary a path names (through its links)."""
+    return sha256_file(Path(interpreter).resolve())
+
+
+def runtime_checks(runtime: RuntimeRecord) -> list[FileCheck]:
+    """Return the files every worker load rechecks by content: the interpreter, our entry, the runtime's modules."""
+    checks: list[FileCheck] = []
+    named: list[tuple[Path, str]] = []
+    if runtime.get("interpreter_sha256") and runtime.get("interpreter"):
+        named.append((Path(str(runtime["interpreter"])).resolve(), str(runtime["interpreter_sha256"])))
+    named += [(PACKAGE_DIR / name, digest) for name, digest in (runtime.get("entry_sources") or {}).items()]
+    for name, digest in (runtime.get("runtime_sources") or {}).items():
+        package, _, rest = name.partition("/")
+        root = package_dir(package, None)
+        if root is not None:
+            named.append((root / rest, digest))
+    for path, digest in named:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = -1
+        checks.append({"path": str(path), "sha256": digest, "size": max(size, 0)})
+    return checks
 
 
 def configured_executable(name: str) -> str | None:
@@ -156,17 +192,21 @@ def resolve_runtime(name: str, recipe: dict[str, Any], recipe_sha: str, executab
             "recipe_sha256": recipe_sha,
             "launcher": "wrapped",
             "interpreter": interpreter,
+            "interpreter_sha256": interpreter_sha256(interpreter),
             "module": ENTRY_MODULE,
             "entry_sources": entry_sources(),
+            "runtime_sources": runtime_sources(recipe),
             "versions": {**versions, "mlx-agent": mlx_agent.__version__},
-            "adapter_enabled": True,
+            "adapter_enabled": bool(recipe["capabilities"].get("adapter")),
         }
     return {
         "name": name,
         "recipe_sha256": recipe_sha,
         "launcher": "module",
         "interpreter": interpreter,
+        "interpreter_sha256": interpreter_sha256(interpreter),
         "module": recipe["native_module"],
+        "runtime_sources": runtime_sources(recipe),
         "versions": versions,
         "adapter_enabled": False,
     }

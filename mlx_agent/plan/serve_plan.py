@@ -96,6 +96,7 @@ def model_spec(req: ServeRequest) -> ModelSpec:
         idle_timeout=policy.idle_timeout if req.jit else 0,
         keep_loaded=policy.keep_loaded or not req.jit,
         preload=not req.jit,
+        verify_weights=req.verify_weights,
     )
 
 
@@ -115,7 +116,7 @@ def fleet_specs(req: ServeRequest) -> tuple[list[ModelSpec], ModelsFileRecord | 
             "loading on request or unloading: add --jit (an eager front loads every model and keeps it)",
             details={"path": record["path"], "line": line, "key": key, "model": tables[index]["name"]},
         )
-    specs = model_specs(tables, base, jit=req.jit)
+    specs = model_specs(tables, base, jit=req.jit, verify_weights=req.verify_weights)
     if req.supervisor != "mlx-agent" and any(s.training_receipt for s in specs):
         raise LaunchdTrainingReceiptUnsupported("a training receipt cannot be installed as a launchd or systemd unit")
     return specs, record

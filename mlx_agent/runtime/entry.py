@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 
-USAGE = "usage: python -m mlx_agent.runtime mlx_lm [mlx_lm.server arguments...]"
+USAGE = "usage: python -m mlx_agent.runtime {mlx_lm|mlx-vlm} [the runtime server's arguments...]"
 
 
 def main(argv: list[str]) -> int:
     """Run the named runtime's server with our wrapping; return the process exit status."""
-    if not argv or argv[0] != "mlx_lm":
+    if argv[:1] == ["mlx-vlm"]:
+        from mlx_agent.runtime.mlx_vlm_server import serve as serve_vlm
+
+        return serve_vlm(argv[1:])
+    if argv[:1] != ["mlx_lm"]:
         print(USAGE, file=sys.stderr)
         return 2
     from mlx_agent.runtime.accel_entry import refuse_if_changed as refuse_if_runtime_changed

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 STOP_GRACE_SECONDS = 10.0
 STOP_LOCK_SECONDS = 30.0
+# Below this much free space where a server writes its logs and receipts, status says the disk is full.
+DISK_LOW_BYTES = 8 * 1024 * 1024
 
 
 def adapter_fields(receipt: dict[str, Any], verify: bool) -> dict[str, Any]:
@@ -84,11 +86,15 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
         front = front_status(receipt) if proved else {"model_state": None, "models": []}  # type: ignore[arg-type]
     elif (receipt.get("plan") or {}).get("jit"):
         front = {"jit": True, "model_state": None}  # an older JIT gateway: its control API has changed
+    problems = _problems(receipt, path, front) if state == "running" else []
+    if health == "ok" and problems:
+        health = "degraded"
     return {
         **front,
         "port": port,
         "state": _state(receipt, state),
         "health": health,
+        "problems": problems,
         "pid": receipt["pid"],
         "pgid": receipt["pgid"],
         "base_url": receipt.get("base_url"),
@@ -100,6 +106,40 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
         "receipt_path": str(path),
         **adapter_fields(receipt, verify),
     }
+
+
+def _problems(receipt: dict[str, Any], path: Path, front: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return what makes a live server less than ok: a state disk nearly full, a model whose worker failed."""
+    import shutil
+
+    problems: list[dict[str, Any]] = []
+    places = {path.parent, *(Path(p).parent for p in (receipt.get("log_path"),) if p)}
+    for place in sorted(places):
+        try:
+            free = shutil.disk_usage(place).free
+        except OSError:
+            continue
+        if free < DISK_LOW_BYTES:
+            problems.append(
+                {
+                    "code": "disk_full",
+                    "message": f"{place} has {free // 1024} KiB free: logs, receipts and policy changes may be "
+                    "lost; free some space",
+                    "path": str(place),
+                    "free_bytes": free,
+                }
+            )
+    for model in front.get("models") or []:
+        error = model.get("last_error") or {}
+        if model.get("model_state") == "failed":
+            problems.append(
+                {
+                    "code": error.get("code", "model_failed"),
+                    "message": error.get("message", "the model's last load failed"),
+                    "model": model.get("name"),
+                }
+            )
+    return problems
 
 
 def _state(receipt: dict[str, Any], state: str) -> str:

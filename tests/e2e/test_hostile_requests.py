@@ -159,6 +159,7 @@ def test_a_worker_whose_generation_died_is_replaced_and_counted(tiny_model: Path
             time.sleep(0.1)
         state = gateway.status()
         assert state["worker_exits"] == 1 and state["loads"] == 2
+        assert state["last_error"]["code"] == "generation_died"
         assert gateway.chat(max_tokens=4).status == 200
         assert "its generation thread died" in gateway.log_path.read_text()
     finally:

@@ -45,13 +45,15 @@ def png(width: int = 32, height: int = 24) -> str:
 
 
 def test_auto_serves_a_vision_model_with_mlx_vlm(agent: Agent, tiny_vlm: Path) -> None:
-    """Runtime auto reads vision_config, launches mlx_vlm.server on loopback, waits for the load, answers an image."""
+    """Runtime auto reads vision_config, runs mlx_vlm's server on a private socket (no port), answers an image."""
     port = free_port()
     receipt = agent.launch("--path", str(tiny_vlm), "--runtime", "auto", "--port", str(port))
     model = receipt["plan"]["models"][0]
     assert model["runtime"]["name"] == "mlx-vlm" and "vision_config" in model["runtime_reason"]
     worker = model["worker"]["argv"]
-    assert worker[worker.index("--host") + 1] == "127.0.0.1" and model["worker"]["transport"] == "tcp"
+    assert worker[1:4] == ["-m", "mlx_agent.runtime", "mlx-vlm"] and model["worker"]["transport"] == "unix"
+    assert "--port" not in worker and "--host" not in worker and "{socket}" in worker
+    assert any(name.startswith("mlx_vlm/server/") for name in model["runtime"]["runtime_sources"])
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     reply = client.chat.completions.create(
         model=str(tiny_vlm),

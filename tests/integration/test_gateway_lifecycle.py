@@ -248,6 +248,17 @@ def test_changed_adapter_fails_the_load_before_a_worker_starts(tmp_path: Path) -
         assert gateway.chat().status == 200
 
 
+def test_a_changed_runtime_source_fails_the_load(tmp_path: Path) -> None:
+    """A runtime file the plan bound (interpreter, entry or runtime source) changed since: runtime_changed, no load."""
+    patched = tmp_path / "server.py"
+    patched.write_text("# the reviewed runtime\n")
+    with running_gateway(tmp_path, runtime_checks=[file_check(patched)]) as gateway:
+        patched.write_text("# an edited runtime\n")
+        reply = gateway.chat()
+        assert (reply.status, reply.json()["error"]["code"]) == (503, "runtime_changed")
+        assert (gateway.status()["loads"], gateway.status()["last_error"]["code"]) == (0, "runtime_changed")
+
+
 def test_adapter_changed_during_a_load_stops_the_new_worker(tmp_path: Path) -> None:
     """The recheck after a load catches a change made while it loaded, and that worker is stopped."""
     adapter = tmp_path / "adapters.safetensors"

@@ -7,6 +7,7 @@ skipped with the reason printed otherwise). Each test stages the attack first, t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.server
 import json
 import os
@@ -112,6 +113,26 @@ def test_a_squatter_on_the_port_is_port_in_use_not_a_ready_server(
         squatter.server_close()
     assert (result.rc, result.code) == (1, "port_in_use"), result.stdout
     assert agent.run("serve", "status").data["servers"] == []
+
+
+def test_another_homes_server_on_the_port_is_port_in_use(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A server of another MLX_AGENT_HOME on the port makes this home's preview and confirm port_in_use."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
+    port = free_port()
+    args = start_args(tiny_model, exe, port)
+    other_home = tmp_path / "other-home"
+    other_home.mkdir()
+    other = Agent(other_home, {**agent.env, "MLX_AGENT_HOME": str(other_home)})
+    preview_hash = agent.preview_hash(*args)  # reviewed while the port was free
+    other.launch(*args)
+    try:
+        assert agent.run("serve", "start", *args).code == "port_in_use"
+        confirm = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+        assert (confirm.rc, confirm.code) == (1, "port_in_use")
+        assert agent.run("serve", "status").data["servers"] == []
+        assert other.run("serve", "status").data["servers"][0]["health"] == "ok"
+    finally:
+        other.run("serve", "stop", "--port", str(port))
 
 
 def test_a_front_answers_a_challenge_only_with_its_own_token(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
@@ -279,26 +300,50 @@ def test_every_load_rechecks_the_base_model(agent: Agent, model_copy: Path, tmp_
     assert model["last_error"]["details"]["changed"] == [{"name": "model.safetensors", "reason": "changed"}]
 
 
-@pytest.fixture
-def full_disk(tmp_path: Path) -> Iterator[Path]:
-    """Return a directory on a tiny tmpfs that is already full (root only; skipped otherwise)."""
-    mount = tmp_path / "full"
+def test_verify_weights_binds_every_byte_and_shows_its_progress(agent: Agent, model_copy: Path) -> None:
+    """--verify-weights binds each weight's full sha256 (another hash than without), with a progress bar."""
+    args = ["--path", str(model_copy), "--port", str(free_port())]
+    plain = agent.run("serve", "start", *args).data["plan"]
+    verified = agent.run("serve", "start", *args, "--verify-weights").data["plan"]
+    weight = next(f for f in verified["models"][0]["source"]["files"] if f["name"] == "model.safetensors")
+    with open(model_copy / "model.safetensors", "rb") as fh:
+        assert weight["sha256"] == hashlib.file_digest(fh, "sha256").hexdigest()
+    assert plain["preview_hash"] != verified["preview_hash"]
+    human = agent.run("serve", "start", *args, "--verify-weights", check_json=False)
+    assert human.rc == 0 and "hashing weights" in human.stderr and "sha256 of every byte" in human.stdout
+
+
+@contextlib.contextmanager
+def small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
+    """Mount a tmpfs of ``size`` and yield its private receipts directory (root only; skipped otherwise)."""
+    mount = tmp_path / "small"
     mount.mkdir(mode=0o700)
     if (
         os.geteuid() != 0
-        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mount)]).returncode
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)]).returncode
     ):
         pytest.skip("needs root to mount a small tmpfs")
     try:
         (mount / "receipts" / "serve").mkdir(parents=True, mode=0o700)
         os.chmod(mount / "receipts", 0o700)
-        filler = mount / "filler"
-        with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as fh:
-            while True:
-                fh.write(b"\0" * 4096)
         yield mount / "receipts"
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> None:
+    """Write zeros into ``directory`` until its file system refuses more."""
+    with contextlib.suppress(OSError), open(directory / "filler", "wb", buffering=0) as fh:
+        while True:
+            fh.write(b"\0" * 65536)
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """Return a receipts directory on a tiny tmpfs that is already full."""
+    with small_disk(tmp_path, "256k") as receipts:
+        fill(receipts.parent)
+        yield receipts
 
 
 def test_a_full_disk_is_an_envelope_and_leaves_nothing_running(
@@ -313,3 +358,22 @@ def test_a_full_disk_is_an_envelope_and_leaves_nothing_running(
     assert "Traceback" not in result.stderr
     time.sleep(0.5)
     assert not any("full-disk-server" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+
+
+def test_status_says_when_the_disk_a_server_writes_to_is_full(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A running server whose receipts and logs disk fills up is reported degraded with disk_full, not ok."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="filling-server")
+    with small_disk(tmp_path, "24m") as receipts:
+        args = [*start_args(tiny_model, exe, free_port()), "--receipts-dir", str(receipts)]
+        receipt = agent.launch(*args)
+        try:
+            before = agent.run("serve", "status", "--receipts-dir", str(receipts)).data["servers"][0]
+            assert (before["health"], before["problems"]) == ("ok", [])
+            fill(receipts.parent)
+            after = agent.run("serve", "status", "--receipts-dir", str(receipts)).data["servers"][0]
+            assert after["health"] == "degraded"
+            assert [p["code"] for p in after["problems"]] == ["disk_full"]
+            human = agent.run("serve", "status", "--receipts-dir", str(receipts), check_json=False)
+            assert "disk_full" in human.stdout
+        finally:
+            agent.run("serve", "stop", "--port", str(receipt["port"]), "--receipts-dir", str(receipts))

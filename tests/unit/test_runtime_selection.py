@@ -84,13 +84,13 @@ def test_vision_model_forced_onto_mlx_lm_is_refused() -> None:
         select_runtime("mlx_lm", VISION, None)
 
 
-def test_explicit_mlx_vlm_launches_its_module_on_8083(tiny_model: Path) -> None:
-    """mlx-vlm runs as `python -m mlx_vlm.server` with an explicit loopback host and its own port."""
+def test_explicit_mlx_vlm_runs_its_server_on_a_private_socket_on_8083(tiny_model: Path) -> None:
+    """mlx-vlm runs mlx_vlm's server through our entry on the front's socket (no host or port), front on 8083."""
     result = plan(tiny_model, runtime="mlx-vlm", port=None)
     argv = result["argv"]
     assert isinstance(argv, list)
-    assert argv[:3] == [sys.executable, "-m", "mlx_vlm.server"]
-    assert argv[argv.index("--host") + 1] == "127.0.0.1" and "{port}" in argv
+    assert argv[:4] == [sys.executable, "-m", "mlx_agent.runtime", "mlx-vlm"]
+    assert "{socket}" in argv and "--host" not in argv and "--port" not in argv
     assert result["port"] == 8083
     assert result["runtime"]["adapter_enabled"] is False
 

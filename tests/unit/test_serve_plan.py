@@ -155,3 +155,16 @@ def test_runtime_executable_binds_its_content(tiny_model: Path, tmp_path: Path) 
     exe.write_text(f"#!{sys.executable}\nprint('changed')\n")
     second = plan_for(tiny_model, runtime_executable=str(exe))
     assert [c["field"] for c in plan_diff(first, second)] == [f"models[{tiny_model.name}].runtime.executable_sha256"]
+
+
+def test_the_plan_binds_the_interpreter_runtime_and_front_by_content(tiny_model: Path) -> None:
+    """The interpreter, mlx_lm's patched modules, our entry and the front's sources are bound by sha256."""
+    plan = plan_for(tiny_model)
+    runtime = plan["models"][0]["runtime"]
+    assert runtime.get("interpreter_sha256") and plan["front"]["interpreter_sha256"]
+    sources = runtime.get("runtime_sources") or {}
+    assert {"mlx_lm/server.py", "mlx_lm/generate.py"} <= set(sources)
+    assert any(name.startswith("mlx_lm/tool_parsers/") for name in sources)
+    checked = {Path(c["path"]).name for c in plan["models"][0]["runtime_checks"]}
+    assert {"server.py", "generate.py", "generator.py"} <= checked  # the runtime's and our entry's
+    assert "gateway/app.py" in plan["front"]["sources"] and "bodies.py" in plan["front"]["sources"]

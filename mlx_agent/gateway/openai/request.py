@@ -43,7 +43,7 @@ def reply_limit(requested: int | None, model: FrontModelConfig) -> int:
     if requested is None:
         return model["max_tokens"]
     ceiling = model["max_tokens_ceiling"]
-    if ceiling is None and model["worker"]["transport"] != "unix":
+    if ceiling is None and not model["worker"]["cuts_to_context"]:
         ceiling = model["context_window"]  # a runtime's own server cannot cut by the prompt's length
     return requested if ceiling is None else min(requested, ceiling)
 
