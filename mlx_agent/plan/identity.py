@@ -35,6 +35,22 @@ SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 HASH_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("hash_progress", default=None)
 
 
+def _is_tensor(entry: object) -> bool:
+    """Say whether a header entry describes a tensor as the format requires (what sizes are read from)."""
+    if not isinstance(entry, dict):
+        return False
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    return (
+        isinstance(entry.get("dtype"), str)
+        and isinstance(shape, list)
+        and all(type(n) is int and n >= 0 for n in shape)
+        and isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(type(n) is int for n in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+    )
+
+
 def read_safetensors_header(path: Path) -> tuple[bytes, dict[str, Any]]:
     """Return the raw header bytes (length prefix included) and the parsed header of a safetensors file."""
     try:
@@ -51,6 +67,9 @@ def read_safetensors_header(path: Path) -> tuple[bytes, dict[str, Any]]:
         header = json.loads(body)
         if not isinstance(header, dict):
             raise ValueError("header is not a JSON object")
+        for name, tensor in header.items():
+            if name != "__metadata__" and not _is_tensor(tensor):
+                raise ValueError(f"tensor {name!r} lacks a dtype, a shape or two ordered data_offsets")
     except (OSError, ValueError) as exc:
         raise ModelInvalid(f"{path} is not a readable safetensors file: {exc}", details={"path": str(path)}) from exc
     return prefix + body, header

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
+from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported, StateDirUnsafe
 from mlx_agent.files import open_private, write_json_atomic
 from mlx_agent.wire import PLAN_VERSION
 
@@ -120,7 +120,14 @@ def receipt_files(directory: Path) -> list[Path]:
     """Return the receipt files in ``directory``, ordered by port."""
     if not directory.is_dir():
         return []
-    paths = [p for p in directory.glob("*.json") if p.stem.isdigit()]
+    try:
+        names = os.listdir(directory)  # not glob, which reads an unreadable directory as an empty one
+    except PermissionError:
+        raise StateDirUnsafe(
+            f"{directory} cannot be listed (mode {directory.stat().st_mode & 0o777:o}): its servers are unknown",
+            details={"path": str(directory)},
+        ) from None
+    paths = [directory / n for n in names if n.endswith(".json") and n[: -len(".json")].isdigit()]
     return sorted(paths, key=lambda p: int(p.stem))
 
 

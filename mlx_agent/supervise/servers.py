@@ -199,6 +199,11 @@ def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str
     except ProcessLookupError:
         _forget(receipt, path)
         return {**result, "result": "already_stopped"}
+    if live_pgid == os.getpgrp():
+        raise OwnershipMismatch(
+            f"pid {receipt['pid']} is in this command's own process group {live_pgid}: a server of ours never is",
+            details={**result, "receipt_kept": True},
+        )
     if live_pgid != receipt["pgid"]:
         raise OwnershipMismatch(
             f"pid {receipt['pid']} is in process group {live_pgid}, not the recorded {receipt['pgid']}",

@@ -15,6 +15,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -194,6 +195,51 @@ def test_a_receipt_planted_by_another_user_is_not_obeyed(agent: Agent, attacker:
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_a_receipt_naming_the_commands_own_group_is_not_obeyed(agent: Agent) -> None:
+    """A receipt naming the process group the CLI itself runs in (here: this test's) is refused; nothing dies."""
+    me = psutil.Process(os.getpid())
+    serve = agent.serve_dir
+    serve.mkdir(parents=True)
+    receipt = {
+        "format_version": "2.0",
+        "kind": "serve",
+        "port": 9,
+        "pid": me.pid,
+        "pgid": os.getpgrp(),
+        "create_time": me.create_time(),
+        "cmdline": me.cmdline(),
+        "argv": me.cmdline(),
+    }
+    (serve / "9.json").write_text(json.dumps(receipt))
+    os.chmod(serve / "9.json", 0o600)
+    stop = agent.run("serve", "stop", "--port", "9")
+    assert (stop.rc, stop.code) == (1, "ownership_mismatch"), stop.stdout + stop.stderr
+    assert "Traceback" not in stop.stderr and (serve / "9.json").exists()
+
+
+def test_an_unreadable_receipts_directory_is_an_error_not_an_empty_list(attacker: pwd.struct_passwd) -> None:
+    """A receipts directory its owner cannot list makes status state_dir_unsafe instead of 'no servers'."""
+    home = Path(tempfile.mkdtemp(prefix="mlx-agent-home-"))  # under /tmp: the other user can reach it
+    serve = home / "receipts" / "serve"
+    serve.mkdir(parents=True)
+    for directory in (home, home / "receipts", serve):
+        os.chown(directory, attacker.pw_uid, attacker.pw_gid)
+        directory.chmod(0o700)
+    serve.chmod(0o300)  # the owner may enter and write, not list
+    launcher = Path(__file__).resolve().parents[2] / "scripts" / "mlx-agent"
+    code = (
+        f"import os, runpy, sys; os.environ['MLX_AGENT_HOME'] = {str(home)!r}; "
+        f"sys.argv = ['mlx-agent', 'serve', 'status', '--json']; runpy.run_path({str(launcher)!r}, run_name='__main__')"
+    )
+    try:
+        result = as_user(attacker, code)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    doc = json.loads(result.stdout)
+    assert (result.returncode, doc["error"]["code"]) == (1, "state_dir_unsafe"), result.stdout + result.stderr
+    assert "cannot be listed" in doc["error"]["message"]
 
 
 def test_another_users_process_is_never_ours_to_stop(agent: Agent, attacker: pwd.struct_passwd) -> None:

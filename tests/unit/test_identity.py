@@ -44,11 +44,27 @@ def test_header_hash_covers_only_the_header(tmp_path: Path) -> None:
     assert safetensors_header_sha256(path) == hashlib.sha256(raw).hexdigest()
 
 
+def _header(doc: object) -> bytes:
+    raw = json.dumps(doc).encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
 @pytest.mark.parametrize(
-    "content", [b"", b"\x01\x02", struct.pack("<Q", 10) + b"{}", struct.pack("<Q", 2) + b"[]", struct.pack("<Q", 2**40)]
+    "content",
+    [
+        b"",
+        b"\x01\x02",
+        struct.pack("<Q", 10) + b"{}",
+        struct.pack("<Q", 2) + b"[]",
+        struct.pack("<Q", 2**40),
+        _header({"w": {"dtype": "U8", "shape": [4]}}),
+        _header({"w": {"dtype": "U8", "shape": [4], "data_offsets": [8, 4]}}),
+        _header({"w": {"dtype": "U8", "shape": ["4"], "data_offsets": [0, 4]}}),
+        _header({"w": [1, 2]}),
+    ],
 )
 def test_corrupt_safetensors_is_model_invalid(tmp_path: Path, content: bytes) -> None:
-    """Truncated, non-object or absurd headers are refused as model_invalid."""
+    """Truncated, non-object, absurd headers and tensors without their fields are refused as model_invalid."""
     path = tmp_path / "w.safetensors"
     path.write_bytes(content)
     with pytest.raises(ModelInvalid):
