@@ -75,14 +75,14 @@ def lookup_version_reasons(versions: dict[str, str | None], rules: dict[str, Any
 def prefill_platform_reasons(
     platform: str, macos: str | None, versions: dict[str, str | None], rules: dict[str, Any]
 ) -> list[str]:
-    """Return why this system and these exact dependency versions rule out the M5 kernel."""
+    """Return why this system and these dependency versions (minor versions, as pinned) rule out the M5 kernel."""
     reasons = []
     if platform != "darwin" or macos is None:
         reasons.append(f"needs macOS {rules['macos_min']}+ with Metal; this is {platform}")
     elif not _at_least(macos, rules["macos_min"]):
         reasons.append(f"macOS {macos} is older than {rules['macos_min']}")
     for dep in PREFILL_DEPENDENCIES:
-        if versions.get(dep) not in rules[dep]:
+        if _minor(versions.get(dep)) not in rules[dep]:
             reasons.append(f"{dep} {versions.get(dep)} is not a supported version ({', '.join(rules[dep])})")
     return reasons
 

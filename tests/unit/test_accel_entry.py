@@ -48,17 +48,25 @@ def test_untested_versions_keep_native_decoding() -> None:
 
 
 def test_prefill_platform_rules() -> None:
-    """An M5-era system (macOS 26, the exact supported stack) passes; anything else names what is wrong."""
+    """An M5-era system (macOS 26, the pinned minor versions) passes; anything else names what is wrong."""
     rules = RULES["m5_prefill"]
-    good: dict[str, str | None] = {"mlx": "0.31.1", "mlx-metal": "0.31.1", "mlx-lm": "0.29.1"}
+    good: dict[str, str | None] = {"mlx": "0.32.4", "mlx-metal": "0.32.4", "mlx-lm": "0.32.2"}
     assert accel_rules.prefill_platform_reasons("darwin", "26.0", good, rules) == []
     assert accel_rules.prefill_platform_reasons("darwin", "26.1.2", good, rules) == []
     assert "older than 26.0" in accel_rules.prefill_platform_reasons("darwin", "15.5", good, rules)[0]
     assert "this is linux" in accel_rules.prefill_platform_reasons("linux", None, good, rules)[0]
-    reasons = accel_rules.prefill_platform_reasons("darwin", "26.0", {**good, "mlx-metal": "0.32.0"}, rules)
-    assert reasons == ["mlx-metal 0.32.0 is not a supported version (0.31.1)"]
+    reasons = accel_rules.prefill_platform_reasons("darwin", "26.0", {**good, "mlx-metal": "0.31.1"}, rules)
+    assert reasons == ["mlx-metal 0.31.1 is not a supported version (0.32)"]
     assert accel_rules.gpu_reasons("applegpu_g17s", rules) == []
     assert accel_rules.gpu_reasons("applegpu_g16s", rules) == ["GPU architecture applegpu_g16s is not applegpu_g17s"]
+
+
+def test_the_kernel_is_eligible_on_the_stack_this_project_installs() -> None:
+    """The versions installed from this project's pins (mlx-metal as mlx's own) pass the kernel's version rule."""
+    installed = accel_rules.installed_versions(("mlx", "mlx-lm"))
+    versions = {**installed, "mlx-metal": installed["mlx"]}
+    assert accel_rules.prefill_platform_reasons("darwin", "26.0", versions, RULES["m5_prefill"]) == []
+    assert RULES["m5_prefill"]["first_written_for"] == {"mlx": "0.31.1", "mlx-metal": "0.31.1", "mlx-lm": "0.29.1"}
 
 
 def test_a_fitting_model_has_no_shape_reasons() -> None:
