@@ -18,6 +18,7 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     ├── SourceError
     │   ├── ModelNotLocal ................... model_not_local
     │   ├── ModelInvalid .................... model_invalid
+    │   ├── DraftModelMismatch .............. draft_model_mismatch
     │   ├── ConfigMissing ................... config_missing
     │   ├── ConfigUnparsable ................ config_unparsable
     │   ├── ConfigNotObject ................. config_not_object
@@ -233,6 +234,14 @@ class ModelNotLocal(SourceError):
 class ModelInvalid(SourceError):
     code = "model_invalid"
     remediation = "Point --path at a model directory holding config.json, tokenizer files and weights."
+
+
+class DraftModelMismatch(SourceError):
+    code = "draft_model_mismatch"
+    remediation = (
+        "Give --draft-model a smaller model with the served model's tokenizer vocabulary (the same family), "
+        "or leave it out."
+    )
 
 
 class ConfigMissing(SourceError):

@@ -173,6 +173,22 @@ class ModelPolicyRecord(TypedDict):
 
 
 @with_config(STRICT)
+class DraftRecord(TypedDict):
+    """mlx_lm's speculative decoding: the draft model, bound like the served one, and its step."""
+
+    source: SourceRecord
+    num_draft_tokens: int | None  # None: mlx_lm's default
+
+
+@with_config(STRICT)
+class KvCacheRecord(TypedDict):
+    """mlx_lm's KV-cache quantization."""
+
+    bits: Literal[2, 3, 4, 5, 6, 8]
+    group_size: Literal[32, 64, 128]
+
+
+@with_config(STRICT)
 class ModelPlan(TypedDict):
     """One served model of a plan: its names, files, runtime, options and worker."""
 
@@ -187,6 +203,8 @@ class ModelPlan(TypedDict):
     adapter: AdapterRecord | None
     prompt_lookup: PromptLookupRecord
     m5_prefill: M5PrefillRecord
+    draft: DraftRecord | None
+    kv_cache: KvCacheRecord | None
     max_tokens: int
     max_tokens_ceiling: int | None
     context_window: int | None
@@ -313,6 +331,7 @@ class FrontModelConfig(TypedDict):
     file_checks: list[FileCheck]
     runtime_checks: list[FileCheck]
     source: SourceRecord  # the base model's bound identity, rechecked before every load
+    draft_source: SourceRecord | None  # the draft model's, rechecked with it
     policy: ModelPolicyRecord
     worker: WorkerRecord
 

@@ -89,6 +89,23 @@ class ServeRequest(ReceiptsRecord):
         "Hash every weight file in full and bind the digests, rechecked before every load (slower, exact).",
         default=False,
     )
+    draft_model: str | None = option(
+        "--draft-model",
+        "str",
+        "mlx_lm: a small model of the same vocabulary (a path or a cached ORG/NAME) drafting for speculative decoding.",
+    )
+    num_draft_tokens: int | None = option(
+        "--num-draft-tokens", "int", "mlx_lm: tokens the draft model proposes per step (default: mlx_lm's).", minimum=1
+    )
+    kv_bits: int | None = option(
+        "--kv-bits", "int", "mlx_lm: quantize the KV cache to this many bits (2, 3, 4, 5, 6 or 8).", minimum=2
+    )
+    kv_group_size: int | None = option(
+        "--kv-group-size",
+        "int",
+        "mlx_lm: the KV cache quantization group size (32, 64 or 128; needs --kv-bits).",
+        minimum=1,
+    )
     port: int | None = option("--port", "int", "Loopback port (default: the runtime's, 8080 for mlx_lm).", **PORT)
     max_tokens: int = option(
         "--max-tokens", "int", "The reply limit of a request that sets none.", default=DEFAULT_MAX_TOKENS, minimum=1

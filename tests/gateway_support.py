@@ -129,6 +129,7 @@ MODEL_KEYS = (
     "file_checks",
     "runtime_checks",
     "source",
+    "draft_source",
 )
 
 
@@ -154,6 +155,7 @@ def gateway_config(
         "file_checks": [],
         "runtime_checks": [],
         "source": {"kind": "path", "path": str(model_path), "model_type": None, "files": []},
+        "draft_source": None,
         "policy": {
             "idle_timeout": policy["idle_timeout"],
             "keep_loaded": policy["keep_loaded"],

@@ -102,6 +102,17 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
         hashed = all("sha256" in f for f in source["files"])
         how = "sha256 of every byte (--verify-weights)" if hashed else "identity (weights by stat and header)"
         table.add_row("files", f"{len(source['files'])} bound by {how}, {_size(total)}")
+        if model["draft"] is not None:
+            draft = model["draft"]["source"]
+            steps = model["draft"]["num_draft_tokens"]
+            table.add_row(
+                "draft model",
+                escape(f"{draft.get('repo') or draft['path']} ({len(draft['files'])} files bound)")
+                + (f", {steps} tokens a step" if steps else ""),
+            )
+        kv = model["kv_cache"]
+        if kv is not None:
+            table.add_row("kv cache", f"{kv['bits']}-bit, groups of {kv['group_size']}")
         table.add_row("runtime", f"{runtime['name']} ({runtime['launcher']})")
         versions = ", ".join(f"{k} {v}" for k, v in (runtime.get("versions") or {}).items())
         table.add_row("versions", escape(versions))

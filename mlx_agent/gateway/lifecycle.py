@@ -182,15 +182,19 @@ class Lifecycle:
         return worker
 
     async def _check_files(self, when: str) -> None:
-        if when == "before":  # the base model's bound identity, before a worker may load it
-            moved = await asyncio.to_thread(source_changes, self.model["source"])
-            if moved:
-                error: MlxAgentError = ModelChanged(
-                    f"the model's files changed since the plan was reviewed ({len(moved)} file(s)); restore "
-                    "them, or preview and confirm a new serve plan",
-                    details={"changed": moved, "path": self.model["source"]["path"]},
-                )
-                raise self._fail(error, error.code)
+        if when == "before":  # the base (and draft) model's bound identity, before a worker may load it
+            sources = [("model", self.model["source"]), ("draft model", self.model["draft_source"])]
+            for which, source in sources:
+                if source is None:
+                    continue
+                moved = await asyncio.to_thread(source_changes, source)
+                if moved:
+                    error: MlxAgentError = ModelChanged(
+                        f"the {which}'s files changed since the plan was reviewed ({len(moved)} file(s)); "
+                        "restore them, or preview and confirm a new serve plan",
+                        details={"changed": moved, "path": source["path"], "draft": which != "model"},
+                    )
+                    raise self._fail(error, error.code)
             runtime = self.model["runtime_checks"]
             changed_runtime = await asyncio.to_thread(
                 changed_files, [(Path(c["path"]), c["sha256"], c["size"]) for c in runtime]

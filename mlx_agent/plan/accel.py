@@ -73,7 +73,13 @@ def _rules(
 
 
 def prompt_lookup(
-    requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, *, adapter: bool = False
+    requested: bool,
+    recipe: dict[str, Any],
+    runtime: RuntimeRecord,
+    *,
+    adapter: bool = False,
+    draft: bool = False,
+    kv_bits: bool = False,
 ) -> PromptLookupRecord:
     """Return the plan's ``prompt_lookup``: whether it was asked for and whether it will apply."""
     if not requested:
@@ -83,6 +89,10 @@ def prompt_lookup(
     reasons += lookup_version_reasons(versions, rules)
     if adapter:
         reasons.append("an adapter is served, and adapters keep native generation")
+    if draft:
+        reasons.append("a draft model is served: mlx_lm's own speculative decoding drafts instead")
+    if kv_bits:
+        reasons.append("the KV cache is quantized (--kv-bits), which the lookup decoder does not verify against")
     return {
         "requested": True,
         "applied": not reasons,

@@ -138,6 +138,7 @@ def _model_config(model: ModelPlan) -> FrontModelConfig:
         "file_checks": model["file_checks"],
         "runtime_checks": model["runtime_checks"],
         "source": model["source"],
+        "draft_source": None if model["draft"] is None else model["draft"]["source"],
         "policy": model["policy"],
         "worker": model["worker"],
     }

@@ -17,6 +17,7 @@ from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
+from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan
 from mlx_agent.plan.identity import read_safetensors_header, with_digests
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
@@ -37,8 +38,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import AdapterRecord, FileCheck, ModelPlan, RuntimeRecord, SourceRecord
+    from mlx_agent.records import AdapterRecord, DraftRecord, FileCheck, ModelPlan, RuntimeRecord, SourceRecord
 
+# What MLX's quantization accepts for a KV cache (mx.quantize bits and group sizes).
+KV_BITS = (2, 3, 4, 5, 6, 8)
+KV_GROUP_SIZES = (32, 64, 128)
 # Config keys that give a model's context window, in the order mlx_lm's model classes read them.
 CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
 
@@ -50,11 +54,15 @@ class ModelSpec:
         "adapter_path",
         "alias",
         "chat_template_args",
+        "draft_model",
         "idle_timeout",
         "keep_loaded",
+        "kv_bits",
+        "kv_group_size",
         "m5_prefill",
         "max_tokens",
         "max_tokens_ceiling",
+        "num_draft_tokens",
         "path",
         "preload",
         "prompt_lookup",
@@ -82,6 +90,10 @@ class ModelSpec:
         chat_template_args: str | None = None,
         prompt_lookup: bool = False,
         m5_prefill: bool = False,
+        draft_model: str | None = None,
+        num_draft_tokens: int | None = None,
+        kv_bits: int | None = None,
+        kv_group_size: int | None = None,
         max_tokens: int = 512,
         max_tokens_ceiling: int | None = None,
         idle_timeout: float = 0,
@@ -101,6 +113,10 @@ class ModelSpec:
         self.chat_template_args = chat_template_args  # a JSON object, as given on the command line
         self.prompt_lookup = prompt_lookup
         self.m5_prefill = m5_prefill
+        self.draft_model = draft_model  # a path or a cached ORG/NAME, bound like the base model
+        self.num_draft_tokens = num_draft_tokens
+        self.kv_bits = kv_bits
+        self.kv_group_size = kv_group_size
         self.max_tokens = max_tokens
         self.max_tokens_ceiling = max_tokens_ceiling
         self.idle_timeout = idle_timeout
@@ -135,6 +151,17 @@ def validate_spec(spec: ModelSpec) -> None:
     for pattern in spec.alias:
         if not pattern.strip():
             raise InvalidArguments("--alias must not be empty")
+    if spec.num_draft_tokens is not None and spec.draft_model is None:
+        raise InvalidArguments("--num-draft-tokens needs --draft-model")
+    if spec.kv_bits is not None and spec.kv_bits not in KV_BITS:
+        raise InvalidArguments(
+            f"--kv-bits must be one of {', '.join(map(str, KV_BITS))}", details={"kv_bits": spec.kv_bits}
+        )
+    if spec.kv_group_size is not None and (spec.kv_bits is None or spec.kv_group_size not in KV_GROUP_SIZES):
+        raise InvalidArguments(
+            f"--kv-group-size must be one of {', '.join(map(str, KV_GROUP_SIZES))}, with --kv-bits",
+            details={"kv_group_size": spec.kv_group_size},
+        )
 
 
 def _template_args(raw: str | None) -> dict[str, Any]:
@@ -235,9 +262,13 @@ def _tensor_bytes(path: Path) -> int:
     return sum(int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for k, t in header.items() if k != "__metadata__")
 
 
-def weight_bytes(source: SourceRecord, adapter: AdapterRecord | None) -> int | None:
-    """Return the tensor bytes a load brings into memory, read from safetensors headers (None if unknown)."""
-    weights = [Path(source["path"]) / f["name"] for f in source["files"] if f["name"].endswith(".safetensors")]
+def weight_bytes(source: SourceRecord, adapter: AdapterRecord | None, draft: DraftRecord | None = None) -> int | None:
+    """Return the tensor bytes a load brings into memory, read from safetensors headers (None if unknown).
+
+    A draft model's weights load beside the served model's, so they count too.
+    """
+    sources = [source] if draft is None else [source, draft["source"]]
+    weights = [Path(s["path"]) / f["name"] for s in sources for f in s["files"] if f["name"].endswith(".safetensors")]
     if not weights:
         return None
     total = sum(_tensor_bytes(path) for path in weights)
@@ -299,7 +330,17 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     adapter = _adapter(spec, recipe, runtime, trained)
     if adapter is not None:
         extra_args += ["--adapter-path", adapter["path"], *expectations(adapter)]
-    lookup = accel.prompt_lookup(spec.prompt_lookup, recipe, runtime, adapter=adapter is not None)
+    draft = draft_plan(spec, recipe, config)
+    kv_cache = kv_cache_plan(spec, recipe)
+    extra_args += decoding_args(draft, kv_cache)
+    lookup = accel.prompt_lookup(
+        spec.prompt_lookup,
+        recipe,
+        runtime,
+        adapter=adapter is not None,
+        draft=draft is not None,
+        kv_bits=kv_cache is not None,
+    )
     prefill = accel.m5_prefill(spec.m5_prefill, recipe, runtime, config, adapter=adapter is not None)
     extra_args += accel.entry_flags(lookup, prefill, runtime)
     window = context_window(config)
@@ -333,10 +374,12 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "adapter": adapter,
         "prompt_lookup": lookup,
         "m5_prefill": prefill,
+        "draft": draft,
+        "kv_cache": kv_cache,
         "max_tokens": spec.max_tokens,
         "max_tokens_ceiling": spec.max_tokens_ceiling,
         "context_window": window,
-        "weight_bytes": weight_bytes(source, adapter),
+        "weight_bytes": weight_bytes(source, adapter, draft),
         "file_checks": file_checks(adapter),
         "runtime_checks": runtime_checks(runtime),
         "policy": {"idle_timeout": spec.idle_timeout, "keep_loaded": spec.keep_loaded, "preload": spec.preload},

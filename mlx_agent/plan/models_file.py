@@ -1,11 +1,12 @@
 """A models file (``serve start --models FILE``): one ``[[model]]`` TOML table per model of a fleet.
 
 Each table names one model as ``serve start``'s options do (``name``, ``aliases``, one of ``path``, ``repo``
-or ``training_receipt``, ``runtime``, ``adapter_path``, ``thinking``, ``max_tokens``, ``prompt_lookup``, ...)
-and its policy (``idle_timeout``, ``keep_loaded``, ``preload``). Relative paths are read from the file's
-directory. The tables are checked declaratively (pydantic, unknown keys refused); a refusal names the line
-and key. Names and aliases must not collide: a request's ``model`` must reach one model, whatever the order.
-The plan binds the file's bytes (``models_file``) and every model's identity as a single-model plan does.
+or ``training_receipt``, ``runtime``, ``adapter_path``, ``thinking``, ``max_tokens``, ``prompt_lookup``,
+``draft_model``, ``kv_bits``, ...) and its policy (``idle_timeout``, ``keep_loaded``, ``preload``). Relative
+paths are read from the file's directory. The tables are checked declaratively (pydantic, unknown keys
+refused); a refusal names the line and key. Names and aliases must not collide: a request's ``model`` must
+reach one model, whatever the order. The plan binds the file's bytes (``models_file``) and every model's
+identity as a single-model plan does.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def _entry_model() -> Any:
         max_tokens_ceiling: Annotated[int, Field(ge=1)] | None = None
         prompt_lookup: bool = False
         m5_prefill: bool = False
+        draft_model: Text | None = None
+        num_draft_tokens: Annotated[int, Field(ge=1)] | None = None
+        kv_bits: Literal[2, 3, 4, 5, 6, 8] | None = None
+        kv_group_size: Literal[32, 64, 128] | None = None
         idle_timeout: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
         keep_loaded: bool | None = None
         preload: bool | None = None
@@ -184,6 +189,12 @@ def _relative(value: str | None, base: Path) -> str | None:
     return str(expanded if expanded.is_absolute() else base / expanded)
 
 
+def _path_or_repo(value: str | None, base: Path) -> str | None:
+    """Return a path made absolute against the file's directory where it exists there, else the repo id given."""
+    beside = _relative(value, base)
+    return beside if beside is not None and Path(beside).exists() else value
+
+
 def model_specs(tables: list[dict[str, Any]], base: Path, *, jit: bool, verify_weights: bool) -> list[ModelSpec]:
     """Return the plan's model specs: the mode's policy defaults, overridden per model by the file."""
     import json
@@ -208,6 +219,10 @@ def model_specs(tables: list[dict[str, Any]], base: Path, *, jit: bool, verify_w
                 else json.dumps(table["chat_template_args"], sort_keys=True),
                 prompt_lookup=table["prompt_lookup"],
                 m5_prefill=table["m5_prefill"],
+                draft_model=_path_or_repo(table["draft_model"], base),
+                num_draft_tokens=table["num_draft_tokens"],
+                kv_bits=table["kv_bits"],
+                kv_group_size=table["kv_group_size"],
                 max_tokens=table["max_tokens"],
                 max_tokens_ceiling=table["max_tokens_ceiling"],
                 idle_timeout=table["idle_timeout"] or 0,

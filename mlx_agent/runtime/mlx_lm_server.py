@@ -116,7 +116,9 @@ def serving_run(
         prompt_lookup = prepare(model_provider, accel) if accel is not None else None
         logging.info("mlx-agent: model loaded in %.2f s", time.monotonic() - started)
         warn_if_untested()
-        prompt_cache = server.LRUPromptCache(model_provider.cli_args.prompt_cache_size)  # type: ignore[attr-defined]
+        from mlx_agent.runtime.prompt_cache import AlignedPromptCache
+
+        prompt_cache = AlignedPromptCache(model_provider.cli_args.prompt_cache_size)
         generator = WrappedGenerator(model_provider, prompt_cache, limit_defaults, prompt_lookup, where.context_window)
         if where.socket is not None:
             serve_unix(where.socket, generator, WrappedHandler)

@@ -259,6 +259,23 @@ def test_a_changed_runtime_source_fails_the_load(tmp_path: Path) -> None:
         assert (gateway.status()["loads"], gateway.status()["last_error"]["code"]) == (0, "runtime_changed")
 
 
+def test_a_changed_draft_model_fails_the_load(tmp_path: Path) -> None:
+    """The draft model's bound files changed since the plan: model_changed naming the draft, nothing loads."""
+    from mlx_agent.plan.identity import directory_identity
+
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text('{"vocab_size": 512}')
+    source = {"kind": "path", "path": str(draft), "model_type": None, "files": directory_identity(draft)}
+    with running_gateway(tmp_path, draft_source=source) as gateway:
+        (draft / "config.json").write_text('{"vocab_size": 513}')
+        reply = gateway.chat()
+        assert (reply.status, reply.json()["error"]["code"]) == (503, "model_changed")
+        error = gateway.status()["last_error"]
+        assert error["details"]["draft"] is True and error["details"]["path"] == str(draft)
+        assert "draft model" in error["message"] and gateway.status()["loads"] == 0
+
+
 def test_adapter_changed_during_a_load_stops_the_new_worker(tmp_path: Path) -> None:
     """The recheck after a load catches a change made while it loaded, and that worker is stopped."""
     adapter = tmp_path / "adapters.safetensors"
