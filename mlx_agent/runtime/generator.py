@@ -4,8 +4,8 @@
 together: it renders the template the request asked for (``add_generation_prompt``, ``continue_final_message``)
 and hangs the reply's watcher on the generation arguments, where the replaced ``_make_logits_processors``
 appends it. ``generate`` runs in the handler thread and returns a ``ReplyStream`` that watches the client; with
-``--prompt-lookup`` it also marks a plain greedy request for the lookup path (``lookup_serving``), which the
-generation thread then serves alone through ``_serve_single``.
+``--prompt-lookup`` it also marks a greedy request for the lookup path (``lookup_serving``), which the generation
+thread then serves alone through ``_serve_single``, steered by the same watcher (``lookup_verify``).
 
 A Harmony model (gpt-oss) gets its own text machine from ``_make_state_machine``, a first state read from the
 prompt's last message (``_tokenize``), and the Harmony call parser on its generation context (``generate``);
@@ -36,13 +36,11 @@ from mlx_agent.runtime.harmony_serving import HarmonyTextMachine, HarmonyVocabul
 from mlx_agent.runtime.limits import Limits
 from mlx_agent.runtime.lookup_serving import PROMPT_LOOKUP_ATTRIBUTE, PromptLookup, native_reasons, serve_prompt_lookup
 from mlx_agent.runtime.request_options import RequestOptions, Served
-from mlx_agent.runtime.watcher import Grammar, ReplyWatcher, Vocabulary
+from mlx_agent.runtime.watcher import WATCHER_ATTRIBUTE, Grammar, ReplyWatcher, Vocabulary
 from mlx_agent.wire import EXIT_GENERATION_DIED
 
 log = logging.getLogger(__name__)
 
-# The attribute of mlx_lm's GenerationArguments that carries a reply's watcher to the logits processors.
-WATCHER_ATTRIBUTE = "mlx_agent_watcher"
 WATCHDOG_SECONDS = 0.5  # how often the worker looks at its generation thread
 DEATH_GRACE_SECONDS = 1.0  # what requests in flight get to answer 503 before a dead worker exits
 
@@ -292,9 +290,7 @@ class WrappedGenerator(server.ResponseGenerator):
             has_adapter=provider.cli_args.adapter_path is not None,
             kv_bits=provider.cli_args.kv_bits,
         )
-        options: RequestOptions = getattr(request, "options", RequestOptions())
-        if needs_watcher(options, self.thinks(provider.tokenizer)):
-            reasons.append("a reply watcher (structured output, thinking or answer limits)")
+        # A reply watcher (thinking, limits, a schema) steers lookup as it steers native generation.
         if any(server._image_parts(request.messages or [])):
             reasons.append("images")
         return reasons

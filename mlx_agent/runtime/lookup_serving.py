@@ -1,13 +1,14 @@
 """The wrapped server's prompt-lookup path: which requests take it, and how one is served.
 
-With ``--prompt-lookup`` a plain greedy request (``plain_greedy``) is marked in the handler thread; the
-generator then reports it as not batchable, so mlx_lm's generation thread finishes the current batch and hands
-it to ``_serve_single``, one request at a time, where ``serve_prompt_lookup`` runs the lookup decoder instead of
-``stream_generate``. Everything else keeps mlx_lm's native path, batched or not.
+With ``--prompt-lookup`` a greedy request (``native_reasons`` finds nothing against it) is marked in the handler
+thread; the generator then reports it as not batchable, so mlx_lm's generation thread finishes the current batch
+and hands it to ``_serve_single``, one request at a time, where ``serve_prompt_lookup`` runs the lookup decoder
+instead of ``stream_generate``. Everything else keeps mlx_lm's native path, batched or not.
 
 ``serve_prompt_lookup`` keeps what mlx_lm's single path does: the prompt cache is fetched before and stored after
 (with exactly the tokens the KV cache holds), stop sequences and EOS end the reply with ``stop`` (as the
-batch path reports them), ``max_tokens`` with ``length``, and a stopped context ends it at once.
+batch path reports them), ``max_tokens`` with ``length``, and a stopped context ends it at once. A reply with a
+watcher (thinking, limits, a schema) is steered by it as natively (``lookup_verify``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import mlx_lm.server as server
 from mlx_lm.generate import wired_limit
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from mlx_agent.runtime.lookup_verify import WatchedChoices
 from mlx_agent.runtime.prompt_lookup import LookupDecoder, LookupStats, plain_kv_cache
+from mlx_agent.runtime.watcher import WATCHER_ATTRIBUTE, ReplyWatcher
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,11 @@ def serve_prompt_lookup(generator: Any, request: tuple[Any, Any, Any], stream: A
         generator._log_cache_stats()
         cache, cached = _fetch(generator, model, prompt)
         ctx.prompt_cache_count = cached
-        decoder = LookupDecoder(model, cache, prompt, cached, window=settings.window, max_draft=settings.max_draft)
+        watcher: ReplyWatcher | None = getattr(args, WATCHER_ATTRIBUTE, None)
+        steering = WatchedChoices(watcher, watcher.vocab.width) if watcher is not None else None
+        decoder = LookupDecoder(
+            model, cache, prompt, cached, window=settings.window, max_draft=settings.max_draft, steering=steering
+        )
         stop_matcher = stop_sequences.matcher()
         detokenizer = tokenizer.detokenizer
         with wired_limit(model, [stream]), mx.stream(stream):

@@ -12,16 +12,22 @@ Where no draft exists the decoder runs plain steps pipelined as mlx_lm's ``gener
 step is queued before the current token is read), so text with nothing to copy keeps close to native speed.
 A draft the model rejects outright pauses drafting for a few tokens (``COOLDOWN``), doubling on each further
 miss, so ordinary chat does not pay for many useless verifications.
+
+A reply with a watcher (thinking, limits, a schema) is steered by it (``Steering``, see ``lookup_verify``): each
+position's logits are masked as the watcher would mask them natively before the argmax, and the watcher takes
+back the positions of a draft that were rejected.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models.cache import KVCache, trim_prompt_cache
+from numpy.typing import NDArray
 
 MIN_NGRAM = 2  # a single shared token proposes too many wrong drafts in ordinary text
 MAX_NGRAM = 4
@@ -96,6 +102,22 @@ class LookupStats:
         )
 
 
+class Steering(Protocol):
+    """What masks the decoder's greedy choices: a row of allowed tokens per position, or None (any)."""
+
+    def draft(self, sequence: Sequence[int], draft: list[int]) -> tuple[list[int], NDArray[np.bool_] | None]:
+        """Return the draft to verify after ``sequence`` (perhaps cut) and the mask of each of its positions."""
+        ...
+
+    def accept(self, count: int) -> None:
+        """Take back the positions after the first ``count`` draft tokens."""
+        ...
+
+    def step(self, sequence: Sequence[int], pending: Any) -> NDArray[np.bool_] | None:
+        """Return the mask after ``sequence`` and the token ``pending`` not yet read (None: no such token)."""
+        ...
+
+
 def plain_kv_cache(cache: Sequence[Any]) -> bool:
     """Whether a prompt cache is made only of ordinary, trimmable ``KVCache`` layers."""
     return bool(cache) and all(type(layer) is KVCache for layer in cache)
@@ -111,9 +133,18 @@ class LookupDecoder:
     """
 
     def __init__(
-        self, model: Any, cache: list[Any], sequence: Sequence[int], in_cache: int, *, window: int, max_draft: int
+        self,
+        model: Any,
+        cache: list[Any],
+        sequence: Sequence[int],
+        in_cache: int,
+        *,
+        window: int,
+        max_draft: int,
+        steering: Steering | None = None,
     ) -> None:
         self.model = model
+        self.steering = steering
         self.cache = cache
         self.sequence = list(sequence)
         self.in_cache = in_cache
@@ -183,26 +214,33 @@ class LookupDecoder:
             return []
         return self.index.draft(min(limit, self.max_draft))
 
-    def _choices(self, inputs: mx.array) -> mx.array:
+    def _choices(self, inputs: mx.array, allowed: NDArray[np.bool_] | None = None) -> mx.array:
         """Return the greedy token after each input position, lazily (mlx_lm's greedy: argmax of logprobs)."""
         logits = self.model(inputs[None], cache=self.cache)[0]
+        if allowed is not None:  # as the watcher masks a row natively, before the log-softmax
+            logits = mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         return mx.argmax(logprobs, axis=-1)
 
     def _verify(self, draft: list[int]) -> list[int]:
         """Feed the pending token and ``draft``; return the agreeing prefix and the model's next token."""
+        allowed = None
+        if self.steering is not None:
+            draft, allowed = self.steering.draft(self.sequence, draft)
         inputs = mx.array([self.sequence[-1], *draft], dtype=mx.uint32)
-        choices = cast(list[int], self._choices(inputs).tolist())
+        choices = cast(list[int], self._choices(inputs, allowed).tolist())
         self.in_cache += len(inputs)
         accepted = 0
         while accepted < len(draft) and choices[accepted] == draft[accepted]:
             accepted += 1
+        if self.steering is not None:
+            self.steering.accept(accepted)
         rejected = len(draft) - accepted
         if rejected:
             trim_prompt_cache(self.cache, rejected)
             self.in_cache -= rejected
         self.stats.passes += 1
-        self.stats.verifications += 1
+        self.stats.verifications += bool(draft)
         self.stats.drafted += len(draft)
         self.stats.accepted += accepted
         if accepted == 0:
@@ -214,7 +252,7 @@ class LookupDecoder:
 
     def _plain(self, budget: int) -> Generator[int, None, None]:
         """Yield plain greedy tokens, each step queued before the previous token is read, until a draft exists."""
-        current = self._choices(mx.array(self.sequence[-1:], dtype=mx.uint32))
+        current = self._choices(mx.array(self.sequence[-1:], dtype=mx.uint32), self._mask(None))
         mx.async_eval(current)  # type: ignore[no-untyped-call]
         self.in_cache += 1
         self.stats.passes += 1
@@ -223,7 +261,7 @@ class LookupDecoder:
             produced += 1
             following = None
             if produced < budget:
-                following = self._choices(current)
+                following = self._choices(current, self._mask(current))
                 mx.async_eval(following)  # type: ignore[no-untyped-call]
                 self.in_cache += 1
                 self.stats.passes += 1
@@ -241,3 +279,6 @@ class LookupDecoder:
                 yield token
                 return
             current = following
+
+    def _mask(self, pending: mx.array | None) -> NDArray[np.bool_] | None:
+        return None if self.steering is None else self.steering.step(self.sequence, pending)

@@ -17,6 +17,11 @@ and at the exact token a budget runs out), so an unconstrained reply keeps mlx_l
 token waits for the step that sampled it. Cutting short: thinking is closed by forcing its end marker (the
 model then answers); a JSON answer "wraps up" (closes what it is writing so the schema completes); a plain
 answer gets only EOS. An answer cut short is reported with finish_reason "length" (``cut``).
+
+Prompt lookup (``lookup_verify``) asks for each position of a draft in turn (``allowed``) as if the draft were
+accepted, and then takes the rejected positions back: ``mark`` is the watcher's whole state after a position (a
+value), ``restore`` returns to it (rolling the grammar back by the tokens it consumed since), and what the
+watcher would log meanwhile is held until the positions it came from are kept (``hold``, ``release``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from mlx_agent.runtime import structured
 from mlx_agent.runtime.limits import HEDGE_WINDOW, Limits, answer_reserve, count_hedges, loop_length
 
 log = logging.getLogger(__name__)
+
+# The attribute of mlx_lm's GenerationArguments that carries a reply's watcher to the logits processors.
+WATCHER_ATTRIBUTE = "mlx_agent_watcher"
 
 CHECK_EVERY = 8
 # With a draft model, mlx_lm takes back rejected guesses: the history is compared this far back each call.
@@ -76,6 +84,21 @@ class _State:
     broken: bool = False
 
 
+# Reads tokens ``lo:hi`` of the history the watcher is called with.
+Reader = Callable[[int, int], list[int]]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The watcher as it was after one call: restoring it takes back every later token and judgement."""
+
+    state: _State
+    reply_length: int
+    read_at: int
+    judged_at: int
+    held: int  # log lines held so far
+
+
 @dataclass
 class ReplyWatcher:
     """One reply's logits processor (see the module docstring)."""
@@ -88,15 +111,16 @@ class ReplyWatcher:
     verify_history: bool = False
     label: str = "reply"
     _state: _State = field(init=False)
-    _initial: _State = field(init=False)
+    _initial: Mark = field(init=False)
     _reply: list[int] = field(init=False, default_factory=list)
-    _snapshots: list[_State] = field(init=False, default_factory=list)
+    _snapshots: list[Mark] = field(init=False, default_factory=list)  # after each reply token (verify_history)
     _start: int | None = field(init=False, default=None)
     _read_at: int = field(init=False, default=0)
     _thinking_deadline: int = field(init=False, default=0)
     _finish_check_at: int = field(init=False, default=0)
     _judged_at: int = field(init=False, default=0)
     _failed: bool = field(init=False, default=False)
+    _held: list[tuple[str, tuple[Any, ...]]] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.thinking_open and self.vocab.think_end:
@@ -106,7 +130,7 @@ class ReplyWatcher:
         else:
             phase = "answer"
         self._state = _State(phase=phase)
-        self._initial = replace(self._state)
+        self._initial = Mark(replace(self._state), 0, 0, 0, 0)
         least = 0
         if self.grammar is not None:
             steps = structured.steps_to_finish(
@@ -136,52 +160,99 @@ class ReplyWatcher:
         if self._failed:
             return logits
         try:
-            return self._process(tokens, logits)
+            allowed = self._allowed(
+                int(tokens.shape[-1]), lambda lo, hi: tokens.reshape(-1)[lo:hi].tolist(), int(logits.shape[-1])
+            )
+            return logits if allowed is None else _apply(logits, allowed)
         except Exception:
-            # A bug here must not kill the generation thread that serves every request.
-            log.exception("mlx-agent: the reply watcher of %s failed; the reply continues unwatched", self.label)
-            self._failed = True
+            self._fail()
             return logits
+
+    def allowed(self, length: int, read: Reader, width: int) -> NDArray[np.bool_] | None:
+        """Return which tokens may follow a history of ``length`` tokens (None: any), as a call would steer."""
+        if self._failed:
+            return None
+        try:
+            return self._allowed(length, read, width)
+        except Exception:
+            self._fail()
+            return None
+
+    def _fail(self) -> None:
+        # A bug here must not kill the generation thread that serves every request.
+        log.exception("mlx-agent: the reply watcher of %s failed; the reply continues unwatched", self.label)
+        self._failed = True
+
+    # -- taking positions back (prompt lookup) ---------------------------------------------------------
+
+    def mark(self) -> Mark:
+        """Return the watcher's state as of now, to ``restore`` later."""
+        held = len(self._held) if self._held is not None else 0
+        return Mark(replace(self._state), len(self._reply), self._read_at, self._judged_at, held)
+
+    def restore(self, mark: Mark) -> None:
+        """Return to ``mark``, taken earlier in this reply: later tokens, judgements and held log lines go."""
+        fed = self._state.consumed
+        del self._reply[mark.reply_length :]
+        del self._snapshots[mark.reply_length :]
+        self._state = replace(mark.state)
+        self._read_at, self._judged_at = mark.read_at, mark.judged_at
+        if self._held is not None:
+            del self._held[mark.held :]
+        if self.grammar is not None and fed > self._state.consumed:
+            self.grammar.matcher.rollback(fed - self._state.consumed)
+
+    def hold(self) -> None:
+        """Hold what the watcher logs until ``release`` (its positions may yet be taken back)."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        """Log what was held and kept, and log at once from now on."""
+        held, self._held = self._held or [], None
+        for message, args in held:
+            log.info(message, *args)
+
+    def _say(self, message: str, *args: Any) -> None:
+        if self._held is not None:
+            self._held.append((message, args))
+        else:
+            log.info(message, *args)
 
     # -- reading the history ---------------------------------------------------------------------------
 
-    def _process(self, tokens: Any, logits: Any) -> Any:
-        length = int(tokens.shape[-1])
+    def _allowed(self, length: int, read: Reader, width: int) -> NDArray[np.bool_] | None:
         if self._start is None:
             self._start = length
         generated = length - self._start
         if self.eager or generated >= self._read_at:
-            self._sync(tokens.reshape(-1), generated)
+            self._sync(read, generated)
             self._judge()
             self._read_at = self._next_read()
-        return self._steer(logits, generated)
+        return self._steer(width, generated)
 
-    def _sync(self, history: Any, generated: int) -> None:
+    def _sync(self, read: Reader, generated: int) -> None:
         start = self._start or 0
         keep = min(len(self._reply), generated)
         if self.verify_history and keep:
             lo = max(0, keep - VERIFY_WINDOW)
-            seen: list[int] = history[start + lo : start + keep].tolist()
+            seen = read(start + lo, start + keep)
             parted = next((i for i, t in enumerate(seen) if t != self._reply[lo + i]), len(seen))
             if parted == 0 and lo > 0:
-                seen = history[start : start + keep].tolist()
+                seen = read(start, start + keep)
                 parted = next((i for i, t in enumerate(seen) if t != self._reply[i]), len(seen))
                 lo = 0
             keep = lo + parted
         if keep < len(self._reply):
             self._rollback(len(self._reply) - keep)
         if keep < generated:
-            for token in history[start + keep : start + generated].tolist():
+            for token in read(start + keep, start + generated):
                 self._step(int(token))
 
     def _rollback(self, count: int) -> None:
         """Take back the newest ``count`` tokens (a draft model's rejected guesses)."""
-        fed = self._state.consumed
-        del self._reply[-count:]
-        del self._snapshots[-count:]
-        self._state = replace(self._snapshots[-1] if self._snapshots else self._initial)
-        if self.grammar is not None and fed > self._state.consumed:
-            self.grammar.matcher.rollback(fed - self._state.consumed)
+        keep = len(self._reply) - count
+        self.restore(self._snapshots[keep - 1] if keep else self._initial)
 
     def _step(self, token: int) -> None:
         """Move the phases by one reply token."""
@@ -217,7 +288,7 @@ class ReplyWatcher:
             if self.grammar is None and start and tuple(self._reply[-len(start) :]) == start:
                 self._enter("thinking")  # a reply of several messages may think again
         if self.verify_history:
-            self._snapshots.append(replace(state))
+            self._snapshots.append(self.mark())
 
     def _enter(self, phase: str, at: int | None = None) -> None:
         self._state.phase = phase
@@ -296,7 +367,7 @@ class ReplyWatcher:
         return None
 
     def _close_thinking(self, reason: str) -> None:
-        log.info("mlx-agent: %s %s; closing its thinking so that it answers", self.label, reason)
+        self._say("mlx-agent: %s %s; closing its thinking so that it answers", self.label, reason)
         self._state.forced = self.vocab.think_end + self.vocab.answer_header
         self._state.thought_cut = True
 
@@ -304,30 +375,30 @@ class ReplyWatcher:
         state = self._state
         state.cut = reason
         if self.grammar is not None and not state.broken:
-            log.info("mlx-agent: %s %s; closing the JSON it is writing", self.label, reason)
+            self._say("mlx-agent: %s %s; closing the JSON it is writing", self.label, reason)
             state.wrapping = True
         else:
-            log.info("mlx-agent: %s %s; ending the answer", self.label, reason)
+            self._say("mlx-agent: %s %s; ending the answer", self.label, reason)
             state.ending = True
 
     # -- steering -----------------------------------------------------------------------------------
 
-    def _steer(self, logits: Any, generated: int) -> Any:
+    def _steer(self, width: int, generated: int) -> NDArray[np.bool_] | None:
+        """Return the tokens allowed next, or None when the model is free."""
         state = self._state
-        width = int(logits.shape[-1])
         if state.forced:
-            return _only(logits, state.forced[:1], width)
+            return _with(state.forced[:1], width)
         if state.ending:
-            return _only(logits, self.vocab.eos, width)
+            return _with(self.vocab.eos, width)
         grammar = None if state.broken else self.grammar
         if state.phase == "thinking":
             if grammar is not None:
-                return _apply(logits, _without(self.vocab.eos, width))  # answer first, then end
-            return logits
+                return _without(self.vocab.eos, width)  # answer first, then end
+            return None
         if grammar is None:
             if state.thought_cut and len(self.vocab.think_start) == 1 and state.phase == "answer":
-                return _apply(logits, _without(self.vocab.think_start, width))
-            return logits
+                return _without(self.vocab.think_start, width)
+            return None
         if state.phase == "answer" and not state.wrapping and self.max_tokens - generated <= self._finish_check_at:
             steps = structured.steps_to_finish(grammar.matcher, grammar.classes, self.vocab.eos, width)
             if self.max_tokens - generated <= 2 * steps + 4:
@@ -337,7 +408,7 @@ class ReplyWatcher:
             mask = mask | structured.pack(_with(self.vocab.think_start[:1], width))
         elif state.wrapping:
             mask = structured.wrap_up(mask, grammar.classes, self.vocab.eos)
-        return _apply(logits, structured.unpack(mask, width))
+        return structured.unpack(mask, width)
 
 
 def _with(ids: Sequence[int], width: int) -> NDArray[np.bool_]:
@@ -348,10 +419,6 @@ def _with(ids: Sequence[int], width: int) -> NDArray[np.bool_]:
 
 def _without(ids: Sequence[int], width: int) -> NDArray[np.bool_]:
     return ~_with(ids, width)
-
-
-def _only(logits: Any, ids: Sequence[int], width: int) -> Any:
-    return _apply(logits, _with(ids, width))
 
 
 def _apply(logits: Any, allowed: NDArray[np.bool_]) -> Any:

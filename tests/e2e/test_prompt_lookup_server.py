@@ -3,23 +3,28 @@
 Two servers run the session's random tiny model: one plain (native batching), one with
 ``--mlx-agent-prompt-lookup --mlx-agent-m5-prefill`` (the kernel does not apply on this machine and says so).
 Random weights fall into loops, so the lookup server accepts drafts here too; a trained copy model is used by
-``scripts/bench_prompt_lookup.py`` for speed.
+``scripts/bench_prompt_lookup.py`` for speed. A second pair serves a thinking-vocabulary variant (``<think>`` and
+``</think>`` tokens, a Qwen3-style template that opens the thinking or, with ``enable_thinking: false``, writes
+an empty thinking block): its replies are watched, and the watcher steers the lookup path as it does native.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
 from mlx_agent.wire import M5_PREFILL_FLAG, PROMPT_LOOKUP_FLAG
 from tests.conftest import Agent, assert_valid, free_port
-from tests.e2e.test_wrapped_support import Server, running
+from tests.e2e.test_wrapped_support import Server, running, variant
+from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e
 
@@ -29,6 +34,19 @@ CODE = (
     "        self.items: list[int] = []\n\n    def push(self, item: int) -> None:\n"
     "        self.items.append(item)\n"
 )
+JSON_OBJECT: dict[str, Any] = {"type": "json_object"}
+NOTE_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "note",
+        "schema": {
+            "type": "object",
+            "properties": {"note": {"type": "string"}, "count": {"type": "integer"}},
+            "required": ["note", "count"],
+            "additionalProperties": False,
+        },
+    },
+}
 CHATS = {
     "code_edit": [{"role": "user", "content": f"Rename Stack to Pile in this code:\n{CODE}"}],
     "code_edit_system": [
@@ -37,6 +55,18 @@ CHATS = {
     ],
     "chat": [{"role": "user", "content": "Could you explain why the sky looks blue during the day?"}],
     "chat_short": [{"role": "user", "content": "Hello! How are you today?"}],
+}
+# Qwen3-style: the thinking is opened for the model, or written empty when the request turns it off.
+QWEN3_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{{- '<|im_start|>assistant\\n' }}",
+    "{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and not enable_thinking %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}",
+)
+THINKING_MODES: dict[str, dict[str, Any]] = {
+    "thinking_off": {"chat_template_kwargs": {"enable_thinking": False}},
+    "thinking_budget": {"reasoning_budget": 24, "hedge_limit": 0, "repeat_limit": 0},
+    "thinking_limits": {},  # the default hedge and repeat limits and the answer reserve close the thinking
+    "thinking_off_limit_answers": {"chat_template_kwargs": {"enable_thinking": False}, "limit_answers": True},
 }
 LOOKUP_LINE = re.compile(
     r"(chatcmpl-\S+|cmpl-\S+) prompt lookup: (\d+) tokens in (\d+) forward passes, "
@@ -49,6 +79,16 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """Start the plain server and the lookup server on the same model."""
     logs = tmp_path_factory.mktemp("lookup")
     with running(tiny_model, logs) as plain, running(tiny_model, logs, PROMPT_LOOKUP_FLAG, M5_PREFILL_FLAG) as fast:
+        yield plain, fast
+
+
+@pytest.fixture(scope="module")
+def thinking_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
+    """Start the plain server and the lookup server on the thinking-vocabulary variant."""
+    model = tmp_path_factory.mktemp("thinking") / "model"
+    assert QWEN3_TEMPLATE != CHAT_TEMPLATE
+    variant(model, special=["<think>", "</think>"], template=QWEN3_TEMPLATE)
+    with running(model, model.parent) as plain, running(model, model.parent, PROMPT_LOOKUP_FLAG) as fast:
         yield plain, fast
 
 
@@ -170,19 +210,75 @@ def test_the_prompt_cache_is_reused(servers: tuple[Server, Server]) -> None:
     assert again.choices[0].message.content == reply.choices[0].message.content
 
 
-def test_sampling_and_structured_output_keep_native_generation(servers: tuple[Server, Server]) -> None:
-    """A sampled, seeded request and a JSON-constrained one take mlx_lm's path, as the log says."""
+def test_sampling_keeps_native_generation(servers: tuple[Server, Server]) -> None:
+    """A sampled, seeded request takes mlx_lm's path, as the log says."""
     plain, fast = servers
     before = len(lookups(fast))
     sampled = {"temperature": 0.9, "seed": 7, "max_tokens": 24}
     assert chat(fast, CHATS["chat"], stream=False, **sampled) == chat(plain, CHATS["chat"], stream=False, **sampled)
-    status, body = fast.post(
-        {"messages": CHATS["chat"], "max_tokens": 48, "temperature": 0, "response_format": {"type": "json_object"}}
-    )
-    assert status == 200 and body["choices"][0]["message"]["content"].startswith("{")
-    log = fast.wait_for_log("keeps native generation (a reply watcher")
-    assert "keeps native generation (sampling (temperature > 0), seed)" in log
+    assert "keeps native generation (sampling (temperature > 0), seed)" in fast.log()
     assert len(lookups(fast)) == before
+
+
+@pytest.mark.parametrize("name", ["code_edit", "chat"])
+@pytest.mark.parametrize("response_format", [JSON_OBJECT, NOTE_FORMAT], ids=["json_object", "json_schema"])
+def test_structured_output_takes_lookup_and_answers_as_native(
+    servers: tuple[Server, Server], name: str, response_format: dict[str, Any]
+) -> None:
+    """A JSON-constrained greedy reply is served by lookup, held to its schema, and identical to native."""
+    plain, fast = servers
+    before = len(lookups(fast))
+    extra = {"response_format": response_format, "max_tokens": 80}
+    want = chat(plain, CHATS[name], stream=False, **extra)
+    assert chat(fast, CHATS[name], stream=False, **extra) == want
+    assert chat(fast, CHATS[name], stream=True, **extra) == want
+    document = json.loads(want[0])
+    if response_format is NOTE_FORMAT:
+        jsonschema.validate(document, NOTE_FORMAT["json_schema"]["schema"])
+    assert isinstance(document, dict)
+    assert len(wait_for_lookups(fast, before + 2)) == before + 2, "both replies took the lookup path"
+
+
+def reply_of(server: Server, messages: list[dict[str, Any]], **extra: Any) -> tuple[Any, ...]:
+    """Return one greedy chat reply's id, reasoning, content, finish reason and completion tokens."""
+    status, body = server.post({"messages": messages, "max_tokens": 96, "temperature": 0, **extra})
+    assert status == 200, body
+    choice = body["choices"][0]
+    message = choice["message"]
+    return body["id"], message.get("reasoning"), message["content"], choice["finish_reason"], body["usage"]
+
+
+@pytest.mark.parametrize("mode", sorted(THINKING_MODES))
+@pytest.mark.parametrize("name", ["code_edit", "chat"])
+def test_thinking_replies_are_token_for_token_native(
+    thinking_servers: tuple[Server, Server], name: str, mode: str
+) -> None:
+    """On a thinking vocabulary, thinking on (its budget or limits active) or off, lookup answers as native does."""
+    plain, fast = thinking_servers
+    before = len(lookups(fast))
+    extra = THINKING_MODES[mode]
+    want = reply_of(plain, CHATS[name], **extra)
+    got = reply_of(fast, CHATS[name], **extra)
+    assert got[1:] == want[1:]
+    streamed = [chat(server, CHATS[name], stream=True, extra_body=extra) for server in (fast, plain)]
+    assert streamed[0] == streamed[1]
+    found = wait_for_lookups(fast, before + 2)
+    assert len(found) == before + 2, "both replies took the lookup path"
+    assert found[before][0] == got[0]
+    assert name == "chat" or int(found[before][3]) > 0, "drafts were verified under the watcher"
+    if mode.startswith("thinking_off"):
+        assert not want[1] and want[2]
+    else:
+        assert want[1] and "</think>" not in want[1], "the watcher closed the thinking and the model answered"
+
+
+def test_the_watcher_acts_on_lookup_replies(thinking_servers: tuple[Server, Server]) -> None:
+    """The reasoning budget closes a lookup reply's thinking, and the log says so once, for that reply."""
+    fast = thinking_servers[1]
+    ident = reply_of(fast, CHATS["code_edit"], reasoning_budget=10, hedge_limit=0, repeat_limit=0)[0]
+    log = fast.wait_for_log(f"{ident} prompt lookup: ")  # the reply's last line
+    assert log.count(f"{ident} spent its reasoning budget") == 1
+    assert f"{ident} spent its reasoning budget of 10 tokens; closing its thinking" in log
 
 
 def test_a_client_that_leaves_stops_a_lookup_reply(servers: tuple[Server, Server]) -> None:

@@ -191,8 +191,8 @@ def test_server_features_keep_native_generation() -> None:
     ]
 
 
-def test_a_reply_watcher_rules_lookup_out() -> None:
-    """A schema, a thinking model or answer limits need the watcher, which keeps native generation."""
+def test_which_replies_need_the_watcher() -> None:
+    """A schema, a thinking model or answer limits need the watcher (which then steers lookup too)."""
     assert not needs_watcher(RequestOptions(), False)
     assert needs_watcher(RequestOptions(grammar="x"), False)
     assert needs_watcher(RequestOptions(), True)
