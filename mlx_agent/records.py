@@ -160,6 +160,7 @@ class WorkerRecord(TypedDict):
     cwd: AbsPath
     readiness: ReadinessRecord
     ready_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    stop_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]  # TERM to KILL (a worker saving its cache)
     log_path: AbsPath
 
 
@@ -189,6 +190,14 @@ class KvCacheRecord(TypedDict):
 
 
 @with_config(STRICT)
+class PromptCacheRecord(TypedDict):
+    """Where a wrapped worker keeps its prompt cache across unloads (``kept_cache``: one directory per identity)."""
+
+    root: AbsPath  # $MLX_AGENT_HOME/prompt-cache; the front names the model's directory in it at each spawn
+    disk_limit_bytes: Annotated[int, Field(ge=1)]  # for every saved entry of the home together
+
+
+@with_config(STRICT)
 class ModelPlan(TypedDict):
     """One served model of a plan: its names, files, runtime, options and worker."""
 
@@ -205,6 +214,7 @@ class ModelPlan(TypedDict):
     m5_prefill: M5PrefillRecord
     draft: DraftRecord | None
     kv_cache: KvCacheRecord | None
+    prompt_cache: PromptCacheRecord | None
     max_tokens: int
     max_tokens_ceiling: int | None
     context_window: int | None
@@ -332,6 +342,7 @@ class FrontModelConfig(TypedDict):
     runtime_checks: list[FileCheck]
     source: SourceRecord  # the base model's bound identity, rechecked before every load
     draft_source: SourceRecord | None  # the draft model's, rechecked with it
+    prompt_cache: PromptCacheRecord | None
     policy: ModelPolicyRecord
     worker: WorkerRecord
 

@@ -83,6 +83,13 @@ class ServeRequest(ReceiptsRecord):
         "mlx_lm: the experimental M5 Q4 prompt kernel for eligible Qwen2 models; native elsewhere.",
         default=False,
     )
+    prompt_cache_disk_gb: float = option(
+        "--prompt-cache-disk-gb",
+        "float",
+        "mlx_lm: keep up to this many GB of prompt caches across unloads and restarts (0 keeps none).",
+        default=4.0,
+        minimum=0,
+    )
     verify_weights: bool = option(
         "--verify-weights",
         "flag",

@@ -47,6 +47,14 @@ EXPECT_VERSIONS_FLAG = "--mlx-agent-expect-versions"  # mlx=V,mlx-lm=V[,mlx-meta
 EXPECT_SOURCE_FLAG = "--mlx-agent-expect-source"  # NAME=SHA256 of a bundled source or the support file
 SOCKET_FLAG = "--mlx-agent-socket"  # the Unix socket a worker behind the front listens on
 CONTEXT_WINDOW_FLAG = "--mlx-agent-context-window"  # the model's context: longer prompts are refused, replies cut
+# Serving one model from a group of ranks (docs/distributed.md). The plan runs the entry under this launcher
+# (mlx.launch with a quiet forwarder and an honest exit status), and gives every rank the base model's reviewed
+# files, which each rank rechecks in its own copy before it loads: PATH=METHOD:HEX:SIZE, METHOD sha256 (full
+# content), header (sha256 of a safetensors header), blob (the HF cache blob's name) or size (HEX empty).
+LAUNCH_MODULE = "mlx_agent.runtime.launcher"
+MODEL_CHECK_FLAG = "--mlx-agent-expect-model"
+EXIT_MODEL_CHANGED = 65  # a rank's copy of the model is not what was reviewed (refusal line model_changed)
+EXIT_RANK_LOST = 75  # a rank lost its group: a peer or its launcher went away
 # Placeholders in a worker's argv template that the front fills in per load.
 SOCKET_PLACEHOLDER = "{socket}"
 PORT_PLACEHOLDER = "{port}"
@@ -66,3 +74,11 @@ def front_proof(token: str, challenge: str) -> str:
     import hmac
 
     return hmac.new(token.encode(), b"mlx-agent front proof " + challenge.encode(), "sha256").hexdigest()
+
+
+# A wrapped worker keeps its prompt cache across unloads: it restores the entries saved in this directory (named
+# by the model's reviewed identity) before it serves, and saves its own there when TERM ends it, then keeps
+# every saved entry of the home within the byte limit (least recently used first out).
+PROMPT_CACHE_FLAG = "--mlx-agent-prompt-cache"
+PROMPT_CACHE_PLACEHOLDER = "{prompt_cache}"  # the front puts the model's directory here at each spawn
+PROMPT_CACHE_LIMIT_FLAG = "--mlx-agent-prompt-cache-limit"

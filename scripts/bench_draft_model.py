@@ -22,7 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scripts.bench_wrapped_server import PROMPTS, TINY_MODEL, post  # noqa: E402
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_wrapped_server import PROMPTS, TINY_MODEL, post  # noqa: E402
+
 from tests.e2e.test_wrapped_support import running  # noqa: E402
 
 

@@ -130,6 +130,7 @@ MODEL_KEYS = (
     "runtime_checks",
     "source",
     "draft_source",
+    "prompt_cache",
 )
 
 
@@ -156,6 +157,7 @@ def gateway_config(
         "runtime_checks": [],
         "source": {"kind": "path", "path": str(model_path), "model_type": None, "files": []},
         "draft_source": None,
+        "prompt_cache": None,
         "policy": {
             "idle_timeout": policy["idle_timeout"],
             "keep_loaded": policy["keep_loaded"],
@@ -170,6 +172,7 @@ def gateway_config(
             "cwd": "/",
             "readiness": {"path": "/health", "status": 200, "json": {"status": "ok"}},
             "ready_timeout": 60,
+            "stop_timeout": 5,
             "log_path": str(serve / f"{port}.worker.log"),
         },
     }

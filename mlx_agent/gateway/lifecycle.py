@@ -26,6 +26,7 @@ from mlx_agent.errors import (
 from mlx_agent.files import changed_files, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.worker import WorkerProcess
+from mlx_agent.kept_cache import cache_dir
 from mlx_agent.plan.identity import source_changes
 from mlx_agent.policy import Policy
 from mlx_agent.wire import EXIT_GENERATION_DIED
@@ -148,7 +149,9 @@ class Lifecycle:
         log.info("%s: loading worker (load %d)", self.name, self.loads)
         spec = self.model["worker"]
         try:
-            worker = WorkerProcess.spawn(spec, self.loads, self._socket_path(self.index, self.loads))
+            worker = WorkerProcess.spawn(
+                spec, self.loads, self._socket_path(self.index, self.loads), cache_dir(self.model)
+            )
         except OSError as exc:
             raise self._fail(
                 MlxAgentError(f"the worker could not be started: {exc}", details={"argv": spec["argv"]}),

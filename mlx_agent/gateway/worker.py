@@ -27,13 +27,12 @@ from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, from
 from mlx_agent.files import log_tail
 from mlx_agent.readiness import Readiness
 from mlx_agent.spawn import spawn
-from mlx_agent.wire import HOST, PORT_PLACEHOLDER, SOCKET_PLACEHOLDER
+from mlx_agent.wire import HOST, PORT_PLACEHOLDER, PROMPT_CACHE_PLACEHOLDER, SOCKET_PLACEHOLDER
 
 if TYPE_CHECKING:
     from mlx_agent.records import WorkerRecord
 
 READY_POLL_S = 0.1
-STOP_GRACE_S = 5.0
 
 
 def pick_port(host: str = HOST) -> int:
@@ -75,13 +74,20 @@ class WorkerProcess:
         return Path(self.spec["log_path"])
 
     @classmethod
-    def spawn(cls, spec: WorkerRecord, load_number: int, socket_path: Path | None) -> WorkerProcess:
-        """Start the worker on a fresh private address, appending to its log (call from the event loop thread)."""
+    def spawn(
+        cls, spec: WorkerRecord, load_number: int, socket_path: Path | None, prompt_cache: Path | None = None
+    ) -> WorkerProcess:
+        """Start the worker on a fresh private address, appending to its log (call from the event loop thread).
+
+        ``prompt_cache`` is the directory of the model's kept prompt cache (its identity's).
+        """
         if spec["transport"] == "unix":
             assert socket_path is not None
             socket_path.unlink(missing_ok=True)
             address = str(socket_path)
             argv = [arg.replace(SOCKET_PLACEHOLDER, address) for arg in spec["argv"]]
+            if prompt_cache is not None:
+                argv = [arg.replace(PROMPT_CACHE_PLACEHOLDER, str(prompt_cache)) for arg in argv]
             connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=address, limit=0, force_close=True)
             where = f"unix socket {address}"
         else:
@@ -163,8 +169,9 @@ class WorkerProcess:
         except (TimeoutError, aiohttp.ClientError, OSError):
             return False
 
-    async def stop(self, grace: float = STOP_GRACE_S) -> str:
-        """TERM the worker's group, wait up to ``grace`` s, KILL what is left, reap; return how it ended."""
+    async def stop(self, grace: float | None = None) -> str:
+        """TERM the worker's group, wait up to ``grace`` s (its plan's), KILL what is left, reap; say how it ended."""
+        grace = self.spec["stop_timeout"] if grace is None else grace
         self.stopping = True
         how = "exited"
         if self.exited() is None:

@@ -1,4 +1,4 @@
-"""mlx_lm's own decoding options in a plan: a draft model for speculative decoding, and KV-cache quantization.
+"""mlx_lm's own decoding options in a plan: a draft model, KV-cache quantization, a prompt cache kept on disk.
 
 A draft model is bound exactly like the served model (its files' identity, digests under ``--verify-weights``)
 and rechecked before every load; its weights count in the load's memory estimate. mlx_lm serves requests
@@ -12,13 +12,16 @@ from pathlib import Path
 from mlx_agent.errors import DraftModelMismatch, UnsupportedRuntime
 from mlx_agent.plan.identity import with_digests
 from mlx_agent.plan.source import REPO_ID, resolve_path_source, resolve_repo_source
+from mlx_agent.wire import PROMPT_CACHE_FLAG, PROMPT_CACHE_LIMIT_FLAG, PROMPT_CACHE_PLACEHOLDER
+
+PROMPT_CACHE_DIR = "prompt-cache"  # under $MLX_AGENT_HOME: one 0700 directory per model identity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.model_plan import ModelSpec
-    from mlx_agent.records import DraftRecord, KvCacheRecord, SourceRecord
+    from mlx_agent.records import DraftRecord, KvCacheRecord, PromptCacheRecord, SourceRecord
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:
@@ -81,3 +84,26 @@ def decoding_args(draft: DraftRecord | None, kv_cache: KvCacheRecord | None) -> 
     if kv_cache is not None:
         args += ["--kv-bits", str(kv_cache["bits"]), "--kv-group-size", str(kv_cache["group_size"])]
     return args
+
+
+def prompt_cache_plan(spec: ModelSpec, recipe: dict[str, Any], runtime: dict[str, Any]) -> PromptCacheRecord | None:
+    """Return where the worker keeps its prompt cache across unloads, or None (another runtime, or 0 GB).
+
+    The directory of a model is named at each spawn by ``kept_cache.cache_identity`` (its bound files, draft,
+    worker argv and runtime), so a changed model never restores another's entries.
+    """
+    if not recipe.get("keeps_prompt_cache") or runtime.get("launcher") != "wrapped" or spec.prompt_cache_disk_gb <= 0:
+        return None
+    from mlx_agent.home import agent_home
+
+    return {
+        "root": str(agent_home() / PROMPT_CACHE_DIR),
+        "disk_limit_bytes": max(1, int(spec.prompt_cache_disk_gb * 1e9)),
+    }
+
+
+def prompt_cache_args(record: PromptCacheRecord | None) -> list[str]:
+    """Return the wrapped entry's flags for keeping the prompt cache (its directory filled in by the front)."""
+    if record is None:
+        return []
+    return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER, PROMPT_CACHE_LIMIT_FLAG, str(record["disk_limit_bytes"])]

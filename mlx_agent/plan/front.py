@@ -126,7 +126,8 @@ def hidden_names(model: ModelPlan) -> list[str]:
     return [n for n in names if n != model["name"]]
 
 
-def _model_config(model: ModelPlan) -> FrontModelConfig:
+def model_config(model: ModelPlan) -> FrontModelConfig:
+    """Return one model of the front's config, as the front reads it."""
     return {
         "name": model["name"],
         "aliases": model["aliases"],
@@ -139,6 +140,7 @@ def _model_config(model: ModelPlan) -> FrontModelConfig:
         "runtime_checks": model["runtime_checks"],
         "source": model["source"],
         "draft_source": None if model["draft"] is None else model["draft"]["source"],
+        "prompt_cache": model["prompt_cache"],
         "policy": model["policy"],
         "worker": model["worker"],
     }
@@ -152,7 +154,7 @@ def front_config(plan: ServePlan) -> FrontConfig:
         "host": "127.0.0.1",
         "port": plan["port"],
         "mode": "jit" if front["mode"] == "jit" else "eager",
-        "models": [_model_config(m) for m in plan["models"]],
+        "models": [model_config(m) for m in plan["models"]],
         "min_headroom_gb": front["min_headroom_gb"],
         "policy_path": front["policy_path"],
         "control_token_path": front["token_path"],

@@ -17,7 +17,7 @@ from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
-from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan
+from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
 from mlx_agent.plan.identity import read_safetensors_header, with_digests
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
     from mlx_agent.records import AdapterRecord, DraftRecord, FileCheck, ModelPlan, RuntimeRecord, SourceRecord
 
+# Seconds from TERM to KILL of a worker: one that saves its prompt cache on TERM gets longer.
+WORKER_STOP_TIMEOUT = 5.0
+WORKER_SAVING_STOP_TIMEOUT = 20.0
 # What MLX's quantization accepts for a KV cache (mx.quantize bits and group sizes).
 KV_BITS = (2, 3, 4, 5, 6, 8)
 KV_GROUP_SIZES = (32, 64, 128)
@@ -65,6 +68,7 @@ class ModelSpec:
         "num_draft_tokens",
         "path",
         "preload",
+        "prompt_cache_disk_gb",
         "prompt_lookup",
         "repo",
         "runtime",
@@ -100,6 +104,7 @@ class ModelSpec:
         keep_loaded: bool = False,
         preload: bool = True,
         verify_weights: bool = False,
+        prompt_cache_disk_gb: float = 0,
     ) -> None:
         self.path = path
         self.repo = repo
@@ -122,6 +127,7 @@ class ModelSpec:
         self.idle_timeout = idle_timeout
         self.keep_loaded = keep_loaded
         self.preload = preload
+        self.prompt_cache_disk_gb = prompt_cache_disk_gb  # 0: no prompt cache kept across unloads
         self.verify_weights = verify_weights  # hash weights in full: digests bound and rechecked at every load
 
 
@@ -333,6 +339,8 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     draft = draft_plan(spec, recipe, config)
     kv_cache = kv_cache_plan(spec, recipe)
     extra_args += decoding_args(draft, kv_cache)
+    prompt_cache = prompt_cache_plan(spec, recipe, runtime)  # type: ignore[arg-type]
+    extra_args += prompt_cache_args(prompt_cache)
     lookup = accel.prompt_lookup(
         spec.prompt_lookup,
         recipe,
@@ -376,6 +384,7 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "m5_prefill": prefill,
         "draft": draft,
         "kv_cache": kv_cache,
+        "prompt_cache": prompt_cache,
         "max_tokens": spec.max_tokens,
         "max_tokens_ceiling": spec.max_tokens_ceiling,
         "context_window": window,
@@ -392,6 +401,7 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
             "cwd": "/",
             "readiness": readiness,
             "ready_timeout": ready_timeout,
+            "stop_timeout": WORKER_SAVING_STOP_TIMEOUT if prompt_cache else WORKER_STOP_TIMEOUT,
             "log_path": str(log_path),
         },
     }

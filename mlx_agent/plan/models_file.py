@@ -195,7 +195,9 @@ def _path_or_repo(value: str | None, base: Path) -> str | None:
     return beside if beside is not None and Path(beside).exists() else value
 
 
-def model_specs(tables: list[dict[str, Any]], base: Path, *, jit: bool, verify_weights: bool) -> list[ModelSpec]:
+def model_specs(
+    tables: list[dict[str, Any]], base: Path, *, jit: bool, verify_weights: bool, prompt_cache_disk_gb: float
+) -> list[ModelSpec]:
     """Return the plan's model specs: the mode's policy defaults, overridden per model by the file."""
     import json
 
@@ -229,6 +231,7 @@ def model_specs(tables: list[dict[str, Any]], base: Path, *, jit: bool, verify_w
                 keep_loaded=(not jit) if keep is None else keep,
                 preload=(not jit) if preload is None else preload,
                 verify_weights=verify_weights,
+                prompt_cache_disk_gb=prompt_cache_disk_gb,
             )
         )
     return specs

@@ -105,6 +105,7 @@ def model_spec(req: ServeRequest) -> ModelSpec:
         keep_loaded=policy.keep_loaded or not req.jit,
         preload=not req.jit,
         verify_weights=req.verify_weights,
+        prompt_cache_disk_gb=req.prompt_cache_disk_gb,
     )
 
 
@@ -124,7 +125,9 @@ def fleet_specs(req: ServeRequest) -> tuple[list[ModelSpec], ModelsFileRecord | 
             "loading on request or unloading: add --jit (an eager front loads every model and keeps it)",
             details={"path": record["path"], "line": line, "key": key, "model": tables[index]["name"]},
         )
-    specs = model_specs(tables, base, jit=req.jit, verify_weights=req.verify_weights)
+    specs = model_specs(
+        tables, base, jit=req.jit, verify_weights=req.verify_weights, prompt_cache_disk_gb=req.prompt_cache_disk_gb
+    )
     if req.supervisor != "mlx-agent" and any(s.training_receipt for s in specs):
         raise LaunchdTrainingReceiptUnsupported("a training receipt cannot be installed as a launchd or systemd unit")
     return specs, record

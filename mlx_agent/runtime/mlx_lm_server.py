@@ -13,22 +13,33 @@ are in ``seams``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import signal
+import socket
 import socketserver
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import mlx_lm.server as server
 
-from mlx_agent.errors import SeamChanged
+from mlx_agent.errors import LaunchFailed, MlxAgentError, PortInUse, SeamChanged, exit_refused, refusal_line
 from mlx_agent.runtime.accel_entry import AccelFlags, prepare
+from mlx_agent.runtime.distributed import launched_rank
+from mlx_agent.runtime.file_checks import refuse_if_model_changed, split_model_expectations
 from mlx_agent.runtime.limits import Limits, split_server_flags
 from mlx_agent.runtime.seams import check_seams, warn_if_untested
-from mlx_agent.wire import CONTEXT_WINDOW_FLAG, SOCKET_FLAG
+from mlx_agent.wire import (
+    CONTEXT_WINDOW_FLAG,
+    EXIT_REFUSED,
+    PROMPT_CACHE_FLAG,
+    PROMPT_CACHE_LIMIT_FLAG,
+    SOCKET_FLAG,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +50,16 @@ class Listening:
 
     socket: str | None = None
     context_window: int | None = None
+    prompt_cache_dir: str | None = None  # where entries are restored from and saved to (named by the identity)
+    prompt_cache_limit: int | None = None  # bytes every saved entry of the home may take together
 
 
 def split_front_flags(argv: list[str]) -> tuple[Listening, list[str]]:
-    """Take the front's flags (its socket, the model's context window) out of ``argv``."""
+    """Take the front's flags (its socket, the model's context window, the kept prompt cache) out of ``argv``."""
     socket_path: str | None = None
     window: int | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
     rest: list[str] = []
     words = iter(argv)
     for word in words:
@@ -52,9 +67,53 @@ def split_front_flags(argv: list[str]) -> tuple[Listening, list[str]]:
             socket_path = next(words, None)
         elif word == CONTEXT_WINDOW_FLAG:
             window = int(next(words, "0")) or None
+        elif word == PROMPT_CACHE_FLAG:
+            cache_dir = next(words, None)
+        elif word == PROMPT_CACHE_LIMIT_FLAG:
+            cache_limit = int(next(words, "0")) or None
         else:
             rest.append(word)
-    return Listening(socket_path, window), rest
+    return Listening(socket_path, window, cache_dir, cache_limit), rest
+
+
+def _interrupt(*_: Any) -> None:
+    """TERM from the front (unload, eviction, stop): end serving as Ctrl-C would, so the cache can be saved."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not cut the save short
+    raise KeyboardInterrupt
+
+
+def restore_prompt_cache(where: Listening, store: Any, model_key: Any) -> None:
+    """Restore the entries a previous worker of this identity saved, before serving."""
+    if where.prompt_cache_dir is None:
+        return
+    from pathlib import Path
+
+    from mlx_agent.runtime.prompt_cache import restore_entries
+
+    directory = Path(where.prompt_cache_dir)
+    count = restore_entries(store, model_key, directory, directory.name)
+    logging.info("mlx-agent: restored %d saved prompt cache entries", count)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def save_prompt_cache(where: Listening, store: Any, model_key: Any) -> None:
+    """Save the entries still held, then keep the home's saved entries within the limit."""
+    if where.prompt_cache_dir is None:
+        return
+    from pathlib import Path
+
+    from mlx_agent.runtime.prompt_cache import enforce_limit, save_entries
+
+    directory = Path(where.prompt_cache_dir)
+    started = time.monotonic()
+    count = save_entries(store, model_key, store.held_keys(model_key), directory, directory.name)
+    total = enforce_limit(directory.parent, where.prompt_cache_limit or 1 << 62)
+    logging.info(
+        "mlx-agent: saved %d prompt cache entries in %.2f s (%d bytes kept in all)",
+        count,
+        time.monotonic() - started,
+        total,
+    )
 
 
 class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -78,33 +137,87 @@ class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
             os.umask(previous)
 
 
-def serve_unix(path: str, generator: Any, handler_class: Any) -> None:
-    """Serve mlx_lm's HTTP on the Unix socket ``path`` until interrupted, as ``_run_http_server`` does on TCP."""
-    fingerprint = server.get_system_fingerprint()  # type: ignore[no-untyped-call]
-    httpd = UnixHTTPServer(
-        path, lambda *args, **kwargs: handler_class(generator, *args, system_fingerprint=fingerprint, **kwargs)
-    )
-    logging.info("mlx-agent: listening on unix socket %s", path)
+class UnixListener:
+    """Rank 0's Unix socket, bound before the model loads (a bad path fails at once) and listening after it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.httpd = UnixHTTPServer(path, _not_yet, bind_and_activate=False)
+        try:
+            self.httpd.server_bind()
+        except OSError as error:
+            self.httpd.server_close()
+            refuse_listening(path, error)
+
+    def serve(self, generator: Any, handler_class: Any) -> None:
+        """Listen, and serve mlx_lm's HTTP until interrupted, as ``_run_http_server`` does on TCP."""
+        fingerprint = server.get_system_fingerprint()  # type: ignore[no-untyped-call]
+        self.httpd.RequestHandlerClass = lambda *args, **kwargs: handler_class(
+            generator, *args, system_fingerprint=fingerprint, **kwargs
+        )
+        self.httpd.server_activate()
+        logging.info("mlx-agent: listening on unix socket %s", self.path)
+        try:
+            self.httpd.serve_forever()
+        except KeyboardInterrupt:
+            self.httpd.server_close()
+            generator.stop_and_join()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+
+def _not_yet(*_: Any) -> Any:
+    raise RuntimeError("the worker accepts no connection before it listens")
+
+
+def serve_tcp(host: str, port: int, generator: Any, handler_class: Any) -> None:
+    """Serve on mlx_lm's own TCP server; a port it cannot bind ends the process (the generation thread would not)."""
     try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        httpd.shutdown()
-        generator.stop_and_join()
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        server._run_http_server(host, port, generator, handler_class=handler_class)
+    except OSError as error:
+        refuse_listening(f"{host}:{port}", error, at_once=True)
+
+
+def refuse_listening(where: str, error: OSError, at_once: bool = False) -> NoReturn:
+    """Exit with a refusal: rank 0 cannot serve HTTP, so neither can its group (the launcher stops the others).
+
+    ``at_once`` once mlx_lm's generation thread runs: it is not a daemon, and would keep the process alive.
+    """
+    message = f"cannot listen on {where}: {error.strerror or error}"
+    cause: MlxAgentError = (
+        PortInUse(message, details={"address": where})
+        if error.errno == errno.EADDRINUSE
+        else LaunchFailed(message, details={"address": where})
+    )
+    logging.error("mlx-agent: %s", message)
+    if at_once:
+        print(refusal_line(cause), file=sys.stderr, flush=True)
+        os._exit(EXIT_REFUSED)
+    exit_refused(cause)
 
 
 def serving_run(
     limit_defaults: Limits, accel: AccelFlags | None = None, listening: Listening | None = None
 ) -> Callable[..., None]:
-    """Return the replacement for ``mlx_lm.server.run``: load, accelerate if asked, then serve with our classes."""
+    """Return the replacement for ``mlx_lm.server.run``: load, accelerate if asked, then serve with our classes.
+
+    In a group (mlx.launch), only rank 0 binds and serves HTTP, after every rank has loaded; the others follow
+    its generation loop (``distributed``).
+    """
+    from mlx_agent.runtime import distributed
     from mlx_agent.runtime.generator import WrappedGenerator
     from mlx_agent.runtime.handler import WrappedHandler
 
     where = listening or Listening()
 
     def run(host: str, port: int, model_provider: Any, *_: Any, **__: Any) -> None:
+        rank, size = distributed.world()
+        if size > 1:
+            distributed.check_group_seams()
+            distributed.refuse_unsupported(model_provider.cli_args, accel)
+            distributed.watch_launcher(rank)
+        listener = UnixListener(where.socket) if rank == 0 and where.socket is not None else None
         started = time.monotonic()
         logging.info("mlx-agent: loading %s before listening", model_provider.cli_args.model)
         model_provider.load_default()
@@ -115,15 +228,26 @@ def serving_run(
         mx.eval([m.parameters() for m in (model_provider.model, model_provider.draft_model) if m is not None])
         prompt_lookup = prepare(model_provider, accel) if accel is not None else None
         logging.info("mlx-agent: model loaded in %.2f s", time.monotonic() - started)
+        if size > 1:
+            distributed.barrier(rank, size)  # before any generation thread exists: its collectives come after
         warn_if_untested()
         from mlx_agent.runtime.prompt_cache import AlignedPromptCache
 
         prompt_cache = AlignedPromptCache(model_provider.cli_args.prompt_cache_size)
-        generator = WrappedGenerator(model_provider, prompt_cache, limit_defaults, prompt_lookup, where.context_window)
-        if where.socket is not None:
-            serve_unix(where.socket, generator, WrappedHandler)
+        generator_class = distributed.DistributedGenerator if size > 1 else WrappedGenerator
+        generator = generator_class(model_provider, prompt_cache, limit_defaults, prompt_lookup, where.context_window)
+        if rank != 0:
+            distributed.follow(generator, rank)
+        keeps = size == 1  # a group's ranks would each save a part: its prompt cache is not kept
+        model_key = getattr(model_provider, "model_key", None)  # stopping the generator forgets it
+        if keeps:
+            restore_prompt_cache(where, prompt_cache, model_key)
+        if listener is not None:
+            listener.serve(generator, WrappedHandler)
         else:
-            server._run_http_server(host, port, generator, handler_class=WrappedHandler)
+            serve_tcp(host, port, generator, WrappedHandler)
+        if keeps:
+            save_prompt_cache(where, prompt_cache, model_key)
 
     return run
 
@@ -167,6 +291,9 @@ def serve(argv: list[str], accel: AccelFlags | None = None) -> int:
     except SeamChanged as error:
         print(f"mlx-agent: cannot wrap this mlx_lm: {error}", file=sys.stderr)
         return 2
+    model_files, argv = split_model_expectations(argv)
+    # Each rank rechecks its own host's copy before it joins the group (docs/distributed.md).
+    refuse_if_model_changed(model_files, launched_rank(), socket.gethostname())
     limit_defaults, rest = split_server_flags(argv)
     listening, rest = split_front_flags(rest)
     install(limit_defaults, accel, listening)

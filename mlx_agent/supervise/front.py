@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.policy import Policy
-    from mlx_agent.records import ServePlan, ServeReceipt
+    from mlx_agent.records import ModelPlan, ServePlan, ServeReceipt
 
 CONTROL_LOCK_SECONDS = 30.0
 # What `serve status` shows of the front's state, per model and for the whole front.
@@ -117,13 +117,39 @@ def front_status(receipt: ServeReceipt) -> dict[str, Any]:
         return {"model_state": None, "gateway_error": f"status answered HTTP {code}", "models": []}
     models = [m for m in state.get("models") or [] if isinstance(m, dict)]
     first = models[0] if models else {}
+    kept = {m["name"]: m for m in receipt["plan"]["models"]}
     return {
         "mode": state.get("mode"),
         "max_loaded": state.get("max_loaded"),
         **{k: first.get(k) for k in STATUS_KEYS},
         "models": [
-            {"name": m.get("name"), "aliases": m.get("aliases"), **{k: m.get(k) for k in STATUS_KEYS}} for m in models
+            {
+                "name": m.get("name"),
+                "aliases": m.get("aliases"),
+                **{k: m.get(k) for k in STATUS_KEYS},
+                "prompt_cache": prompt_cache_use(kept.get(str(m.get("name")))),
+            }
+            for m in models
         ],
+    }
+
+
+def prompt_cache_use(model: ModelPlan | None) -> dict[str, Any] | None:
+    """Return what a model's kept prompt cache holds on disk now: entries, bytes, and the home's limit."""
+    if model is None or not model.get("prompt_cache"):
+        return None  # none kept, or a plan from before prompt caches were kept
+    from mlx_agent.kept_cache import cache_dir
+    from mlx_agent.plan.front import model_config
+
+    config = model_config(model)
+    directory = cache_dir(config)
+    assert directory is not None and config["prompt_cache"] is not None
+    sizes = [p.stat().st_size for p in directory.glob("*.safetensors") if not p.name.startswith(".")]
+    return {
+        "dir": str(directory),
+        "entries": len(sizes),
+        "bytes": sum(sizes),
+        "limit_bytes": config["prompt_cache"]["disk_limit_bytes"],
     }
 
 

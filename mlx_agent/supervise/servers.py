@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-STOP_GRACE_SECONDS = 10.0
+STOP_GRACE_SECONDS = 30.0  # beyond a worker's own stop timeout: a front stopping waits for its workers' saves
 STOP_LOCK_SECONDS = 30.0
 # Below this much free space where a server writes its logs and receipts, status says the disk is full.
 DISK_LOW_BYTES = 8 * 1024 * 1024

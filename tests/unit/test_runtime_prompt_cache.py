@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import stat
+import time
+from pathlib import Path
+
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from mlx_agent.runtime.prompt_cache import AlignedPromptCache, align
+from mlx_agent.runtime.prompt_cache import AlignedPromptCache, align, enforce_limit, restore_entries, save_entries
 
 
 def filled(positions: int) -> KVCache:
@@ -36,3 +40,33 @@ def test_a_reused_entry_is_aligned_with_the_next_prompt() -> None:
     store.insert_cache("m", list(range(10)), [filled(13)])
     cache, rest = store.fetch_nearest_cache("m", [*range(10), 99, 98])
     assert cache is not None and cache[0].offset + len(rest) == 12
+
+
+def test_saved_entries_come_back_for_the_same_identity_only(tmp_path: Path) -> None:
+    """Entries saved by one worker are restored by the next of the same identity, never by another's."""
+    store = AlignedPromptCache(max_size=4)
+    store.insert_cache("m", list(range(10)), [filled(10)])
+    store.insert_cache("m", [5, 6, 7], [filled(3)], cache_type="user")
+    directory = tmp_path / "identity-a"
+    assert save_entries(store, "m", store.held_keys("m"), directory, "identity-a") == 2
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in directory.iterdir())
+    fresh = AlignedPromptCache(max_size=4)
+    assert restore_entries(fresh, "m", directory, "identity-a") == 2
+    cache, rest = fresh.fetch_nearest_cache("m", [*range(10), 42])
+    assert cache is not None and cache[0].offset == 10 and rest == [42]
+    other = AlignedPromptCache(max_size=4)
+    assert restore_entries(other, "m", directory, "identity-b") == 0
+    assert other.fetch_nearest_cache("m", [*range(10), 42]) == (None, [*range(10), 42])
+
+
+def test_the_disk_limit_drops_the_least_recently_used_entries(tmp_path: Path) -> None:
+    """Past the limit, the oldest saved entries across every identity are deleted first."""
+    store = AlignedPromptCache(max_size=8)
+    for first in range(3):
+        store.insert_cache("m", [first] * 50, [filled(50)])
+    for index, (tokens, kind) in enumerate(store.held_keys("m")):
+        save_entries(store, "m", [(tokens, kind)], tmp_path / f"identity-{index}", f"identity-{index}")
+        time.sleep(0.01)
+    sizes = sorted(p.stat().st_size for p in tmp_path.glob("*/*.safetensors"))
+    assert enforce_limit(tmp_path, sizes[0] * 2) <= sizes[0] * 2
+    assert sorted(p.parent.name for p in tmp_path.glob("*/*.safetensors")) == ["identity-1", "identity-2"]

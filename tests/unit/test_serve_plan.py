@@ -51,6 +51,10 @@ def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
         "64",
         "--mlx-agent-socket",
         "{socket}",
+        "--mlx-agent-prompt-cache",
+        "{prompt_cache}",
+        "--mlx-agent-prompt-cache-limit",
+        "4000000000",
         "--mlx-agent-context-window",
         str(window),
     ]

@@ -1,0 +1,134 @@
+"""``python -m mlx_agent.runtime.launcher [mlx.launch arguments]``: MLX's own launcher, fit to be supervised.
+
+It is mlx.launch (``mlx._distributed_utils.launch.main``, same arguments, same hostfiles and backends), with
+three of its behaviours changed through named seams (``SEAMS``, checked at start):
+
+* **Idle CPU.** mlx.launch's output forwarder passes every rank's stdin pipe to ``select`` as a descriptor to
+  write, and an empty pipe is always writable, so each rank's forwarding thread spins: about 0.7 core while the
+  ranks sleep. With its own stdin at /dev/null, its main loop spins as well (always readable, reads nothing).
+  A server needs no stdin: here ``select`` never watches stdin, either way, and waits for output only.
+* **Exit status.** mlx.launch exits 0 whatever its ranks did. This exits with the status of the rank that
+  failed first (a refusal before a rank that merely lost its group, 128+N for a signal), 0 only if all ranks
+  exited 0. mlx.launch already stops the other ranks once one exits non-zero.
+* **Signals.** mlx.launch dies alone on SIGTERM, SIGINT or SIGHUP and leaves its ranks running. Here they stop
+  every rank (mlx.launch's own terminate: the local process, or the remote one through ssh), then it exits.
+
+A rank whose launcher dies anyway (SIGKILL) exits by itself (``distributed.watch_launcher``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_RANK_LOST
+
+SEAMS = ("main", "RemoteProcess", "select", "_launch_with_io")
+# Statuses that follow from another rank's failure: the root cause is reported before them.
+CONSEQUENCES = (EXIT_RANK_LOST, EXIT_GENERATION_DIED)
+
+
+class Ranks:
+    """The ranks' processes, and their exit statuses in the order they were seen."""
+
+    def __init__(self) -> None:
+        self.processes: list[Any] = []
+        self.statuses: list[tuple[int, int, bool]] = []  # (rank, status, whether we stopped it)
+        self.lock = threading.Lock()
+
+    def exit_status(self) -> int:
+        """Return the status to exit with: the first failure that is not a consequence of another, else 0."""
+        with self.lock:
+            failures = [(status, stopped) for _, status, stopped in self.statuses if status != 0]
+        causes = [status for status, stopped in failures if not stopped and status not in CONSEQUENCES]
+        chosen = causes or [status for status, _ in failures]
+        return chosen[0] if chosen else 0
+
+    def stop_all(self) -> None:
+        """Terminate every rank still running."""
+        for process in list(self.processes):
+            process.terminate()
+
+
+RANKS = Ranks()
+
+
+def quiet_select(rlist: list[int], wlist: list[int], xlist: list[int], timeout: float | None) -> Any:
+    """``select`` for mlx.launch's forwarder: never stdin (ours or a rank's), so an idle group costs nothing."""
+    stdin = sys.stdin.fileno()
+    readable = [fd for fd in rlist if fd != stdin]
+    if not readable:
+        time.sleep(timeout or 0)
+        return [], [], []
+    return select.select(readable, [], xlist, timeout)
+
+
+def rank_process_class(base: Any) -> Any:
+    """Return mlx.launch's ``RemoteProcess`` recording its rank's exit status, and terminating only once."""
+
+    class RankProcess(base):  # type: ignore[misc]
+        def __init__(self, rank: int, *args: Any) -> None:
+            super().__init__(rank, *args)
+            self.rank = rank
+            self.recorded = False
+            self.stopped = False
+            self.stopping = threading.Lock()
+            RANKS.processes.append(self)
+
+        @property
+        def exit_status(self) -> Any:
+            status = super().exit_status
+            code, killed = status
+            if code is not None and not self.recorded:
+                self.recorded = True
+                with RANKS.lock:
+                    RANKS.statuses.append((self.rank, 128 - code if code < 0 else code, self.stopped or killed))
+            return status
+
+        def terminate(self) -> None:
+            # Both the forwarding thread (once another rank failed) and a signal handler may call this.
+            with self.stopping:
+                if self.stopped or self.process.poll() is not None:
+                    return
+                self.stopped = True
+                # Its kill script fails when the rank never wrote its pid file: nothing is left to stop then.
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    super().terminate()
+
+    return RankProcess
+
+
+def _on_signal(signum: int, _: FrameType | None) -> None:
+    print(f"mlx-agent launcher: signal {signum}; stopping every rank", file=sys.stderr, flush=True)
+    threading.Thread(target=RANKS.stop_all, name="mlx-agent-stop-ranks", daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    """Run mlx.launch with ``argv`` (its own arguments); return the exit status (module docstring)."""
+    upstream: Any = importlib.import_module("mlx._distributed_utils.launch")  # untyped, and patched below
+    missing = [name for name in SEAMS if not hasattr(upstream, name)]
+    if missing:
+        print(f"mlx-agent launcher: this mlx.launch has no {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if sys.stdin is None or sys.stdin.closed:
+        sys.stdin = open(os.devnull)  # noqa: SIM115  # kept open: mlx.launch makes its stdin non-blocking
+    upstream.select = quiet_select
+    upstream.RemoteProcess = rank_process_class(upstream.RemoteProcess)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
+    sys.argv = ["mlx.launch", *argv]
+    upstream.main()
+    return RANKS.exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
