@@ -28,6 +28,7 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── RuntimeNotExecutable ............ runtime_not_executable
     │   ├── RuntimeSymlinkLoop .............. runtime_symlink_loop
     │   ├── UnsupportedRuntime .............. unsupported_runtime
+    │   ├── DistributedUnsupported .......... distributed_unsupported
     │   ├── UnsupportedModel ................ unsupported_model
     │   └── RuntimeModelMismatch ............ runtime_model_mismatch
     ├── PortError
@@ -302,6 +303,15 @@ class RuntimeModelMismatch(RuntimeSelectionError):
 class UnsupportedRuntime(RuntimeSelectionError):
     code = "unsupported_runtime"
     remediation = "Choose a runtime that mlx-agent has a recipe for: see `mlx-agent serve start --help`."
+
+
+class DistributedUnsupported(RuntimeSelectionError):
+    code = "distributed_unsupported"
+    remediation = (
+        "Serve this model in one process, or give a group what the installed mlx_lm can run across ranks: an "
+        "architecture with tensor (shard) or pipeline support, --pipeline only with model.safetensors.index.json, "
+        "no adapter, draft model, prompt lookup or M5 kernel, and a backend this mlx has."
+    )
 
 
 class PortError(MlxAgentError):

@@ -190,6 +190,36 @@ class KvCacheRecord(TypedDict):
 
 
 @with_config(STRICT)
+class HostRecord(TypedDict):
+    """One host of a group, as mlx.launch's hostfile names it (rank 0, this machine, has ssh 127.0.0.1)."""
+
+    ssh: str
+    ips: list[str]
+    rdma: NotRequired[list[str | None]]  # jaccl's devices, from mlx.distributed_config
+
+
+@with_config(STRICT)
+class HostfileRecord(TypedDict):
+    """The --hostfile a group was planned from, bound by its bytes."""
+
+    path: AbsPath
+    sha256: str
+
+
+@with_config(STRICT)
+class GroupRecord(TypedDict):
+    """One model served by a group of ranks (mlx.launch): hosts, backend, parallelism, the launcher's hostfile."""
+
+    hosts: Annotated[list[HostRecord], Field(min_length=2)]
+    hostfile: HostfileRecord | None  # None: the hosts came from --hosts
+    hostfile_path: AbsPath  # the reviewed hosts, written at confirm; the launcher reads this copy
+    backend: Literal["ring", "jaccl"]
+    ranks: Annotated[int, Field(ge=2)]
+    parallelism: Literal["tensor", "pipeline"]
+    ring_port: Annotated[int, Field(ge=1, le=65535)] | None  # the ranks' first link port (ring backend)
+
+
+@with_config(STRICT)
 class PromptCacheRecord(TypedDict):
     """Where a wrapped worker keeps its prompt cache across unloads (``kept_cache``: one directory per identity)."""
 
@@ -215,6 +245,7 @@ class ModelPlan(TypedDict):
     draft: DraftRecord | None
     kv_cache: KvCacheRecord | None
     prompt_cache: PromptCacheRecord | None
+    group: GroupRecord | None
     max_tokens: int
     max_tokens_ceiling: int | None
     context_window: int | None

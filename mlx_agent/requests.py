@@ -113,6 +113,26 @@ class ServeRequest(ReceiptsRecord):
         "mlx_lm: the KV cache quantization group size (32, 64 or 128; needs --kv-bits).",
         minimum=1,
     )
+    hosts: str | None = option(
+        "--hosts", "str", "mlx_lm: serve across these hosts' IPs (A,B,...; this machine first) with mlx.launch."
+    )
+    hostfile: str | None = option(
+        "--hostfile",
+        "str",
+        "mlx_lm: serve across the hosts of this mlx.distributed_config hostfile (this machine first).",
+    )
+    backend: str = option(
+        "--backend", "str", "A group's MLX distributed backend.", default="ring", choices=("ring", "jaccl")
+    )
+    pipeline: bool = option(
+        "--pipeline",
+        "flag",
+        "A group runs the model as a pipeline of layers instead of tensor parallel.",
+        default=False,
+    )
+    ring_port: int | None = option(
+        "--ring-port", "int", "The first port of a ring group's own links, one per rank and IP (default 32323).", **PORT
+    )
     port: int | None = option("--port", "int", "Loopback port (default: the runtime's, 8080 for mlx_lm).", **PORT)
     max_tokens: int = option(
         "--max-tokens", "int", "The reply limit of a request that sets none.", default=DEFAULT_MAX_TOKENS, minimum=1

@@ -110,6 +110,13 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
                 escape(f"{draft.get('repo') or draft['path']} ({len(draft['files'])} files bound)")
                 + (f", {steps} tokens a step" if steps else ""),
             )
+        group = model.get("group")
+        if group is not None:
+            hosts = ", ".join(h["ips"][0] if h["ips"] else h["ssh"] for h in group["hosts"])
+            table.add_row(
+                "group",
+                escape(f"{group['ranks']} ranks ({group['parallelism']} parallel, {group['backend']}) on {hosts}"),
+            )
         kv = model["kv_cache"]
         if kv is not None:
             table.add_row("kv cache", f"{kv['bits']}-bit, groups of {kv['group_size']}")

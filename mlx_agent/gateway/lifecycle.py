@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -249,7 +250,12 @@ class Lifecycle:
             "code": "generation_died" if code == EXIT_GENERATION_DIED else "worker_exited",
             "message": f"the worker exited: {why}",
             "at": utc_iso(time.time()),
-            "details": {"exit_code": code, "log_path": str(worker.log_path), "log_tail": log_tail(worker.log_path)},
+            "details": {
+                "exit_code": code,
+                "log_path": str(worker.log_path),
+                "log_tail": (tail := log_tail(worker.log_path)),
+                "ranks": rank_exits(tail),
+            },
         }
         if self.model["policy"]["preload"] and self._load_task is None:
             # A model the front keeps loaded is started again now, not at the next request.
@@ -399,6 +405,19 @@ class Lifecycle:
             self._detach(self.worker)
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
+
+
+RANK_EXIT = re.compile(r"Node with rank (\d+) (was killed|exited with code (-?\d+))")
+
+
+def rank_exits(lines: list[str]) -> list[dict[str, Any]]:
+    """Return how each rank of a group ended, from its launcher's log (mlx.launch's last lines); empty otherwise."""
+    ended = []
+    for line in lines:
+        if match := RANK_EXIT.search(line):
+            code = None if match.group(3) is None else int(match.group(3))
+            ended.append({"rank": int(match.group(1)), "killed": code is None, "exit_code": code})
+    return ended
 
 
 def _consume(task: asyncio.Task[WorkerProcess]) -> None:

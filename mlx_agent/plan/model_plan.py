@@ -18,6 +18,7 @@ from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
+from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.identity import read_safetensors_header, with_digests
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
@@ -56,8 +57,11 @@ class ModelSpec:
     __slots__ = (
         "adapter_path",
         "alias",
+        "backend",
         "chat_template_args",
         "draft_model",
+        "hostfile",
+        "hosts",
         "idle_timeout",
         "keep_loaded",
         "kv_bits",
@@ -67,10 +71,12 @@ class ModelSpec:
         "max_tokens_ceiling",
         "num_draft_tokens",
         "path",
+        "pipeline",
         "preload",
         "prompt_cache_disk_gb",
         "prompt_lookup",
         "repo",
+        "ring_port",
         "runtime",
         "runtime_executable",
         "served_model_name",
@@ -98,6 +104,11 @@ class ModelSpec:
         num_draft_tokens: int | None = None,
         kv_bits: int | None = None,
         kv_group_size: int | None = None,
+        hosts: str | None = None,
+        hostfile: str | None = None,
+        backend: str = "ring",
+        pipeline: bool = False,
+        ring_port: int | None = None,
         max_tokens: int = 512,
         max_tokens_ceiling: int | None = None,
         idle_timeout: float = 0,
@@ -122,6 +133,11 @@ class ModelSpec:
         self.num_draft_tokens = num_draft_tokens
         self.kv_bits = kv_bits
         self.kv_group_size = kv_group_size
+        self.hosts = hosts  # a group: --hosts A,B or --hostfile FILE (plan/group.py)
+        self.hostfile = hostfile
+        self.backend = backend
+        self.pipeline = pipeline
+        self.ring_port = ring_port
         self.max_tokens = max_tokens
         self.max_tokens_ceiling = max_tokens_ceiling
         self.idle_timeout = idle_timeout
@@ -339,8 +355,6 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     draft = draft_plan(spec, recipe, config)
     kv_cache = kv_cache_plan(spec, recipe)
     extra_args += decoding_args(draft, kv_cache)
-    prompt_cache = prompt_cache_plan(spec, recipe, runtime)  # type: ignore[arg-type]
-    extra_args += prompt_cache_args(prompt_cache)
     lookup = accel.prompt_lookup(
         spec.prompt_lookup,
         recipe,
@@ -351,6 +365,18 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     )
     prefill = accel.m5_prefill(spec.m5_prefill, recipe, runtime, config, adapter=adapter is not None)
     extra_args += accel.entry_flags(lookup, prefill, runtime)
+    asked = {
+        "--adapter-path": adapter is not None,
+        "--draft-model": draft is not None,
+        "--prompt-lookup": spec.prompt_lookup,
+        "--m5-prefill": spec.m5_prefill,
+    }
+    hostfile_path = log_path.parent / f"{log_path.name.removesuffix('.log')}.hosts.json"
+    group = group_plan(spec, recipe, runtime, source, config, refused=asked, hostfile_path=hostfile_path)  # type: ignore[arg-type]
+    prompt_cache = None if group is not None else prompt_cache_plan(spec, recipe, runtime)  # type: ignore[arg-type]
+    extra_args += prompt_cache_args(prompt_cache)
+    if group is not None:
+        extra_args += model_expectations(source)  # each rank checks its own copy
     window = context_window(config)
     wrapped = runtime["launcher"] == "wrapped"
     cuts = wrapped and bool(recipe.get("cuts_to_context"))
@@ -370,6 +396,13 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     )
     if wrapped and SOCKET_FLAG not in native_args:
         raise UnsupportedRuntime(f"the {name} recipe's wrapper_argv lacks {SOCKET_FLAG}")
+    env = child_env(runtime["launcher"])
+    argv = build_argv(runtime, native_args)
+    if group is not None:  # the front's worker is the launcher; its ranks run the entry
+        argv = launcher_argv(group, runtime.get("interpreter") or sys.executable, env, argv)
+    loaded = weight_bytes(source, adapter, draft)
+    if group is not None and loaded is not None:
+        loaded //= group["ranks"]  # each rank holds its share (tensor slices, or its run of layers)
     return {
         "name": spec.served_model_name or default_name(source, trained),
         "aliases": list(spec.alias),
@@ -385,10 +418,11 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "draft": draft,
         "kv_cache": kv_cache,
         "prompt_cache": prompt_cache,
+        "group": group,
         "max_tokens": spec.max_tokens,
         "max_tokens_ceiling": spec.max_tokens_ceiling,
         "context_window": window,
-        "weight_bytes": weight_bytes(source, adapter, draft),
+        "weight_bytes": loaded,
         "file_checks": file_checks(adapter),
         "runtime_checks": runtime_checks(runtime),
         "policy": {"idle_timeout": spec.idle_timeout, "keep_loaded": spec.keep_loaded, "preload": spec.preload},
@@ -396,8 +430,8 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
             "transport": "unix" if wrapped else "tcp",
             "cuts_to_context": cuts,
             "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
-            "argv": build_argv(runtime, native_args),
-            "env": child_env(runtime["launcher"]),
+            "argv": argv,
+            "env": env,
             "cwd": "/",
             "readiness": readiness,
             "ready_timeout": ready_timeout,

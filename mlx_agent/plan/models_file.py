@@ -57,6 +57,11 @@ def _entry_model() -> Any:
         num_draft_tokens: Annotated[int, Field(ge=1)] | None = None
         kv_bits: Literal[2, 3, 4, 5, 6, 8] | None = None
         kv_group_size: Literal[32, 64, 128] | None = None
+        hosts: Annotated[list[Text], Field(min_length=2)] | None = None
+        hostfile: Text | None = None
+        backend: Literal["ring", "jaccl"] = "ring"
+        pipeline: bool = False
+        ring_port: Annotated[int, Field(ge=1, le=65535)] | None = None
         idle_timeout: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
         keep_loaded: bool | None = None
         preload: bool | None = None
@@ -225,6 +230,11 @@ def model_specs(
                 num_draft_tokens=table["num_draft_tokens"],
                 kv_bits=table["kv_bits"],
                 kv_group_size=table["kv_group_size"],
+                hosts=None if table["hosts"] is None else ",".join(table["hosts"]),
+                hostfile=_relative(table["hostfile"], base),
+                backend=table["backend"],
+                pipeline=table["pipeline"],
+                ring_port=table["ring_port"],
                 max_tokens=table["max_tokens"],
                 max_tokens_ceiling=table["max_tokens_ceiling"],
                 idle_timeout=table["idle_timeout"] or 0,

@@ -26,7 +26,7 @@ def vision_markers(config: dict[str, Any]) -> list[str]:
     return [key for key in VISION_MARKERS if config.get(key) is not None]
 
 
-def _supported(runtime: str, model_type: str, executable: str | None) -> str | None:
+def supported_module(runtime: str, model_type: str, executable: str | None) -> str | None:
     """Return the module name a runtime would load for ``model_type``, or None if it has none."""
     support = model_support(PACKAGES[runtime], runtime_site_paths(runtime, executable))
     if support is None:
@@ -49,7 +49,7 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
             details={"model_type": raw_type, "vision_markers": markers},
         )
     if requested in PACKAGES:
-        module = _supported(requested, model_type, executable)
+        module = supported_module(requested, model_type, executable)
         if module is None:
             raise UnsupportedModel(
                 f"{requested} has no model class for model_type {raw_type!r}",
@@ -59,7 +59,7 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
     if requested != "auto":
         return requested, "requested"
     if markers:
-        module = _supported(MLX_VLM, model_type, None)
+        module = supported_module(MLX_VLM, model_type, None)
         if module is None:
             raise UnsupportedModel(
                 f"vision model_type {raw_type!r} is not supported by the installed mlx-vlm",
@@ -67,7 +67,7 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
             )
         return MLX_VLM, f"auto: config.json has {', '.join(markers)}; mlx-vlm loads {raw_type} as {module}"
     for runtime in (MLX_LM, MLX_VLM):
-        module = _supported(runtime, model_type, None)
+        module = supported_module(runtime, model_type, None)
         if module is not None:
             return runtime, f"auto: text model; {runtime} loads model_type {raw_type} as {module}"
     raise UnsupportedModel(

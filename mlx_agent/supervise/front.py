@@ -67,6 +67,9 @@ def write_front_files(plan: ServePlan) -> None:
     with os.fdopen(fd, "w") as fh:
         fh.write(secrets.token_urlsafe(32) + "\n")
     Path(front["policy_path"]).unlink(missing_ok=True)  # the reviewed policy, not a previous front's
+    for model in plan["models"]:
+        if model["group"] is not None:  # the reviewed host list, which the group's launcher reads
+            write_json_atomic(Path(model["group"]["hostfile_path"]), model["group"]["hosts"])
     write_json_atomic(Path(front["config_path"]), front_config(plan))
 
 
@@ -75,7 +78,8 @@ def remove_front_files(plan: ServePlan) -> None:
     import shutil
 
     front = plan["front"]
-    for raw in (front["config_path"], front["token_path"], front["policy_path"]):
+    groups = [group["hostfile_path"] for m in plan["models"] if (group := m.get("group")) is not None]
+    for raw in (front["config_path"], front["token_path"], front["policy_path"], *groups):
         Path(raw).unlink(missing_ok=True)
     if front["socket_dir"]:
         shutil.rmtree(front["socket_dir"], ignore_errors=True)

@@ -129,16 +129,29 @@ def _problems(receipt: dict[str, Any], path: Path, front: dict[str, Any]) -> lis
                     "free_bytes": free,
                 }
             )
+    groups = {m.get("name"): m.get("group") for m in (receipt.get("plan") or {}).get("models") or []}
     for model in front.get("models") or []:
         error = model.get("last_error") or {}
-        if model.get("model_state") == "failed":
-            problems.append(
-                {
-                    "code": error.get("code", "model_failed"),
-                    "message": error.get("message", "the model's last load failed"),
-                    "model": model.get("name"),
-                }
-            )
+        exited = error.get("code") in ("worker_exited", "generation_died")
+        # A failed model, or one whose worker exited and is being started again (an eager front restarts it).
+        if model.get("model_state") == "failed" or (exited and model.get("model_state") != "loaded"):
+            problem = {
+                "code": error.get("code", "model_failed"),
+                "message": error.get("message", "the model's last load failed"),
+                "model": model.get("name"),
+            }
+            details = error.get("details") or {}
+            group = groups.get(model.get("name"))
+            if details.get("ranks") and group:  # which rank ended, on which host
+                hosts = group["hosts"]
+                problem["ranks"] = [
+                    {**r, "host": (hosts[r["rank"]]["ips"] or [hosts[r["rank"]]["ssh"]])[0]}
+                    for r in details["ranks"]
+                    if r["rank"] < len(hosts)
+                ]
+            if details.get("log_tail"):
+                problem["log_tail"] = details["log_tail"][-5:]
+            problems.append(problem)
     return problems
 
 

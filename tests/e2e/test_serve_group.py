@@ -1,0 +1,240 @@
+"""End to end: ``serve start --hosts`` serves one model from a group of 2 ranks (ring backend over loopback, CPU).
+
+The two hosts are both 127.0.0.1 here, so mlx.launch runs both ranks on this machine; on real Macs the same
+plan reaches the other hosts over ssh (docs/distributed.md, unverified on hardware).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+from tests.conftest import Agent, free_port
+from tests.fixtures.group import ring_port
+from tests.fixtures.tiny_model import build_tiny_model
+
+pytestmark = pytest.mark.e2e
+
+PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers."]
+LOCAL_PAIR = "127.0.0.1,127.0.0.1"
+MODEL_CHECK = "expect-model"
+
+
+@pytest.fixture(scope="module")
+def qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build a tiny qwen2 (it can pipeline) with its model.safetensors.index.json."""
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2", model_type="qwen2")
+
+
+def group_args(model: Path, port: int, *extra: str) -> list[str]:
+    """Return serve start arguments for a 2-rank group on this machine."""
+    return ["--path", str(model), "--port", str(port), "--hosts", LOCAL_PAIR, "--ring-port", str(ring_port()), *extra]
+
+
+def replies(port: int, model: str) -> list[str]:
+    """Return the greedy replies of the server on ``port`` to PROMPTS."""
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", timeout=120, max_retries=0)
+    texts = []
+    for prompt in PROMPTS:
+        reply = client.chat.completions.create(
+            model=model, max_tokens=16, temperature=0, messages=[{"role": "user", "content": prompt}]
+        )
+        texts.append(reply.choices[0].message.content or "")
+    return texts
+
+
+def group_processes(model: Path) -> list[psutil.Process]:
+    """Return the live processes whose command line serves ``model`` (launcher and ranks)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if str(model) in cmdline and any("mlx_agent.runtime" in word for word in cmdline):
+            found.append(proc)
+    return found
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 60) -> None:
+    """Wait until ``check()`` is true."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_a_tensor_parallel_group_replies_as_one_process(agent: Agent, tiny_model: Path) -> None:
+    """Two ranks of the tiny llama (tensor parallel) give one process's greedy replies; stop leaves nothing."""
+    single = free_port()
+    agent.launch("--path", str(tiny_model), "--port", str(single))
+    expected = replies(single, tiny_model.name)
+    assert agent.run("serve", "stop", "--port", str(single)).rc == 0
+    port = free_port()
+    receipt = agent.launch(*group_args(tiny_model, port))
+    group = receipt["plan"]["models"][0]["group"]
+    assert (group["ranks"], group["parallelism"], group["backend"]) == (2, "tensor", "ring")
+    assert json.loads(Path(group["hostfile_path"]).read_text()) == group["hosts"]
+    assert replies(port, tiny_model.name) == expected
+    server = agent.run("serve", "status").data["servers"][0]
+    assert (server["state"], server["health"], server["problems"]) == ("running", "ok", [])
+    assert len(group_processes(tiny_model)) == 3  # the launcher and its two ranks
+    assert agent.run("serve", "stop", "--port", str(port)).data["result"] == "stopped"
+    wait_until(lambda: not group_processes(tiny_model))
+
+
+def test_a_pipeline_group_replies_as_one_process(agent: Agent, qwen2_model: Path) -> None:
+    """Two ranks of a tiny qwen2 with --pipeline give one process's greedy replies."""
+    single = free_port()
+    agent.launch("--path", str(qwen2_model), "--port", str(single))
+    expected = replies(single, qwen2_model.name)
+    assert agent.run("serve", "stop", "--port", str(single)).rc == 0
+    port = free_port()
+    receipt = agent.launch(*group_args(qwen2_model, port, "--pipeline"))
+    assert receipt["plan"]["models"][0]["group"]["parallelism"] == "pipeline"
+    assert replies(port, qwen2_model.name) == expected
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_what_a_group_cannot_serve_is_refused_at_preview(
+    agent: Agent, tiny_model: Path, qwen2_model: Path, tmp_path: Path
+) -> None:
+    """An architecture without pipelining, no weight index, a draft model, lookup, a backend mlx lacks, bad hosts."""
+    port = free_port()
+    llama = agent.run("serve", "start", *group_args(tiny_model, port, "--pipeline"))
+    assert (
+        llama.code == "distributed_unsupported"
+        and "cannot pipeline model type 'llama'" in llama.doc["error"]["message"]
+    )
+    unindexed = tmp_path / "qwen2"
+    shutil.copytree(qwen2_model, unindexed)
+    (unindexed / "model.safetensors.index.json").unlink()
+    no_index = agent.run("serve", "start", *group_args(unindexed, port, "--pipeline"))
+    assert no_index.code == "distributed_unsupported" and "index" in no_index.doc["error"]["message"]
+    lookup = agent.run("serve", "start", *group_args(tiny_model, port, "--prompt-lookup"))
+    assert lookup.code == "distributed_unsupported" and lookup.doc["error"]["details"]["option"] == "--prompt-lookup"
+    draft = agent.run("serve", "start", *group_args(tiny_model, port, "--draft-model", str(tiny_model)))
+    assert draft.code == "distributed_unsupported"
+    import mlx.core as mx
+
+    if not mx.distributed.is_available("jaccl"):
+        jaccl = agent.run("serve", "start", *group_args(tiny_model, port, "--backend", "jaccl"))
+        assert jaccl.code == "distributed_unsupported" and jaccl.doc["error"]["details"]["backend"] == "jaccl"
+    named = agent.run("serve", "start", "--path", str(tiny_model), "--port", str(port), "--hosts", "mac1,mac2")
+    assert named.code == "invalid_arguments" and "IP address" in named.doc["error"]["message"]
+    alone = agent.run("serve", "start", "--path", str(tiny_model), "--port", str(port), "--pipeline")
+    assert alone.code == "invalid_arguments"
+
+
+def test_a_hostfile_is_bound_by_its_bytes(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """A --hostfile's bytes are in the plan: editing it after the preview makes the confirm stale."""
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(
+        json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}, {"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}])
+    )
+    args = ["--path", str(tiny_model), "--port", str(free_port()), "--hostfile", str(hostfile), "--ring-port", "40123"]
+    preview_hash = agent.preview_hash(*args)
+    hostfile.write_text(
+        json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}, {"ssh": "127.0.0.1", "ips": ["127.0.0.2"]}])
+    )
+    stale = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    assert stale.code == "preview_stale"
+    assert any("hostfile" in c["field"] or "hosts" in c["field"] for c in stale.doc["error"]["details"]["changes"])
+
+
+def test_a_lost_rank_is_reported_and_the_group_replaced(agent: Agent, tiny_model: Path) -> None:
+    """Killing one rank ends the group; status names the exit with the log tail; the front starts a new group."""
+    port = free_port()
+    agent.launch(*group_args(tiny_model, port))
+    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.launcher" in p.cmdline()]
+    rank1 = next(c for c in launcher.children() if c.environ().get("MLX_RANK") == "1")
+    os.kill(rank1.pid, signal.SIGKILL)
+    wait_until(lambda: not launcher.is_running() or launcher.status() == psutil.STATUS_ZOMBIE)
+    model = agent.run("serve", "status").data["servers"][0]["models"][0]
+    wait_until(lambda: agent.run("serve", "status").data["servers"][0]["models"][0]["worker_exits"] == 1)
+    model = agent.run("serve", "status").data["servers"][0]["models"][0]
+    error = model["last_error"]
+    assert error["code"] in ("worker_exited", "generation_died") and error["details"]["log_tail"]
+    assert error["details"]["ranks"], error  # which rank ended, on which host
+    wait_until(lambda: agent.run("serve", "status").data["servers"][0]["models"][0]["model_state"] == "loaded", 120)
+    assert replies(port, tiny_model.name)
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+    wait_until(lambda: not group_processes(tiny_model))
+
+
+def test_a_taken_ring_port_is_launch_failed_and_leaves_nothing(agent: Agent, tiny_model: Path) -> None:
+    """A group whose ring port is taken fails its confirm with the log's reason, and nothing is left running."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        args = [
+            "--path",
+            str(tiny_model),
+            "--port",
+            str(free_port()),
+            "--hosts",
+            LOCAL_PAIR,
+            "--ring-port",
+            str(taken),
+            "--ready-timeout",
+            "60",
+        ]
+        result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", agent.preview_hash(*args))
+    assert result.rc != 0 and result.code in ("launch_failed", "readiness_timeout"), result.stdout
+    assert agent.run("serve", "status").data["servers"] == []
+    wait_until(lambda: not group_processes(tiny_model))
+
+
+def test_a_jit_group_loads_on_request_and_unloads_whole(agent: Agent, tiny_model: Path) -> None:
+    """Under --jit the group starts on the first request and an unload stops every rank."""
+    port = free_port()
+    receipt = agent.launch(*group_args(tiny_model, port, "--jit"))
+    assert not group_processes(tiny_model)
+    assert replies(port, tiny_model.name)
+    assert len(group_processes(tiny_model)) == 3
+    assert agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(receipt["pid"])).rc == 0
+    wait_until(lambda: not group_processes(tiny_model))
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_a_jit_group_that_lost_a_rank_is_degraded_until_the_next_request(agent: Agent, tiny_model: Path) -> None:
+    """Under --jit a group whose rank died stays failed: status is degraded naming the rank, host and log tail."""
+    port = free_port()
+    agent.launch(*group_args(tiny_model, port, "--jit"))
+    assert replies(port, tiny_model.name)
+    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.launcher" in p.cmdline()]
+    rank1 = next(c for c in launcher.children() if c.environ().get("MLX_RANK") == "1")
+    os.kill(rank1.pid, signal.SIGKILL)
+    wait_until(lambda: agent.run("serve", "status").data["servers"][0]["health"] == "degraded")
+    server = agent.run("serve", "status").data["servers"][0]
+    [problem] = server["problems"]
+    assert problem["model"] == tiny_model.name and problem["log_tail"]
+    assert {"rank": 1, "host": "127.0.0.1"}.items() <= problem["ranks"][0].items(), problem
+    human = agent.run("serve", "status", check_json=False)
+    assert "worker_exited" in human.stdout or "generation_died" in human.stdout
+    assert replies(port, tiny_model.name)  # the next request starts a new group
+    assert agent.run("serve", "status").data["servers"][0]["health"] == "ok"
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+    wait_until(lambda: not group_processes(tiny_model))
+
+
+def test_a_model_changed_after_the_preview_refuses_the_group(agent: Agent, model_copy: Path) -> None:
+    """A group's model file edited between preview and confirm is preview_stale naming that file."""
+    args = group_args(model_copy, free_port())
+    preview_hash = agent.preview_hash(*args)
+    config = json.loads((model_copy / "config.json").read_text())
+    (model_copy / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}))
+    stale = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    assert stale.code == "preview_stale"
+    fields = [c["field"] for c in stale.doc["error"]["details"]["changes"]]
+    assert f"models[{model_copy.name}].source.files[config.json].sha256" in fields
+    assert any(MODEL_CHECK in f or "worker.argv" in f for f in fields)  # every rank's own check changed with it
+    assert agent.run("serve", "status").data["servers"] == []
