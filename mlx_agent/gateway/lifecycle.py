@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from mlx_agent.errors import (
 )
 from mlx_agent.files import changed_files, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
-from mlx_agent.gateway.worker import WorkerProcess
+from mlx_agent.gateway.worker import WorkerProcess, rank_exits
 from mlx_agent.kept_cache import cache_dir
 from mlx_agent.plan.identity import source_changes
 from mlx_agent.policy import Policy
@@ -405,19 +404,6 @@ class Lifecycle:
             self._detach(self.worker)
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
-
-
-RANK_EXIT = re.compile(r"Node with rank (\d+) (was killed|exited with code (-?\d+))")
-
-
-def rank_exits(lines: list[str]) -> list[dict[str, Any]]:
-    """Return how each rank of a group ended, from its launcher's log (mlx.launch's last lines); empty otherwise."""
-    ended = []
-    for line in lines:
-        if match := RANK_EXIT.search(line):
-            code = None if match.group(3) is None else int(match.group(3))
-            ended.append({"rank": int(match.group(1)), "killed": code is None, "exit_code": code})
-    return ended
 
 
 def _consume(task: asyncio.Task[WorkerProcess]) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -206,3 +207,16 @@ class WorkerProcess:
         with contextlib.suppress(ChildProcessError):
             self.proc.wait()
         self._forget_socket()
+
+
+RANK_EXIT = re.compile(r"Node with rank (\d+) (was killed|exited with code (-?\d+))")
+
+
+def rank_exits(lines: list[str]) -> list[dict[str, Any]]:
+    """Return how each rank of a group ended, from its launcher's log (mlx.launch's last lines); empty otherwise."""
+    ended = []
+    for line in lines:
+        if match := RANK_EXIT.search(line):
+            code = None if match.group(3) is None else int(match.group(3))
+            ended.append({"rank": int(match.group(1)), "killed": code is None, "exit_code": code})
+    return ended

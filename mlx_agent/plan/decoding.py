@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.plan.model_plan import ModelSpec
+    from mlx_agent.plan.model_spec import ModelSpec
     from mlx_agent.records import DraftRecord, KvCacheRecord, PromptCacheRecord, SourceRecord
 
 

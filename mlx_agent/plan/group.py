@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from mlx_agent.plan.model_plan import ModelSpec
+    from mlx_agent.plan.model_spec import ModelSpec
     from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord
 
 BACKENDS = ("ring", "jaccl")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mlx_agent.errors import ModelsFileInvalid, ModelsNameConflict
-from mlx_agent.plan.model_plan import ModelSpec
+from mlx_agent.plan.model_spec import ModelSpec
 
 if TYPE_CHECKING:
     from mlx_agent.records import ModelsFileRecord

@@ -18,7 +18,8 @@ from mlx_agent.errors import (
 )
 from mlx_agent.home import receipts_dir
 from mlx_agent.plan.front import FRONT_READINESS, front_argv, front_record, worker_log
-from mlx_agent.plan.model_plan import ModelSpec, build_model_plan, child_env
+from mlx_agent.plan.model_plan import build_model_plan, child_env
+from mlx_agent.plan.model_spec import ModelSpec
 from mlx_agent.plan.recipes import load_recipe
 from mlx_agent.policy import policy_from_options
 from mlx_agent.wire import HOST, PLAN_VERSION
