@@ -154,6 +154,7 @@ class WorkerRecord(TypedDict):
 
     transport: Literal["unix", "tcp"]  # "unix": argv has {socket}; "tcp": argv has {port}
     cuts_to_context: bool  # the worker itself cuts a reply to what the context window leaves after the prompt
+    secret_env: str | None  # a TCP worker that requires a bearer key read from this variable (one per launch)
     model_name: str  # what the worker calls its one model in requests and replies
     argv: Annotated[list[str], Field(min_length=1)]
     env: dict[str, str]

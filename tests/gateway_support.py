@@ -166,6 +166,7 @@ def gateway_config(
         "worker": {
             "transport": transport,
             "cuts_to_context": transport == "unix",
+            "secret_env": None,
             "model_name": "default_model",
             "argv": argv,
             "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from mlx_agent.errors import LaunchFailed, MlxAgentError, ReadinessTimeout, from_refusal_lines
+from mlx_agent.errors import LaunchFailed, MlxAgentError, PortInUse, ReadinessTimeout, from_refusal_lines
 from mlx_agent.files import log_tail
 from mlx_agent.readiness import Readiness
 from mlx_agent.spawn import spawn
@@ -96,15 +97,20 @@ class WorkerProcess:
             argv = [arg.replace(PORT_PLACEHOLDER, address) for arg in spec["argv"]]
             connector = aiohttp.TCPConnector(limit=0, force_close=True)
             where = f"{HOST}:{address}"
+        env, headers = dict(spec["env"]), {}
+        if spec["secret_env"]:  # a TCP worker any local process could reach: it answers only this launch's key
+            key = secrets.token_urlsafe(32)
+            env[spec["secret_env"]] = key
+            headers["Authorization"] = f"Bearer {key}"
         proc = spawn(
             argv,
-            spec["env"],
+            env,
             Path(spec["log_path"]),
             spec["cwd"],
             die_with_parent=True,
             header=f"mlx-agent front: worker load {load_number} on {where}",
         )
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        session = aiohttp.ClientSession(connector=connector, auto_decompress=False, headers=headers)
         return cls(proc=proc, spec=spec, address=address, session=session)
 
     def exited(self) -> int | None:
@@ -142,6 +148,7 @@ class WorkerProcess:
             if code is not None:
                 raise self.start_failure(code)
             if await self._probe(check):
+                self._refuse_a_stranger()
                 self.ready_at = time.time()
                 return
             if time.monotonic() >= deadline:
@@ -154,6 +161,39 @@ class WorkerProcess:
                     },
                 )
             await asyncio.sleep(READY_POLL_S)
+
+    def _refuse_a_stranger(self) -> None:
+        """Refuse a TCP port that answered but that the worker does not listen on: another program took it.
+
+        The front picks the port a moment before the worker binds it, and any local process could bind it first
+        and answer as a ready worker; requests would then go to it. A Unix socket in the front's private
+        directory cannot be taken, so only TCP workers are checked.
+        """
+        if self.spec["transport"] == "unix" or self.listens(int(self.address)):
+            return
+        raise PortInUse(
+            f"port {self.address} answered, but not from the worker (pid {self.pid}): another program took it; "
+            "nothing was sent to it",
+            details={"port": int(self.address), "worker_pid": self.pid},
+        )
+
+    def listens(self, port: int) -> bool:
+        """Say whether the worker (or a process it started) listens on loopback ``port``."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return False
+        for proc in tree:
+            try:
+                connections = proc.net_connections(kind="tcp")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections):
+                return True
+        return False
 
     async def _probe(self, check: Readiness) -> bool:
         timeout = aiohttp.ClientTimeout(total=check.timeout)
@@ -209,14 +249,23 @@ class WorkerProcess:
         self._forget_socket()
 
 
-RANK_EXIT = re.compile(r"Node with rank (\d+) (was killed|exited with code (-?\d+))")
+# mlx.launch's last lines ("Node with rank R was killed / exited with code C") and our launcher's
+# ("rank R exited with status S", for each rank that ended on its own).
+RANK_EXIT = re.compile(
+    r"Node with rank (\d+) (?:was (killed)|exited with code (-?\d+))|launcher: rank (\d+) exited with status (\d+)"
+)
 
 
 def rank_exits(lines: list[str]) -> list[dict[str, Any]]:
-    """Return how each rank of a group ended, from its launcher's log (mlx.launch's last lines); empty otherwise."""
-    ended = []
+    """Return how each rank of a group ended, from its launcher's log; empty for a worker that is no group."""
+    ended: dict[int, dict[str, Any]] = {}
     for line in lines:
         if match := RANK_EXIT.search(line):
-            code = None if match.group(3) is None else int(match.group(3))
-            ended.append({"rank": int(match.group(1)), "killed": code is None, "exit_code": code})
-    return ended
+            if match.group(4) is not None:  # our launcher's own line: the rank ended by itself
+                rank, code = int(match.group(4)), int(match.group(5))
+                ended[rank] = {"rank": rank, "killed": code > 128, "exit_code": code}
+            else:
+                rank = int(match.group(1))
+                exit_code = None if match.group(3) is None else int(match.group(3))
+                ended.setdefault(rank, {"rank": rank, "killed": exit_code is None, "exit_code": exit_code})
+    return sorted(ended.values(), key=lambda r: (not r["killed"], r["rank"]))

@@ -291,6 +291,7 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "worker": {
             "transport": "unix" if wrapped else "tcp",
             "cuts_to_context": cuts,
+            "secret_env": None if wrapped else recipe.get("secret_env"),
             "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
             "argv": argv,
             "env": env,

@@ -127,7 +127,11 @@ def main(argv: list[str]) -> int:
         signal.signal(signum, _on_signal)
     sys.argv = ["mlx.launch", *argv]
     upstream.main()
-    return RANKS.exit_status()
+    status = RANKS.exit_status()
+    for rank, code, stopped in RANKS.statuses:  # what a supervisor reads to say which rank ended the group
+        if code != 0 and not stopped:
+            print(f"mlx-agent launcher: rank {rank} exited with status {code}", file=sys.stderr, flush=True)
+    return status
 
 
 if __name__ == "__main__":

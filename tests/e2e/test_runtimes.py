@@ -114,3 +114,41 @@ def test_runtime_executable_runs_its_native_argv(agent: Agent, tiny_model: Path)
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["state"], server["health"]) == ("running", "ok")
     assert agent.run("serve", "stop", "--port", str(port)).data["result"] == "stopped"
+
+
+def test_a_native_mlx_vlm_worker_answers_only_its_front(agent: Agent, tiny_vlm: Path) -> None:
+    """An mlx-vlm executable listens on a loopback port, but answers only the per-launch key its front sends."""
+    import urllib.error
+    import urllib.request
+
+    import psutil
+
+    exe = Path(sys.executable).parent / "mlx_vlm.server"
+    port = free_port()
+    receipt = agent.launch(
+        "--path", str(tiny_vlm), "--port", str(port), "--runtime", "mlx-vlm", "--runtime-executable", str(exe)
+    )
+    model = receipt["plan"]["models"][0]
+    assert model["worker"]["transport"] == "tcp" and model["worker"]["secret_env"] == "MLX_VLM_SERVER_API_KEY"
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0)
+        reply = client.chat.completions.create(
+            model=str(tiny_vlm), max_tokens=4, messages=[{"role": "user", "content": "hello"}]
+        )
+        assert reply.choices[0].message.content is not None
+        worker = next(
+            p for p in psutil.process_iter(["cmdline"]) if str(exe.resolve()) in (p.info["cmdline"] or [])[:2]
+        )
+        argv = worker.info["cmdline"]
+        worker_port = argv[argv.index("--port") + 1]
+        key = worker.environ()["MLX_VLM_SERVER_API_KEY"]  # in its environment (0400 in /proc), not in its argv
+        assert len(key) >= 32 and not any(key in word for word in argv)
+        health = f"http://127.0.0.1:{worker_port}/health"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(health, timeout=10)
+        assert refused.value.code == 401
+        keyed = urllib.request.Request(health, headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(keyed, timeout=10) as answer:
+            assert answer.status == 200
+    finally:
+        assert agent.run("serve", "stop", "--port", str(port)).rc == 0

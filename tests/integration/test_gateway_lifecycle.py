@@ -326,3 +326,50 @@ def test_client_leaving_mid_stream_frees_the_stream_and_the_worker_lives(tmp_pat
         assert gateway.status()["model_state"] == "loaded"
         assert gateway.chat().status == 200
         assert gateway.control("POST", "unload").status == 200
+
+
+def test_a_stranger_answering_on_a_tcp_workers_port_is_refused(tmp_path: Path) -> None:
+    """A program that binds a TCP worker's port before the worker and answers as ready gets no request: port_in_use."""
+    import http.server
+    import re
+
+    seen: list[str] = []
+
+    class Squatter(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            body = b'{"status": "ok"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with running_gateway(tmp_path, env={"FAKE_LOAD_DELAY": "3"}) as gateway:
+        replies: list[Any] = []
+        thread = threading.Thread(target=lambda: replies.append(gateway.chat()))
+        thread.start()
+        port = None
+        deadline = time.monotonic() + 20
+        while port is None:
+            assert time.monotonic() < deadline, "the front never started a worker"
+            for path in tmp_path.rglob("*.worker.log"):
+                if match := re.search(r"worker load 1 on 127\.0\.0\.1:(\d+)", path.read_text(errors="replace")):
+                    port = int(match.group(1))
+            time.sleep(0.02)
+        squatter = http.server.ThreadingHTTPServer(("127.0.0.1", port), Squatter)
+        threading.Thread(target=squatter.serve_forever, daemon=True).start()
+        try:
+            thread.join(60)
+        finally:
+            squatter.shutdown()
+            squatter.server_close()
+        error = replies[0].json()["error"]
+        assert (replies[0].status, error["code"]) == (503, "load_failed") and "another program" in error["message"]
+        assert seen and all(path.startswith("/health") for path in seen)  # no prompt ever reached it
+        assert gateway.status()["last_error"]["code"] == "port_in_use"
