@@ -30,11 +30,13 @@ import time
 from types import FrameType
 from typing import Any
 
-from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_RANK_LOST
+from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_MODEL_CHANGED, EXIT_RANK_LOST, EXIT_REFUSED
 
 SEAMS = ("main", "RemoteProcess", "select", "_launch_with_io")
 # Statuses that follow from another rank's failure: the root cause is reported before them.
 CONSEQUENCES = (EXIT_RANK_LOST, EXIT_GENERATION_DIED)
+# Statuses that say why a rank refused to run; they are the group's status whatever else failed with them.
+REFUSALS = (EXIT_REFUSED, EXIT_MODEL_CHANGED)
 
 
 class Ranks:
@@ -50,7 +52,10 @@ class Ranks:
         with self.lock:
             failures = [(status, stopped) for _, status, stopped in self.statuses if status != 0]
         causes = [status for status, stopped in failures if not stopped and status not in CONSEQUENCES]
-        chosen = causes or [status for status, _ in failures]
+        # A refusal (a bind failure, a changed model) explains a peer's plain failure, whichever ended first:
+        # a rank still joining the group fails with status 1 when its peer refused and left.
+        refusals = [status for status in causes if status in REFUSALS]
+        chosen = refusals or causes or [status for status, _ in failures]
         return chosen[0] if chosen else 0
 
     def stop_all(self) -> None:

@@ -295,3 +295,14 @@ def test_the_launcher_exits_with_the_status_of_the_failing_rank() -> None:
     argv = launcher_argv([sys.executable, "-c", "import os, sys; sys.exit(5 if os.environ['MLX_RANK'] == '1' else 0)"])
     done = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 5, done.stderr.decode()
+
+
+def test_a_refusal_is_the_groups_status_whichever_rank_ended_first() -> None:
+    """A rank that refused (status 3) explains a peer that failed with 1 before it: the group exits 3."""
+    from mlx_agent.runtime.launcher import Ranks
+
+    ranks = Ranks()
+    ranks.statuses = [(1, 1, False), (0, EXIT_REFUSED, False), (1, 70, False)]
+    assert ranks.exit_status() == EXIT_REFUSED
+    ranks.statuses = [(1, 1, False), (0, 70, False)]
+    assert ranks.exit_status() == 1
