@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -34,25 +33,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.conftest import free_port  # noqa: E402  (after the checkout is on sys.path)
+from tests.fixtures.group import UnixHTTPConnection  # noqa: E402
 from tests.gateway_support import Gateway, gateway_config, real_worker_argv, start_gateway  # noqa: E402
 
 LATENCY_TARGET_MS = 1.0
 STREAM_TARGET_RATIO = 0.98
 RSS_TARGET_MB = 80.0
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """An HTTP connection to a worker's Unix socket (what the front itself talks to)."""
-
-    def __init__(self, path: str, timeout: float = 120) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        """Connect to the socket instead of a TCP port."""
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
 
 
 Target = int | str  # a front's TCP port, or a worker's socket path
@@ -61,7 +47,7 @@ Target = int | str  # a front's TCP port, or a worker's socket path
 def connection(target: Target) -> http.client.HTTPConnection:
     if isinstance(target, int):
         return http.client.HTTPConnection("127.0.0.1", target, timeout=120)
-    return UnixHTTPConnection(target)
+    return UnixHTTPConnection(target, timeout=120)
 
 
 def post(target: Target, path: str, body: dict[str, Any]) -> bytes:

@@ -560,3 +560,37 @@ def read_sse(body: bytes) -> list[tuple[str | None, Any]]:
             text = "\n".join(data)
             events.append((name, text if text == "[DONE]" else json.loads(text)))
     return events
+
+
+@contextlib.contextmanager
+def squatting(port: int, body: bytes) -> Iterator[list[str]]:
+    """Answer every GET and POST on loopback ``port`` with the JSON ``body``, as a program that took the port would.
+
+    Yields the paths it was asked for, in order.
+    """
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Squatter(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Squatter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield seen
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -12,10 +12,7 @@ group), prompt lookup and the M5 kernel (not built for sharded models), and a ba
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
 import json
-import socket
 from pathlib import Path
 
 from mlx_agent.errors import DistributedUnsupported, InvalidArguments
@@ -34,6 +31,8 @@ LOCAL = "127.0.0.1"
 
 
 def _ip(value: str, where: str) -> str:
+    import ipaddress  # only a group's preview reads hosts
+
     try:
         return str(ipaddress.ip_address(value.strip()))
     except ValueError:
@@ -52,6 +51,9 @@ def hosts_from_list(raw: str) -> list[HostRecord]:
 
 def hosts_from_file(path: Path) -> tuple[list[HostRecord], str]:
     """Return the hosts of a hostfile (``mlx.distributed_config``'s JSON list) and the sha256 of its bytes."""
+    import hashlib
+    import socket
+
     try:
         raw = path.read_bytes()
         doc = json.loads(raw)

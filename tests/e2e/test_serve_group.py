@@ -53,6 +53,16 @@ def replies(port: int, model: str) -> list[str]:
     return texts
 
 
+def one_process_replies(agent: Agent, model: Path) -> list[str]:
+    """Serve ``model`` in one process, return its greedy replies to PROMPTS, and stop it."""
+    port = free_port()
+    agent.launch("--path", str(model), "--port", str(port))
+    try:
+        return replies(port, model.name)
+    finally:
+        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
 def group_processes(model: Path) -> list[psutil.Process]:
     """Return the live processes whose command line serves ``model`` (launcher and ranks)."""
     found = []
@@ -73,10 +83,7 @@ def wait_until(check: Callable[[], bool], timeout: float = 60) -> None:
 
 def test_a_tensor_parallel_group_replies_as_one_process(agent: Agent, tiny_model: Path) -> None:
     """Two ranks of the tiny llama (tensor parallel) give one process's greedy replies; stop leaves nothing."""
-    single = free_port()
-    agent.launch("--path", str(tiny_model), "--port", str(single))
-    expected = replies(single, tiny_model.name)
-    assert agent.run("serve", "stop", "--port", str(single)).rc == 0
+    expected = one_process_replies(agent, tiny_model)
     port = free_port()
     receipt = agent.launch(*group_args(tiny_model, port))
     group = receipt["plan"]["models"][0]["group"]
@@ -92,10 +99,7 @@ def test_a_tensor_parallel_group_replies_as_one_process(agent: Agent, tiny_model
 
 def test_a_pipeline_group_replies_as_one_process(agent: Agent, qwen2_model: Path) -> None:
     """Two ranks of a tiny qwen2 with --pipeline give one process's greedy replies."""
-    single = free_port()
-    agent.launch("--path", str(qwen2_model), "--port", str(single))
-    expected = replies(single, qwen2_model.name)
-    assert agent.run("serve", "stop", "--port", str(single)).rc == 0
+    expected = one_process_replies(agent, qwen2_model)
     port = free_port()
     receipt = agent.launch(*group_args(qwen2_model, port, "--pipeline"))
     assert receipt["plan"]["models"][0]["group"]["parallelism"] == "pipeline"

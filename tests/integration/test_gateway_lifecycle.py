@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.conftest import assert_valid
-from tests.gateway_support import Gateway, pid_alive, running_gateway
+from tests.gateway_support import Gateway, pid_alive, running_gateway, squatting
 
 STREAM_BODY = {"model": "org/tiny", "messages": [{"role": "user", "content": "go"}], "stream": True}
 
@@ -330,25 +330,7 @@ def test_client_leaving_mid_stream_frees_the_stream_and_the_worker_lives(tmp_pat
 
 def test_a_stranger_answering_on_a_tcp_workers_port_is_refused(tmp_path: Path) -> None:
     """A program that binds a TCP worker's port before the worker and answers as ready gets no request: port_in_use."""
-    import http.server
     import re
-
-    seen: list[str] = []
-
-    class Squatter(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            seen.append(self.path)
-            body = b'{"status": "ok"}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_POST = do_GET
-
-        def log_message(self, *args: object) -> None:
-            pass
 
     with running_gateway(tmp_path, env={"FAKE_LOAD_DELAY": "3"}) as gateway:
         replies: list[Any] = []
@@ -362,13 +344,8 @@ def test_a_stranger_answering_on_a_tcp_workers_port_is_refused(tmp_path: Path) -
                 if match := re.search(r"worker load 1 on 127\.0\.0\.1:(\d+)", path.read_text(errors="replace")):
                     port = int(match.group(1))
             time.sleep(0.02)
-        squatter = http.server.ThreadingHTTPServer(("127.0.0.1", port), Squatter)
-        threading.Thread(target=squatter.serve_forever, daemon=True).start()
-        try:
+        with squatting(port, b'{"status": "ok"}') as seen:
             thread.join(60)
-        finally:
-            squatter.shutdown()
-            squatter.server_close()
         error = replies[0].json()["error"]
         assert (replies[0].status, error["code"]) == (503, "load_failed") and "another program" in error["message"]
         assert seen and all(path.startswith("/health") for path in seen)  # no prompt ever reached it

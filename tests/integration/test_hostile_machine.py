@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.server
 import json
 import os
 import pwd
@@ -16,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +25,7 @@ import psutil
 import pytest
 
 from tests.conftest import FAKE_SERVER, Agent, fake_runtime, free_port
+from tests.gateway_support import squatting
 
 ATTACKER = "mlxattacker"
 
@@ -54,6 +53,26 @@ def as_user(user: pwd.struct_passwd, code: str) -> subprocess.CompletedProcess[s
         timeout=60,
         cwd="/",
     )
+
+
+def plant_receipt(agent: Agent, pid: int, version: str = "2.0") -> Path:
+    """Write a 0600 receipt for port 9 naming the live process ``pid`` exactly (its group, birth and command line)."""
+    proc = psutil.Process(pid)
+    receipt = {
+        "format_version": version,
+        "kind": "serve",
+        "port": 9,
+        "pid": pid,
+        "pgid": os.getpgid(pid),
+        "create_time": proc.create_time(),
+        "cmdline": proc.cmdline(),
+        "argv": proc.cmdline(),
+    }
+    agent.serve_dir.mkdir(parents=True, exist_ok=True)
+    path = agent.serve_dir / "9.json"
+    path.write_text(json.dumps(receipt))
+    path.chmod(0o600)
+    return path
 
 
 def start_args(model: Path, exe: Path, port: int) -> list[str]:
@@ -88,30 +107,12 @@ def test_a_squatter_on_the_port_is_port_in_use_not_a_ready_server(
     agent: Agent, tiny_model: Path, tmp_path: Path
 ) -> None:
     """A process that answers /health as a ready front on the port makes confirm port_in_use; nothing is left."""
-
-    class Squatter(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"status": "ok", "ready": true, "proof": "forged"}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
     exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
     port = free_port()
     args = start_args(tiny_model, exe, port)
     preview_hash = agent.preview_hash(*args)
-    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", port), Squatter)
-    threading.Thread(target=squatter.serve_forever, daemon=True).start()
-    try:
+    with squatting(port, b'{"status": "ok", "ready": true, "proof": "forged"}'):
         result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
-    finally:
-        squatter.shutdown()
-        squatter.server_close()
     assert (result.rc, result.code) == (1, "port_in_use"), result.stdout
     assert agent.run("serve", "status").data["servers"] == []
 
@@ -172,21 +173,7 @@ def test_a_receipt_planted_by_another_user_is_not_obeyed(agent: Agent, attacker:
     """A receipt file another user owns (here: naming our own live process) is unreadable: nothing is signalled."""
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        serve = agent.serve_dir
-        serve.mkdir(parents=True)
-        proc = psutil.Process(victim.pid)
-        forged = {
-            "format_version": "2.0",
-            "kind": "serve",
-            "port": 9,
-            "pid": victim.pid,
-            "pgid": os.getpgid(victim.pid),
-            "create_time": proc.create_time(),
-            "cmdline": proc.cmdline(),
-            "argv": proc.cmdline(),
-        }
-        path = serve / "9.json"
-        path.write_text(json.dumps(forged))
+        path = plant_receipt(agent, victim.pid)
         os.chown(path, attacker.pw_uid, attacker.pw_gid)
         stop = agent.run("serve", "stop", "--port", "9")
         assert stop.code == "state_dir_unsafe", stop.stdout
@@ -199,24 +186,10 @@ def test_a_receipt_planted_by_another_user_is_not_obeyed(agent: Agent, attacker:
 
 def test_a_receipt_naming_the_commands_own_group_is_not_obeyed(agent: Agent) -> None:
     """A receipt naming the process group the CLI itself runs in (here: this test's) is refused; nothing dies."""
-    me = psutil.Process(os.getpid())
-    serve = agent.serve_dir
-    serve.mkdir(parents=True)
-    receipt = {
-        "format_version": "2.0",
-        "kind": "serve",
-        "port": 9,
-        "pid": me.pid,
-        "pgid": os.getpgrp(),
-        "create_time": me.create_time(),
-        "cmdline": me.cmdline(),
-        "argv": me.cmdline(),
-    }
-    (serve / "9.json").write_text(json.dumps(receipt))
-    os.chmod(serve / "9.json", 0o600)
+    path = plant_receipt(agent, os.getpid())  # this test's process, in the group the CLI runs in too
     stop = agent.run("serve", "stop", "--port", "9")
     assert (stop.rc, stop.code) == (1, "ownership_mismatch"), stop.stdout + stop.stderr
-    assert "Traceback" not in stop.stderr and (serve / "9.json").exists()
+    assert "Traceback" not in stop.stderr and path.exists()
 
 
 def test_an_unreadable_receipts_directory_is_an_error_not_an_empty_list(attacker: pwd.struct_passwd) -> None:
@@ -249,22 +222,7 @@ def test_another_users_process_is_never_ours_to_stop(agent: Agent, attacker: pwd
     )
     try:
         time.sleep(0.3)
-        proc = psutil.Process(victim.pid)
-        serve = agent.serve_dir
-        serve.mkdir(parents=True)
-        receipt = {
-            "format_version": "1.0",
-            "kind": "serve",
-            "port": 9,
-            "pid": victim.pid,
-            "pgid": os.getpgid(victim.pid),
-            "create_time": proc.create_time(),
-            "cmdline": proc.cmdline(),
-            "argv": proc.cmdline(),
-        }
-        path = serve / "9.json"
-        path.write_text(json.dumps(receipt))
-        path.chmod(0o600)
+        plant_receipt(agent, victim.pid, version="1.0")
         stop = agent.run("serve", "stop", "--port", "9")
         assert stop.code == "ownership_mismatch", stop.stdout
         assert victim.poll() is None
