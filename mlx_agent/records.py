@@ -64,6 +64,7 @@ class RuntimeRecord(TypedDict, total=False):
     executable: str
     executable_from: str
     executable_sha256: str
+    native_entry_sha256: str  # runtime/native_entry.py, which an executable runs under (its port, its key)
     argv_prefix: list[str]
 
 
@@ -152,9 +153,10 @@ class FileCheck(TypedDict):
 class WorkerRecord(TypedDict):
     """How a front starts one model's worker: argv template, environment, readiness, log."""
 
-    transport: Literal["unix", "tcp"]  # "unix": argv has {socket}; "tcp": argv has {port}
+    transport: Literal["unix", "tcp"]  # "unix": argv has {socket}; "tcp": port_env, or {port} in argv
     cuts_to_context: bool  # the worker itself cuts a reply to what the context window leaves after the prompt
     secret_env: str | None  # a TCP worker that requires a bearer key read from this variable (one per launch)
+    port_env: NotRequired[str | None]  # a TCP worker that reads its port from this variable, not from argv
     model_name: str  # what the worker calls its one model in requests and replies
     argv: Annotated[list[str], Field(min_length=1)]
     env: dict[str, str]

@@ -3,7 +3,7 @@
 The config is the plan's projection (``plan/front.py``); its shape is ``records.FrontConfig`` (and
 ``schemas/front_config.json``, generated from it). Loading validates every field with that declaration and
 refuses anything unknown or unsafe (a host other than 127.0.0.1, relative paths, a worker argv without its
-placeholder, two models answering to one name).
+placeholder unless its port goes in its environment, two models answering to one name).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def parse_config(doc: object) -> FrontConfig:
     for model in config["models"]:
         worker = model["worker"]
         placeholder = PLACEHOLDERS[worker["transport"]]
-        if not any(placeholder in arg for arg in worker["argv"]):
+        in_env = worker["transport"] == "tcp" and bool(worker.get("port_env"))  # a native entry reads its port there
+        if not in_env and not any(placeholder in arg for arg in worker["argv"]):
             raise FrontConfigInvalid(f"models[{model['name']}].worker.argv must contain {placeholder}")
         for name in (model["name"], *model["aliases"]):
             if name in names:

@@ -2,10 +2,11 @@
 
 Our wrapped entry listens on a Unix socket inside the front's 0700 socket directory, so no other local user
 can reach it or squat its address; a runtime's own server (mlx-vlm, an executable from another environment)
-listens on a private loopback port the front picks per load. The worker runs in its own session and process
-group (``mlx_agent.spawn``), with a parent-death signal on Linux. Liveness is read with ``waitid(WNOWAIT)``:
-the exited leader stays a zombie, holding its process group id, until ``stop`` has signalled the whole group
-and reaped it, so a recycled pid is never signalled.
+listens on a private loopback port the front picks per load, given in its environment (never its argv), and
+answers only the per-launch key the front gives it there and sends with every request. The worker runs in its
+own session and process group (``mlx_agent.spawn``), with a parent-death signal on Linux. Liveness is read with
+``waitid(WNOWAIT)``: the exited leader stays a zombie, holding its process group id, until ``stop`` has
+signalled the whole group and reaped it, so a recycled pid is never signalled.
 """
 
 from __future__ import annotations
@@ -94,10 +95,12 @@ class WorkerProcess:
             where = f"unix socket {address}"
         else:
             address = str(pick_port())
-            argv = [arg.replace(PORT_PLACEHOLDER, address) for arg in spec["argv"]]
+            argv = [arg.replace(PORT_PLACEHOLDER, address) for arg in spec["argv"]]  # a runtime's own module
             connector = aiohttp.TCPConnector(limit=0, force_close=True)
             where = f"{HOST}:{address}"
         env, headers = dict(spec["env"]), {}
+        if port_env := spec.get("port_env"):  # the native entry appends --port from here: no port in any argv
+            env[port_env] = address
         if spec["secret_env"]:  # a TCP worker any local process could reach: it answers only this launch's key
             key = secrets.token_urlsafe(32)
             env[spec["secret_env"]] = key

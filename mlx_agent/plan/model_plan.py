@@ -2,7 +2,8 @@
 
 ``build_model_plan`` reads the files a ``ModelSpec`` (``model_spec``) names and returns the plan's record of it.
 The worker is our wrapped entry (on a Unix socket the front picks per load), or the runtime's own server (on a
-private loopback port), started by the front.
+private loopback port, given in its environment, and answering only its front's per-launch key), started by the
+front.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
+from mlx_agent.runtime.native_entry import KEY_ENV, PORT_ENV
 from mlx_agent.wire import (
     CONTEXT_WINDOW_FLAG,
     HOST,
@@ -141,6 +143,31 @@ def build_argv(runtime: RuntimeRecord, native_args: list[str]) -> list[str]:
     return [*runtime["argv_prefix"], *native_args]
 
 
+def native_template(template: list[str]) -> list[str]:
+    """Return a native argv template without its port: the native entry appends ``--port N`` from its environment."""
+    out: list[str] = []
+    for word in template:
+        if word == "{port}":
+            out = out[:-1]  # and the flag before it
+        else:
+            out.append(word)
+    return out
+
+
+def worker_secret(recipe: dict[str, Any], launcher: str) -> str | None:
+    """Return the variable a TCP worker's per-launch key is given in, or None for a worker on a private socket.
+
+    A recipe's ``secret_env`` names the runtime's own key check (mlx_vlm's); ``native_key: "entry"`` says the
+    native entry checks it (mlx_lm's server checks none).
+    """
+    if launcher == "wrapped":
+        return None
+    if launcher == "native" and recipe.get("native_key") == "entry":
+        return KEY_ENV
+    secret: str | None = recipe.get("secret_env")
+    return secret
+
+
 def _tensor_bytes(path: Path) -> int:
     _, header = read_safetensors_header(path)
     return sum(int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for k, t in header.items() if k != "__metadata__")
@@ -251,11 +278,10 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "max_tokens": str(spec.max_tokens),
         "socket": SOCKET_PLACEHOLDER,
     }
-    template = recipe["wrapper_argv"] if wrapped else recipe["argv"]
+    native = runtime["launcher"] == "native"
+    template = recipe["wrapper_argv"] if wrapped else native_template(recipe["argv"]) if native else recipe["argv"]
     native_args = [*(arg.format(**values) for arg in template), *extra_args]
-    readiness = (
-        recipe.get("native_readiness", recipe["readiness"]) if runtime["launcher"] == "native" else recipe["readiness"]
-    )
+    readiness = recipe.get("native_readiness", recipe["readiness"]) if native else recipe["readiness"]
     if wrapped and SOCKET_FLAG not in native_args:
         raise UnsupportedRuntime(f"the {name} recipe's wrapper_argv lacks {SOCKET_FLAG}")
     env = child_env(runtime["launcher"])
@@ -291,7 +317,8 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "worker": {
             "transport": "unix" if wrapped else "tcp",
             "cuts_to_context": cuts,
-            "secret_env": None if wrapped else recipe.get("secret_env"),
+            "secret_env": worker_secret(recipe, runtime["launcher"]),
+            "port_env": PORT_ENV if native else None,
             "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
             "argv": argv,
             "env": env,

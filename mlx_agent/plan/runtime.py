@@ -3,7 +3,9 @@
 The program is our wrapped entry, the runtime's own module, or an executable from another environment.
 
 Nothing here may depend on PATH at confirm time: an executable whose shebang goes through ``env`` is
-bound to the interpreter PATH gave at preview, and launched through that interpreter explicitly.
+bound to the interpreter PATH gave at preview. Every executable is launched through its interpreter
+explicitly, under our stdlib-only ``runtime/native_entry.py`` (bound by sha256 like the executable), which
+gives it its port from the environment and, where its recipe says so, checks the front's per-launch key.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from mlx_agent.records import FileCheck, RuntimeRecord
 
 ENTRY_DIR = PACKAGE_DIR / "runtime"
+NATIVE_ENTRY = ENTRY_DIR / "native_entry.py"  # run by path under another environment's interpreter
 
 
 def entry_sources() -> dict[str, str]:
@@ -61,11 +64,19 @@ def interpreter_sha256(interpreter: str) -> str:
 
 
 def runtime_checks(runtime: RuntimeRecord) -> list[FileCheck]:
-    """Return the files every worker load rechecks by content: the interpreter, our entry, the runtime's modules."""
+    """Return the files every worker load rechecks by content.
+
+    These are the interpreter, our entry, the runtime's modules, and for an executable from another environment
+    the executable and the native entry it runs under.
+    """
     checks: list[FileCheck] = []
     named: list[tuple[Path, str]] = []
     if runtime.get("interpreter_sha256") and runtime.get("interpreter"):
         named.append((Path(str(runtime["interpreter"])).resolve(), str(runtime["interpreter_sha256"])))
+    if runtime.get("executable_sha256") and runtime.get("executable"):
+        named.append((Path(str(runtime["executable"])), str(runtime["executable_sha256"])))
+    if runtime.get("native_entry_sha256"):
+        named.append((NATIVE_ENTRY, str(runtime["native_entry_sha256"])))
     named += [(PACKAGE_DIR / name, digest) for name, digest in (runtime.get("entry_sources") or {}).items()]
     for name, digest in (runtime.get("runtime_sources") or {}).items():
         package, _, rest = name.partition("/")
@@ -119,7 +130,10 @@ def _resolve_file(raw: str) -> Path:
 
 
 def _interpreter(exe: Path) -> tuple[Path | None, list[str]]:
-    """Return the interpreter a script's shebang names and the argv prefix that launches it PATH-free."""
+    """Return the interpreter a script's shebang names and the argv prefix that launches it PATH-free.
+
+    The prefix runs the script under the native entry: ``[interpreter, *its shebang options, entry, script]``.
+    """
     with open(exe, "rb") as fh:
         first = fh.readline(4096)
     words = first[2:].decode("utf-8", "replace").split() if first.startswith(b"#!") else []
@@ -134,9 +148,10 @@ def _interpreter(exe: Path) -> tuple[Path | None, list[str]]:
             raise RuntimeNotInstalled(
                 f"{exe} runs {name!r} through env, which is not on PATH", details={"executable": str(exe)}
             )
-        interpreter = Path(found).absolute()
-        return interpreter, [str(interpreter), str(exe)]
-    return Path(words[0]), [str(exe)]
+        interpreter, options = Path(found).absolute(), []
+    else:
+        interpreter, options = Path(words[0]), words[1:]
+    return interpreter, [str(interpreter), *options, str(NATIVE_ENTRY), str(exe)]
 
 
 def _native(recipe: dict[str, Any], raw: str, source: str) -> dict[str, Any]:
@@ -154,6 +169,7 @@ def _native(recipe: dict[str, Any], raw: str, source: str) -> dict[str, Any]:
         "executable": str(exe),
         "executable_from": source,
         "executable_sha256": sha256_file(exe),
+        "native_entry_sha256": sha256_file(NATIVE_ENTRY),
         "interpreter": str(interpreter) if interpreter else None,
         "argv_prefix": prefix,
         "versions": versions,

@@ -103,6 +103,65 @@ def test_another_user_cannot_reach_or_squat_a_worker_socket(
     assert agent.run("serve", "status").data["servers"][0]["health"] == "ok"
 
 
+ATTACK_NATIVE_WORKER = """
+import json, socket, urllib.error, urllib.request
+try:
+    open("/proc/{pid}/environ", "rb").read()
+    print("read its key")
+except OSError as e:
+    print("refused", e.errno)
+body = json.dumps({{"messages": [{{"role": "user", "content": "hi"}}], "max_tokens": 2}}).encode()
+url = "http://127.0.0.1:{port}/v1/chat/completions"
+for headers in ({{}}, {{"Authorization": "Bearer guessed"}}):
+    request = urllib.request.Request(url, data=body, headers={{"Content-Type": "application/json", **headers}})
+    try:
+        print("answered", urllib.request.urlopen(request, timeout=30).read()[:40])
+    except urllib.error.HTTPError as e:
+        print("http", e.code, json.loads(e.read())["error"]["code"])
+for host, reuse in (("127.0.0.1", False), ("127.0.0.1", True), ("0.0.0.0", True)):
+    s = socket.socket()
+    if reuse:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        s.bind((host, {port}))
+        s.listen()
+        print("bound")
+    except OSError as e:
+        print("refused", e.errno)
+"""
+
+
+def test_another_user_cannot_use_or_squat_a_native_mlx_lm_worker(
+    agent: Agent, tiny_model: Path, attacker: pwd.struct_passwd
+) -> None:
+    """A native mlx_lm worker's loopback port gives another user only 401s, and that user cannot bind it."""
+    exe = Path(sys.executable).parent / "mlx_lm.server"
+    port = free_port()
+    receipt = agent.launch(*start_args(tiny_model, exe, port), "--max-tokens", "4")
+    try:
+        worker = agent.run("serve", "status").data["servers"][0]["models"][0]["worker"]
+        assert worker["transport"] == "tcp" and "--port" not in receipt["plan"]["models"][0]["worker"]["argv"]
+        attempt = as_user(attacker, ATTACK_NATIVE_WORKER.format(pid=worker["pid"], port=worker["address"]))
+        assert attempt.stdout.splitlines() == [
+            "refused 13",  # the key is in the worker's environment, which only its own user reads
+            "http 401 invalid_api_key",
+            "http 401 invalid_api_key",
+            "refused 98",  # EADDRINUSE, with or without SO_REUSEADDR/SO_REUSEPORT
+            "refused 98",
+            "refused 98",
+        ], attempt.stdout + attempt.stderr
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:  # its front still reaches it
+            assert answer.status == 200 and json.loads(answer.read())["choices"]
+        assert agent.run("serve", "status").data["servers"][0]["models"][0]["worker"]["pid"] == worker["pid"]
+    finally:
+        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
 def test_a_squatter_on_the_port_is_port_in_use_not_a_ready_server(
     agent: Agent, tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -82,6 +82,16 @@ def test_worker_argv_needs_its_transport_placeholder(tmp_path: Path) -> None:
         parse_config(change_model(doc, worker={**worker, "transport": "unix"}))
 
 
+def test_a_tcp_worker_may_take_its_port_from_its_environment(tmp_path: Path) -> None:
+    """A TCP worker with a port variable (a native entry's) needs no {port} in argv; a Unix one still needs {socket}."""
+    doc = example(tmp_path)
+    worker = {**doc["models"][0]["worker"], "argv": ["/usr/bin/python3", "/x/native_entry.py", "/x/server"]}
+    config = parse_config(change_model(doc, worker={**worker, "port_env": "MLX_AGENT_WORKER_PORT"}))
+    assert config["models"][0]["worker"].get("port_env") == "MLX_AGENT_WORKER_PORT"
+    with pytest.raises(FrontConfigInvalid, match="socket"):
+        parse_config(change_model(doc, worker={**worker, "port_env": "P", "transport": "unix"}))
+
+
 def test_two_models_may_not_share_a_name(tmp_path: Path) -> None:
     """An alias that is another model's name is refused at load, naming both models."""
     doc = example(tmp_path)

@@ -19,10 +19,12 @@ from mlx_agent.errors import (
     UnsupportedRuntime,
 )
 from mlx_agent.plan.canonical import plan_diff, with_hash
+from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ModelPlan
 from mlx_agent.requests import ServeRequest
+from mlx_agent.runtime.native_entry import PORT_ENV
 from tests.conftest import assert_valid
 
 VISION = {"model_type": "qwen2_vl", "vision_config": {"depth": 2}, "image_token_id": 5}
@@ -150,7 +152,7 @@ def test_env_shebang_is_bound_to_the_interpreter_path_gave_at_preview(
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     result = plan(tiny_model, runtime_executable=str(exe))
-    assert result["argv"][:2] == [str(bindir / "python3"), str(exe)]
+    assert result["argv"][:3] == [str(bindir / "python3"), str(NATIVE_ENTRY), str(exe)]
     runtime = result["runtime"]
     assert isinstance(runtime, dict)
     assert runtime["versions"]["mlx-lm"]
@@ -174,7 +176,9 @@ def test_configured_executable_is_bound(tiny_model: Path, tmp_path: Path, monkey
     assert isinstance(runtime, dict)
     assert (runtime["launcher"], runtime["executable_from"]) == ("native", "runtimes.json")
     exe.write_text(f"#!{sys.executable}\n# changed\n")
-    assert [c["field"] for c in plan_diff(first, plan(tiny_model, runtime="mlx-vlm"))] == ["runtime.executable_sha256"]
+    assert (first["worker"]["secret_env"], first["worker"]["port_env"]) == ("MLX_VLM_SERVER_API_KEY", PORT_ENV)
+    changed = [c["field"] for c in plan_diff(first, plan(tiny_model, runtime="mlx-vlm"))]
+    assert changed == ["runtime.executable_sha256", "runtime_checks"]  # bound, and rechecked at every load
     (tmp_path / "runtimes.json").write_text("{broken")
     with pytest.raises(RuntimeNotInstalled):
         plan(tiny_model, runtime="mlx-vlm")

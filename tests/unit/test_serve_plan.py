@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
@@ -12,9 +13,11 @@ import pytest
 
 from mlx_agent.errors import InvalidArguments, RuntimeNotExecutable, RuntimeNotInstalled, UnsupportedRuntime
 from mlx_agent.plan.canonical import canonical_json, plan_diff, with_hash
+from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ServePlan
 from mlx_agent.requests import ServeRequest
+from mlx_agent.runtime.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import assert_valid
 
 
@@ -147,7 +150,7 @@ def test_non_executable_runtime_is_runtime_not_executable(tiny_model: Path, tmp_
 
 
 def test_runtime_executable_binds_its_content(tiny_model: Path, tmp_path: Path) -> None:
-    """An isolated executable is launched natively and bound by path, interpreter and sha256."""
+    """An isolated executable is launched natively and bound by path, interpreter and sha256, rechecked every load."""
     exe = tmp_path / "mlx_lm.server"
     exe.write_text(f"#!{sys.executable}\nprint('server')\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
@@ -155,10 +158,35 @@ def test_runtime_executable_binds_its_content(tiny_model: Path, tmp_path: Path) 
     model = first["models"][0]
     runtime = model["runtime"]
     assert runtime.get("launcher") == "native" and runtime.get("adapter_enabled") is False
-    assert model["worker"]["argv"][0] == str(exe) and model["worker"]["transport"] == "tcp"
+    assert model["worker"]["argv"][:3] == [sys.executable, str(NATIVE_ENTRY), str(exe)]
+    assert model["worker"]["transport"] == "tcp"
+    assert str(exe) in {c["path"] for c in model["runtime_checks"]}
     exe.write_text(f"#!{sys.executable}\nprint('changed')\n")
     second = plan_for(tiny_model, runtime_executable=str(exe))
-    assert [c["field"] for c in plan_diff(first, second)] == [f"models[{tiny_model.name}].runtime.executable_sha256"]
+    changed = {c["field"] for c in plan_diff(first, second)}
+    assert f"models[{tiny_model.name}].runtime.executable_sha256" in changed
+    assert {f.rpartition(".")[2] for f in changed} == {"executable_sha256", "runtime_checks"}
+
+
+def test_a_native_worker_gets_its_port_and_key_in_its_environment(tiny_model: Path, tmp_path: Path) -> None:
+    """A native mlx_lm worker runs under the native entry: no port in its argv, a key the entry checks, both in env."""
+    exe = tmp_path / "mlx_lm.server"
+    exe.write_text(f"#!{sys.executable}\nprint('server')\n")
+    exe.chmod(0o755)
+    model = plan_for(tiny_model, runtime_executable=str(exe))["models"][0]
+    worker, runtime = model["worker"], model["runtime"]
+    assert "{port}" not in worker["argv"] and "--port" not in worker["argv"]
+    assert worker["argv"][3:5] == ["--model", str(tiny_model)] and "--host" in worker["argv"]
+    assert (worker["port_env"], worker["secret_env"]) == (PORT_ENV, KEY_ENV)
+    with open(NATIVE_ENTRY, "rb") as fh:
+        assert runtime.get("native_entry_sha256") == hashlib.file_digest(fh, "sha256").hexdigest()
+    assert {
+        "path": str(NATIVE_ENTRY),
+        "sha256": runtime.get("native_entry_sha256"),
+        "size": NATIVE_ENTRY.stat().st_size,
+    } in model["runtime_checks"]
+    wrapped = plan_for(tiny_model)["models"][0]["worker"]
+    assert (wrapped["port_env"], wrapped["secret_env"], wrapped["transport"]) == (None, None, "unix")
 
 
 def test_the_plan_binds_the_interpreter_runtime_and_front_by_content(tiny_model: Path) -> None:
