@@ -19,7 +19,8 @@ from tests.conftest import REPO_ROOT, free_port
 
 # A stand-in for the worker: HTTP/1.0 like mlx_lm.server, echoes what it received, streams on request.
 # Request fields it understands: x_chunks (stream events), x_delay (seconds between events), x_cached
-# (cached_tokens to report), x_status (answer with this error status), x_sleep (seconds before a plain answer).
+# (cached_tokens to report), x_status (answer with this error status), x_sleep (seconds before a plain answer),
+# x_cut (break the reply off: a body short of its length, or a stream without [DONE]).
 # Env: FAKE_LOAD_DELAY (seconds before listening), FAKE_FAIL (exit 3 at once).
 FAKE_WORKER = r"""
 import argparse, json, os, sys, time
@@ -55,6 +56,14 @@ class H(BaseHTTPRequestHandler):
         prompt = json.dumps(body.get("messages", body.get("prompt")))
         usage = {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1,
                  "prompt_tokens_details": {"cached_tokens": body.get("x_cached", 0)}}
+        if body.get("x_cut"):  # a reply broken off: shorter than its length, or a stream without [DONE]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream" if body.get("stream") else "application/json")
+            if not body.get("stream"):
+                self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b'data: {"id": "x", "choices": []}\n\n' if body.get("stream") else b'{"id": "x", ')
+            return
         if not body.get("stream"):
             time.sleep(body.get("x_sleep", 0))
             return self._json(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),

@@ -9,6 +9,7 @@ by the endpoint, in one place (its handler), as httpx chooses a transport.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Iterator
@@ -18,11 +19,14 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.observe import Exchange, exchange_of
+from mlx_agent.gateway.worker_stream import WorkerReply
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]"
 DATA = b"data: "
+HIGH_WATER, LOW_WATER = 64 * 1024, 16 * 1024  # bytes waiting for a client before the worker is paused, resumed
+DRAIN_POLL_S = 0.005
 Accountant = Callable[[dict[str, Any]], None]  # sees each chunk with usage first (per-key cached_tokens)
 
 
@@ -89,41 +93,98 @@ class PumpResult:
     client_gone: bool = False
 
 
+class Events:
+    """Cuts a worker's stream at event boundaries and returns what the translator makes of each event."""
+
+    def __init__(self, translator: StreamTranslator, result: PumpResult, exchange: Exchange | None) -> None:
+        self.translator = translator
+        self.result = result
+        self.exchange = exchange
+        self.pending = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """Take the next bytes of the worker's stream; return the client's bytes for every event they finish."""
+        pending = self.pending + data
+        translator = self.translator
+        out: list[bytes] = []
+        while (end := pending.find(b"\n\n")) >= 0:
+            event, pending = pending[:end], pending[end + 2 :]
+            if translator.ended:
+                continue
+            if event.startswith(DONE):
+                self.result.done = True
+                out.append(translator.finish())
+            elif event.startswith(b":"):
+                out.append(translator.keepalive(event))
+            elif event.startswith(DATA):
+                if self.exchange is not None and self.exchange.first_token is None:
+                    self.exchange.token()
+                out.append(translator.data(event[len(DATA) :]))
+        self.pending = pending
+        return b"".join(out)
+
+
+class ClientWriter:
+    """Writes a stream to its client as it comes, framed for the connection, behind no buffer but the socket's.
+
+    Each write goes to the transport at once, from the callback that read the worker (``worker_stream``):
+    chunked on HTTP/1.1 (``Upstream.stream`` turns chunking on before the head is sent), as is on HTTP/1.0.
+    A client that reads slower than the worker writes pauses the worker's connection until it catches up.
+    """
+
+    def __init__(self, request: web.Request, reply: WorkerReply, result: PumpResult) -> None:
+        self.request = request
+        self.reply = reply
+        self.result = result
+        self.chunked = request.version >= aiohttp.HttpVersion11
+        self.draining: asyncio.Task[None] | None = None
+
+    def write(self, out: bytes) -> None:
+        """Send ``out`` to the client; a client gone ends the worker's reply (which stops its generation)."""
+        transport = self.request.transport
+        if transport is None or transport.is_closing():
+            self.result.client_gone = True
+            self.reply.close()
+            return
+        transport.write(b"%x\r\n%b\r\n" % (len(out), out) if self.chunked else out)
+        if self.draining is None and transport.get_write_buffer_size() > HIGH_WATER:
+            self.reply.pause()
+            self.draining = asyncio.ensure_future(self._drain(transport))
+
+    async def _drain(self, transport: asyncio.BaseTransport) -> None:
+        # aiohttp keeps its own drain to itself; a behind client is rare enough to poll for
+        while not transport.is_closing() and transport.get_write_buffer_size() > LOW_WATER:  # type: ignore[attr-defined]
+            await asyncio.sleep(DRAIN_POLL_S)
+        self.draining = None
+        self.reply.resume()
+
+    def close(self) -> None:
+        """Stop waiting for the client to catch up."""
+        if self.draining is not None:
+            self.draining.cancel()
+
+
 async def pump(
-    request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse, translator: StreamTranslator
+    request: web.Request, response: web.StreamResponse, reply: WorkerReply, translator: StreamTranslator
 ) -> PumpResult:
-    """Carry ``upstream``'s events through ``translator`` to ``response`` until the worker or the client ends."""
+    """Carry ``reply``'s events through ``translator`` to the client until the worker or the client ends."""
     result = PumpResult()
-    pending = b""
-    exchange = exchange_of(request)
+    events = Events(translator, result, exchange_of(request))
+    client = ClientWriter(request, reply, result)
+
+    def forward(data: bytes) -> None:
+        if out := events.feed(data):
+            client.write(out)
+
     try:
-        opening = translator.start()
-        if opening:
-            await response.write(opening)
-        content = upstream.content
-        while data := await content.readany():
-            pending += data
-            out: list[bytes] = []
-            while (end := pending.find(b"\n\n")) >= 0:
-                event, pending = pending[:end], pending[end + 2 :]
-                if translator.ended:
-                    continue
-                if event.startswith(DONE):
-                    result.done = True
-                    out.append(translator.finish())
-                elif event.startswith(b":"):
-                    out.append(translator.keepalive(event))
-                elif event.startswith(DATA):
-                    if exchange is not None and exchange.first_token is None:
-                        exchange.token()
-                    out.append(translator.data(event[len(DATA) :]))
-            if out:
-                await response.write(b"".join(out))
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        if isinstance(exc, ConnectionResetError) and request.transport is None:
-            result.client_gone = True  # leaving the worker's context closes its stream
-            return result
-        result.failure = f"the model worker's stream broke: {exc}"
+        if opening := translator.start():
+            client.write(opening)
+        failure = await reply.pipe(forward)
+    finally:
+        client.close()
+        reply.close()
+    if not result.done and not result.client_gone:
+        result.failure = failure
     if request.transport is None or request.transport.is_closing():
         result.client_gone = True
     return result

@@ -5,7 +5,8 @@ Every endpoint, whatever API it speaks, reaches a worker through ``Upstream``:
 * ``route`` picks the model the request names (``Fleet.route``);
 
 * ``worker_request`` counts the request as open (so unload and idle unload wait for it) from before the
-  load until its reply has been read, loads the worker if needed, and posts the body;
+  load until its reply has been read, loads the worker if needed, and posts the body (``worker_stream``: the
+  reply is read by callbacks rather than aiohttp's client, since every streamed token passes through it);
 * ``complete`` returns the worker's JSON reply, or raises ``RequestRefused`` carrying the worker's error;
 * ``stream`` pumps the worker's stream through the endpoint's translator (``sse.pump``);
 * ``accountant`` returns what sees each reply's usage: the request's ``observe.Exchange``, and the per-API-key
@@ -36,11 +37,11 @@ from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.sse import SSE_HEADERS, Accountant, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
 from mlx_agent.gateway.worker import WorkerProcess
+from mlx_agent.gateway.worker_stream import WorkerReply, open_reply
 
 CHAT_PATH = "/v1/chat/completions"
 log = logging.getLogger("mlx_agent.gateway")
 EXIT_NOTICE_S = 1.0
-UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
 
 
 def dropped_tools(names: list[str]) -> dict[str, str]:
@@ -105,7 +106,7 @@ class Upstream:
     @contextlib.asynccontextmanager
     async def worker_request(
         self, model: Lifecycle, body: dict[str, Any], path: str, *, stream: bool
-    ) -> AsyncIterator[tuple[aiohttp.ClientResponse, WorkerProcess]]:
+    ) -> AsyncIterator[tuple[WorkerReply, WorkerProcess]]:
         """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
 
         The request counts as open (``stream`` says which kind) from before the load until the block ends.
@@ -116,19 +117,16 @@ class Upstream:
         try:
             worker = await model.acquire()
             try:
-                upstream = await worker.session.post(
-                    worker.base_url + path,
-                    timeout=UPSTREAM_TIMEOUT,
-                    data=json.dumps(body).encode(),
-                    headers={"Content-Type": "application/json"},
-                )
-            except (aiohttp.ClientError, OSError) as exc:
+                reply = await open_reply(worker.endpoint, path, json.dumps(body).encode(), worker.session.headers)
+            except OSError as exc:
                 await self.notice_exit(model, worker)
                 raise RequestRefused(
                     502, f"the model worker did not answer: {exc}", code="worker_failed", type_="server_error"
                 ) from exc
-            async with upstream:
-                yield upstream, worker
+            try:
+                yield reply, worker
+            finally:
+                reply.close()
         finally:
             model.request_finished(stream)
 
@@ -162,15 +160,15 @@ class Upstream:
     ) -> dict[str, Any]:
         """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
         account = self.accountant(request, "chat", prepared.body)
-        async with self.worker_request(model, prepared.body, path, stream=False) as (upstream, worker):
+        async with self.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
             try:
-                raw = await upstream.read()
-            except (aiohttp.ClientError, OSError) as exc:
+                raw = await reply.body()
+            except OSError as exc:
                 await self.notice_exit(model, worker)
                 raise RequestRefused(
                     502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
                 ) from exc
-            status = upstream.status
+            status = reply.status
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -194,16 +192,18 @@ class Upstream:
         headers: dict[str, str] | None = None,
     ) -> web.StreamResponse:
         """Stream the worker's answer through ``translator``; an error before the first event raises."""
-        async with self.worker_request(model, prepared.body, path, stream=True) as (upstream, worker):
-            if upstream.status != 200 or upstream.content_type != "text/event-stream":
+        async with self.worker_request(model, prepared.body, path, stream=True) as (reply, worker):
+            if reply.status != 200 or reply.content_type != "text/event-stream":
                 try:
-                    doc = json.loads(await upstream.read())
-                except (aiohttp.ClientError, OSError, ValueError):
+                    doc = json.loads(await reply.body())
+                except (OSError, ValueError):
                     doc = None
-                raise read_error(upstream.status if upstream.status != 200 else 502, doc)
+                raise read_error(reply.status if reply.status != 200 else 502, doc)
             response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
+            if request.version >= aiohttp.HttpVersion11:
+                response.enable_chunked_encoding()  # the pump frames its writes itself (sse.ClientWriter)
             await response.prepare(request)
-            result = await pump(request, response, upstream, translator)
+            result = await pump(request, response, reply, translator)
             if not result.done and not result.client_gone:
                 await self.notice_exit(model, worker)
             await end(response, translator, result)

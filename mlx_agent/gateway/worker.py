@@ -72,6 +72,11 @@ class WorkerProcess:
         return f"http://{HOST}:{self.address}"
 
     @property
+    def endpoint(self) -> str | int:
+        """Return where to connect: the socket's path, or the loopback port."""
+        return self.address if self.spec["transport"] == "unix" else int(self.address)
+
+    @property
     def log_path(self) -> Path:
         """Return the worker's log."""
         return Path(self.spec["log_path"])

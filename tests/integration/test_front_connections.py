@@ -88,3 +88,90 @@ def test_connections_past_the_limit_are_refused_and_the_open_ones_served(tmp_pat
             sock.close()
         time.sleep(0.3)
         assert gateway.request("GET", "/health").status == 200  # room again once they closed
+
+
+def stream_request(gateway: Gateway, **fields: object) -> bytes:
+    """Return the raw HTTP/1.1 request of a streamed chat completion with the stand-in's ``fields``."""
+    body = json.dumps({"model": "org/tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True, **fields})
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+
+
+def test_a_client_that_hangs_up_ends_its_streamed_request(tmp_path: Path) -> None:
+    """A streaming client that disconnects after its first event ends its request long before the stream would."""
+    with running_gateway(tmp_path) as gateway:
+        assert gateway.chat().status == 200  # loaded
+        sock = connect(gateway)
+        sock.sendall(stream_request(gateway, x_chunks=2000, x_delay=0.02))  # 40 s of events
+        received = b""
+        while b"data: " not in received:
+            received += sock.recv(65536)
+        sock.close()
+        deadline = time.monotonic() + 10
+        while gateway.status()["open_requests"] != 0:
+            assert time.monotonic() < deadline, "the hung-up stream stayed open"
+            time.sleep(0.05)
+        assert gateway.chat().status == 200
+
+
+def test_a_client_that_reads_slowly_gets_the_whole_stream(tmp_path: Path) -> None:
+    """A client far behind a fast stream (megabytes waiting) pauses the worker, then gets every event and [DONE]."""
+    chunks = 40000  # about 9 MB of events, written by the worker as fast as it can: more than the kernel holds
+    with running_gateway(tmp_path) as gateway:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", gateway.port))
+        sock.settimeout(30)
+        sock.sendall(stream_request(gateway, x_chunks=chunks))
+        time.sleep(3.0)  # long enough for the worker to fill the kernel buffers and the front's past its mark
+        received = bytearray()
+        while not received.endswith(b"0\r\n\r\n"):
+            piece = sock.recv(4096)
+            assert piece, "the front closed the stream early"
+            received += piece
+        sock.close()
+    head, _, body = bytes(received).partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head
+    events = [e for e in dechunk(body).split(b"\n\n") if e.startswith(b"data: {")]
+    texts = [json.loads(e[6:])["choices"][0]["delta"]["content"] for e in events if b'"choices": [{' in e]
+    assert texts == [f"t{i} " for i in range(chunks)]
+    assert dechunk(body).endswith(b"data: [DONE]\n\n")
+
+
+def dechunk(body: bytes) -> bytes:
+    """Return a chunked HTTP/1.1 body's payload."""
+    out, at = bytearray(), 0
+    while True:
+        end = body.index(b"\r\n", at)
+        size = int(body[at:end], 16)
+        if size == 0:
+            return bytes(out)
+        out += body[end + 2 : end + 2 + size]
+        at = end + 4 + size
+
+
+def test_an_http_1_0_client_gets_its_stream_unchunked_until_the_close(tmp_path: Path) -> None:
+    """An HTTP/1.0 client's stream is written as is (no chunk framing) and ends where the front closes it."""
+    with running_gateway(tmp_path) as gateway:
+        sock = connect(gateway)
+        sock.sendall(stream_request(gateway, x_chunks=50).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+        received = bytearray()
+        assert closed_within_reading(sock, received, 30)
+    head, _, body = bytes(received).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+    events = [e for e in body.split(b"\n\n") if e.startswith(b"data: {")]
+    assert [json.loads(e[6:])["choices"][0]["delta"]["content"] for e in events] == [f"t{i} " for i in range(50)]
+    assert body.endswith(b"data: [DONE]\n\n")
+
+
+def closed_within_reading(sock: socket.socket, into: bytearray, seconds: float) -> bool:
+    """Read ``sock`` into ``into`` until the front closes it; say whether that happened within ``seconds``."""
+    sock.settimeout(seconds)
+    try:
+        while piece := sock.recv(65536):
+            into += piece
+        return True
+    except TimeoutError:
+        return False

@@ -130,6 +130,20 @@ def test_worker_errors_pass_through_with_their_status(tmp_path: Path) -> None:
         assert (reply.status, reply.json()) == (422, {"error": "stand-in error"})
 
 
+def test_a_reply_the_worker_breaks_off_is_502_and_the_stream_ends_with_an_error(tmp_path: Path) -> None:
+    """A body cut short of its length is 502 worker_failed; a stream without [DONE] ends with an error event."""
+    with running_gateway(tmp_path) as gateway:
+        plain = gateway.chat(x_cut=True)
+        assert plain.status == 502 and plain.json()["error"]["code"] == "worker_failed"
+        assert {k.lower(): v for k, v in plain.headers.items()}.get("x-should-retry") != "false"  # may pass on a retry
+        streamed = gateway.chat(x_cut=True, stream=True)
+        assert streamed.status == 200
+        events = [json.loads(e[6:]) for e in streamed.body.split(b"\n\n") if e.startswith(b"data: {")]
+        assert events[-1]["error"]["code"] == "worker_failed"
+        assert b"[DONE]" not in streamed.body
+        assert gateway.chat().status == 200  # the worker still serves
+
+
 def cached(gateway: Gateway, key: str, content: str, stream: bool = False) -> Any:
     """Send a chat as ``key`` (the stand-in claims 10 cached tokens) and return the reported cached_tokens."""
     body: dict[str, Any] = {"messages": [{"role": "user", "content": content}], "x_cached": 10}

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
@@ -169,15 +168,15 @@ class OpenAiApi:
     async def _plain(
         self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, path: str
     ) -> web.Response:
-        async with self.upstream.worker_request(model, prepared.body, path, stream=False) as (upstream, worker):
+        async with self.upstream.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
             try:
-                raw = await upstream.read()
-            except (aiohttp.ClientError, OSError) as exc:
+                raw = await reply.body()
+            except OSError as exc:
                 await self.upstream.notice_exit(model, worker)
                 return error_response(
                     502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
                 )
-            status, content_type = upstream.status, upstream.content_type
+            status, content_type = reply.status, reply.content_type
         if status == 200:
             raw = _rewrite_json(raw, prepared, account)
         # A worker's own error passes as written, with the front's retry advice like every other refusal.
