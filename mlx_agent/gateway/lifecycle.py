@@ -204,8 +204,8 @@ class Lifecycle:
             )
             if changed_runtime:
                 error = RuntimeChanged(
-                    "the interpreter, mlx-agent's entry or the runtime's sources changed since the plan was "
-                    "reviewed; preview and confirm a new serve plan",
+                    "the interpreter, mlx-agent's entry, the runtime's sources or its executable changed since the "
+                    "plan was reviewed (details.changed names them); preview and confirm a new serve plan",
                     details={"changed": changed_runtime},
                 )
                 raise self._fail(error, error.code)
