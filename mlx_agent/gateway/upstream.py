@@ -137,6 +137,16 @@ class Upstream:
             await asyncio.sleep(0.05)
         model.check_worker()
 
+    async def read_body(self, model: Lifecycle, worker: WorkerProcess, reply: WorkerReply) -> bytes:
+        """Return a non-streamed reply's whole body; a worker that breaks it off is 502 ``worker_failed``."""
+        try:
+            return await reply.body()
+        except OSError as exc:
+            await self.notice_exit(model, worker)
+            raise RequestRefused(
+                502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
+            ) from exc
+
     def accountant(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> Accountant:
         """Return what sees a reply's usage: the request's exchange, and the ``cached_tokens`` bound of its key."""
         key_id: str | None = request.get(API_KEY_ID)
@@ -161,13 +171,7 @@ class Upstream:
         """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
         account = self.accountant(request, "chat", prepared.body)
         async with self.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
-            try:
-                raw = await reply.body()
-            except OSError as exc:
-                await self.notice_exit(model, worker)
-                raise RequestRefused(
-                    502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
-                ) from exc
+            raw = await self.read_body(model, worker, reply)
             status = reply.status
         try:
             doc = json.loads(raw)

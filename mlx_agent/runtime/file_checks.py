@@ -21,16 +21,25 @@ from mlx_agent.files import changed_files
 from mlx_agent.wire import EXIT_MODEL_CHANGED, FILE_CHECK_FLAG, MODEL_CHECK_FLAG
 
 
-def split_expectations(argv: list[str]) -> tuple[list[tuple[Path, str, int]], list[str]]:
-    """Return the expected files and the argv without the expectation flags."""
-    expected: list[tuple[Path, str, int]] = []
+def take_flag(argv: list[str], flag: str) -> tuple[list[str], list[str]]:
+    """Return the value after each ``flag`` in ``argv``, and ``argv`` without those pairs."""
+    values: list[str] = []
     rest: list[str] = []
     words = iter(argv)
     for word in words:
-        if word != FILE_CHECK_FLAG:
+        if word == flag:
+            values.append(next(words, ""))
+        else:
             rest.append(word)
-            continue
-        path, _, identity = next(words, "").rpartition("=")
+    return values, rest
+
+
+def split_expectations(argv: list[str]) -> tuple[list[tuple[Path, str, int]], list[str]]:
+    """Return the expected files and the argv without the expectation flags."""
+    values, rest = take_flag(argv, FILE_CHECK_FLAG)
+    expected: list[tuple[Path, str, int]] = []
+    for value in values:
+        path, _, identity = value.rpartition("=")
         digest, _, size = identity.partition(":")
         expected.append((Path(path), digest, int(size)))
     return expected, rest
@@ -62,14 +71,9 @@ METHODS = ("sha256", "header", "blob", "size")
 
 def split_model_expectations(argv: list[str]) -> tuple[list[ModelExpectation], list[str]]:
     """Return the base model's expected files and the argv without ``MODEL_CHECK_FLAG``; refuse a malformed one."""
+    values, rest = take_flag(argv, MODEL_CHECK_FLAG)
     expected: list[ModelExpectation] = []
-    rest: list[str] = []
-    words = iter(argv)
-    for word in words:
-        if word != MODEL_CHECK_FLAG:
-            rest.append(word)
-            continue
-        value = next(words, "")
+    for value in values:
         path, _, identity = value.rpartition("=")
         method, _, tail = identity.partition(":")
         digest, _, size = tail.partition(":")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -67,10 +68,8 @@ def test_term_ignoring_child_is_killed(agent: Agent, tiny_model: Path, tmp_path:
     assert no_process_with(str(exe))
 
 
-def test_interrupt_stops_the_child(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
-    """Ctrl-C during the wait stops the server and removes its receipt."""
-    exe = fake_runtime(tmp_path, "import time\ntime.sleep(600)", name="interrupted-server")
-    port = free_port()
+def confirm_waiting(agent: Agent, tiny_model: Path, exe: Path, port: int) -> tuple[subprocess.Popen[str], Path]:
+    """Start a confirm of ``exe`` on ``port`` that waits for readiness; return it once its receipt exists."""
     args = start_args(tiny_model, exe, port, "--ready-timeout", "120")
     preview_hash = agent.preview_hash(*args)
     cli = agent.popen("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
@@ -78,6 +77,13 @@ def test_interrupt_stops_the_child(agent: Agent, tiny_model: Path, tmp_path: Pat
     deadline = time.monotonic() + 30
     while not receipt.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+    return cli, receipt
+
+
+def test_interrupt_stops_the_child(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """Ctrl-C during the wait stops the server and removes its receipt."""
+    exe = fake_runtime(tmp_path, "import time\ntime.sleep(600)", name="interrupted-server")
+    cli, receipt = confirm_waiting(agent, tiny_model, exe, free_port())
     assert receipt.exists(), "the receipt is written as soon as the process exists"
     cli.send_signal(signal.SIGINT)
     stdout, _ = cli.communicate(timeout=30)
@@ -91,13 +97,7 @@ def test_a_server_whose_confirm_was_killed_is_orphaned(agent: Agent, tiny_model:
     """A confirm killed (SIGKILL) while it waits leaves a server that status calls orphaned, and stop ends it."""
     exe = fake_runtime(tmp_path, "import time\ntime.sleep(600)", name="orphaned-server")
     port = free_port()
-    args = start_args(tiny_model, exe, port, "--ready-timeout", "120")
-    preview_hash = agent.preview_hash(*args)
-    cli = agent.popen("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
-    receipt = agent.serve_dir / f"{port}.json"
-    deadline = time.monotonic() + 30
-    while not receipt.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    cli, _ = confirm_waiting(agent, tiny_model, exe, port)
     assert agent.run("serve", "status").data["servers"][0]["state"] == "starting"
     cli.kill()
     cli.wait(30)

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response, retry_headers
+from mlx_agent.gateway.http_errors import json_response, refusal_response, retry_headers
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
@@ -169,13 +169,7 @@ class OpenAiApi:
         self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, path: str
     ) -> web.Response:
         async with self.upstream.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
-            try:
-                raw = await reply.body()
-            except OSError as exc:
-                await self.upstream.notice_exit(model, worker)
-                return error_response(
-                    502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
-                )
+            raw = await self.upstream.read_body(model, worker, reply)  # a refusal here is answered by _forward
             status, content_type = reply.status, reply.content_type
         if status == 200:
             raw = _rewrite_json(raw, prepared, account)
