@@ -100,7 +100,7 @@ class AdapterRecord(TypedDict):
 
 @with_config(STRICT)
 class PromptLookupRecord(TypedDict):
-    """``--prompt-lookup`` as the plan records it: asked or not, whether it applies, and its fingerprint."""
+    """``--prompt-lookup`` as a plan records it (``decode_profile``): asked, whether it applies, fingerprint."""
 
     requested: bool
     applied: bool
@@ -114,7 +114,7 @@ class PromptLookupRecord(TypedDict):
 
 @with_config(STRICT)
 class M5PrefillRecord(TypedDict):
-    """``--m5-prefill`` as the plan records it: asked or not, whether it is eligible, and its fingerprint."""
+    """``--m5-prefill`` as a plan records it (``prefill_kernel``): asked, whether it is eligible, fingerprint."""
 
     requested: bool
     eligible: bool
@@ -243,8 +243,8 @@ class ModelPlan(TypedDict):
     thinking: str
     chat_template_args: dict[str, Any]
     adapter: AdapterRecord | None
-    prompt_lookup: PromptLookupRecord
-    m5_prefill: M5PrefillRecord
+    decode_profile: PromptLookupRecord  # --prompt-lookup
+    prefill_kernel: M5PrefillRecord  # --m5-prefill
     draft: DraftRecord | None
     kv_cache: KvCacheRecord | None
     prompt_cache: PromptCacheRecord | None

@@ -1,7 +1,8 @@
 """The two accelerations of the wrapped entry, as the plan records them.
 
-They are prompt-lookup decoding (``prompt_lookup``) and the M5 Q4 prefill kernel (``m5_prefill``), each
-recorded under the name of its option.
+They are prompt-lookup decoding (``--prompt-lookup``, recorded as ``decode_profile``) and the M5 Q4 prefill
+kernel (``--m5-prefill``, recorded as ``prefill_kernel``): the plan's and receipt's names are the spec's
+``--json`` contract, the functions here and the entry's rules are named after the options.
 
 Both are checked here at preview against ``runtime/kernels/support.json`` and checked again inside the
 server (``runtime/accel_entry.py``, with the same rules from this module). Neither is an error when it cannot
@@ -81,7 +82,7 @@ def prompt_lookup(
     draft: bool = False,
     kv_bits: bool = False,
 ) -> PromptLookupRecord:
-    """Return the plan's ``prompt_lookup``: whether it was asked for and whether it will apply."""
+    """Return the plan's ``decode_profile``: whether it was asked for and whether it will apply."""
     if not requested:
         return {"requested": False, "applied": False, "reasons": []}
     rules, support_sha, reasons = _rules(recipe, runtime, "--prompt-lookup", "prompt_lookup")
@@ -108,7 +109,7 @@ def prompt_lookup(
 def m5_prefill(
     requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, config: dict[str, Any], *, adapter: bool = False
 ) -> M5PrefillRecord:
-    """Return the plan's ``m5_prefill``: whether the M5 Q4 kernel was asked for and whether it is eligible."""
+    """Return the plan's ``prefill_kernel``: whether the M5 Q4 kernel was asked for and whether it is eligible."""
     if not requested:
         return {"requested": False, "eligible": False, "reasons": []}
     rules, support_sha, reasons = _rules(recipe, runtime, "--m5-prefill", "m5_prefill")

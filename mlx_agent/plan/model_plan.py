@@ -301,8 +301,8 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "thinking": thinking,
         "chat_template_args": template_args,
         "adapter": adapter,
-        "prompt_lookup": lookup,
-        "m5_prefill": prefill,
+        "decode_profile": lookup,  # the seed's --json names for --prompt-lookup and --m5-prefill
+        "prefill_kernel": prefill,
         "draft": draft,
         "kv_cache": kv_cache,
         "prompt_cache": prompt_cache,

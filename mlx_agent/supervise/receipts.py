@@ -22,6 +22,10 @@ PROCESS_FIELDS = ("pid", "pgid", "create_time", "argv")
 UNIT_SUPERVISORS = ("launchd", "systemd")
 
 
+# Receipts written by 0.2.0 named the two acceleration records after their options; readers see
+# the seed's names (``decode_profile``, ``prefill_kernel``) whichever wrote the receipt.
+RENAMED_MODEL_KEYS = {"prompt_lookup": "decode_profile", "m5_prefill": "prefill_kernel"}
+
 # Readers accept these major versions: 2 (every server has a front) and 1 (a plain server or a JIT gateway).
 READABLE_MAJORS = ("1", "2")
 
@@ -53,8 +57,8 @@ def plan_receipt(plan: ServePlan, supervisor: str, log: str) -> ServeReceipt:
                 "model": m["source"]["path"],
                 "repo": m["source"].get("repo"),
                 "adapter": m["adapter"],
-                "prompt_lookup": m["prompt_lookup"],
-                "m5_prefill": m["m5_prefill"],
+                "decode_profile": m["decode_profile"],
+                "prefill_kernel": m["prefill_kernel"],
             }
             for m in plan["models"]
         ],
@@ -81,7 +85,7 @@ def _check(path: Path, data: Any) -> dict[str, Any]:
     if is_unit(data):
         if not isinstance(data.get("unit"), dict) or not isinstance(data["unit"].get("path"), str):
             raise ReceiptCorrupt(f"receipt {path} lacks its unit record", details={"path": str(path)})
-        return data
+        return _current_names(data)
     if any(k not in data for k in PROCESS_FIELDS):
         raise ReceiptCorrupt(f"receipt {path} lacks required fields", details={"path": str(path)})
     major = str(data["format_version"]).split(".")[0]
@@ -98,6 +102,17 @@ def _check(path: Path, data: Any) -> dict[str, Any]:
     )
     if not types_ok:
         raise ReceiptCorrupt(f"receipt {path} has fields of the wrong type", details={"path": str(path)})
+    return _current_names(data)
+
+
+def _current_names(data: dict[str, Any]) -> dict[str, Any]:
+    """Rename an older receipt's model keys (``RENAMED_MODEL_KEYS``) in place, in its models and its plan's."""
+    plan = data.get("plan")
+    lists = [data.get("models"), plan.get("models") if isinstance(plan, dict) else None]
+    for model in (m for models in lists if isinstance(models, list) for m in models if isinstance(m, dict)):
+        for old, new in RENAMED_MODEL_KEYS.items():
+            if old in model and new not in model:
+                model[new] = model.pop(old)
     return data
 
 

@@ -316,9 +316,9 @@ def test_cli_plan_and_receipt_record_both_profiles(agent: Agent, model_copy: Pat
     receipt = agent.launch("--path", str(model_copy), "--port", str(port), "--prompt-lookup", "--m5-prefill")
     assert_valid("serve_receipt", receipt)
     served = receipt["models"][0]
-    assert served["prompt_lookup"] == receipt["plan"]["models"][0]["prompt_lookup"]
-    assert served["prompt_lookup"]["applied"] is True
-    assert served["m5_prefill"]["requested"] is True and served["m5_prefill"]["eligible"] is False
+    assert served["decode_profile"] == receipt["plan"]["models"][0]["decode_profile"]
+    assert served["decode_profile"]["applied"] is True
+    assert served["prefill_kernel"]["requested"] is True and served["prefill_kernel"]["eligible"] is False
     log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text()
     assert "prompt lookup is on" in log and "adapted 0 layers" in log
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0)

@@ -54,8 +54,8 @@ def native_executable(tmp_path: Path) -> Path:
 def test_not_requested_is_native_and_adds_nothing(tiny_model: Path) -> None:
     """Without the options the plan records native profiles and the argv is unchanged."""
     plan = plan_for(tiny_model)
-    assert plan["prompt_lookup"] == {"requested": False, "applied": False, "reasons": []}
-    assert plan["m5_prefill"] == {"requested": False, "eligible": False, "reasons": []}
+    assert plan["decode_profile"] == {"requested": False, "applied": False, "reasons": []}
+    assert plan["prefill_kernel"] == {"requested": False, "eligible": False, "reasons": []}
     flags, _ = accel_entry.split_accel_flags(worker_args(plan))
     assert not flags.requested and not flags.versions and not flags.sources
 
@@ -63,7 +63,7 @@ def test_not_requested_is_native_and_adds_nothing(tiny_model: Path) -> None:
 def test_prompt_lookup_applies_here_and_passes_its_fingerprint(tiny_model: Path) -> None:
     """Prompt lookup is pure MLX: with tested versions it applies on this CPU, and argv carries the fingerprint."""
     plan = plan_for(tiny_model, prompt_lookup=True)
-    lookup = plan["prompt_lookup"]
+    lookup = plan["decode_profile"]
     assert (lookup["requested"], lookup["applied"], lookup["reasons"]) == (True, True, [])
     assert lookup.get("max_draft_tokens") == 8 and lookup.get("lookup_window") == 8192
     sources = lookup.get("sources") or {}
@@ -81,7 +81,7 @@ def test_prompt_lookup_applies_here_and_passes_its_fingerprint(tiny_model: Path)
 def test_m5_prefill_is_recorded_as_not_eligible_here(tiny_model: Path) -> None:
     """On Linux the kernel profile says why it cannot apply; the entry still gets the flag and rechecks."""
     plan = plan_for(tiny_model, m5_prefill=True)
-    prefill = plan["m5_prefill"]
+    prefill = plan["prefill_kernel"]
     assert prefill["requested"] is True and prefill["eligible"] is False
     assert any("needs macOS 26.0+" in r for r in prefill["reasons"])
     assert any("model_type 'llama'" in r for r in prefill["reasons"])
@@ -106,7 +106,7 @@ def test_a_jit_worker_gets_the_same_flags_and_fingerprint(tiny_model: Path) -> N
     jit_plan = plan_for(tiny_model, prompt_lookup=True, jit=True)
     jit = accel_entry.split_accel_flags(worker_args(jit_plan))[0]
     assert (jit.prompt_lookup, jit.m5_prefill) == (eager.prompt_lookup, eager.m5_prefill) == (True, False)
-    assert jit.versions == eager.versions == jit_plan["prompt_lookup"].get("versions")
+    assert jit.versions == eager.versions == jit_plan["decode_profile"].get("versions")
     assert jit.sources == eager.sources and len(jit.sources) == len(accel_rules.LOOKUP_SOURCES) + 1
 
 
@@ -115,8 +115,8 @@ def test_a_foreign_entrypoint_keeps_its_native_argv(tiny_model: Path, tmp_path: 
     exe = str(native_executable(tmp_path))
     plan = plan_for(tiny_model, prompt_lookup=True, m5_prefill=True, runtime_executable=exe)
     assert plan["runtime"].get("adapter_enabled") is False
-    assert plan["prompt_lookup"]["applied"] is False and accel.FOREIGN in plan["prompt_lookup"]["reasons"]
-    assert plan["m5_prefill"]["eligible"] is False and accel.FOREIGN in plan["m5_prefill"]["reasons"]
+    assert plan["decode_profile"]["applied"] is False and accel.FOREIGN in plan["decode_profile"]["reasons"]
+    assert plan["prefill_kernel"]["eligible"] is False and accel.FOREIGN in plan["prefill_kernel"]["reasons"]
     assert not any(word.startswith("--mlx-agent-") for word in plan["worker"]["argv"])
 
 
@@ -135,9 +135,9 @@ def test_an_adapter_keeps_both_native(tiny_model: Path, tmp_path: Path) -> None:
     adapter = tmp_path / "adapter"
     make_adapter(adapter)
     plan = plan_for(tiny_model, prompt_lookup=True, m5_prefill=True, adapter_path=str(adapter))
-    assert plan["prompt_lookup"]["applied"] is False
-    assert any("adapter" in r for r in plan["prompt_lookup"]["reasons"])
-    assert any("LoRA adapters are excluded" in r for r in plan["m5_prefill"]["reasons"])
+    assert plan["decode_profile"]["applied"] is False
+    assert any("adapter" in r for r in plan["decode_profile"]["reasons"])
+    assert any("LoRA adapters are excluded" in r for r in plan["prefill_kernel"]["reasons"])
     assert wire.PROMPT_LOOKUP_FLAG not in plan["worker"]["argv"]
 
 
@@ -165,6 +165,6 @@ def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypa
     after = whole_plan()
     fields = {c["field"] for c in plan_diff(before, after)}
     name = before["models"][0]["name"]
-    assert f"models[{name}].m5_prefill.sources.runtime/kernels/m5_q4_prefill.metal" in fields
+    assert f"models[{name}].prefill_kernel.sources.runtime/kernels/m5_q4_prefill.metal" in fields
     assert f"models[{name}].runtime.entry_sources.runtime/kernels/m5_q4_prefill.metal" in fields
     assert before.get("preview_hash") != after.get("preview_hash")

@@ -81,9 +81,9 @@ def test_contradicting_decoding_options_are_invalid_arguments(tiny_model: Path, 
 
 def test_prompt_lookup_gives_way_to_a_draft_model_and_kv_bits(tiny_model: Path, tiny_draft: Path) -> None:
     """With a draft model or a quantized KV cache the plan says lookup does not apply, and why."""
-    drafted = plan_for(tiny_model, prompt_lookup=True, draft_model=str(tiny_draft))["models"][0]["prompt_lookup"]
+    drafted = plan_for(tiny_model, prompt_lookup=True, draft_model=str(tiny_draft))["models"][0]["decode_profile"]
     assert not drafted["applied"] and any("draft model" in r for r in drafted["reasons"])
-    quantized = plan_for(tiny_model, prompt_lookup=True, kv_bits=4)["models"][0]["prompt_lookup"]
+    quantized = plan_for(tiny_model, prompt_lookup=True, kv_bits=4)["models"][0]["decode_profile"]
     assert not quantized["applied"] and any("--kv-bits" in r for r in quantized["reasons"])
 
 

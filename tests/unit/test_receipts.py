@@ -65,3 +65,24 @@ def test_receipt_files_are_ordered_by_port(tmp_path: Path) -> None:
         write_receipt(tmp_path, receipt)
     (tmp_path / "8080.log").write_text("")
     assert [p.name for p in receipt_files(tmp_path)] == ["80.json", "8080.json", "9000.json"]
+
+
+def test_an_older_receipt_is_read_under_the_seed_names(tmp_path: Path) -> None:
+    """A 0.2.0 receipt's prompt_lookup and m5_prefill (flat and in its plan) read as the seed's two names."""
+    lookup = {"requested": True, "applied": False, "reasons": ["r1"]}
+    prefill = {"requested": True, "eligible": False, "reasons": ["r2"]}
+    model = {"name": "m", "prompt_lookup": lookup, "m5_prefill": prefill}
+    path = tmp_path / "8080.json"
+    path.write_text(json.dumps({**RECEIPT, "models": [model], "plan": {"models": [{**model, "source": {}}]}}))
+    receipt = read_receipt(path)
+    assert receipt["models"] == [{"name": "m", "decode_profile": lookup, "prefill_kernel": prefill}]
+    planned = {"name": "m", "source": {}, "decode_profile": lookup, "prefill_kernel": prefill}
+    assert receipt["plan"]["models"] == [planned]
+
+
+def test_a_current_receipt_keeps_its_names(tmp_path: Path) -> None:
+    """A receipt that already has decode_profile is read unchanged, even beside a stray older key."""
+    model = {"name": "m", "decode_profile": {"requested": False}, "prompt_lookup": "stray"}
+    receipt: Any = {**RECEIPT, "models": [model]}
+    path = write_receipt(tmp_path, receipt)
+    assert read_receipt(path)["models"] == [model]

@@ -1,0 +1,78 @@
+"""README's table of plan and receipt fields, checked against a real CLI preview and the receipt of its launch."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Agent, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+HEADING = "### Plan and receipt fields"
+PATH = re.compile(r"`([a-z_]+(?:\[\])?(?:\.[a-z_0-9]+(?:\[\])?)*)`")
+
+
+def documented_paths() -> list[str]:
+    """Return every backticked path in the first cell of the README table under ``HEADING``."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split(HEADING, 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [path for row in rows for path in PATH.findall(row.split("|")[1])]
+
+
+def missing(document: Any, path: list[str]) -> list[str]:
+    """Return where ``path`` (``name[]``: every element of a list) is absent from ``document``."""
+    if not path:
+        return []
+    head, rest = path[0], path[1:]
+    key = head.removesuffix("[]")
+    if not isinstance(document, dict) or key not in document:
+        return [key]
+    value = document[key]
+    if not head.endswith("[]"):
+        return missing(value, rest)
+    if not isinstance(value, list) or not value:
+        return [f"{key}[] (no elements)"]
+    return [f"{key}[].{gap}" for item in value for gap in missing(item, rest)]
+
+
+@pytest.fixture(scope="module")
+def documents(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Preview and launch a server with both accelerations through the CLI; return its plan and its receipt."""
+    home = tmp_path_factory.mktemp("home")
+    agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(home / "hf")})
+    args = ("--path", str(tiny_model), "--port", str(free_port()), "--prompt-lookup", "--m5-prefill")
+    preview = agent.run("serve", "start", *args)
+    assert preview.rc == 0, preview.stdout + preview.stderr
+    plan = preview.data["plan"]
+    confirm = agent.run("serve", "start", *args, "--confirm", "--preview-hash", plan["preview_hash"])
+    assert confirm.rc == 0, confirm.stdout + confirm.stderr
+    try:
+        yield {"plan": plan, "receipt": confirm.data["receipt"]}
+    finally:
+        agent.run("serve", "stop", "--port", args[3])
+
+
+def test_the_table_documents_the_seed_names() -> None:
+    """The table lists both acceleration records under the spec's names, in the plan and in the receipt."""
+    paths = documented_paths()
+    for record in ("decode_profile", "prefill_kernel"):
+        assert f"plan.models[].{record}.requested" in paths
+        assert f"receipt.models[].{record}" in paths
+
+
+@pytest.mark.parametrize("path", [p for p in documented_paths() if p.startswith("plan.")])
+def test_every_documented_plan_field_is_in_a_real_preview(documents: dict[str, Any], path: str) -> None:
+    """Each plan path of the README table is present in the plan a real ``serve start`` preview prints."""
+    assert missing(documents, path.split(".")) == []
+
+
+@pytest.mark.parametrize("path", [p for p in documented_paths() if p.startswith("receipt.")])
+def test_every_documented_receipt_field_is_in_the_real_receipt(documents: dict[str, Any], path: str) -> None:
+    """Each receipt path of the README table is present in the receipt that confirming that preview wrote."""
+    assert missing(documents, path.split(".")) == []
