@@ -27,7 +27,7 @@ from typing import Any
 import mlx_lm.server as server
 
 from mlx_agent.errors import ContextLengthExceeded, SchemaFailed, TemplateFailed
-from mlx_agent.runtime import structured
+from mlx_agent.runtime import structured, system_turns
 from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
 from mlx_agent.runtime.errors_http import bad_request, from_generation_error, generation_unavailable
 from mlx_agent.runtime.harmony import CALL
@@ -123,7 +123,8 @@ class WrappedGenerator(server.ResponseGenerator):
         context_window: int | None = None,
     ) -> None:
         # Set before mlx_lm starts the generation thread, which may call _tokenize at once.
-        self.served = Served(served_names(model_provider.cli_args.model), limit_defaults)
+        turns = system_turns.for_provider(model_provider)  # late system messages: written as the template allows
+        self.served = Served(served_names(model_provider.cli_args.model), limit_defaults, turns)
         self.prompt_lookup = prompt_lookup
         self.context_window = context_window
         self._ll_tokenizers: dict[Any, Any] = {}

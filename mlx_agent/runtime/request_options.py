@@ -1,7 +1,8 @@
 """A request body, checked and prepared before mlx_lm reads it, and the options only the wrapper reads.
 
 Pure: no mlx, no sockets. ``prepare_body`` answers a bad field with an ``HttpError`` (400, or 404 for an
-unknown model), folds several system messages into one at the front, carries a top-level
+unknown model), places the system messages (the leading ones fold into one; later ones stay at their place,
+written as the template allows: ``system_turns``), carries a top-level
 ``reasoning_effort`` into ``chat_template_kwargs``, and takes ``add_generation_prompt`` and
 ``continue_final_message`` out of ``chat_template_kwargs`` (mlx_lm passes ``add_generation_prompt=True``
 itself, so either key there used to fail the request).
@@ -9,7 +10,7 @@ itself, so either key there used to fail the request).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +19,8 @@ from mlx_agent.errors import BodyInvalid
 from mlx_agent.runtime.errors_http import bad_request, model_not_found
 from mlx_agent.runtime.limits import Limits, limits_from_body
 from mlx_agent.runtime.structured import format_is_enforced, grammar_for
+from mlx_agent.runtime.system_turns import SystemTurns, place
 
-SYSTEM_ROLES = ("system", "developer")
 TOOL_CHOICES = ("none", "auto", "required")
 
 
@@ -45,6 +46,7 @@ class Served:
 
     model_names: frozenset[str]
     limit_defaults: Limits
+    system_turns: SystemTurns | None = None  # the served template's way with late system messages
 
 
 def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tuple[dict[str, Any], RequestOptions]:
@@ -65,7 +67,8 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
                 code="unsupported_parameter",
             )
     if chat:
-        body["messages"] = fold_system_messages(_messages(body))
+        turns = served.system_turns
+        body["messages"] = turns.place(_messages(body)) if turns else place(_messages(body), lambda _: "keep")
     kwargs = dict(body.get("chat_template_kwargs") or {})
     add_generation_prompt = _flag(kwargs.pop("add_generation_prompt", None), "add_generation_prompt")
     continue_final = _flag(kwargs.pop("continue_final_message", None), "continue_final_message") or False
@@ -131,29 +134,3 @@ def _flag(value: object, name: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise bad_request(f"chat_template_kwargs.{name} must be true or false.", param="chat_template_kwargs")
-
-
-def fold_system_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return ``messages`` with every system (or developer) message joined into one system message first.
-
-    Chat templates take one system message, first (some refuse anything else); OpenAI-style clients may send
-    several, and translating proxies send one per block. Texts are joined by a blank line, in order.
-    """
-    system = [m for m in messages if m.get("role") in SYSTEM_ROLES]
-    if not system or (len(system) == 1 and messages[0] is system[0] and system[0]["role"] == "system"):
-        return list(messages)
-    texts = [text for text in (_text(m.get("content")) for m in system) if text]
-    rest = [m for m in messages if m.get("role") not in SYSTEM_ROLES]
-    return [{"role": "system", "content": "\n\n".join(texts)}, *rest]
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, Mapping) and part.get("type") in ("text", "input_text")
-        )
-    return ""

@@ -2,7 +2,8 @@
 
 ``add_generation_prompt`` and ``continue_final_message`` come from ``chat_template_kwargs`` (bare mlx_lm.server
 passes ``add_generation_prompt=True`` itself and fails either with a 404); several system messages fold into
-one at the front (the template here refuses a late one, as Qwen's do); a top-level ``reasoning_effort``
+one at the front, and a later one stays at its place (the template here refuses it, as Qwen3.5's do, so it
+becomes a marked user turn); a top-level ``reasoning_effort``
 reaches the template (bare mlx_lm ignores it). The model is scripted to answer " Paris" right after the
 token " The capital of France is", so only a prompt that ends inside that assistant message gets it.
 """
@@ -95,11 +96,18 @@ def test_both_template_switches_on_is_400(server: Server) -> None:
     assert reply["error"]["param"] == "chat_template_kwargs"
 
 
-def test_several_system_messages_fold_into_one_at_the_front(server: Server) -> None:
-    """System messages anywhere are joined, in order, into the one system message the template accepts."""
+def test_a_late_system_message_stays_at_its_place_as_a_marked_user_turn(server: Server) -> None:
+    """The template refuses a late system message, so it is sent at its place as a marked user turn instead."""
     scattered = [{"role": "system", "content": "Be brief."}, USER, {"role": "system", "content": "Be kind."}]
+    marked = [
+        {"role": "system", "content": "Be brief."},
+        USER,
+        {"role": "user", "content": "[System message]\nBe kind."},
+    ]
+    assert prompt_tokens(server, scattered) == prompt_tokens(server, marked)
+    leading = [{"role": "system", "content": "Be brief."}, {"role": "developer", "content": "Be kind."}, USER]
     folded = [{"role": "system", "content": "Be brief.\n\nBe kind."}, USER]
-    assert prompt_tokens(server, scattered) == prompt_tokens(server, folded)
+    assert prompt_tokens(server, leading) == prompt_tokens(server, folded)  # the leading ones still join
 
 
 def test_a_developer_message_is_a_system_message(server: Server) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from mlx_agent.errors import HttpError
 from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.request_options import Served, fold_system_messages, prepare_body
+from mlx_agent.runtime.request_options import Served, prepare_body
 
 SERVED = Served(frozenset({"default_model", "/models/tiny"}), Limits())
 USER = {"role": "user", "content": "hi"}
@@ -26,25 +26,29 @@ def refused(**body: Any) -> HttpError:
     return caught.value
 
 
-def test_system_messages_fold_in_order_at_the_front() -> None:
-    """Every system or developer message joins the first one, in order; the rest keep their order."""
+def test_leading_system_messages_fold_and_later_ones_stay_at_their_place() -> None:
+    """The leading system and developer messages join into one, in order; a later one keeps its place."""
     messages: list[dict[str, Any]] = [
-        USER,
         {"role": "system", "content": "A"},
-        {"role": "assistant", "content": "x"},
         {"role": "developer", "content": [{"type": "text", "text": "B"}]},
+        USER,
+        {"role": "assistant", "content": "x"},
+        {"role": "developer", "content": "C"},
     ]
-    assert fold_system_messages(messages) == [
+    body, _ = prepare(messages=messages)
+    assert body["messages"] == [
         {"role": "system", "content": "A\n\nB"},
         USER,
         {"role": "assistant", "content": "x"},
+        {"role": "system", "content": "C"},
     ]
 
 
 def test_one_leading_system_message_is_left_as_it_is() -> None:
     """A conversation templates already accept is not rewritten (content parts stay parts)."""
     system = {"role": "system", "content": [{"type": "text", "text": "A"}]}
-    assert fold_system_messages([system, USER])[0] is system
+    body, _ = prepare(messages=[system, USER])
+    assert body["messages"] == [system, USER]
 
 
 def test_reasoning_effort_goes_to_the_template_unless_named_there() -> None:
