@@ -11,18 +11,20 @@ last, it calls one given tool with given arguments; given a tool's result, it an
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, Agent
+from tests.conftest import REPO_ROOT, Agent, free_port
 
 AGENTS_DIR = REPO_ROOT / ".cache" / "agents"
 AGENT_PACKAGES = {"claude": "@anthropic-ai/claude-code@2.1.332", "codex": "@openai/codex@0.171.0"}
@@ -80,6 +82,62 @@ def scripted_agent_model(directory: Path, tool: str, arguments: dict[str, Any], 
     )
     config = json.loads((model / "config.json").read_text())
     config["max_position_embeddings"] = 131072
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+# The session template writes the offered tools first, as real templates do (so a prompt that changes its tools
+# changes its prefix), and numbers the turns by the tool results so far: the generation prompt ends with that
+# number's marker (``Step3:``), and so does each earlier assistant turn, so the history renders as it was made
+# and each turn's prompt starts with the whole previous one.
+SESSION_TEMPLATE = (
+    "{%- set ns = namespace(n=0) %}"
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['role'] == 'assistant' and message.get('tool_calls') %}{{- 'Step' ~ ns.n ~ ':' }}{%- endif %}"
+    "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{{- '<tool_call>' + call['function']['name'] + '</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- if message['role'] == 'tool' %}{%- set ns.n = ns.n + 1 %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if not tools %}{{- 'Plainly:' }}{%- else %}{{- 'Step' ~ ns.n ~ ':' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def session_model(directory: Path, calls: list[tuple[str, dict[str, Any]]], answer: str, window: int = 131072) -> Path:
+    """Build a model that makes ``calls`` in order, one a turn, then answers ``answer``; it answers at once untooled.
+
+    Turn ``k`` (``k`` tool results so far) ends its prompt with the marker ``Stepk:``, which the weights map to
+    one token holding ``<tool_call>`` and call ``k``'s JSON (the tool parser finds the start marker in the text),
+    then ``</tool_call>``; after the last call the marker leads to the answer. ``window`` is the context window
+    written in config.json (the scripted weights read only the last token, whatever the position).
+    """
+    from tests.e2e.test_wrapped_support import scripted_model
+
+    steps = [f"Step{k}:" for k in range(len(calls) + 1)]
+    made = ["<tool_call>" + json.dumps({"name": name, "arguments": arguments}) for name, arguments in calls]
+    chain = {step: call for step, call in zip(steps, made, strict=False)}
+    chain.update({call: "</tool_call>" for call in made})
+    chain.update({"</tool_call>": "<|im_end|>", steps[-1]: answer, "Plainly:": answer, answer: "<|im_end|>"})
+    model = scripted_model(
+        directory,
+        chain,
+        "<|im_end|>",
+        special=["<tool_call>", "</tool_call>"],
+        plain=[*steps, *made, "Plainly:", answer],
+        template=SESSION_TEMPLATE,
+        tokenizer_config={"tool_parser_type": "json_tools"},
+    )
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = window
     (model / "config.json").write_text(json.dumps(config))
     return model
 
@@ -177,3 +235,74 @@ def capture(namespace: Namespace, port: int, argv: list[str], env: dict[str, str
         server.terminate()
         server.wait()
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def serve(agent: Agent, model: Path, extra: list[str], key: str | None, tmp_path: Path) -> int:
+    """Preview and confirm a server for ``model`` named like a hosted model; return its port."""
+    port = free_port()
+    args = [
+        "--path",
+        str(model),
+        "--port",
+        str(port),
+        "--served-model-name",
+        "local-coder",
+        "--alias",
+        "claude-*",
+        "--alias",
+        "gpt-*",
+        "--max-tokens",
+        "256",
+        *extra,
+    ]
+    if key is not None:
+        key_file = tmp_path / "keys"
+        key_file.write_text(key + "\n")
+        key_file.chmod(0o600)
+        args += ["--api-key-file", str(key_file)]
+    agent.launch(*args)
+    return port
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """Return an agent's environment: its own home, nothing of ours, and ``extra``."""
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TERM") if k in os.environ}
+    return {**keep, "HOME": str(home), **extra}
+
+
+def request_lines(agent: Agent, port: int) -> list[dict[str, Any]]:
+    """Return every request line the front on ``port`` has written so far (``serve logs --json``)."""
+    result = agent.run("serve", "logs", "--port", str(port), "--lines", "1000000")
+    assert result.rc == 0, result.stdout + result.stderr
+    [front] = [log for log in result.data["logs"] if log["source"] == "front"]
+    found: list[dict[str, Any]] = front["requests"]
+    return found
+
+
+def tool_results(line: dict[str, Any]) -> int:
+    """Return how many tool results a logged prompt (``--log-prompts``) holds."""
+    return sum(1 for message in line.get("prompt") or [] if message.get("role") == "tool")
+
+
+def wait_for_lines(
+    agent: Agent, port: int, enough: Callable[[list[dict[str, Any]]], bool], timeout: float = 30
+) -> list[dict[str, Any]]:
+    """Return the front's request lines once ``enough`` says so (a line is written as its reply ends)."""
+    deadline = time.monotonic() + timeout
+    lines = request_lines(agent, port)
+    while not enough(lines) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        lines = request_lines(agent, port)
+    return lines
+
+
+def assert_cache_reuse(turns: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Check that from turn 2 each turn's cached tokens are >= 95% of the previous turn's prompt.
+
+    Return each turn's (prompt_tokens, cached_tokens) pair, to report.
+    """
+    figures = [(t["prompt_tokens"], t["cached_tokens"]) for t in turns]
+    assert all(isinstance(p, int) and isinstance(c, int) for p, c in figures), turns
+    for number, ((before, _), (_, cached)) in enumerate(itertools.pairwise(figures), start=2):
+        assert cached >= 0.95 * before, f"turn {number} reused {cached} of the previous {before} tokens: {figures}"
+    return figures

@@ -9,7 +9,6 @@ answer only if every request it sent was accepted and every reply was well forme
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +20,11 @@ from tests.agents_support import (
     Namespace,
     agent_binary,
     capture,
+    clean_env,
     inside,
     loopback_namespace,
     scripted_agent_model,
+    serve,
 )
 from tests.conftest import Agent, free_port
 
@@ -44,39 +45,6 @@ def namespace() -> Iterator[Namespace]:
     """Make a network namespace with only loopback, for one test."""
     with loopback_namespace() as made:
         yield made
-
-
-def serve(agent: Agent, model: Path, extra: list[str], key: str | None, tmp_path: Path) -> int:
-    """Preview and confirm a server for ``model`` named like a hosted model; return its port."""
-    port = free_port()
-    args = [
-        "--path",
-        str(model),
-        "--port",
-        str(port),
-        "--served-model-name",
-        "local-coder",
-        "--alias",
-        "claude-*",
-        "--alias",
-        "gpt-*",
-        "--max-tokens",
-        "256",
-        *extra,
-    ]
-    if key is not None:
-        key_file = tmp_path / "keys"
-        key_file.write_text(key + "\n")
-        key_file.chmod(0o600)
-        args += ["--api-key-file", str(key_file)]
-    agent.launch(*args)
-    return port
-
-
-def clean_env(home: Path, **extra: str) -> dict[str, str]:
-    """Return an agent's environment: its own home, nothing of ours, and ``extra``."""
-    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TERM") if k in os.environ}
-    return {**keep, "HOME": str(home), **extra}
 
 
 @pytest.mark.parametrize(("extra", "key"), MODES)

@@ -1,0 +1,159 @@
+"""Claude Code and Codex CLI, unmodified, through sessions of ten tool turns against `serve start`.
+
+Each agent runs inside a network namespace with only loopback (tests/agents_support.py) against a scripted
+tiny model (``session_model``) that calls the agent's own tools in turn (read a file, edit it, run a command)
+and answers with a word only after the tenth tool result. The front's request lines (``--log-prompts``) give
+each turn's prompt and cached tokens: from the second turn on, the worker must reuse at least 95% of the
+previous turn's prompt, and the agent must end the session with exit status 0. The tools' effects on disk
+are checked too, so a turn that "succeeded" without running its tool fails.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents_support import (
+    Namespace,
+    agent_binary,
+    assert_cache_reuse,
+    clean_env,
+    inside,
+    loopback_namespace,
+    serve,
+    session_model,
+    tool_results,
+    wait_for_lines,
+)
+from tests.conftest import Agent
+
+pytestmark = pytest.mark.e2e
+
+ANSWER = "Basil"
+TOOL_TURNS = 10
+CLAUDE_PROMPT = "Tidy the three notes in this folder, then tell me the word."
+NOTES = {"a": ("alpha", "alpha one\n"), "b": ("beta", "beta two\n"), "c": ("gamma", "gamma three\n")}
+LINES = 40  # each note's lines: long enough that each result makes the prompt grow
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    """Make a network namespace with only loopback, for one test."""
+    with loopback_namespace() as made:
+        yield made
+
+
+def notes(work: Path) -> dict[str, Path]:
+    """Write the three notes a session works on; return them by name."""
+    work.mkdir()
+    made = {}
+    for name, (_, line) in NOTES.items():
+        made[name] = work / f"{name}.txt"
+        made[name].write_text(line * LINES)
+    return made
+
+
+def claude_calls(work: Path, files: dict[str, Path]) -> list[tuple[str, dict[str, Any]]]:
+    """Return ten Claude Code tool calls: Read, Edit and Bash in turn, each needing the ones before it."""
+    log = work / "log.txt"
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for name, (old, _) in NOTES.items():
+        path = str(files[name])
+        calls.append(("Read", {"file_path": path}))
+        calls.append(("Edit", {"file_path": path, "old_string": old, "new_string": old.upper(), "replace_all": True}))
+        calls.append(("Bash", {"command": f"grep -c {old.upper()} {path} >> {log}", "description": "Count edits"}))
+    calls.append(("Read", {"file_path": str(log)}))
+    assert len(calls) == TOOL_TURNS
+    return calls
+
+
+def assert_claude_tools_ran(work: Path, files: dict[str, Path]) -> None:
+    """Check what the session's tools did on disk: every note edited, every count logged."""
+    for name, (old, line) in NOTES.items():
+        assert files[name].read_text() == line.replace(old, old.upper()) * LINES
+    assert (work / "log.txt").read_text() == f"{LINES}\n" * len(NOTES)
+
+
+def claude_env(home: Path, port: int, **extra: str) -> dict[str, str]:
+    """Return Claude Code's environment for the front on ``port``."""
+    home.mkdir()
+    return clean_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY="unused",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+        **extra,
+    )
+
+
+def claude_argv(prompt: str, bare: bool, *mode: str) -> list[str]:
+    """Return the command line of a Claude Code session that may use Read, Edit and Bash.
+
+    ``bare`` is Claude Code's minimal mode with a one-line system prompt; otherwise it sends its own full
+    system prompt (tens of thousands of the tiny tokenizer's tokens: the first turn's prefill takes minutes).
+    """
+    minimal = ["--bare", "--system-prompt", "You tidy notes for the user."] if bare else []
+    tools = ["--tools", "Read,Edit,Bash", "--allowedTools", "Read,Edit,Bash"]
+    return [str(agent_binary("claude")), *minimal, "-p", prompt, *mode, "--model", "claude-sonnet-4-5", *tools]
+
+
+def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
+    """Return the session's turns: the request lines whose prompt holds the user's ``marker``, in order.
+
+    Side requests (a title, a count of tokens) do not carry the user's prompt as a user message.
+    """
+
+    def turns(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            line
+            for line in lines
+            if any(m.get("role") == "user" and marker in str(m.get("content")) for m in line.get("prompt") or [])
+        ]
+
+    lines = wait_for_lines(cli, port, lambda lines: len(turns(lines)) >= count)
+    found = turns(lines)
+    assert [tool_results(t) for t in found] == list(range(count)), summary(lines)
+    assert all(t["status"] == 200 for t in found), summary(lines)
+    return found
+
+
+def summary(lines: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Return what a failed check shows of each request line: endpoint, status, tokens and message roles."""
+    return [
+        (line["endpoint"], line["status"], line["prompt_tokens"], line["cached_tokens"], roles(line)) for line in lines
+    ]
+
+
+def roles(line: dict[str, Any]) -> str:
+    """Return a logged prompt's message roles, one letter each (s, u, a, t)."""
+    return "".join(str(m.get("role", "?"))[:1] for m in line.get("prompt") or [])
+
+
+def report(name: str, figures: list[tuple[int, int]]) -> None:
+    """Print a session's per-turn prompt and cached tokens (``pytest -s`` shows them)."""
+    print(f"\n{name}: " + ", ".join(f"turn {n}: {p}/{c}" for n, (p, c) in enumerate(figures, start=1)))
+
+
+@pytest.mark.parametrize("bare", [pytest.param(True, id="bare"), pytest.param(False, id="full")])
+def test_claude_code_print_json_session(agent: Agent, tmp_path: Path, namespace: Namespace, bare: bool) -> None:
+    """`claude -p --output-format json` reads, edits and runs commands for ten turns, reusing each prompt."""
+    work = tmp_path / "work"
+    files = notes(work)
+    model = session_model(tmp_path / "model", claude_calls(work, files), ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    env = claude_env(tmp_path / "claude-home", port)
+    done = namespace.run(claude_argv(CLAUDE_PROMPT, bare, "--output-format", "json"), env, work, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["is_error"] is False and result["result"] == ANSWER, result
+    assert result["num_turns"] == TOOL_TURNS + 1, result
+    assert_claude_tools_ran(work, files)
+    turns = session_turns(cli, port, CLAUDE_PROMPT, TOOL_TURNS + 1)
+    report(f"claude -p json ({'bare' if bare else 'full'})", assert_cache_reuse(turns))
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
