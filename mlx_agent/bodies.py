@@ -164,6 +164,16 @@ class CompletionBody(Sampling):
     prompt: str
 
 
+class Thinking(BaseModel):
+    """Anthropic's ``thinking`` object: ``display`` is any string (only ``omitted`` changes the reply)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    type: str | None = None
+    budget_tokens: Limit | None = None
+    display: str | None = None
+
+
 class MessagesBody(Body):
     """``POST /v1/messages`` (and ``count_tokens``, where ``max_tokens`` is not required)."""
 
@@ -177,6 +187,7 @@ class MessagesBody(Body):
     tools: Annotated[list[dict[str, Any]], Field(max_length=1024)] | None = None
     tool_choice: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+    thinking: Thinking | None = None
 
     @field_validator("stop_sequences")
     @classmethod

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.errors import RequestRefused
+from mlx_agent.bodies import check
+from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic.reply import anthropic_error, message_from_chat, usage_of
 from mlx_agent.gateway.anthropic.request import to_chat, translate
 from mlx_agent.gateway.openai.request import prepare
@@ -167,6 +168,19 @@ def test_thinking_settings_map_to_the_runtime() -> None:
     assert "reasoning_budget" not in adaptive and "chat_template_kwargs" not in adaptive
 
 
+@pytest.mark.parametrize("display", ["summarized", "updates", "highlights", "a-display-from-2027"])
+def test_a_thinking_display_other_than_omitted_is_accepted_and_keeps_the_text(display: str) -> None:
+    """Claude Code's adaptive thinking with display updates (or any display) translates and keeps thinking text."""
+    translated = translate(ask(thinking={"type": "adaptive", "display": display}, max_tokens=32000))
+    assert not translated.omit_thinking
+    assert "reasoning_budget" not in translated.chat and "chat_template_kwargs" not in translated.chat
+
+
+def test_omitted_display_still_omits_with_adaptive_thinking() -> None:
+    """Display omitted keeps hiding thinking text whatever the thinking type."""
+    assert translate(ask(thinking={"type": "adaptive", "display": "omitted"})).omit_thinking
+
+
 def test_count_tokens_bodies_have_no_sampling_fields() -> None:
     """A count_tokens request translates without max_tokens and refuses sampling fields."""
     chat = to_chat(
@@ -208,9 +222,9 @@ DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/p
             "unsupported_parameter",
         ),
         (
-            ask(thinking={"type": "enabled", "budget_tokens": 1024, "display": "shown"}),
+            ask(thinking={"type": "enabled", "budget_tokens": 1024, "display": ["shown"]}),
             "thinking.display",
-            "invalid_value",
+            "invalid_type",
         ),
         (ask(tools=[{"type": "computer_20250124", "name": "computer"}]), "tools.0.type", "unsupported_tool"),
         (ask(container="c-1"), "container", "unsupported_parameter"),
@@ -403,3 +417,14 @@ def test_errors_take_anthropics_shape(status: int, kind: str) -> None:
     """The gateway's OpenAI-style error becomes Anthropic's, typed by status, keeping the gateway's code."""
     doc = anthropic_error(status, {"error": {"message": "no", "type": "x", "param": None, "code": "some_code"}})
     assert doc == {"type": "error", "error": {"type": kind, "message": "no", "code": "some_code"}}
+
+
+def test_the_messages_declaration_accepts_any_display_and_bounds_the_budget() -> None:
+    """The front's body check passes display updates and refuses a zero budget or a non-string display."""
+    check("messages", ask(thinking={"type": "adaptive", "display": "updates"}))
+    with pytest.raises(BodyInvalid) as zero:
+        check("messages", ask(thinking={"type": "enabled", "budget_tokens": 0}))
+    with pytest.raises(BodyInvalid) as number:
+        check("messages", ask(thinking={"type": "adaptive", "display": 1}))
+    assert (zero.value.param, number.value.param) == ("thinking.budget_tokens", "thinking.display")
+    assert number.value.code == "invalid_type"

@@ -18,7 +18,9 @@ The rules (docs/gateway.md, "Anthropic Messages API"), written for what Claude C
 * ``max_tokens`` (required; the front applies its ceiling), ``temperature``, ``top_p``, ``top_k`` carry over;
   ``stop_sequences`` becomes ``stop``. ``thinking``: ``enabled`` sets the worker's ``reasoning_budget`` to
   ``budget_tokens``, ``disabled`` passes ``enable_thinking: false`` to the chat template, ``adaptive`` leaves
-  the template's default; ``display: "omitted"`` returns thinking blocks without their text.
+  the template's default (no budget: the reply's ``max_tokens`` bounds it); ``display: "omitted"`` returns
+  thinking blocks without their text, and every other display (``summarized``, Claude Code's ``updates`` and
+  ``highlights``, newer ones) is accepted and changes nothing.
   ``output_config.effort`` becomes ``reasoning_effort`` (for templates that read it) and
   ``output_config.format`` a ``response_format`` JSON schema, which the worker enforces.
   ``tool_choice.disable_parallel_tool_use`` becomes ``parallel_tool_calls: false``: the worker returns the
@@ -174,8 +176,10 @@ def _thinking(thinking: object, out: dict[str, Any]) -> tuple[bool, dict[str, An
     if not isinstance(thinking, Mapping):
         raise refuse("'thinking' must be an object", "thinking", "invalid_type")
     display = thinking.get("display")
-    if display not in (None, "summarized", "omitted"):
-        raise refuse("thinking.display must be 'summarized' or 'omitted'", "thinking.display")
+    if display is not None and not isinstance(display, str):
+        raise refuse("thinking.display must be a string such as 'summarized'", "thinking.display", "invalid_type")
+    # Only "omitted" changes the reply; "summarized", "updates", "highlights" and any newer display ask for how
+    # Anthropic presents its own reasoning, which a local model's plain reasoning text already is.
     omit = display == "omitted"
     kind = thinking.get("type")
     if kind == "enabled":
