@@ -12,7 +12,9 @@ expect, and every later one stays at its place, written one of three ways:
 * ``user``: as a user message reading ``[System message]`` and the text, where the template raises on a late
   system message or drops it (Qwen3.5 and gpt-oss style templates);
 * ``merge``: the same text appended to the message before it (a user message or a tool result), where the
-  template refuses a user message there too (templates that insist on alternating roles).
+  template refuses a user message there too (templates that insist on alternating roles);
+* ``front``: joined to the first system message, as before, only where none of these renders: the request is
+  served, and its cache hits up to that first message only.
 
 The way is chosen by rendering, not by model name: ``SystemTurns`` renders a probe conversation once per
 shape (the role of the message before the late one) and remembers the first way whose rendering succeeds,
@@ -28,8 +30,8 @@ from typing import Any, Literal
 
 SYSTEM_ROLES = ("system", "developer")
 MARKER = "[System message]"
-Way = Literal["keep", "user", "merge"]
-WAYS: tuple[Way, ...] = ("keep", "user", "merge")
+Way = Literal["keep", "user", "merge", "front"]
+WAYS: tuple[Way, ...] = ("keep", "user", "merge")  # in order of preference; "front" is the last resort
 # Renders messages with the served template (add_generation_prompt as given); raises what the template raises.
 Render = Callable[[list[dict[str, Any]], bool], str]
 
@@ -97,6 +99,15 @@ def write(messages: list[dict[str, Any]], index: int, way: Way) -> None:
             messages[index - 1] = {**before, "content": "\n\n".join(t for t in (text_of(content), late) if t)}
         del messages[index]
         return
+    if way == "front":
+        del messages[index]
+        first = messages[0] if messages and messages[0].get("role") == "system" else None
+        text = text_of(message.get("content"))
+        if first is None:
+            messages.insert(0, {"role": "system", "content": text})
+        else:
+            messages[0] = {"role": "system", "content": "\n\n".join(t for t in (text_of(first["content"]), text) if t)}
+        return
     messages[index] = {"role": "user", "content": marked(message.get("content"))}
 
 
@@ -112,7 +123,7 @@ def place(messages: Sequence[dict[str, Any]], way_for: Callable[[str], Way]) -> 
             way = way_for(str(placed[index - 1].get("role")))
             before = len(placed)
             write(placed, index, way)
-            index += 1 - (before - len(placed))  # a merge removed the message
+            index += 1 - (before - len(placed))  # a merge (or a fold into the first message) removed it
         else:
             index += 1
     return placed
@@ -191,12 +202,12 @@ class SystemTurns:
 
 
 def decide(render: Render, before: str) -> Way:
-    """Return the first way that works with every follower, else with the likely ones, else ``user``."""
+    """Return the first way that works with every follower, else with the likely ones, else ``front``."""
     for followers in (FOLLOWERS, FOLLOWERS[:2]):
         for way in WAYS:
             if works(render, before, way, followers):
                 return way
-    return "user"  # nothing renders the probe: a real request then gets the template's own error
+    return "front"  # what renders wherever a template takes a system message at all
 
 
 def for_provider(provider: Any) -> SystemTurns | None:

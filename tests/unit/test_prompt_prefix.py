@@ -21,6 +21,7 @@ from tests.prompt_templates import TEMPLATES, renderer
 
 RENDERS = {name: renderer(template) for name, template in TEMPLATES.items()}
 TEXT_TEMPLATES = [name for name in TEMPLATES if name != "vlm"]
+USER_FIRST: Any = {"role": "user", "content": "Hello."}
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 words = st.text(alphabet="abcdefghij klmnop", min_size=1, max_size=12).map(lambda t: t.strip() or "x")
 
@@ -99,6 +100,27 @@ def test_the_way_is_decided_by_rendering_the_template(name: str, ways: dict[str,
     """A template that renders a late system message keeps it; one that raises or drops it gets a marked user turn."""
     turns = SystemTurns(RENDERS[name])
     assert {before: turns.way(before) for before in ways} == ways
+
+
+def test_a_template_refusing_every_way_gets_the_reminder_joined_to_the_first_message() -> None:
+    """Where no way renders the reminder after the first message, it joins the first system message (as before)."""
+    plain = RENDERS["chatml"]
+
+    def refusing(messages: list[dict[str, Any]], generation: bool) -> str:
+        if any("reminder" in str(m.get("content")).lower() for m in messages[1:]):
+            raise ValueError("only the first message may remind")
+        return str(plain(messages, generation))
+
+    turns = SystemTurns(refusing)
+    assert turns.way("tool") == "front"
+    placed = turns.place([USER_FIRST, {"role": "system", "content": "Reminder."}, {"role": "user", "content": "Go."}])
+    assert placed == [{"role": "system", "content": "Reminder."}, USER_FIRST, {"role": "user", "content": "Go."}]
+    assert place(
+        [{"role": "system", "content": "Rules."}, USER_FIRST, {"role": "system", "content": "R."}], lambda _: "front"
+    ) == [
+        {"role": "system", "content": "Rules.\n\nR."},
+        USER_FIRST,
+    ]
 
 
 def test_a_late_system_message_is_rendered_at_its_place() -> None:
