@@ -306,3 +306,57 @@ def assert_cache_reuse(turns: list[dict[str, Any]]) -> list[tuple[int, int]]:
     for number, ((before, _), (_, cached)) in enumerate(itertools.pairwise(figures), start=2):
         assert cached >= 0.95 * before, f"turn {number} reused {cached} of the previous {before} tokens: {figures}"
     return figures
+
+
+@dataclass
+class Tmux:
+    """A program in its own tmux server (own socket) inside a namespace, driven by keys and read off the screen."""
+
+    namespace: Namespace
+    socket: Path
+    env: dict[str, str]
+    target: str = "agent"
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run one tmux command against this server."""
+        argv = [*self.namespace.prefix, "tmux", "-S", str(self.socket), *args]
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30, check=True)
+
+    def start(self, argv: list[str], cwd: Path) -> None:
+        """Start ``argv`` in a 200x50 window whose pane stays after it exits (for its exit status)."""
+        self.tmux("new-session", "-d", "-s", self.target, "-x", "200", "-y", "50", "-c", str(cwd), *argv)
+        self.tmux("set-option", "-t", self.target, "remain-on-exit", "on")
+
+    def screen(self) -> str:
+        """Return what the pane shows now."""
+        return self.tmux("capture-pane", "-p", "-t", self.target).stdout
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        """Send keys (tmux key names, or text as typed with ``literal``)."""
+        self.tmux("send-keys", "-t", self.target, *(["-l"] if literal else []), *keys)
+
+    def wait_for(self, seen: Callable[[str], bool], what: str, timeout: float = 120) -> str:
+        """Wait until ``seen`` says yes to the screen; return it (fail with the screen otherwise)."""
+        deadline = time.monotonic() + timeout
+        screen = self.screen()
+        while not seen(screen):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never saw {what}; the screen:\n{screen}")
+            time.sleep(0.5)
+            screen = self.screen()
+        return screen
+
+    def exit_status(self, timeout: float = 60) -> int:
+        """Wait until the program has exited; return its exit status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = self.tmux("display-message", "-p", "-t", self.target, "#{pane_dead} #{pane_dead_status}")
+            dead, *status = shown.stdout.split()
+            if dead == "1":
+                return int(status[0])
+            time.sleep(0.5)
+        raise AssertionError(f"the program did not exit; the screen:\n{self.screen()}")
+
+    def kill(self) -> None:
+        """Stop this tmux server and whatever still runs in it."""
+        subprocess.run([*self.namespace.prefix, "tmux", "-S", str(self.socket), "kill-server"], capture_output=True)

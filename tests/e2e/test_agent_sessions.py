@@ -19,6 +19,7 @@ import pytest
 
 from tests.agents_support import (
     Namespace,
+    Tmux,
     agent_binary,
     assert_cache_reuse,
     clean_env,
@@ -106,7 +107,8 @@ def claude_argv(prompt: str, bare: bool, *mode: str) -> list[str]:
 def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
     """Return the session's turns: the request lines whose prompt holds the user's ``marker``, in order.
 
-    Side requests (a title, a count of tokens) do not carry the user's prompt as a user message.
+    Side requests (a title, a count of tokens) do not carry the user's prompt as a user message. Every
+    request line must be a 200: Claude Code, refused, sends the request again without what was refused.
     """
 
     def turns(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -119,6 +121,8 @@ def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[s
     lines = wait_for_lines(cli, port, lambda lines: len(turns(lines)) >= count)
     found = turns(lines)
     assert [tool_results(t) for t in found] == list(range(count)), summary(lines)
+    # Every request is answered: a refused one that the agent retried in another form still fails the session.
+    assert all(line["status"] == 200 for line in lines), summary(lines)
     return found
 
 
@@ -244,4 +248,45 @@ def test_claude_code_stream_json_session(agent: Agent, tmp_path: Path, namespace
     assert_claude_tools_ran(work, files)
     turns = session_turns(cli, port, CLAUDE_PROMPT, TOOL_TURNS + 1)
     report("claude -p stream-json", assert_cache_reuse(turns))
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def trusting_config(home: Path, work: Path, key: str) -> None:
+    """Write Claude Code's user config as after its first run: onboarding done, ``key`` and ``work`` trusted."""
+    config = {
+        "hasCompletedOnboarding": True,
+        "theme": "dark",
+        "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
+        "projects": {str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    }
+    (home / ".claude.json").write_text(json.dumps(config))
+
+
+def test_claude_code_interactive_session(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """Claude Code's own UI, typed into in tmux, goes through the ten turns, shows the answer and exits 0 on /exit."""
+    work = tmp_path / "work"
+    files = notes(work)
+    model = session_model(tmp_path / "model", claude_calls(work, files), ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    env = claude_env(tmp_path / "claude-home", port, TERM="xterm-256color")
+    trusting_config(tmp_path / "claude-home", work, env["ANTHROPIC_API_KEY"])
+    ui = Tmux(namespace, tmp_path / "tmux.sock", env)
+    argv = claude_argv(CLAUDE_PROMPT, True)
+    argv.remove("-p")
+    argv.remove(CLAUDE_PROMPT)
+    try:
+        ui.start(argv, work)
+        ui.wait_for(lambda screen: "? for shortcuts" in screen, "the prompt box")
+        ui.keys(CLAUDE_PROMPT, literal=True)
+        ui.keys("Enter")
+        ui.wait_for(lambda screen: f"● {ANSWER}" in screen, "the answer", timeout=600)
+        ui.keys("/exit", literal=True)
+        ui.keys("Enter")
+        assert ui.exit_status() == 0, ui.screen()
+    finally:
+        ui.kill()
+    assert_claude_tools_ran(work, files)
+    turns = session_turns(cli, port, CLAUDE_PROMPT, TOOL_TURNS + 1)
+    report("claude interactive", assert_cache_reuse(turns))
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0
