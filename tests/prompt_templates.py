@@ -1,4 +1,4 @@
-"""Chat templates the prompt-prefix tests render (no tests here), and a renderer that calls them as transformers does.
+"""Chat templates the prompt-prefix tests render, and the check that a session's prompts only grow (no tests here).
 
 ChatML (the tiny model's), a Qwen3-style thinking template, a Llama-3-style one, one that raises on a late system
 message (as Qwen3.5 and Qwen3-Coder templates do), one that drops it (as gpt-oss's does), one that insists on
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlx_agent.runtime.system_turns import SystemTurns
 from tests.e2e.harmony_support import HARMONY_TEMPLATE
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 from tests.fixtures.tiny_vlm import VLM_CHAT_TEMPLATE
@@ -98,3 +99,25 @@ def renderer(template: str) -> Any:
         return str(compiled.render(messages=messages, add_generation_prompt=generation, tools=None))
 
     return render
+
+
+RENDERS = {name: renderer(template) for name, template in TEMPLATES.items()}
+
+
+def rendered(name: str, messages: list[dict[str, Any]], generation: bool = False) -> str:
+    """Render ``messages`` as the worker would: system messages placed for the template, then the template."""
+    render = RENDERS[name]
+    return str(render(SystemTurns(render).place(messages), generation))
+
+
+def assert_grows(name: str, turns: list[list[dict[str, Any]]]) -> None:
+    """Check every turn's prompt starts with the previous one's and shows each late system message once."""
+    previous = ""
+    for messages in turns:
+        prompt = rendered(name, messages)
+        assert prompt.startswith(previous), (name, previous, prompt)
+        rendered(name, messages, generation=True)  # the request itself renders
+        for message in messages[1:]:
+            if message["role"] == "system":
+                assert prompt.count(message["content"]) == 1, (name, message, prompt)
+        previous = prompt

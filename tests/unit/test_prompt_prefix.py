@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.responses.request import to_chat
 from mlx_agent.runtime.system_turns import MARKER, SystemTurns, place
-from tests.prompt_templates import TEMPLATES, renderer
+from tests.prompt_templates import RENDERS, TEMPLATES, assert_grows, rendered
 
-RENDERS = {name: renderer(template) for name, template in TEMPLATES.items()}
 TEXT_TEMPLATES = [name for name in TEMPLATES if name != "vlm"]
 USER_FIRST: Any = {"role": "user", "content": "Hello."}
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -55,25 +54,6 @@ def conversation_turns(template: str, first_reminder: bool, plan: list[tuple[boo
         messages += [late, follow] if reminder == "before" else [follow, late] if reminder == "after" else [follow]
         turns.append(list(messages))
     return turns
-
-
-def rendered(name: str, messages: list[dict[str, Any]], generation: bool = False) -> str:
-    """Render ``messages`` as the worker would: system messages placed for the template, then the template."""
-    render = RENDERS[name]
-    return str(render(SystemTurns(render).place(messages), generation))
-
-
-def assert_grows(name: str, turns: list[list[dict[str, Any]]]) -> None:
-    """Check every turn's prompt starts with the previous one's and shows each late system message once."""
-    previous = ""
-    for messages in turns:
-        prompt = rendered(name, messages)
-        assert prompt.startswith(previous), (name, previous, prompt)
-        rendered(name, messages, generation=True)  # the request itself renders
-        for message in messages[1:]:
-            if message["role"] == "system":
-                assert prompt.count(message["content"]) == 1, (name, message, prompt)
-        previous = prompt
 
 
 @pytest.mark.parametrize("name", TEXT_TEMPLATES)

@@ -1,0 +1,123 @@
+"""The requests Claude Code and Codex CLI really send, captured live, render to prompts that only grow.
+
+Each agent runs once inside a network namespace with only loopback against the capture server
+(tests/agents_support.py), which records its first request. The test then continues that conversation the way
+the agent does (an assistant turn with thinking or reasoning and a tool call, the tool's result with a
+reminder, now and then a system message inside the conversation, a fresh billing nonce every turn), translates
+every turn as the front does, and checks on every text template the suite ships that each turn's rendered
+prompt starts with the previous one's (``tests/prompt_templates.assert_grows``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlx_agent.gateway.anthropic.request import translate
+from mlx_agent.gateway.responses.request import to_chat
+from tests.agents_support import Namespace, agent_binary, capture, loopback_namespace
+from tests.conftest import free_port
+from tests.prompt_templates import assert_grows
+
+pytestmark = pytest.mark.e2e
+
+TEMPLATES = ["chatml", "qwen3", "llama3", "raising", "dropping", "harmony"]
+TURNS = 4
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    """Make a network namespace with only loopback, for one test."""
+    with loopback_namespace() as made:
+        yield made
+
+
+def agent_env(home: Path, **extra: str) -> dict[str, str]:
+    """Return an agent's environment: its own home, nothing of ours, and ``extra``."""
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TERM") if k in os.environ}
+    return {**keep, "HOME": str(home), **extra}
+
+
+def claude_code_turns(first: dict[str, Any]) -> list[dict[str, Any]]:
+    """Continue Claude Code's captured first request for ``TURNS`` turns, as Claude Code would."""
+    bodies = [first]
+    for k in range(1, TURNS):
+        body = copy.deepcopy(bodies[-1])
+        body["system"][0]["text"] = f"x-anthropic-billing-header: cc_version=2.1.332; cch={k:08x};"
+        thinking = {"type": "thinking", "thinking": f"Step {k}.", "signature": "sig"}
+        use = {"type": "tool_use", "id": f"toolu_{k}", "name": "Read", "input": {"file_path": f"/repo/m{k}.py"}}
+        body["messages"].append({"role": "assistant", "content": [thinking, {"type": "text", "text": "Reading."}, use]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": f"print({k})"}
+        left = {
+            "type": "text",
+            "text": f"<system-reminder>\n<total_tokens>{15000000 - k * 900} tokens left</total_tokens>",
+        }
+        body["messages"].append({"role": "user", "content": [result, left]})
+        if k % 2 == 0:
+            body["messages"].append({"role": "system", "content": f"Note {k}: keep going."})
+        bodies.append(body)
+    return bodies
+
+
+def codex_turns(first: dict[str, Any]) -> list[dict[str, Any]]:
+    """Continue Codex's captured first request for ``TURNS`` turns, as Codex would."""
+    bodies = [first]
+    for k in range(1, TURNS):
+        body = copy.deepcopy(bodies[-1])
+        body["input"] += [
+            {"type": "reasoning", "summary": [], "encrypted_content": f"opaque-{k}"},
+            {"type": "function_call", "call_id": f"c{k}", "name": "exec_command", "arguments": f'{{"cmd": "ls {k}"}}'},
+            {"type": "function_call_output", "call_id": f"c{k}", "output": f"m{k}.py"},
+        ]
+        if k % 2 == 0:
+            body["input"].append(
+                {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Go on."}]}
+            )
+        bodies.append(body)
+    return bodies
+
+
+def test_claude_code_sessions_render_growing_prompts(tmp_path: Path, namespace: Namespace) -> None:
+    """Claude Code's real first request, continued, renders a growing prompt on every template."""
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    env = agent_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY="unused",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+    )
+    argv = [str(agent_binary("claude")), "-p", "Say hi.", "--output-format", "json", "--model", "claude-sonnet-4-5"]
+    sent = capture(namespace, port, argv, env, tmp_path)
+    first = next(r["body"] for r in sent if r["path"].startswith("/v1/messages") and r["body"].get("tools"))
+    assert first["system"][0]["text"].startswith("x-anthropic-billing-header")
+    chats = [translate(body).chat["messages"] for body in claude_code_turns(first)]
+    assert any(m["role"] == "system" for m in chats[-1][1:])  # a late system message is in the session
+    for name in TEMPLATES:
+        assert_grows(name, chats)
+
+
+def test_codex_sessions_render_growing_prompts(tmp_path: Path, namespace: Namespace) -> None:
+    """Codex's real first request, continued, renders a growing prompt on every template."""
+    port = free_port()
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
+        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
+    )
+    env = agent_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY="unused")
+    argv = [str(agent_binary("codex")), "exec", "--skip-git-repo-check", "Say hi."]
+    sent = capture(namespace, port, argv, env, tmp_path)
+    first = next(r["body"] for r in sent if r["path"] == "/v1/responses")
+    chats = [to_chat(body, default_model="gpt-5-codex").chat["messages"] for body in codex_turns(first)]
+    assert any(m["role"] == "system" for m in chats[-1][1:])
+    for name in TEMPLATES:
+        assert_grows(name, chats)
