@@ -10,7 +10,7 @@ expect, and every later one stays at its place, written one of three ways:
 
 * ``keep``: as a system message, where the template renders one there (ChatML, Qwen2/3, Llama 3 style);
 * ``user``: as a user message reading ``[System message]`` and the text, where the template raises on a late
-  system message or drops it (Qwen3.5 and gpt-oss style templates);
+  system message (as some Qwen templates do) or leaves it out;
 * ``merge``: the same text appended to the message before it (a user message or a tool result), where the
   template refuses a user message there too (templates that insist on alternating roles);
 * ``front``: joined to the first system message, as before, only where none of these renders: the request is
