@@ -1,7 +1,7 @@
 """Chat templates the prompt-prefix tests render, and the check that a session's prompts only grow (no tests here).
 
 ChatML (the tiny model's), a Qwen3-style thinking template, a Llama-3-style one, one that raises on a late system
-message (as Qwen3.5 and Qwen3-Coder templates do), one that drops it (as gpt-oss's does), one that insists on
+message (as some Qwen templates do), one that leaves it out, one that insists on
 alternating roles (as Gemma and Mistral templates do), the cut-down Harmony template and the VLM's ChatML.
 """
 

@@ -2,7 +2,7 @@
 
 ``add_generation_prompt`` and ``continue_final_message`` come from ``chat_template_kwargs`` (bare mlx_lm.server
 passes ``add_generation_prompt=True`` itself and fails either with a 404); several system messages fold into
-one at the front, and a later one stays at its place (the template here refuses it, as Qwen3.5's do, so it
+one at the front, and a later one stays at its place (the template here refuses it, as some Qwen templates do, so it
 becomes a marked user turn); a top-level ``reasoning_effort``
 reaches the template (bare mlx_lm ignores it). The model is scripted to answer " Paris" right after the
 token " The capital of France is", so only a prompt that ends inside that assistant message gets it.
