@@ -37,6 +37,10 @@ MAX_CONNECTIONS = 512
 HEADER_TIMEOUT_S = 30.0
 KEEPALIVE_TIMEOUT_S = 60.0
 
+# Our worker's reply header giving the reply limit it applied when the room the prompt leaves in the context
+# cut the ``max_tokens`` it was sent; the front tells the client (``gateway.limit_notice``).
+GRANTED_MAX_TOKENS_HEADER = "x-mlx-agent-granted-max-tokens"
+
 # The wrapped entry's own flags, taken out of argv before the runtime parses the rest.
 ENTRY_MODULE = "mlx_agent.runtime"
 FRONT_MODULE = "mlx_agent.gateway"

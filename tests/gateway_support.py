@@ -21,7 +21,9 @@ from tests.conftest import REPO_ROOT, free_port
 # Request fields it understands: x_chunks (stream events), x_delay (seconds between events), x_cached
 # (cached_tokens to report), x_status (answer with this error status), x_sleep (seconds before a plain answer),
 # x_cut (break the reply off: a body short of its length, or a stream without [DONE]).
-# Env: FAKE_LOAD_DELAY (seconds before listening), FAKE_FAIL (exit 3 at once).
+# Env: FAKE_LOAD_DELAY (seconds before listening), FAKE_FAIL (exit 3 at once), FAKE_PREFILL (seconds before the
+# head of every POST's answer: a slow prefill), FAKE_ROOM (the room left in the context: a larger max_tokens is
+# cut to it and the reply's head says so, as the wrapped worker does).
 FAKE_WORKER = r"""
 import argparse, json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,8 +37,15 @@ if os.environ.get("FAKE_FAIL"):
 time.sleep(float(os.environ.get("FAKE_LOAD_DELAY", "0")))
 
 class H(BaseHTTPRequestHandler):
+    granted = None
+
     def log_message(self, *args):
         pass
+
+    def send_response(self, status, message=None):
+        super().send_response(status, message)
+        if status == 200 and self.granted is not None:
+            self.send_header("x-mlx-agent-granted-max-tokens", str(self.granted))
 
     def _json(self, status, doc):
         body = json.dumps(doc).encode()
@@ -51,6 +60,10 @@ class H(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        time.sleep(float(os.environ.get("FAKE_PREFILL", "0")))
+        room, self.granted = os.environ.get("FAKE_ROOM"), None
+        if room and body.get("max_tokens", 0) > int(room):
+            body["max_tokens"] = self.granted = int(room)
         if body.get("x_status"):
             return self._json(body["x_status"], {"error": "stand-in error"})
         prompt = json.dumps(body.get("messages", body.get("prompt")))

@@ -5,9 +5,12 @@ an ``Exchange``. ``Upstream`` fills in the model it was routed to, the usage the
 stream, when the first token arrived. When the request ends the middleware writes the line::
 
     request {"time", "model", "endpoint", "status", "stream", "prompt_tokens", "completion_tokens",
-             "cached_tokens", "ttft_ms", "duration_ms"}
+             "cached_tokens", "ttft_ms", "duration_ms", "max_tokens", "max_tokens_requested"}
 
-(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics``.
+(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics``. ``max_tokens`` is the
+reply limit the request was given (as far as the front knows: our worker reports its cut to the context's room),
+``max_tokens_requested`` the client's own (null when it sent none); a plain reply whose own limit was lowered
+gets the ``limit_notice`` header here.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from mlx_agent.files import utc_iso
+from mlx_agent.gateway.limit_notice import lowered_headers
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Middleware
@@ -47,10 +52,22 @@ class Exchange:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     first_token: float | None = None  # perf_counter at the first streamed token
+    max_tokens_requested: int | None = None  # the client's own reply limit
+    max_tokens: int | None = None  # the reply limit granted (``limit_notice``)
 
     def routed(self, model: str, stream: bool, prompt: Any) -> None:
         """Record the model the request reached, whether it streams, and its prompt (kept only if logged)."""
         self.model, self.stream, self.prompt = model, stream, prompt
+
+    def limits(self, requested: int | None, granted: int | None) -> None:
+        """Record the client's own reply limit and the one the front gave the worker."""
+        self.max_tokens_requested, self.max_tokens = requested, granted
+
+    @property
+    def limit_lowered(self) -> bool:
+        """Whether the reply limit granted is below the client's own."""
+        requested, granted = self.max_tokens_requested, self.max_tokens
+        return requested is not None and granted is not None and granted < requested
 
     def token(self) -> None:
         """Record that a streamed token arrived (only the first one counts)."""
@@ -67,6 +84,14 @@ class Exchange:
 
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+_CURRENT: ContextVar[Exchange | None] = ContextVar("mlx_agent_exchange", default=None)
+
+
+def current_exchange() -> Exchange | None:
+    """Return the exchange of the request being handled (None outside ``/v1/``): for code that has no request."""
+    return _CURRENT.get()
 
 
 def exchange_of(request: web.Request) -> Exchange | None:
@@ -99,6 +124,8 @@ def record(metrics: FrontMetrics, exchange: Exchange, endpoint: str, status: int
         "cached_tokens": exchange.cached_tokens,
         "ttft_ms": None if ttft is None else round(ttft * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
+        "max_tokens": exchange.max_tokens,
+        "max_tokens_requested": exchange.max_tokens_requested,
     }
     if log_prompts and exchange.prompt is not None:
         line["prompt"] = exchange.prompt
@@ -131,10 +158,13 @@ def observer(metrics: FrontMetrics, log_prompts: bool) -> Middleware:
             return await handler(request)
         exchange = Exchange(time.perf_counter(), time.time())
         request[EXCHANGE] = exchange
+        _CURRENT.set(exchange)  # the handler runs in this task: a copy of this context
         status = 500
         try:
             response = await handler(request)
             status = response.status
+            if exchange.limit_lowered and not response.prepared:
+                response.headers.update(lowered_headers(exchange))
             return response
         except web.HTTPException as exc:
             status = exc.status

@@ -8,7 +8,8 @@ Every endpoint, whatever API it speaks, reaches a worker through ``Upstream``:
   load until its reply has been read, loads the worker if needed, and posts the body (``worker_stream``: the
   reply is read by callbacks rather than aiohttp's client, since every streamed token passes through it);
 * ``complete`` returns the worker's JSON reply, or raises ``RequestRefused`` carrying the worker's error;
-* ``stream`` pumps the worker's stream through the endpoint's translator (``sse.pump``);
+* ``stream`` pumps the worker's stream through the endpoint's translator (``sse.pump``), the client's head
+  sent early when the worker is slow to begin (``sse.ClientStream``);
 * ``accountant`` returns what sees each reply's usage: the request's ``observe.Exchange``, and the per-API-key
   ``cached_tokens`` bound (``cache_privacy``).
 """
@@ -23,7 +24,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from mlx_agent.bodies import check, load_json
@@ -31,10 +31,11 @@ from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.limit_notice import lowered_headers, worker_granted
+from mlx_agent.gateway.observe import current_exchange, exchange_of
 from mlx_agent.gateway.openai.request import PreparedRequest, prepare
 from mlx_agent.gateway.security import API_KEY_ID
-from mlx_agent.gateway.sse import SSE_HEADERS, Accountant, StreamTranslator, end, pump
+from mlx_agent.gateway.sse import Accountant, ClientStream, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
 from mlx_agent.gateway.worker import WorkerProcess
 from mlx_agent.gateway.worker_stream import WorkerReply, open_reply
@@ -101,6 +102,7 @@ class Upstream:
         exchange = exchange_of(request)
         if exchange is not None:
             exchange.routed(model.name, prepared.stream, prepared.body.get("messages", prepared.body.get("prompt")))
+            exchange.limits(prepared.requested_max_tokens, prepared.body.get("max_tokens"))
         return model, prepared
 
     @contextlib.asynccontextmanager
@@ -123,6 +125,7 @@ class Upstream:
                 raise RequestRefused(
                     502, f"the model worker did not answer: {exc}", code="worker_failed", type_="server_error"
                 ) from exc
+            worker_granted(current_exchange(), reply.headers)
             try:
                 yield reply, worker
             finally:
@@ -195,20 +198,37 @@ class Upstream:
         path: str = CHAT_PATH,
         headers: dict[str, str] | None = None,
     ) -> web.StreamResponse:
-        """Stream the worker's answer through ``translator``; an error before the first event raises."""
-        async with self.worker_request(model, prepared.body, path, stream=True) as (reply, worker):
-            if reply.status != 200 or reply.content_type != "text/event-stream":
-                try:
-                    doc = json.loads(await reply.body())
-                except (OSError, ValueError):
-                    doc = None
-                raise read_error(reply.status if reply.status != 200 else 502, doc)
-            response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
-            if request.version >= aiohttp.HttpVersion11:
-                response.enable_chunked_encoding()  # the pump frames its writes itself (sse.ClientWriter)
-            await response.prepare(request)
-            result = await pump(request, response, reply, translator)
-            if not result.done and not result.client_gone:
-                await self.notice_exit(model, worker)
-            await end(response, translator, result)
-            return response
+        """Stream the worker's answer through ``translator``.
+
+        The client's head goes out when the worker's answer begins, or earlier if that takes a while
+        (``sse.ClientStream``); a refusal before the head is an HTTP error, after it the stream's error event.
+        """
+        client = ClientStream(request, translator, headers or {})
+        try:
+            async with self.worker_request(model, prepared.body, path, stream=True) as (reply, worker):
+                if reply.status != 200 or reply.content_type != "text/event-stream":
+                    try:
+                        doc = json.loads(await reply.body())
+                    except (OSError, ValueError):
+                        doc = None
+                    raise read_error(reply.status if reply.status != 200 else 502, doc)
+                exchange = exchange_of(request)
+                told = getattr(translator, "limit_lowered", None)  # the translators with a place for it (Responses)
+                if told is not None and exchange is not None and exchange.limit_lowered:
+                    told(exchange.max_tokens)
+                response = await client.open(lowered_headers(exchange))
+                if client.result.client_gone:
+                    return response
+                result = await pump(client, reply)
+                if not result.done and not result.client_gone:
+                    await self.notice_exit(model, worker)
+                await end(response, translator, result)
+                return response
+        except RequestRefused as refusal:
+            client.settle()
+            if not client.opened:
+                raise
+            log.info("refused a stream after its head was sent: %s", refusal.message)
+            return await client.fail(refusal.message)
+        finally:
+            client.close()

@@ -54,6 +54,7 @@ class WrappedRequest(server.CompletionRequest):
     connection: Any = None  # the client's socket, watched while the reply is generated
     watcher: ReplyWatcher | None = None  # set in the generation thread before the reply starts
     stream: ReplyStream | None = None
+    cut_max_tokens: int | None = None  # the reply limit after the context's room cut it (None: not cut)
 
     @classmethod
     def wrap(cls, base: Any, options: RequestOptions, label: str, connection: Any) -> WrappedRequest:
@@ -178,7 +179,10 @@ class WrappedGenerator(server.ResponseGenerator):
             raise TemplateFailed(
                 f"The chat template could not render this request: {type(error).__name__}: {error}"
             ) from error
+        asked = args.max_tokens
         self._fit_context(result[0], args)
+        if isinstance(request, WrappedRequest) and args.max_tokens < asked:
+            request.cut_max_tokens = args.max_tokens  # read by the handler once the context is queued
         if vocabulary is not None and request.request_type == "chat":
             result = (*result[:3], prompt_mode(tokenizer, result[0], vocabulary), *result[4:])
         initial_state = result[3]

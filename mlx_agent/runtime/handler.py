@@ -21,6 +21,7 @@ from mlx_agent.runtime.errors_http import bad_request, from_upstream_validation
 from mlx_agent.runtime.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.runtime.request_options import RequestOptions, prepare_body
 from mlx_agent.runtime.tool_calls import MARKER, as_written, split_calls
+from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,21 @@ class WrappedHandler(server.APIHandler):
                     f"logit_bias key {key} is not a token id of this model (its vocabulary has {width}).",
                     param=f"logit_bias.{key}",
                 )
+
+    def _set_completion_headers(self, status_code: int = 200) -> None:
+        """Start mlx_lm's JSON head, saying so when the context's room cut the reply limit."""
+        super()._set_completion_headers(status_code)
+        self._granted_header(status_code)
+
+    def _set_stream_headers(self, status_code: int = 200) -> None:
+        """Start mlx_lm's stream head, saying so when the context's room cut the reply limit."""
+        super()._set_stream_headers(status_code)
+        self._granted_header(status_code)
+
+    def _granted_header(self, status_code: int) -> None:
+        cut = self.wrapped_request.cut_max_tokens if self.wrapped_request is not None else None
+        if status_code == 200 and cut is not None:
+            self.send_header(GRANTED_MAX_TOKENS_HEADER, str(cut))
 
     def end_headers(self) -> None:
         """Send the headers, remembering that the status can no longer change."""

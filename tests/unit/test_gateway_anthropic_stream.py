@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlx_agent.gateway.anthropic.stream import AnthropicStream
+from mlx_agent.gateway.anthropic.stream import PING_EVERY_S, AnthropicStream
 from tests.gateway_support import read_sse
 
 
@@ -33,8 +33,9 @@ USAGE = {
 
 
 def run(chunks: list[dict[str, Any]], *, done: bool = True) -> list[tuple[str | None, Any]]:
-    """Drive a translator over ``chunks`` (and a keepalive after the first) and parse what it wrote."""
-    stream = AnthropicStream("org/tiny", sequence_ids())
+    """Drive a translator over ``chunks`` (and a keepalive, a ping's interval later, after the first) and parse it."""
+    ticks = iter(range(0, 10**6, int(PING_EVERY_S)))
+    stream = AnthropicStream("org/tiny", sequence_ids(), clock=lambda: float(next(ticks)))
     out = [stream.start()]
     for index, doc in enumerate(chunks):
         out.append(stream.chunk(doc))
@@ -221,3 +222,19 @@ def test_events_are_one_compact_json_line_each() -> None:
         name, data = block.split("\n")
         assert name.startswith("event: ") and data.startswith("data: ")
         assert json.loads(data[6:])["type"] == name[7:]
+
+
+def test_keepalives_are_pings_a_ping_interval_apart_and_comments_between() -> None:
+    """A keepalive is a ping only when none went out for PING_EVERY_S; the ones between are SSE comments."""
+    now = [0.0]
+    stream = AnthropicStream("m", clock=lambda: now[0])
+    opening = read_sse(stream.start())
+    assert [name for name, _ in opening] == ["message_start", "ping"]
+    written = []
+    for _ in range(int(PING_EVERY_S) // 2 + 1):  # one keepalive every 2 s for a ping's interval
+        now[0] += 2.0
+        written.append(stream.keepalive(b": keepalive 2048/90000"))
+    pings = [raw for raw in written if read_sse(raw)]
+    assert len(pings) == 1 and read_sse(pings[0]) == [("ping", {"type": "ping"})]
+    assert written.index(pings[0]) == int(PING_EVERY_S) // 2 - 1  # the first keepalive PING_EVERY_S after start
+    assert all(raw.startswith(b":") and raw.endswith(b"\n\n") for raw in written if raw is not pings[0])

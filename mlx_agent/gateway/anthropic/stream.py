@@ -2,7 +2,11 @@
 
 Anthropic's sequence: ``message_start``; a ``ping``; for each content block ``content_block_start``, its
 deltas (``thinking_delta``, ``text_delta``, ``input_json_delta``) and ``content_block_stop``; then
-``message_delta`` (``stop_reason``, usage) and ``message_stop``. A worker keepalive becomes a ``ping``.
+``message_delta`` (``stop_reason``, usage) and ``message_stop``. A keepalive (the worker's, during its prefill,
+or the front's own, ``sse.ClientStream``) becomes a ``ping`` when none was sent for ``PING_EVERY_S``, else an SSE
+comment: Claude Code takes at most 30 pings in a row as signs of life before its stream watchdog (300 s at the
+least) gives up, so pings 60 s apart carry a silent prefill for 35 minutes, and the comments keep the bytes
+flowing for byte-level timeouts (which every SSE parser, the Anthropic SDKs' included, skips).
 
 Blocks open in the order the worker writes: reasoning opens a ``thinking`` block, content a ``text`` block,
 each new tool call (a new ``index``) a ``tool_use`` block whose ``input_json_delta``s are the argument
@@ -13,21 +17,32 @@ do). A stream that breaks ends with an ``error`` event, after which nothing foll
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from mlx_agent.gateway.anthropic.reply import IdMaker, error_type, new_id, stop_reason, usage_of
-from mlx_agent.gateway.sse import Accountant, ChunkTranslator, first_choice, sse
+from mlx_agent.gateway.sse import KEEPALIVE, Accountant, ChunkTranslator, first_choice, sse
 
 PING = sse("ping", {"type": "ping"})
+COMMENT = KEEPALIVE + b"\n\n"
+PING_EVERY_S = 60.0
 
 
 class AnthropicStream(ChunkTranslator):
     """One Messages stream, as ``sse.pump`` drives it."""
 
     def __init__(
-        self, model: str, make_id: IdMaker = new_id, on_usage: Accountant | None = None, omit_thinking: bool = False
+        self,
+        model: str,
+        make_id: IdMaker = new_id,
+        on_usage: Accountant | None = None,
+        omit_thinking: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(on_usage)
+        self.clock = clock
+        self.pinged = clock()
         self.model = model
         self.omit_thinking = omit_thinking  # thinking.display "omitted": the block opens and closes, no text
         self.make_id = make_id
@@ -51,10 +66,15 @@ class AnthropicStream(ChunkTranslator):
             "stop_sequence": None,
             "usage": usage_of(None),
         }
+        self.pinged = self.clock()
         return sse("message_start", {"type": "message_start", "message": message}) + PING
 
     def keepalive(self, event: bytes) -> bytes:
-        """Return a ``ping``."""
+        """Return a ``ping`` if none was sent for ``PING_EVERY_S``, else an SSE comment."""
+        now = self.clock()
+        if now - self.pinged < PING_EVERY_S:
+            return COMMENT
+        self.pinged = now
         return PING
 
     def chunk(self, doc: dict[str, Any]) -> bytes:

@@ -3,9 +3,11 @@
 The front has already chosen the model (``Fleet.route``); the worker serves its one model only, so the
 body is sent on with ``model: default_model`` and the reply names the model as the client did (or by its
 served name when the request named none). Request-time adapters and draft models are refused. Reply
-limits: a request that sets no ``max_tokens`` / ``max_completion_tokens`` gets the plan's ``max_tokens``;
-one that does is honoured up to ``max_tokens_ceiling`` when the plan sets one, and otherwise up to what the
-model's context leaves after the prompt (the worker knows the prompt's length and cuts there).
+limits: a request's own ``max_tokens`` / ``max_completion_tokens`` is honoured up to ``max_tokens_ceiling``
+when the plan sets one, and otherwise up to what the model's context leaves after the prompt (our worker
+knows the prompt's length and cuts there). A request that sets none gets the plan's ``--max-tokens`` when the
+plan has one, and otherwise the ceiling: agents that send no limit (Codex) are not cut at a small default,
+and the worker's own reply limits (repeats, hedging, the reasoning budget) keep a looping model in check.
 """
 
 from __future__ import annotations
@@ -32,17 +34,24 @@ class PreparedRequest:
     client_model: str  # the name the reply gives the model: the client's, or the served name
     worker_model: str  # the name the worker gives it
     usage_requested: bool = False  # the client asked for a usage chunk in its stream
+    requested_max_tokens: int | None = None  # the client's own limit, if it set one
 
 
 def _refuse(message: str, *, param: str, code: str) -> RequestRefused:
     return RequestRefused(400, message, code=code, param=param)
 
 
-def reply_limit(requested: int | None, model: FrontModelConfig) -> int:
-    """Return the ``max_tokens`` the worker gets: the plan's default, or the request's own up to the ceiling."""
-    if requested is None:
-        return model["max_tokens"]
+def reply_limit(requested: int | None, model: FrontModelConfig) -> int | None:
+    """Return the ``max_tokens`` the worker gets: the request's own up to the ceiling, else the default.
+
+    The default is the plan's ``max_tokens``, or without one the ceiling, which is the plan's
+    ``max_tokens_ceiling`` or else the model's context window (our worker cuts that to the room the prompt
+    leaves). None only when nothing is known: the worker's own default then applies.
+    """
     ceiling = model["max_tokens_ceiling"]
+    if requested is None:
+        default = model["max_tokens"]
+        return default if default is not None else ceiling if ceiling is not None else model["context_window"]
     if ceiling is None and not model["worker"]["cuts_to_context"]:
         ceiling = model["context_window"]  # a runtime's own server cannot cut by the prompt's length
     return requested if ceiling is None else min(requested, ceiling)
@@ -74,7 +83,9 @@ def prepare(body: object, *, endpoint: str, model: FrontModelConfig, force_usage
         value = out.pop(name, None)
         if value is not None:
             requested = value if requested is None else min(requested, value)
-    out["max_tokens"] = reply_limit(requested, model)
+    limit = reply_limit(requested, model)
+    if limit is not None:
+        out["max_tokens"] = limit
 
     options = out.get("stream_options")
     usage_requested = bool(stream and options and options.get("include_usage"))
@@ -85,4 +96,4 @@ def prepare(body: object, *, endpoint: str, model: FrontModelConfig, force_usage
         if isinstance(client_model, str) and client_model and client_model != WORKER_MODEL_NAME
         else model["name"]
     )
-    return PreparedRequest(out, stream, name, model["worker"]["model_name"], usage_requested)
+    return PreparedRequest(out, stream, name, model["worker"]["model_name"], usage_requested, requested)

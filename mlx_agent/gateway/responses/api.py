@@ -16,6 +16,8 @@ from aiohttp import web
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
+from mlx_agent.gateway.limit_notice import with_granted_output
+from mlx_agent.gateway.observe import exchange_of
 from mlx_agent.gateway.responses.output import base_response, conversation_of, new_id, response_from_chat
 from mlx_agent.gateway.responses.request import ResponsesRequest, previous_id, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -52,7 +54,7 @@ class ResponsesApi:
             doc = await self.upstream.complete(request, model, prepared)
         except RequestRefused as refusal:
             return refusal_response(refusal)
-        response = response_from_chat(doc, base, tools=translated.tools)
+        response = with_granted_output(response_from_chat(doc, base, tools=translated.tools), exchange_of(request))
         self._keep(translated, response, owner)
         return json_response(response, headers=headers)
 

@@ -9,8 +9,10 @@ The sequence: ``response.created``, ``response.in_progress``; for reasoning, ``r
 (``response.function_call_arguments.delta``..., or one ``response.custom_tool_call_input.delta``), their
 ``.done``, ``response.output_item.done``; then ``response.completed``, or ``response.incomplete`` when the token
 limit cut the answer. Every event has a ``sequence_number``. An item closes when the next one starts, or at the
-end. A stream the worker breaks ends with ``response.failed``. Worker keepalives pass as SSE comments. The
-final Response object is handed to ``on_final`` (to be stored).
+end. A stream the worker breaks ends with ``response.failed``. Keepalives (the worker's, and the front's own while
+the worker is slow to begin: ``sse.ClientStream``) pass as SSE comments. When the request's own limit was lowered,
+``max_output_tokens`` is the limit granted (``limit_notice``). The final Response object is handed to ``on_final``
+(to be stored).
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ class ResponsesStream(ChunkTranslator):
     def keepalive(self, event: bytes) -> bytes:
         """Return an SSE comment (clients ignore it; it keeps the connection busy)."""
         return KEEPALIVE
+
+    def limit_lowered(self, granted: int) -> None:
+        """Give the Response object the reply limit granted as its ``max_output_tokens`` (``limit_notice``)."""
+        self.base["max_output_tokens"] = granted
 
     def chunk(self, doc: dict[str, Any]) -> bytes:
         """Return the events for one chat-completion chunk."""
