@@ -86,6 +86,9 @@ def scripted_agent_model(directory: Path, tool: str, arguments: dict[str, Any], 
     return model
 
 
+# A scripted chain gives each link its own direction of the tiny model's width (64), one kept for the rest.
+CHAIN_LIMIT = 64
+
 # The session template writes the offered tools first, as real templates do (so a prompt that changes its tools
 # changes its prefix), and numbers the turns by the tool results so far: the generation prompt ends with that
 # number's marker (``Step3:``), and so does each earlier assistant turn, so the history renders as it was made
@@ -127,6 +130,7 @@ def session_model(directory: Path, calls: list[tuple[str, dict[str, Any]]], answ
     chain = {step: call for step, call in zip(steps, made, strict=False)}
     chain.update({call: "</tool_call>" for call in made})
     chain.update({"</tool_call>": "<|im_end|>", steps[-1]: answer, "Plainly:": answer, answer: "<|im_end|>"})
+    assert len(chain) < CHAIN_LIMIT, f"{len(calls)} calls need {len(chain)} chain links"
     model = scripted_model(
         directory,
         chain,
@@ -324,6 +328,7 @@ class Tmux:
 
     def start(self, argv: list[str], cwd: Path) -> None:
         """Start ``argv`` in a 200x50 window whose pane stays after it exits (for its exit status)."""
+        assert shutil.which("tmux") is not None, "tmux is missing: run scripts/install (it installs it with apt-get)"
         self.tmux("new-session", "-d", "-s", self.target, "-x", "200", "-y", "50", "-c", str(cwd), *argv)
         self.tmux("set-option", "-t", self.target, "remain-on-exit", "on")
 
@@ -360,3 +365,82 @@ class Tmux:
     def kill(self) -> None:
         """Stop this tmux server and whatever still runs in it."""
         subprocess.run([*self.namespace.prefix, "tmux", "-S", str(self.socket), "kill-server"], capture_output=True)
+
+
+# A session of Reads that survives compaction: the progress is the highest numbered file (``/f07.txt``) named
+# anywhere in the conversation (tool calls, results, a summary), so a conversation cut short at its head or
+# replaced by a summary goes on where it was. A compaction request (its last user message asks for a
+# ``<summary>``) is answered with a summary naming the last file read.
+COMPACTING_TEMPLATE = (
+    "{%- set ns = namespace(n=0, seen='', turns=0) %}"
+    "{%- for message in messages %}"
+    "{%- if message['content'] is string %}{%- set ns.seen = ns.seen + message['content'] %}{%- endif %}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{%- set ns.seen = ns.seen + (call['function']['arguments'] | string) %}"
+    "{%- endfor %}"
+    "{%- endfor %}"
+    "{%- for i in range(100) %}{%- if ('/f%02d.txt' % i) in ns.seen %}{%- set ns.n = i + 1 %}{%- endif %}{%- endfor %}"
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['role'] == 'assistant' and message.get('tool_calls') %}{{- 'Step' ~ ns.turns ~ ':' }}{%- endif %}"
+    "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{{- '<tool_call>' + call['function']['name'] + '</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- if message['role'] == 'tool' %}{%- set ns.turns = ns.turns + 1 %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- set last = messages[-1] %}"
+    "{%- if not tools %}{{- 'Plainly:' }}"
+    "{%- elif last['role'] == 'user' and last['content'] is string and '<summary>' in last['content'] %}"
+    "{{- 'Summarize' ~ ns.n ~ ':' }}"
+    "{%- else %}{{- 'Read' ~ ns.n ~ ':' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def numbered_file(directory: Path, index: int) -> Path:
+    """Return the path of the compacting session's file ``index`` (``COMPACTING_TEMPLATE`` reads its number)."""
+    return directory / f"f{index:02d}.txt"
+
+
+def compacting_model(directory: Path, files: Path, count: int, answer: str, window: int) -> Path:
+    """Build a model that Reads ``count`` numbered files in ``files`` (Claude Code's Read), then answers ``answer``.
+
+    It works out where it is from the files named so far (``COMPACTING_TEMPLATE``), and answers a compaction
+    request with a summary naming the last file read. ``window`` is its context window.
+    """
+    from tests.e2e.test_wrapped_support import scripted_model
+
+    reads = [f"Read{k}:" for k in range(count + 1)]
+    summarize = [f"Summarize{k}:" for k in range(count + 1)]
+    calls = [
+        "<tool_call>" + json.dumps({"name": "Read", "arguments": {"file_path": str(numbered_file(files, k))}})
+        for k in range(count)
+    ]
+    summaries = ["Summary: no file read yet."]
+    summaries += [f"Summary: read the files up to {numbered_file(files, k)}." for k in range(count)]
+    chain = dict(zip(reads, calls, strict=False))
+    chain.update({call: "</tool_call>" for call in calls})
+    chain.update(dict(zip(summarize, summaries, strict=True)))
+    chain.update({summary: "<|im_end|>" for summary in summaries})
+    chain.update({"</tool_call>": "<|im_end|>", reads[-1]: answer, "Plainly:": answer, answer: "<|im_end|>"})
+    assert len(chain) < CHAIN_LIMIT, f"{count} files need {len(chain)} chain links"
+    model = scripted_model(
+        directory,
+        chain,
+        "<|im_end|>",
+        special=["<tool_call>", "</tool_call>"],
+        plain=[*reads, *summarize, *calls, *summaries, "Plainly:", answer],
+        template=COMPACTING_TEMPLATE,
+        tokenizer_config={"tool_parser_type": "json_tools"},
+    )
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = window
+    (model / "config.json").write_text(json.dumps(config))
+    return model

@@ -4,8 +4,9 @@ Each agent runs inside a network namespace with only loopback (tests/agents_supp
 tiny model (``session_model``) that calls the agent's own tools in turn (read a file, edit it, run a command)
 and answers with a word only after the tenth tool result. The front's request lines (``--log-prompts``) give
 each turn's prompt and cached tokens: from the second turn on, the worker must reuse at least 95% of the
-previous turn's prompt, and the agent must end the session with exit status 0. The tools' effects on disk
-are checked too, so a turn that "succeeded" without running its tool fails.
+previous turn's prompt, every request must be answered (200), and the agent must end the session with exit
+status 0. The tools' effects on disk are checked too, so a turn that "succeeded" without running its tool
+fails. Last, a Claude Code session longer than the model's context window compacts and still ends on its answer.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from tests.agents_support import (
     agent_binary,
     assert_cache_reuse,
     clean_env,
+    compacting_model,
     inside,
     loopback_namespace,
+    numbered_file,
+    request_lines,
     serve,
     session_model,
     tool_results,
@@ -289,4 +293,46 @@ def test_claude_code_interactive_session(agent: Agent, tmp_path: Path, namespace
     assert_claude_tools_ran(work, files)
     turns = session_turns(cli, port, CLAUDE_PROMPT, TOOL_TURNS + 1)
     report("claude interactive", assert_cache_reuse(turns))
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+COMPACT_FILES = 12  # Reads in the compacting session; together they hold more than the window
+COMPACT_WINDOW = 12000  # the model's context window (tiny tokenizer's tokens); the compaction prompt alone is ~3700
+COMPACT_PROMPT = "Read the numbered files one by one, then tell me the word."
+
+
+def is_summary_request(line: dict[str, Any]) -> bool:
+    """Say whether a logged prompt is Claude Code's compaction request (its last message asks for a summary)."""
+    prompt = line.get("prompt") or [{}]
+    return prompt[-1].get("role") == "user" and "<summary>" in str(prompt[-1].get("content"))
+
+
+def test_claude_code_compacts_a_long_session(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """A session longer than the model's window ends on its answer: refused as too long, Claude Code compacts it.
+
+    The turn past the window is refused (context_length_exceeded, which Claude Code reads as "prompt is too
+    long"); Claude Code then sends its summarising request, cut at the head until it fits, and goes on from the
+    summary. The scripted model knows where it was from the files the conversation names.
+    """
+    files = tmp_path / "files"
+    files.mkdir()
+    for k in range(COMPACT_FILES):
+        numbered_file(files, k).write_text("".join(f"file {k}, line {n}: nothing to see\n" for n in range(60)))
+    model = compacting_model(tmp_path / "model", files, COMPACT_FILES, ANSWER, COMPACT_WINDOW)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    env = claude_env(tmp_path / "claude-home", port)
+    argv = claude_argv(COMPACT_PROMPT, True, "--output-format", "json")
+    argv[argv.index("Read,Edit,Bash")] = "Read"
+    argv[argv.index("Read,Edit,Bash")] = "Read"
+    done = namespace.run(argv, env, tmp_path, timeout=600)
+    lines = request_lines(cli, port)
+    shown = "\n".join(map(str, summary(lines)))
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{shown}"
+    result = json.loads(done.stdout)
+    assert result["is_error"] is False and result["result"] == ANSWER, result
+    summaries = [line for line in lines if is_summary_request(line) and line["status"] == 200]
+    assert summaries, shown  # it compacted: a summarising request was answered
+    assert max(line["prompt_tokens"] or 0 for line in lines) <= COMPACT_WINDOW, shown
+    print(f"\ncompacting session:\n{shown}")
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0
