@@ -1,22 +1,149 @@
-"""mlx_vlm.server, wrapped only to listen on the Unix socket its front gives it: no port in any argv.
+"""mlx_vlm.server, wrapped to listen on the Unix socket its front gives it and to keep late system messages in place.
 
 mlx_vlm's CLI ends in ``uvicorn.run(app, host=..., port=...)``. We bind a socket private to this user (0600,
 inside the front's 0700 directory) before that, and hand uvicorn its descriptor instead of a host and port:
 uvicorn's own ``uds=`` would widen the socket to 0666. uvicorn listens on it only after mlx_vlm's lifespan
-has loaded the model, so a connection that succeeds means the model is loaded. Everything else is
-mlx_vlm's own server, unchanged.
+has loaded the model, so a connection that succeeds means the model is loaded.
+
+mlx_vlm folds every system (and developer) message into the first one before it renders
+(``_normalize_instruction_messages``), so a late reminder rewrote the start of the prompt. We replace that one
+name where the chat, Responses and compaction code look it up (``InstructionPlacer``): the leading system
+messages still join into one, and later ones stay at their place, written as the served template allows
+(``system_turns``, decided by rendering through mlx_vlm's own ``apply_chat_template``). Everything else is
+mlx_vlm's own server, unchanged. ``VLM_SEAMS`` names what we rely on; a changed name stops the worker before it
+listens (tests/unit/test_vlm_seams.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import inspect
 import os
 import socket
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
+from mlx_agent.errors import SeamChanged
+from mlx_agent.runtime.system_turns import SYSTEM_ROLES, SystemTurns, text_of
 from mlx_agent.wire import SOCKET_FLAG
+
+NORMALIZER = "_normalize_instruction_messages"
+# Modules of mlx_vlm whose global ``NORMALIZER`` we replace (each looks it up at call time).
+PLACED_IN = ("mlx_vlm.server.openai", "mlx_vlm.server.compaction")
+# Callables of mlx_vlm (and uvicorn) we call or replace, with the parameters (in order, from the first) we rely on.
+VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mlx_vlm.server.request_normalization": {NORMALIZER: ("chat_messages", "instructions")},
+    "mlx_vlm.server.openai": {NORMALIZER: ("chat_messages", "instructions"), "chat_completions_endpoint": ()},
+    "mlx_vlm.server.compaction": {NORMALIZER: ("chat_messages", "instructions")},
+    # the decision renders through the function the endpoints render with
+    "mlx_vlm.server": {"apply_chat_template": ("processor", "config", "prompt", "add_generation_prompt")},
+    "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
+    "mlx_vlm.server.cli": {"main": ()},
+    "uvicorn": {"run": ("app",)},
+}
+# Functions whose messages must still pass through NORMALIZER (looked up by that name) before they are rendered.
+CALLERS: dict[str, tuple[str, ...]] = {"mlx_vlm.server.openai": ("chat_completions_endpoint", "responses_endpoint")}
+REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the wrapper uses changed."
+
+
+def _lookup(module_name: str, dotted: str) -> Any:
+    obj: Any = importlib.import_module(module_name)
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise SeamChanged(f"{module_name}.{dotted} no longer exists", remediation=REMEDIATION)
+    return obj
+
+
+def check_vlm_seams() -> None:
+    """Raise ``SeamChanged`` naming the first name of mlx_vlm the wrapper uses that is missing or changed."""
+    for module_name, callables in VLM_SEAMS.items():
+        for dotted, params in callables.items():
+            names = list(inspect.signature(_lookup(module_name, dotted)).parameters)
+            if names[: len(params)] != list(params):
+                raise SeamChanged(
+                    f"{module_name}.{dotted} now takes {names}, expected to start with {list(params)}",
+                    remediation=REMEDIATION,
+                )
+    for module_name, functions in CALLERS.items():
+        for name in functions:
+            code = getattr(_lookup(module_name, name), "__code__", None)
+            if code is None or NORMALIZER not in code.co_names:
+                raise SeamChanged(f"{module_name}.{name} no longer calls {NORMALIZER}", remediation=REMEDIATION)
+
+
+class InstructionPlacer:
+    """A stand-in for mlx_vlm's ``_normalize_instruction_messages`` that keeps late system messages in place.
+
+    Called as mlx_vlm calls it: ``(chat_messages, instructions=None)``, rewriting the list in place and returning
+    the text of the leading system message. Without a loaded text model (nothing to render with) it folds as
+    mlx_vlm does. The way late messages are written is decided once per loaded processor.
+    """
+
+    def __init__(self, fold: Callable[..., str | None], loaded: Callable[[], tuple[Any, Any] | None]) -> None:
+        self._fold = fold
+        self._loaded = loaded
+        self._turns: tuple[Any, SystemTurns] | None = None
+        self._lock = threading.Lock()
+
+    def turns(self) -> SystemTurns | None:
+        """Return the loaded processor's ``SystemTurns`` (None when no model is loaded)."""
+        loaded = self._loaded()
+        if loaded is None:
+            return None
+        processor, config = loaded
+        with self._lock:
+            if self._turns is None or self._turns[0] is not processor:
+                self._turns = (processor, SystemTurns(vlm_render(processor, config)))
+            return self._turns[1]
+
+    def __call__(self, chat_messages: list[dict[str, Any]], instructions: str | None = None) -> str | None:
+        """Place ``instructions`` and the system messages of ``chat_messages`` (in place); return the leading text."""
+        turns = self.turns()
+        if turns is None:
+            return self._fold(chat_messages, instructions)
+        # mlx_vlm drops system messages without content; so do we (an empty turn would still be rendered)
+        kept = [m for m in chat_messages if m.get("role") not in SYSTEM_ROLES or m.get("content")]
+        lead = [{"role": "system", "content": instructions}] if instructions else []
+        chat_messages[:] = turns.place([*lead, *kept])
+        first = chat_messages[0] if chat_messages and chat_messages[0].get("role") == "system" else None
+        return (text_of(first.get("content")) or None) if first is not None else None
+
+
+def vlm_render(processor: Any, config: Any) -> Callable[[list[dict[str, Any]], bool], str]:
+    """Return a ``Render`` through mlx_vlm's ``apply_chat_template``, as its endpoints render a prompt."""
+    server: Any = importlib.import_module("mlx_vlm.server")  # the endpoints look the function up there
+
+    def render(messages: list[dict[str, Any]], generation: bool) -> str:
+        prompt = server.apply_chat_template(processor, config, messages, add_generation_prompt=generation)
+        if not isinstance(prompt, str):  # models rendered from their last message only: nothing to place
+            raise TypeError(f"mlx_vlm rendered {type(prompt).__name__}, not a prompt")
+        return prompt
+
+    return render
+
+
+def loaded_text_model() -> tuple[Any, Any] | None:
+    """Return the processor and config of mlx_vlm's loaded text-generation model, or None."""
+    from mlx_vlm.server.runtime import runtime
+
+    cache = runtime.model_cache.for_kind("text_generation")
+    processor, config = cache.get("processor"), cache.get("config")
+    return None if processor is None or config is None else (processor, config)
+
+
+def install_placer() -> InstructionPlacer:
+    """Replace ``NORMALIZER`` in the modules of ``PLACED_IN`` with one ``InstructionPlacer``; return it."""
+    from mlx_vlm.server import request_normalization
+
+    placer = InstructionPlacer(getattr(request_normalization, NORMALIZER), loaded_text_model)
+    for module_name in PLACED_IN:
+        setattr(importlib.import_module(module_name), NORMALIZER, placer)  # the seam: looked up at call time
+    return placer
 
 
 def bind_private(path: str) -> socket.socket:
@@ -35,6 +162,11 @@ def bind_private(path: str) -> socket.socket:
 
 def serve(argv: list[str]) -> int:
     """Run mlx_vlm's server on the socket named by ``--mlx-agent-socket`` in ``argv``."""
+    try:
+        check_vlm_seams()
+    except SeamChanged as error:
+        print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="mlx_agent.runtime mlx-vlm", add_help=False)
     parser.add_argument(SOCKET_FLAG, dest="socket", required=True)
     ours, native = parser.parse_known_args(argv)
@@ -48,6 +180,7 @@ def serve(argv: list[str]) -> int:
         kwargs.pop("port", None)
         previous_run(app, fd=sock.fileno(), **kwargs)
 
+    install_placer()
     previous_run = uvicorn.run
     uvicorn.run = run_on_socket  # the seam: mlx_vlm's CLI calls uvicorn.run
     sys.argv = ["mlx_vlm.server", *native]

@@ -1,0 +1,163 @@
+"""The names of mlx_vlm's server the mlx-vlm worker relies on, and its late system messages kept in place."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlx_agent.errors import SeamChanged
+from mlx_agent.runtime import mlx_vlm_server
+from mlx_agent.runtime.mlx_vlm_server import NORMALIZER, InstructionPlacer, check_vlm_seams
+from mlx_agent.runtime.system_turns import MARKER
+from tests.fixtures.tiny_vlm import IMAGE_PAD, build_tiny_vlm
+
+SEAMS = [(module, dotted) for module, callables in mlx_vlm_server.VLM_SEAMS.items() for dotted in callables]
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """Load the tiny Qwen2-VL model's processor and config as mlx_vlm's server does."""
+    from mlx_vlm.utils import load, load_config
+
+    path = build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
+    _, processor = load(str(path))
+    return processor, load_config(str(path))
+
+
+def render(loaded: tuple[Any, Any], messages: list[dict[str, Any]]) -> str:
+    """Render ``messages`` through mlx_vlm's server's own template function, with the generation prompt."""
+    return mlx_vlm_server.vlm_render(*loaded)(messages, True)
+
+
+def fold(messages: list[dict[str, Any]], instructions: str | None = None) -> str | None:
+    """Call mlx_vlm's own normalizer (it folds every system message into the first)."""
+    from mlx_vlm.server import request_normalization
+
+    normalized: str | None = getattr(request_normalization, NORMALIZER)(messages, instructions)
+    return normalized
+
+
+def test_installed_mlx_vlm_has_every_seam() -> None:
+    """The installed mlx_vlm offers every function and parameter the wrapper uses, and its endpoints still normalize."""
+    check_vlm_seams()
+
+
+@pytest.mark.parametrize(("module", "dotted"), SEAMS, ids=[f"{m}.{d}" for m, d in SEAMS])
+def test_a_renamed_seam_fails_loudly(monkeypatch: pytest.MonkeyPatch, module: str, dotted: str) -> None:
+    """If upstream renames any name we use, the check names it instead of serving unpatched."""
+    owner: Any = importlib.import_module(module)
+    *parents, name = dotted.split(".")
+    for part in parents:
+        owner = getattr(owner, part)
+    monkeypatch.delattr(owner, name)
+    with pytest.raises(SeamChanged, match=name):
+        check_vlm_seams()
+
+
+def test_a_changed_signature_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the normalizer takes other parameters, the check says what it takes now."""
+    from mlx_vlm.server import openai
+
+    def normalize(messages: list[Any], instructions: str | None = None) -> None:
+        raise AssertionError
+
+    monkeypatch.setattr(openai, NORMALIZER, normalize)
+    with pytest.raises(SeamChanged, match="expected to start with"):
+        check_vlm_seams()
+
+
+def test_an_endpoint_that_stops_normalizing_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the chat endpoint no longer passes its messages through the normalizer, replacing it would do nothing."""
+    from mlx_vlm.server import openai
+
+    async def chat_completions_endpoint(request: Any, http_request: Any) -> None:
+        raise AssertionError
+
+    monkeypatch.setattr(openai, "chat_completions_endpoint", chat_completions_endpoint)
+    with pytest.raises(SeamChanged, match=f"chat_completions_endpoint no longer calls {NORMALIZER}"):
+        check_vlm_seams()
+
+
+def test_a_changed_seam_stops_the_worker(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """serve() exits with status 2 and names the seam, before it binds its socket."""
+    from mlx_vlm.server import compaction
+
+    monkeypatch.delattr(compaction, NORMALIZER)
+    socket_path = tmp_path / "w.sock"
+    assert mlx_vlm_server.serve(["--model", "m", "--mlx-agent-socket", str(socket_path)]) == 2
+    assert f"compaction.{NORMALIZER}" in capsys.readouterr().err and not socket_path.exists()
+
+
+def test_a_late_system_message_stays_at_its_place(loaded: tuple[Any, Any]) -> None:
+    """Leading system and developer messages join; a late one renders between the turns it was sent between."""
+    messages: list[dict[str, Any]] = [
+        {"role": "developer", "content": "Alpha rules."},
+        {"role": "system", "content": "Bravo rules."},
+        {"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image"}]},
+        {"role": "assistant", "content": "Red."},
+        {"role": "system", "content": "Zulu reminder."},
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "Again."},
+    ]
+    placer = InstructionPlacer(fold, lambda: loaded)
+    assert placer(messages, "Charlie instructions.") == "Charlie instructions.\n\nAlpha rules.\n\nBravo rules."
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "system", "user"]
+    prompt = render(loaded, messages)
+    assert prompt.index("Red.") < prompt.index("<|im_start|>system\nZulu reminder.") < prompt.index("Again.")
+    assert prompt.count(IMAGE_PAD) == 1 and MARKER not in prompt
+
+
+def test_an_append_only_conversation_renders_a_growing_prompt(loaded: tuple[Any, Any]) -> None:
+    """Each turn's prompt (without the generation prompt) starts with the previous turn's, reminders included."""
+    placer = InstructionPlacer(fold, lambda: loaded)
+    conversation: list[dict[str, Any]] = [{"role": "system", "content": "Alpha rules."}]
+    previous = ""
+    for number in range(4):
+        conversation += [
+            {"role": "user", "content": f"Question {number}."},
+            {"role": "assistant", "content": f"Answer {number}."},
+            {"role": "system", "content": f"Reminder {number}."},
+        ]
+        messages = [dict(m) for m in conversation]
+        placer(messages)
+        prompt = mlx_vlm_server.vlm_render(*loaded)(messages, False)
+        assert prompt.startswith(previous) and prompt.count(f"Reminder {number}.") == 1
+        previous = prompt
+    folded = [dict(m) for m in conversation]
+    fold(folded)
+    assert not mlx_vlm_server.vlm_render(*loaded)(folded, False).startswith(previous[: previous.index("Question 1")])
+
+
+def test_without_a_loaded_model_it_folds_as_mlx_vlm_does() -> None:
+    """With nothing to render with, the placer gives exactly what mlx_vlm's own normalizer gives."""
+    sent = [
+        {"role": "system", "content": "Alpha rules."},
+        {"role": "user", "content": "Hi."},
+        {"role": "system", "content": "Zulu reminder."},
+    ]
+    theirs, ours = [dict(m) for m in sent], [dict(m) for m in sent]
+    expected = fold(theirs, "Be brief.")
+    assert InstructionPlacer(fold, lambda: None)(ours, "Be brief.") == expected and ours == theirs
+
+
+def test_install_places_where_the_endpoints_look(monkeypatch: pytest.MonkeyPatch, loaded: tuple[Any, Any]) -> None:
+    """install_placer replaces the normalizer the chat, Responses and compaction code call, reading the loaded model."""
+    from mlx_vlm.server.runtime import ModelCacheRegistry, runtime
+
+    for module in mlx_vlm_server.PLACED_IN:  # restored after the test
+        imported = importlib.import_module(module)
+        monkeypatch.setattr(imported, NORMALIZER, getattr(imported, NORMALIZER))
+    registry = ModelCacheRegistry()
+    monkeypatch.setattr(runtime, "model_cache", registry)
+    placer = mlx_vlm_server.install_placer()
+    assert all(getattr(importlib.import_module(m), NORMALIZER) is placer for m in mlx_vlm_server.PLACED_IN)
+    assert placer.turns() is None  # nothing loaded yet
+    processor, config = loaded
+    registry.set("text_generation", {"processor": processor, "config": config})
+    turns = placer.turns()
+    assert turns is not None and turns.way("assistant") == "keep" and placer.turns() is turns
