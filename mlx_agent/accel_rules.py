@@ -101,7 +101,8 @@ def model_shape_reasons(config: dict[str, Any], rules: dict[str, Any]) -> list[s
         reasons.append(f"model_type {config.get('model_type')!r} is not one of {rules['model_types']}")
     quant = config.get("quantization") or config.get("quantization_config") or {}
     if quant.get("bits") != rules["bits"] or quant.get("group_size") != rules["group_size"]:
-        reasons.append(f"weights are not {rules['bits']}-bit with group size {rules['group_size']}")
+        have = f"{quant.get('bits')}-bit with group size {quant.get('group_size')}" if quant else "not quantized"
+        reasons.append(f"weights are {have}, not {rules['bits']}-bit with group size {rules['group_size']}")
     if quant.get("mode", "affine") != rules["mode"]:
         reasons.append(f"quantization mode is not {rules['mode']}")
     for key in ("hidden_size", "intermediate_size"):

@@ -57,8 +57,10 @@ def native_reasons(args: Any, *, has_draft_model: bool, has_adapter: bool, kv_bi
             reasons.append(name)
     if args.seed is not None:
         reasons.append("seed")
-    if args.logprobs or args.top_logprobs > 0:
+    if args.logprobs:
         reasons.append("logprobs")
+    if args.top_logprobs > 0:
+        reasons.append("top_logprobs")
     if has_draft_model:
         reasons.append("a draft model")
     if has_adapter:

@@ -166,20 +166,26 @@ def test_a_plain_greedy_request_takes_lookup() -> None:
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ({"temperature": 0.7}, "sampling"),
+        ({"temperature": 0.7}, "sampling (temperature > 0)"),
         ({"logit_bias": {5: 1.0}}, "logit_bias"),
         ({"repetition_penalty": 1.1}, "repetition_penalty"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"frequency_penalty": -0.5}, "frequency_penalty"),
         ({"seed": 3}, "seed"),
         ({"logprobs": True}, "logprobs"),
-        ({"top_logprobs": 2}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
     ],
 )
 def test_each_request_feature_keeps_native_generation(change: dict[str, Any], reason: str) -> None:
-    """Sampling, bias, each penalty, a seed and logprobs keep the request on mlx_lm's own path."""
-    reasons = native_reasons(args(**change), has_draft_model=False, has_adapter=False, kv_bits=None)
-    assert any(reason in r for r in reasons), reasons
+    """Sampling, bias, each penalty, a seed, logprobs and top_logprobs each keep the request native, by name."""
+    assert native_reasons(args(**change), has_draft_model=False, has_adapter=False, kv_bits=None) == [reason]
+
+
+def test_every_request_reason_is_given_at_once() -> None:
+    """A request with several native features gets each reason, in order, not only the first."""
+    request = args(temperature=0.5, seed=1, logprobs=True, top_logprobs=3)
+    reasons = native_reasons(request, has_draft_model=False, has_adapter=False, kv_bits=None)
+    assert reasons == ["sampling (temperature > 0)", "seed", "logprobs", "top_logprobs"]
 
 
 def test_server_features_keep_native_generation() -> None:

@@ -31,10 +31,43 @@ def test_plain_text_needs_no_grammar(response_format: Any) -> None:
     assert structured.grammar_for(response_format) is None
 
 
-def test_json_object_and_json_schema_compile() -> None:
-    """Both JSON formats become llguidance grammars."""
-    assert structured.grammar_for({"type": "json_object"})
-    assert structured.grammar_for({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
+@pytest.fixture(scope="module")
+def tokenizers(tiny_model: Path) -> tuple[Any, Any]:
+    """Return the tiny model's Hugging Face tokenizer and its llguidance bridge."""
+    from transformers import AutoTokenizer
+
+    hf: Any = AutoTokenizer.from_pretrained(str(tiny_model))
+    return hf, structured.ll_tokenizer(hf, 512, [hf.convert_tokens_to_ids("<|im_end|>")])
+
+
+def accepts(tokenizers: tuple[Any, Any], grammar: str, text: str) -> bool:
+    """Say whether ``grammar`` takes every token of ``text`` (compact JSON: the grammar's whitespace is fixed)."""
+    from llguidance import LLMatcher
+
+    hf, tokenizer = tokenizers
+    matcher = LLMatcher(tokenizer, grammar)
+    tokens = hf.encode(text, add_special_tokens=False)
+    return bool(matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting())
+
+
+def test_json_object_compiles_to_a_grammar_of_objects(tokenizers: tuple[Any, Any]) -> None:
+    """json_object's grammar takes a JSON object and refuses an array, a bare string and unfinished JSON."""
+    grammar = structured.grammar_for({"type": "json_object"})
+    assert isinstance(grammar, str)
+    assert accepts(tokenizers, grammar, '{"a":[1,"b"]}')
+    assert not accepts(tokenizers, grammar, "[1,2]")
+    assert not accepts(tokenizers, grammar, '"text"')
+    assert not accepts(tokenizers, grammar, '{"a":1')
+
+
+def test_json_schema_compiles_to_a_grammar_of_that_schema(tokenizers: tuple[Any, Any]) -> None:
+    """json_schema's grammar takes a document of the schema and refuses a missing, extra or ill-typed field."""
+    grammar = structured.grammar_for({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
+    assert isinstance(grammar, str)
+    assert accepts(tokenizers, grammar, '{"name":"a","n":3,"tags":["x"]}')
+    assert not accepts(tokenizers, grammar, '{"name":"a","n":3}')
+    assert not accepts(tokenizers, grammar, '{"name":"a","n":3,"tags":[],"more":1}')
+    assert not accepts(tokenizers, grammar, '{"name":"a","n":"3","tags":[]}')
 
 
 @pytest.mark.parametrize(
@@ -56,9 +89,11 @@ def test_what_cannot_be_enforced_is_a_400(response_format: Any) -> None:
 
 def test_a_format_is_enforced_unless_a_tool_call_is_possible() -> None:
     """Tools make the format wait, unless tool_choice is "none"."""
-    assert structured.format_is_enforced(None, "auto")
-    assert not structured.format_is_enforced([{"type": "function"}], None)
-    assert structured.format_is_enforced([{"type": "function"}], "none")
+    assert structured.format_is_enforced(None, "auto") is True
+    assert structured.format_is_enforced([], None) is True
+    assert structured.format_is_enforced([{"type": "function"}], None) is False
+    assert structured.format_is_enforced([{"type": "function"}], "auto") is False
+    assert structured.format_is_enforced([{"type": "function"}], "none") is True
 
 
 def test_bitmasks_round_trip() -> None:

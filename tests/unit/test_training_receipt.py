@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,10 @@ def test_log_parser_handles_nan_and_plain_lines() -> None:
     """A nan loss is a report too, and unstyled lines parse the same."""
     text = "   10      nan ▲    1,000    12.5k\n   10    val   nan    0.10s\nmlx-agent lora: trainer started\n"
     result = parse(text)
-    assert result["train"] is not None and result["train"]["iteration"] == 10
-    assert result["val"] is not None and result["val"]["loss"] != result["val"]["loss"]  # nan
+    train, val = result["train"], result["val"]
+    assert train is not None and val is not None
+    assert train["iteration"] == 10 and math.isnan(train["loss"])
+    assert val["iteration"] == 10 and math.isnan(val["loss"])
 
 
 def test_progress_of_a_missing_log_is_empty(tmp_path: Path) -> None:
@@ -148,8 +151,10 @@ def test_check_refuses_a_changed_adapter_byte(completed: dict[str, Any], tmp_pat
 def test_check_refuses_a_missing_adapter_file(completed: dict[str, Any], tmp_path: Path) -> None:
     """A deleted adapter file is adapter_changed too."""
     (Path(completed["adapter"]["path"]) / "adapter_config.json").unlink()
-    with pytest.raises(AdapterChanged):
+    with pytest.raises(AdapterChanged) as info:
         check_training_receipt(completed, tmp_path)
+    assert [c["field"] for c in info.value.details["changes"]] == ["adapter_config.json"]
+    assert info.value.details["changes"][0]["new"] == "<absent>"  # recorded, and now gone
 
 
 def test_check_refuses_a_touched_base_weight(completed: dict[str, Any], model_copy: Path, tmp_path: Path) -> None:
@@ -165,11 +170,14 @@ def test_check_refuses_a_touched_base_weight(completed: dict[str, Any], model_co
     ]
 
 
-def test_an_older_receipt_without_ctime_still_checks(completed: dict[str, Any], tmp_path: Path) -> None:
+def test_an_older_receipt_without_ctime_still_checks(
+    completed: dict[str, Any], model_copy: Path, tmp_path: Path
+) -> None:
     """A receipt written before ctime_ns was bound pins its weights without it, and still checks as unchanged."""
     for record in completed["base"]["files"]:
         record.pop("ctime_ns", None)
-    assert check_training_receipt(completed, tmp_path)["base"]["path"]
+    result = check_training_receipt(completed, tmp_path)
+    assert result["base"]["path"] == str(model_copy) and result["adapter"] == completed["adapter"]
 
 
 def test_check_refuses_a_base_that_is_gone(completed: dict[str, Any], model_copy: Path, tmp_path: Path) -> None:
@@ -211,4 +219,6 @@ def test_repo_base_is_rederived_from_the_cache(
     build_hf_cache_repo(hf, "org/tiny", tiny_model, revision="f" * 40)
     with pytest.raises(BaseModelChanged) as info:
         check_training_receipt(receipt, tmp_path)
-    assert "revision" in [c["field"] for c in info.value.details["changes"]]
+    changes = {c["field"]: c for c in info.value.details["changes"]}
+    assert sorted(changes) == ["path", "revision"]  # a new revision is a new snapshot directory
+    assert (changes["revision"]["old"], changes["revision"]["new"]) == (base["revision"], "f" * 40)
