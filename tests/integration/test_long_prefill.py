@@ -19,7 +19,8 @@ from tests.gateway_support import Gateway, read_sse, running_gateway
 CLIENT_IDLE_S = 5.0  # the bound on the wait for a stream's first bytes, and between any two
 PREFILL_S = 4 * KEEPALIVE_S  # several keep-alive periods, and longer than the client waits for a byte
 ANTHROPIC = {"anthropic-version": "2023-06-01"}
-STREAMS = {
+Endpoint = tuple[str, dict[str, Any], dict[str, str]]  # path, body, headers
+STREAMS: dict[str, Endpoint] = {
     "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, {}),
     "messages": ("/v1/messages", {"max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}, ANTHROPIC),
     "responses": ("/v1/responses", {"input": "hi"}, {}),
@@ -92,7 +93,7 @@ def test_plain_replies_slower_than_every_front_timeout_are_answered(tmp_path: Pa
     with running_gateway(
         tmp_path, header_timeout=1.0, keepalive_timeout=1.0, env={"FAKE_PREFILL": str(slow)}
     ) as gateway:
-        requests = {
+        requests: dict[str, Endpoint] = {
             "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, {}),
             "messages": (*STREAMS["messages"][:2], ANTHROPIC),
             "responses": STREAMS["responses"],
