@@ -249,7 +249,7 @@ class ModelPlan(TypedDict):
     kv_cache: KvCacheRecord | None
     prompt_cache: PromptCacheRecord | None
     group: GroupRecord | None
-    max_tokens: int
+    max_tokens: int | None  # None: not set, a request without a limit gets what the context leaves
     max_tokens_ceiling: int | None
     context_window: int | None
     weight_bytes: int | None
@@ -368,7 +368,7 @@ class FrontModelConfig(TypedDict):
     name: Annotated[str, Field(min_length=1)]
     aliases: list[Annotated[str, Field(min_length=1)]]
     hidden_names: list[str]
-    max_tokens: Positive
+    max_tokens: Positive | None
     max_tokens_ceiling: Positive | None
     context_window: Positive | None
     weight_bytes: Count | None

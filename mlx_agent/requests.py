@@ -15,8 +15,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 # Defaults of a serve plan.
-DEFAULT_MAX_TOKENS = 512
+DEFAULT_RUNTIME = "mlx_lm"
 DEFAULT_READY_TIMEOUT = 120.0
+# What MLX's quantization accepts for a KV cache (mx.quantize bits and group sizes).
+KV_BITS = (2, 3, 4, 5, 6, 8)
+KV_GROUP_SIZES = (32, 64, 128)
 PORT = {"minimum": 1, "maximum": 65535}
 
 JSON = Opt("--json", "flag", "Print one JSON envelope on stdout.", default=False)
@@ -32,35 +35,49 @@ class ReceiptsRecord(Record):
     )
 
 
-class ServeRequest(ReceiptsRecord):
-    """``serve start``: the server to plan, before any file is read."""
+class ModelRequest(Record):
+    """One model of a server: ``serve start``'s per-model options, or one ``[[model]]`` table of a models file.
 
-    models: str | None = option(
-        "--models", "str", "A TOML file of [[model]] tables: serve them all on one port, routed by 'model'."
-    )
-    path: str | None = option("--path", "str", "Absolute path of a local model directory.")
+    Declared once: the command line, the models file's validator (keys named as the fields) and the model's
+    plan all read these options. ``scope`` says where each is given (see ``options.Opt``).
+    """
+
+    path: str | None = option("--path", "str", "Absolute path of a local model directory.", file_path="path")
     repo: str | None = option("--repo", "str", "ORG/NAME of a model already in the Hugging Face cache.")
     training_receipt: str | None = option(
-        "--training-receipt", "str", "A completed `lora train` receipt: serves its pinned base model with its adapter."
+        "--training-receipt",
+        "str",
+        "A completed `lora train` receipt: serves its pinned base model with its adapter.",
+        file_path="path",
     )
     adapter_path: str | None = option(
-        "--adapter-path", "str", "A local LoRA adapter directory (mlx_lm), bound by the content of its two files."
+        "--adapter-path",
+        "str",
+        "A local LoRA adapter directory (mlx_lm), bound by the content of its two files.",
+        file_path="path",
     )
     runtime: str = option(
         "--runtime",
         "str",
         "Runtime to serve with; auto reads the model's config.json.",
-        default="mlx_lm",
+        default=DEFAULT_RUNTIME,
         choices_from="runtime_choices",
     )
     runtime_executable: str | None = option(
         "--runtime-executable", "str", "Absolute path of a runtime installed in another environment."
     )
     served_model_name: str | None = option(
-        "--served-model-name", "str", "The model name clients use (default: the repo id, or the directory's name)."
+        "--served-model-name",
+        "str",
+        "The model name clients use (default: the repo id, or the directory's name).",
+        file_required=True,
+        synonyms=("name",),
     )
     alias: tuple[str, ...] = option(
-        "--alias", "multi", "Another name clients may use; a glob such as 'claude-*' (repeatable)."
+        "--alias",
+        "multi",
+        "Another name clients may use; a glob such as 'claude-*' (repeatable).",
+        synonyms=("aliases",),
     )
     thinking: str | None = option(
         "--thinking",
@@ -69,7 +86,7 @@ class ServeRequest(ReceiptsRecord):
         choices=("on", "off"),
     )
     chat_template_args: str | None = option(
-        "--chat-template-args", "str", "A JSON object of chat template arguments (mlx_lm), merged with --thinking."
+        "--chat-template-args", "json", "A JSON object of chat template arguments (mlx_lm), merged with --thinking."
     )
     prompt_lookup: bool = option(
         "--prompt-lookup",
@@ -89,37 +106,41 @@ class ServeRequest(ReceiptsRecord):
         "mlx_lm: keep up to this many GB of prompt caches across unloads and restarts (0 keeps none).",
         default=4.0,
         minimum=0,
+        scope="cli",
     )
     verify_weights: bool = option(
         "--verify-weights",
         "flag",
         "Hash every weight file in full and bind the digests, rechecked before every load (slower, exact).",
         default=False,
+        scope="cli",
     )
     draft_model: str | None = option(
         "--draft-model",
         "str",
         "mlx_lm: a small model of the same vocabulary (a path or a cached ORG/NAME) drafting for speculative decoding.",
+        file_path="path_or_repo",
     )
     num_draft_tokens: int | None = option(
         "--num-draft-tokens", "int", "mlx_lm: tokens the draft model proposes per step (default: mlx_lm's).", minimum=1
     )
     kv_bits: int | None = option(
-        "--kv-bits", "int", "mlx_lm: quantize the KV cache to this many bits (2, 3, 4, 5, 6 or 8).", minimum=2
+        "--kv-bits", "int", "mlx_lm: quantize the KV cache to this many bits (2, 3, 4, 5, 6 or 8).", values=KV_BITS
     )
     kv_group_size: int | None = option(
         "--kv-group-size",
         "int",
         "mlx_lm: the KV cache quantization group size (32, 64 or 128; needs --kv-bits).",
-        minimum=1,
+        values=KV_GROUP_SIZES,
     )
-    hosts: str | None = option(
-        "--hosts", "str", "mlx_lm: serve across these hosts' IPs (A,B,...; this machine first) with mlx.launch."
+    hosts: tuple[str, ...] | None = option(
+        "--hosts", "list", "mlx_lm: serve across these hosts' IPs (A,B,...; this machine first) with mlx.launch."
     )
     hostfile: str | None = option(
         "--hostfile",
         "str",
         "mlx_lm: serve across the hosts of this mlx.distributed_config hostfile (this machine first).",
+        file_path="path",
     )
     backend: str = option(
         "--backend", "str", "A group's MLX distributed backend.", default="ring", choices=("ring", "jaccl")
@@ -133,9 +154,11 @@ class ServeRequest(ReceiptsRecord):
     ring_port: int | None = option(
         "--ring-port", "int", "The first port of a ring group's own links, one per rank and IP (default 32323).", **PORT
     )
-    port: int | None = option("--port", "int", "Loopback port (default: the runtime's, 8080 for mlx_lm).", **PORT)
-    max_tokens: int = option(
-        "--max-tokens", "int", "The reply limit of a request that sets none.", default=DEFAULT_MAX_TOKENS, minimum=1
+    max_tokens: int | None = option(
+        "--max-tokens",
+        "int",
+        "The reply limit of a request that sets none (default: what the context window leaves after the prompt).",
+        minimum=1,
     )
     max_tokens_ceiling: int | None = option(
         "--max-tokens-ceiling",
@@ -143,6 +166,24 @@ class ServeRequest(ReceiptsRecord):
         "The most a request may ask for (default: the model's context window less the prompt).",
         minimum=1,
     )
+    idle_timeout: float | None = option(
+        "--idle-timeout", "float", "JIT: unload after this many idle seconds (0 disables).", minimum=0
+    )
+    keep_loaded: bool | None = option(
+        "--keep-loaded", "flag", "JIT: never unload after use (manual unload still works)."
+    )
+    preload: bool | None = option(
+        "--preload", "flag", "JIT: load this model when the front starts (default: without --jit).", scope="file"
+    )
+
+
+class ServeRequest(ModelRequest, ReceiptsRecord):
+    """``serve start``: the server to plan, before any file is read; without ``--models``, its one model."""
+
+    models: str | None = option(
+        "--models", "str", "A TOML file of [[model]] tables: serve them all on one port, routed by 'model'."
+    )
+    port: int | None = option("--port", "int", "Loopback port (default: the runtime's, 8080 for mlx_lm).", **PORT)
     ready_timeout: float = option(
         "--ready-timeout",
         "float",
@@ -152,12 +193,6 @@ class ServeRequest(ReceiptsRecord):
         min_open=True,
     )
     jit: bool = option("--jit", "flag", "Load the model on the first request, and allow unloading it.", default=False)
-    idle_timeout: float | None = option(
-        "--idle-timeout", "float", "JIT: unload after this many idle seconds (0 disables).", minimum=0
-    )
-    keep_loaded: bool = option(
-        "--keep-loaded", "flag", "JIT: never unload after use (manual unload still works).", default=False
-    )
     min_headroom_gb: float | None = option(
         "--min-headroom-gb",
         "float",
@@ -197,6 +232,10 @@ class ServeRequest(ReceiptsRecord):
     def supervisor(self) -> str:
         """Return who keeps the server running: ``mlx-agent``, ``launchd`` or ``systemd`` (both: refused)."""
         return ",".join(k for k in ("launchd", "systemd") if getattr(self, k)) or "mlx-agent"
+
+    def model(self) -> ModelRequest:
+        """Return the one model a ``serve start`` without a models file asks for."""
+        return ModelRequest(**{opt.dest: getattr(self, opt.dest) for opt in ModelRequest.OPTIONS})
 
 
 class StatusRequest(ReceiptsRecord):
@@ -343,8 +382,8 @@ class Command:
 
     @property
     def options(self) -> tuple[Opt, ...]:
-        """Return every option the command line accepts: the record's, then the command's own."""
-        return (*self.record.OPTIONS, *self.flags)
+        """Return every option the command line accepts: the record's (not those of a file only), then its own."""
+        return (*(opt for opt in self.record.OPTIONS if opt.scope != "file"), *self.flags)
 
     def parse(self, values: dict[str, Any]) -> tuple[Record, dict[str, Any]]:
         """Split parsed option values into the record and the command's own flags; none may be left over."""

@@ -9,7 +9,7 @@ import click
 
 from mlx_agent import __version__
 from mlx_agent.cli.actions import ACTIONS, dispatch
-from mlx_agent.options import Opt, choices
+from mlx_agent.options import Opt, choices, problem
 from mlx_agent.requests import COMMANDS
 
 
@@ -26,11 +26,25 @@ def _click_type(opt: Opt) -> Any:
     return click.STRING
 
 
+def _checked(opt: Opt) -> Callable[[click.Context, click.Parameter, Any], Any] | None:
+    """Return a callback refusing what the type alone does not (a number outside an option's allowed values)."""
+    if opt.values is None:
+        return None
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        wrong = problem(opt, value)
+        if wrong is not None:
+            raise click.BadParameter(wrong, ctx, param)
+        return value
+
+    return check
+
+
 def _with_options(options: tuple[Opt, ...]) -> Callable[[Callable[..., None]], Callable[..., None]]:
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         for opt in reversed(options):
             if opt.kind == "flag":
-                fn = click.option(opt.flag, opt.dest, is_flag=True, help=opt.help)(fn)
+                fn = click.option(opt.flag, opt.dest, is_flag=True, default=opt.default, help=opt.help)(fn)
             elif opt.kind == "multi":
                 fn = click.option(opt.flag, opt.dest, multiple=True, type=click.STRING, help=opt.help)(fn)
             else:
@@ -41,6 +55,7 @@ def _with_options(options: tuple[Opt, ...]) -> Callable[[Callable[..., None]], C
                     default=opt.default,
                     required=opt.required,
                     show_default=opt.default is not None,
+                    callback=_checked(opt),
                     help=opt.help,
                 )(fn)
         return fn

@@ -8,7 +8,7 @@ owns every error message.
 
 from __future__ import annotations
 
-from mlx_agent.options import Opt, choices
+from mlx_agent.options import Opt, choices, problem
 from mlx_agent.requests import COMMANDS
 
 TYPE_CHECKING = False
@@ -17,17 +17,13 @@ if TYPE_CHECKING:
 
     from mlx_agent.options import Record
 
-_CONVERT = {"str": str, "multi": str, "int": int, "float": float}
+_CONVERT = {"str": str, "multi": str, "list": str, "json": str, "int": int, "float": float}
 
 
 def _value(opt: Opt, raw: str) -> Any:
     value = _CONVERT[opt.kind](raw)
-    if opt.minimum is not None and (value < opt.minimum or (opt.min_open and value == opt.minimum)):
-        raise ValueError(raw)
-    if opt.maximum is not None and value > opt.maximum:
-        raise ValueError(raw)
     allowed = choices(opt)
-    if allowed is not None and value not in allowed:
+    if problem(opt, value) is not None or (allowed is not None and value not in allowed):
         raise ValueError(raw)
     return value
 

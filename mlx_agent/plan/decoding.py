@@ -18,10 +18,11 @@ PROMPT_CACHE_DIR = "prompt-cache"  # under $MLX_AGENT_HOME: one 0700 directory p
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
-    from mlx_agent.plan.model_spec import ModelSpec
     from mlx_agent.records import DraftRecord, KvCacheRecord, PromptCacheRecord, SourceRecord
+    from mlx_agent.requests import ModelRequest
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:
@@ -41,7 +42,7 @@ def _refuse_unless(recipe: dict[str, Any], capability: str, option: str) -> None
         )
 
 
-def draft_plan(spec: ModelSpec, recipe: dict[str, Any], config: dict[str, Any]) -> DraftRecord | None:
+def draft_plan(spec: ModelRequest, recipe: dict[str, Any], config: dict[str, Any]) -> DraftRecord | None:
     """Return the plan's ``draft``: the draft model's bound identity, or None without ``--draft-model``."""
     if spec.draft_model is None:
         return None
@@ -65,7 +66,7 @@ def draft_plan(spec: ModelSpec, recipe: dict[str, Any], config: dict[str, Any]) 
     return {"source": typed, "num_draft_tokens": spec.num_draft_tokens}
 
 
-def kv_cache_plan(spec: ModelSpec, recipe: dict[str, Any]) -> KvCacheRecord | None:
+def kv_cache_plan(spec: ModelRequest, recipe: dict[str, Any]) -> KvCacheRecord | None:
     """Return the plan's ``kv_cache``: its quantization bits and group size, or None for full precision."""
     if spec.kv_bits is None:
         return None
@@ -86,7 +87,9 @@ def decoding_args(draft: DraftRecord | None, kv_cache: KvCacheRecord | None) -> 
     return args
 
 
-def prompt_cache_plan(spec: ModelSpec, recipe: dict[str, Any], runtime: dict[str, Any]) -> PromptCacheRecord | None:
+def prompt_cache_plan(
+    spec: ModelRequest, recipe: dict[str, Any], runtime: Mapping[str, Any]
+) -> PromptCacheRecord | None:
     """Return where the worker keeps its prompt cache across unloads, or None (another runtime, or 0 GB).
 
     The directory of a model is named at each spawn by ``kept_cache.cache_identity`` (its bound files, draft,

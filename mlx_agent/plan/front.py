@@ -42,9 +42,13 @@ def front_paths(serve_dir: Path, port: int) -> dict[str, str]:
     }
 
 
-def worker_log(serve_dir: Path, port: int, index: int) -> Path:
-    """Return the log of a front's ``index``-th model's worker (every load appends to it)."""
-    return serve_dir / (f"{port}.worker.log" if index == 0 else f"{port}.worker-{index}.log")
+def worker_paths(serve_dir: Path, port: int, index: int) -> tuple[Path, Path]:
+    """Return the log of the ``index``-th model's worker (every load appends to it) and its group's host list.
+
+    Both live beside the receipt of ``port``, private to it: confirm writes the reviewed hosts there.
+    """
+    stem = f"{port}.worker" if index == 0 else f"{port}.worker-{index}"
+    return serve_dir / f"{stem}.log", serve_dir / f"{stem}.hosts.json"
 
 
 def socket_dir(serve_dir: Path, port: int) -> str:

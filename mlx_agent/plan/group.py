@@ -19,11 +19,11 @@ from mlx_agent.errors import DistributedUnsupported, InvalidArguments
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from mlx_agent.plan.model_spec import ModelSpec
     from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord
+    from mlx_agent.requests import ModelRequest
 
 BACKENDS = ("ring", "jaccl")
 DEFAULT_RING_PORT = 32323
@@ -43,9 +43,9 @@ def _ip(value: str, where: str) -> str:
         ) from None
 
 
-def hosts_from_list(raw: str) -> list[HostRecord]:
+def hosts_from_list(given: Sequence[str]) -> list[HostRecord]:
     """Return the hosts of ``--hosts A,B,...``: the first is this machine, run locally, the others over ssh."""
-    ips = [_ip(part, "--hosts") for part in raw.split(",")]
+    ips = [_ip(part, "--hosts") for part in given]
     return [{"ssh": LOCAL if index == 0 else ip, "ips": [ip]} for index, ip in enumerate(ips)]
 
 
@@ -113,10 +113,10 @@ def _backend_available(backend: str) -> bool:
 
 
 def group_plan(
-    spec: ModelSpec,
+    spec: ModelRequest,
     recipe: dict[str, Any],
-    runtime: dict[str, Any],
-    source: dict[str, Any],
+    runtime: Mapping[str, Any],
+    source: Mapping[str, Any],
     config: dict[str, Any],
     *,
     refused: dict[str, bool],

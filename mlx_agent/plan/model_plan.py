@@ -1,6 +1,6 @@
 """One served model of a plan: its names, its files, the runtime that serves it, and its worker's argv.
 
-``build_model_plan`` reads the files a ``ModelSpec`` (``model_spec``) names and returns the plan's record of it.
+``build_model_plan`` reads the files a ``ModelRequest`` (``requests``) names and returns the plan's record of it.
 The worker is our wrapped entry (on a Unix socket the front picks per load), or the runtime's own server (on a
 private loopback port, given in its environment, and answering only its front's per-launch key), started by the
 front.
@@ -20,7 +20,7 @@ from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
 from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.identity import read_safetensors_header, with_digests
-from mlx_agent.plan.model_spec import ModelSpec, validate_spec
+from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
 from mlx_agent.plan.runtime_select import select_runtime
@@ -41,7 +41,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import AdapterRecord, DraftRecord, FileCheck, ModelPlan, RuntimeRecord, SourceRecord
+    from mlx_agent.records import (
+        AdapterRecord,
+        DraftRecord,
+        FileCheck,
+        ModelPlan,
+        ModelPolicyRecord,
+        RuntimeRecord,
+        SourceRecord,
+    )
+    from mlx_agent.requests import ModelRequest
 
 # Seconds from TERM to KILL of a worker: one that saves its prompt cache on TERM gets longer.
 WORKER_STOP_TIMEOUT = 5.0
@@ -62,7 +71,7 @@ def _template_args(raw: str | None) -> dict[str, Any]:
     return value
 
 
-def thinking_args(recipe: dict[str, Any], spec: ModelSpec) -> tuple[str, dict[str, Any], list[str]]:
+def thinking_args(recipe: dict[str, Any], spec: ModelRequest) -> tuple[str, dict[str, Any], list[str]]:
     """Return the plan's thinking state, the merged chat template args, and the extra server arguments."""
     capabilities = recipe.get("capabilities", {})
     template_args = _template_args(spec.chat_template_args)
@@ -113,7 +122,7 @@ def _trained(raw: str) -> dict[str, Any]:
 
 
 def _adapter(
-    spec: ModelSpec, recipe: dict[str, Any], runtime: RuntimeRecord, trained: dict[str, Any] | None
+    spec: ModelRequest, recipe: dict[str, Any], runtime: RuntimeRecord, trained: dict[str, Any] | None
 ) -> AdapterRecord | None:
     if spec.adapter_path is None and trained is None:
         return None
@@ -143,15 +152,29 @@ def build_argv(runtime: RuntimeRecord, native_args: list[str]) -> list[str]:
     return [*runtime["argv_prefix"], *native_args]
 
 
-def native_template(template: list[str]) -> list[str]:
-    """Return a native argv template without its port: the native entry appends ``--port N`` from its environment."""
+def without(template: list[str], placeholder: str) -> list[str]:
+    """Return an argv template without ``placeholder`` and the flag before it."""
     out: list[str] = []
     for word in template:
-        if word == "{port}":
-            out = out[:-1]  # and the flag before it
+        if word == placeholder:
+            out = out[:-1]
         else:
             out.append(word)
     return out
+
+
+def native_template(template: list[str]) -> list[str]:
+    """Return a native argv template without its port: the native entry appends ``--port N`` from its environment."""
+    return without(template, "{port}")
+
+
+def worker_max_tokens(spec: ModelRequest, window: int | None) -> int | None:
+    """Return the worker's default reply limit: the plan's, else the window (which no reply can pass), else none.
+
+    Without --max-tokens nothing may cut a reply short of what the context leaves: the wrapped entry cuts the
+    window's limit to the room the prompt leaves; with no window known the runtime keeps its own default.
+    """
+    return spec.max_tokens if spec.max_tokens is not None else window
 
 
 def worker_secret(recipe: dict[str, Any], launcher: str) -> str | None:
@@ -220,23 +243,46 @@ def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
     return source.get("repo") or Path(source["path"]).name
 
 
-def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> ModelPlan:
-    """Return one model's plan record (without its front); reads files, writes nothing."""
-    validate_spec(spec)
-    if spec.runtime != AUTO:
-        load_recipe(spec.runtime)  # an unknown runtime is refused before any file is read
-    trained = _trained(spec.training_receipt) if spec.training_receipt is not None else None
-    if trained is not None:
-        source, config = trained["base"], trained["base_config"]
-    elif spec.path is not None:
-        source, config = resolve_path_source(spec.path)
-    else:
-        source, config = resolve_repo_source(spec.repo or "")
-    if spec.verify_weights:
-        source = with_digests(source)  # the same record, digests added
-    name, reason = select_runtime(spec.runtime, config, spec.runtime_executable)
-    recipe, recipe_sha = load_recipe(name)
-    runtime = resolve_runtime(name, recipe, recipe_sha, spec.runtime_executable)
+class ResolvedModel:
+    """A model's options with what its files decide first: its source, config and runtime (and so its port)."""
+
+    __slots__ = ("config", "reason", "recipe", "runtime", "source", "spec", "trained")
+
+    def __init__(self, spec: ModelRequest) -> None:
+        validate_spec(spec)
+        if spec.runtime != AUTO:
+            load_recipe(spec.runtime)  # an unknown runtime is refused before any file is read
+        trained = _trained(spec.training_receipt) if spec.training_receipt is not None else None
+        if trained is not None:
+            source, config = trained["base"], trained["base_config"]
+        elif spec.path is not None:
+            source, config = resolve_path_source(spec.path)
+        else:
+            source, config = resolve_repo_source(spec.repo or "")
+        if spec.verify_weights:
+            source = with_digests(source)  # the same record, digests added
+        name, self.reason = select_runtime(spec.runtime, config, spec.runtime_executable)
+        self.recipe, recipe_sha = load_recipe(name)
+        self.runtime = resolve_runtime(name, self.recipe, recipe_sha, spec.runtime_executable)
+        self.spec, self.trained, self.source, self.config = spec, trained, source, config
+
+    @property
+    def default_port(self) -> int:
+        """Return the port of the model's runtime, where a plan names none."""
+        return int(self.recipe["default_port"])
+
+
+def build_model_plan(
+    model: ResolvedModel,
+    policy: ModelPolicyRecord,
+    ready_timeout: float,
+    *,
+    log_path: Path,
+    hostfile_path: Path,
+) -> ModelPlan:
+    """Return one model's plan record (without its front), its files at the paths given; reads, writes nothing."""
+    spec, trained, source, config = model.spec, model.trained, model.source, model.config
+    recipe, runtime, reason, name = model.recipe, model.runtime, model.reason, model.runtime["name"]
     thinking, template_args, extra_args = thinking_args(recipe, spec)
     adapter = _adapter(spec, recipe, runtime, trained)
     if adapter is not None:
@@ -260,9 +306,8 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "--prompt-lookup": spec.prompt_lookup,
         "--m5-prefill": spec.m5_prefill,
     }
-    hostfile_path = log_path.parent / f"{log_path.name.removesuffix('.log')}.hosts.json"
-    group = group_plan(spec, recipe, runtime, source, config, refused=asked, hostfile_path=hostfile_path)  # type: ignore[arg-type]
-    prompt_cache = None if group is not None else prompt_cache_plan(spec, recipe, runtime)  # type: ignore[arg-type]
+    group = group_plan(spec, recipe, runtime, source, config, refused=asked, hostfile_path=hostfile_path)
+    prompt_cache = None if group is not None else prompt_cache_plan(spec, recipe, runtime)
     extra_args += prompt_cache_args(prompt_cache)
     if group is not None:
         extra_args += model_expectations(source)  # each rank checks its own copy
@@ -271,15 +316,18 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
     cuts = wrapped and bool(recipe.get("cuts_to_context"))
     if cuts and window is not None:
         extra_args += [CONTEXT_WINDOW_FLAG, str(window)]
+    limit = worker_max_tokens(spec, window)
     values = {
         "model": source["path"],
         "host": HOST,
         "port": PORT_PLACEHOLDER,
-        "max_tokens": str(spec.max_tokens),
+        "max_tokens": str(limit),
         "socket": SOCKET_PLACEHOLDER,
     }
     native = runtime["launcher"] == "native"
     template = recipe["wrapper_argv"] if wrapped else native_template(recipe["argv"]) if native else recipe["argv"]
+    if limit is None:
+        template = without(template, "{max_tokens}")
     native_args = [*(arg.format(**values) for arg in template), *extra_args]
     readiness = recipe.get("native_readiness", recipe["readiness"]) if native else recipe["readiness"]
     if wrapped and SOCKET_FLAG not in native_args:
@@ -313,7 +361,7 @@ def build_model_plan(spec: ModelSpec, log_path: Path, ready_timeout: float) -> M
         "weight_bytes": loaded,
         "file_checks": file_checks(adapter),
         "runtime_checks": runtime_checks(runtime),
-        "policy": {"idle_timeout": spec.idle_timeout, "keep_loaded": spec.keep_loaded, "preload": spec.preload},
+        "policy": policy,
         "worker": {
             "transport": "unix" if wrapped else "tcp",
             "cuts_to_context": cuts,

@@ -1,12 +1,13 @@
 """A models file (``serve start --models FILE``): one ``[[model]]`` TOML table per model of a fleet.
 
-Each table names one model as ``serve start``'s options do (``name``, ``aliases``, one of ``path``, ``repo``
-or ``training_receipt``, ``runtime``, ``adapter_path``, ``thinking``, ``max_tokens``, ``prompt_lookup``,
-``draft_model``, ``kv_bits``, ...) and its policy (``idle_timeout``, ``keep_loaded``, ``preload``). Relative
-paths are read from the file's directory. The tables are checked declaratively (pydantic, unknown keys
-refused); a refusal names the line and key. Names and aliases must not collide: a request's ``model`` must
-reach one model, whatever the order. The plan binds the file's bytes (``models_file``) and every model's
-identity as a single-model plan does.
+A table's keys are ``requests.ModelRequest``'s options, named as their fields (``served_model_name``, ``alias``,
+one of ``path``, ``repo`` or ``training_receipt``, ``runtime``, ``max_tokens``, ``kv_bits``, ``hosts``, ...), and
+its policy (``idle_timeout``, ``keep_loaded``, ``preload``); ``name`` and ``aliases`` are still read as the
+older spellings of ``served_model_name`` and ``alias``. The validator is built from those options, so a table
+takes exactly what the command line takes, with the same bounds, choices and defaults (pydantic, unknown keys
+refused); a refusal names the line and key. Relative paths are read from the file's directory. Names and
+aliases must not collide: a request's ``model`` must reach one model, whatever the order. The plan binds the
+file's bytes (``models_file``) and every model's identity as a single-model plan does.
 """
 
 from __future__ import annotations
@@ -19,61 +20,80 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mlx_agent.errors import ModelsFileInvalid, ModelsNameConflict
-from mlx_agent.plan.model_spec import ModelSpec
+from mlx_agent.requests import ModelRequest
 
 if TYPE_CHECKING:
+    from mlx_agent.options import Opt
     from mlx_agent.records import ModelsFileRecord
 
 DECODE_POSITION = re.compile(r"at line (\d+), column (\d+)")
+NAME, ALIAS = "served_model_name", "alias"
+
+
+def table_options() -> tuple[Opt, ...]:
+    """Return the options a ``[[model]]`` table may set: every per-model one but those given once for all."""
+    return tuple(opt for opt in ModelRequest.OPTIONS if opt.scope != "cli")
+
+
+def _field(opt: Opt) -> tuple[Any, Any]:
+    """Return the pydantic type and default of a table key, from its option's kind, bounds and choices."""
+    from pydantic import Field
+
+    kind: Any
+    if opt.choices is not None:
+        kind = Literal[opt.choices]
+    elif opt.values is not None:
+        kind = Literal[opt.values]
+    elif opt.kind == "int":
+        kind = Annotated[int, Field(ge=opt.minimum, le=opt.maximum)]
+    elif opt.kind == "float":
+        low, high = opt.minimum, opt.maximum
+        kind = Annotated[
+            float,
+            Field(gt=low if opt.min_open else None, ge=None if opt.min_open else low, le=high, allow_inf_nan=False),
+        ]
+    elif opt.kind == "flag":
+        kind = bool
+    elif opt.kind in ("multi", "list"):
+        kind = list[Annotated[str, Field(min_length=1)]]
+    elif opt.kind == "json":
+        kind = dict[str, Any]
+    else:
+        kind = Annotated[str, Field(min_length=1)]
+    if opt.file_required:
+        return kind, ...
+    if opt.default is None:
+        return kind | None, None
+    return kind, list(opt.default) if isinstance(opt.default, tuple) else opt.default
 
 
 @functools.cache
-def _entry_model() -> Any:
-    """Return the declaration of one ``[[model]]`` table (pydantic is imported only when a file is read)."""
-    from pydantic import BaseModel, ConfigDict, Field
+def _document_model() -> Any:
+    """Return the declaration of the file, built from the options (pydantic is imported only when one is read)."""
+    from pydantic import ConfigDict, Field, create_model
 
-    Text = Annotated[str, Field(min_length=1)]
+    strict = ConfigDict(extra="forbid", strict=True)
+    fields = {opt.dest: _field(opt) for opt in table_options()}
+    entry = create_model("ModelEntry", __config__=strict, **fields)  # type: ignore[call-overload]  # keys at run time
+    listed = Annotated[list[entry], Field(min_length=1)]  # type: ignore[valid-type]  # built at run time
+    return create_model("ModelsDocument", __config__=strict, model=(listed, ...))
 
-    class ModelEntry(BaseModel):
-        """One ``[[model]]`` table."""
 
-        model_config = ConfigDict(extra="forbid", strict=True)
-
-        name: Text
-        aliases: list[Text] = []
-        path: Text | None = None
-        repo: Text | None = None
-        training_receipt: Text | None = None
-        runtime: Text = "mlx_lm"
-        runtime_executable: Text | None = None
-        adapter_path: Text | None = None
-        thinking: Literal["on", "off"] | None = None
-        chat_template_args: dict[str, Any] | None = None
-        max_tokens: Annotated[int, Field(ge=1)] = 512
-        max_tokens_ceiling: Annotated[int, Field(ge=1)] | None = None
-        prompt_lookup: bool = False
-        m5_prefill: bool = False
-        draft_model: Text | None = None
-        num_draft_tokens: Annotated[int, Field(ge=1)] | None = None
-        kv_bits: Literal[2, 3, 4, 5, 6, 8] | None = None
-        kv_group_size: Literal[32, 64, 128] | None = None
-        hosts: Annotated[list[Text], Field(min_length=2)] | None = None
-        hostfile: Text | None = None
-        backend: Literal["ring", "jaccl"] = "ring"
-        pipeline: bool = False
-        ring_port: Annotated[int, Field(ge=1, le=65535)] | None = None
-        idle_timeout: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
-        keep_loaded: bool | None = None
-        preload: bool | None = None
-
-    class ModelsDocument(BaseModel):
-        """The whole file: its ``[[model]]`` tables and nothing else."""
-
-        model_config = ConfigDict(extra="forbid", strict=True)
-
-        model: Annotated[list[ModelEntry], Field(min_length=1)]
-
-    return ModelsDocument
+def _spelled(doc: Any) -> dict[tuple[int, str], str]:
+    """Rename the older keys of each table to the options' names in place; return {(index, new): old}."""
+    renamed: dict[tuple[int, str], str] = {}
+    tables = doc.get("model") if isinstance(doc, dict) else None
+    if not isinstance(tables, list):
+        return renamed
+    for index, table in enumerate(tables):
+        if not isinstance(table, dict):
+            continue
+        for opt in table_options():
+            for old in opt.synonyms:
+                if old in table and opt.dest not in table:
+                    table[opt.dest] = table.pop(old)
+                    renamed[(index, opt.dest)] = old
+    return renamed
 
 
 def key_line(text: str, index: int | None, key: str | None) -> int | None:
@@ -105,8 +125,37 @@ def _invalid(path: Path, message: str, *, line: int | None, key: str | None, mod
     return ModelsFileInvalid(f"{where}: {message}", details=details)
 
 
-def read_models_file(raw: str) -> tuple[list[dict[str, Any]], ModelsFileRecord, Path]:
-    """Return the file's checked tables, its record for the plan (path, sha256, size) and its directory."""
+class ModelsFile:
+    """A read and checked models file: its tables (keys as the options' names), its text and plan record."""
+
+    __slots__ = ("base", "path", "record", "renamed", "tables", "text")
+
+    def __init__(
+        self, path: Path, data: bytes, tables: list[dict[str, Any]], renamed: dict[tuple[int, str], str]
+    ) -> None:
+        self.path = path
+        self.base = path.parent
+        self.text = data.decode("utf-8")
+        self.tables = tables
+        self.renamed = renamed
+        self.record: ModelsFileRecord = {
+            "path": str(path),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+        }
+
+    def line(self, index: int | None, key: str | None) -> int | None:
+        """Return the line of a table's key, as the file spells it."""
+        spelled = self.renamed.get((index, key), key) if index is not None and key is not None else key
+        return key_line(self.text, index, spelled)
+
+    def spelled(self, index: int, key: str) -> str:
+        """Return the key as the ``index``-th table spells it (an older synonym, or the option's name)."""
+        return self.renamed.get((index, key), key)
+
+
+def read_models_file(raw: str) -> ModelsFile:
+    """Return the checked file: every table's keys valid and its names and aliases apart."""
     import tomllib
 
     path = Path(raw).expanduser().absolute()
@@ -125,15 +174,18 @@ def read_models_file(raw: str) -> tuple[list[dict[str, Any]], ModelsFileRecord, 
         raise _invalid(path, f"is not valid TOML: {exc}", line=line, key=None) from exc
     from pydantic import ValidationError
 
+    renamed = _spelled(doc)
     try:
-        checked = _entry_model().model_validate(doc)
+        checked = _document_model().model_validate(doc)
     except ValidationError as exc:
         errors = exc.errors()
         first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a stray key explains most
         loc = [str(part) for part in first["loc"]]
         index = int(loc[1]) if len(loc) > 1 and loc[0] == "model" and loc[1].isdigit() else None
         key = loc[2] if len(loc) > 2 else (loc[0] if index is None and loc else None)
-        name = doc["model"][index].get("name") if index is not None else None
+        if index is not None and key is not None:
+            key = renamed.get((index, key), key)
+        name = doc["model"][index].get(NAME) if index is not None else None
         where = f"[[model]] {index + 1}" if index is not None else "the file"
         message = "expected [[model]] tables" if loc == ["model"] else first["msg"]
         raise _invalid(
@@ -143,46 +195,47 @@ def read_models_file(raw: str) -> tuple[list[dict[str, Any]], ModelsFileRecord, 
             key=key,
             model=name if isinstance(name, str) else None,
         ) from exc
-    record: ModelsFileRecord = {
-        "path": str(path),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "size": len(data),
-    }
-    tables = [entry.model_dump() for entry in checked.model]
-    check_names(tables, path, text)
-    return tables, record, path.parent
+    models = ModelsFile(path, data, [entry.model_dump() for entry in checked.model], renamed)
+    check_names(models)
+    return models
 
 
-def check_names(tables: list[dict[str, Any]], path: Path, text: str) -> None:
+def check_names(models: ModelsFile) -> None:
     """Refuse names and aliases that collide: the same name twice, or an alias that reaches another model's name."""
+    tables = models.tables
     seen: dict[str, int] = {}
     for index, table in enumerate(tables):
-        for name in (table["name"], *table["aliases"]):
+        for name in (table[NAME], *table[ALIAS]):
             if name in seen and seen[name] != index:
-                key = "name" if name == table["name"] else "aliases"
+                key = NAME if name == table[NAME] else ALIAS
                 why = f"'{name}' is also a name or alias of [[model]] {seen[name] + 1}"
-                _conflict(path, text, index, key, name, why)
+                _conflict(models, index, key, name, why)
             seen.setdefault(name, index)
     for index, table in enumerate(tables):
-        for pattern in table["aliases"]:
+        for pattern in table[ALIAS]:
             for other, target in enumerate(tables):
-                if other != index and fnmatch.fnmatchcase(target["name"], pattern):
+                if other != index and fnmatch.fnmatchcase(target[NAME], pattern):
                     _conflict(
-                        path,
-                        text,
+                        models,
                         index,
-                        "aliases",
+                        ALIAS,
                         pattern,
-                        f"the alias '{pattern}' of {table['name']} matches the name of [[model]] {other + 1} "
-                        f"({target['name']})",
+                        f"the alias '{pattern}' of {table[NAME]} matches the name of [[model]] {other + 1} "
+                        f"({target[NAME]})",
                     )
 
 
-def _conflict(path: Path, text: str, index: int, key: str, name: str, why: str) -> None:
-    line = key_line(text, index, key)
+def _conflict(models: ModelsFile, index: int, key: str, name: str, why: str) -> None:
+    line = models.line(index, key)
     raise ModelsNameConflict(
-        f"{path}:{line}: {why}",
-        details={"path": str(path), "line": line, "key": key, "name": name, "model_index": index},
+        f"{models.path}:{line}: {why}",
+        details={
+            "path": str(models.path),
+            "line": line,
+            "key": models.spelled(index, key),
+            "name": name,
+            "model_index": index,
+        },
     )
 
 
@@ -200,60 +253,39 @@ def _path_or_repo(value: str | None, base: Path) -> str | None:
     return beside if beside is not None and Path(beside).exists() else value
 
 
-def model_specs(
-    tables: list[dict[str, Any]], base: Path, *, jit: bool, verify_weights: bool, prompt_cache_disk_gb: float
-) -> list[ModelSpec]:
-    """Return the plan's model specs: the mode's policy defaults, overridden per model by the file."""
+def _value(opt: Opt, value: Any, base: Path) -> Any:
+    """Return a table's value as the command line gives it: paths read from the file's directory, JSON as text."""
     import json
 
-    specs = []
-    for table in tables:
-        keep = table["keep_loaded"]
-        preload = table["preload"]
-        specs.append(
-            ModelSpec(
-                path=_relative(table["path"], base),
-                repo=table["repo"],
-                training_receipt=_relative(table["training_receipt"], base),
-                adapter_path=_relative(table["adapter_path"], base),
-                runtime=table["runtime"],
-                runtime_executable=table["runtime_executable"],
-                served_model_name=table["name"],
-                alias=tuple(table["aliases"]),
-                thinking=table["thinking"],
-                chat_template_args=None
-                if table["chat_template_args"] is None
-                else json.dumps(table["chat_template_args"], sort_keys=True),
-                prompt_lookup=table["prompt_lookup"],
-                m5_prefill=table["m5_prefill"],
-                draft_model=_path_or_repo(table["draft_model"], base),
-                num_draft_tokens=table["num_draft_tokens"],
-                kv_bits=table["kv_bits"],
-                kv_group_size=table["kv_group_size"],
-                hosts=None if table["hosts"] is None else ",".join(table["hosts"]),
-                hostfile=_relative(table["hostfile"], base),
-                backend=table["backend"],
-                pipeline=table["pipeline"],
-                ring_port=table["ring_port"],
-                max_tokens=table["max_tokens"],
-                max_tokens_ceiling=table["max_tokens_ceiling"],
-                idle_timeout=table["idle_timeout"] or 0,
-                keep_loaded=(not jit) if keep is None else keep,
-                preload=(not jit) if preload is None else preload,
-                verify_weights=verify_weights,
-                prompt_cache_disk_gb=prompt_cache_disk_gb,
-            )
-        )
-    return specs
+    if opt.file_path == "path":
+        return _relative(value, base)
+    if opt.file_path == "path_or_repo":
+        return _path_or_repo(value, base)
+    if opt.kind == "json" and value is not None:
+        return json.dumps(value, sort_keys=True)
+    return value
 
 
-def eager_conflicts(tables: list[dict[str, Any]]) -> tuple[int, str] | None:
-    """Return the first (model index, key) that asks an eager front to unload or defer a model, if any."""
-    for index, table in enumerate(tables):
-        if table["preload"] is False:
-            return index, "preload"
-        if table["keep_loaded"] is False:
-            return index, "keep_loaded"
-        if table["idle_timeout"]:
-            return index, "idle_timeout"
-    return None
+def model_requests(models: ModelsFile, given: dict[str, Any]) -> list[ModelRequest]:
+    """Return each table's model record; ``given`` holds the options the command line gives every model."""
+    return [
+        ModelRequest(**{opt.dest: _value(opt, table[opt.dest], models.base) for opt in table_options()}, **given)
+        for table in models.tables
+    ]
+
+
+def eager_conflict(models: ModelsFile) -> None:
+    """Refuse a table that asks an eager front to unload or defer its model."""
+    for index, table in enumerate(models.tables):
+        for key, asks in (
+            ("preload", table["preload"] is False),
+            ("keep_loaded", table["keep_loaded"] is False),
+            ("idle_timeout", bool(table["idle_timeout"])),
+        ):
+            if asks:
+                line = models.line(index, key)
+                raise ModelsFileInvalid(
+                    f"{models.path}:{line}: [[model]] {index + 1} ({table[NAME]}) sets {key!r}, which asks for "
+                    "loading on request or unloading: add --jit (an eager front loads every model and keeps it)",
+                    details={"path": str(models.path), "line": line, "key": key, "model": table[NAME]},
+                )

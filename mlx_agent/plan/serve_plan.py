@@ -8,20 +8,18 @@ front's ``front.py``.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from mlx_agent.errors import (
     InvalidArguments,
     LaunchdJitUnsupported,
     LaunchdTrainingReceiptUnsupported,
-    ModelsFileInvalid,
 )
 from mlx_agent.home import receipts_dir
-from mlx_agent.plan.front import FRONT_READINESS, front_argv, front_record, worker_log
-from mlx_agent.plan.model_plan import build_model_plan, child_env
-from mlx_agent.plan.model_spec import ModelSpec
-from mlx_agent.plan.recipes import load_recipe
+from mlx_agent.plan.front import FRONT_READINESS, front_argv, front_record, worker_paths
+from mlx_agent.plan.model_plan import ResolvedModel, build_model_plan, child_env
+from mlx_agent.plan.model_spec import model_policy
 from mlx_agent.policy import policy_from_options
+from mlx_agent.requests import ModelRequest
 from mlx_agent.wire import HOST, PLAN_VERSION
 
 TYPE_CHECKING = False
@@ -30,34 +28,6 @@ if TYPE_CHECKING:
     from mlx_agent.requests import ServeRequest
 
 SUPERVISORS = ("mlx-agent", "launchd", "systemd")
-# The options that describe one model: a models file gives them per [[model]] table instead.
-MODEL_OPTIONS = (
-    ("path", "--path", None),
-    ("repo", "--repo", None),
-    ("training_receipt", "--training-receipt", None),
-    ("adapter_path", "--adapter-path", None),
-    ("runtime", "--runtime", "mlx_lm"),
-    ("runtime_executable", "--runtime-executable", None),
-    ("served_model_name", "--served-model-name", None),
-    ("alias", "--alias", ()),
-    ("thinking", "--thinking", None),
-    ("chat_template_args", "--chat-template-args", None),
-    ("prompt_lookup", "--prompt-lookup", False),
-    ("m5_prefill", "--m5-prefill", False),
-    ("draft_model", "--draft-model", None),
-    ("num_draft_tokens", "--num-draft-tokens", None),
-    ("kv_bits", "--kv-bits", None),
-    ("kv_group_size", "--kv-group-size", None),
-    ("hosts", "--hosts", None),
-    ("hostfile", "--hostfile", None),
-    ("backend", "--backend", "ring"),
-    ("pipeline", "--pipeline", False),
-    ("ring_port", "--ring-port", None),
-    ("max_tokens", "--max-tokens", 512),
-    ("max_tokens_ceiling", "--max-tokens-ceiling", None),
-    ("idle_timeout", "--idle-timeout", None),
-    ("keep_loaded", "--keep-loaded", False),
-)
 
 
 def _validate(req: ServeRequest) -> None:
@@ -73,7 +43,10 @@ def _validate(req: ServeRequest) -> None:
     if not req.jit and (req.idle_timeout is not None or req.keep_loaded):
         raise InvalidArguments("--idle-timeout and --keep-loaded require --jit: an eager server keeps its model loaded")
     if req.models is not None:
-        given = [flag for attr, flag, default in MODEL_OPTIONS if getattr(req, attr) != default]
+        # Every option a [[model]] table takes, generated from the one declaration: none may be dropped.
+        given = [
+            opt.flag for opt in ModelRequest.OPTIONS if opt.scope == "both" and getattr(req, opt.dest) != opt.default
+        ]
         if given:
             raise InvalidArguments(
                 f"--models names each model's options in its [[model]] table; do not also give {', '.join(given)}",
@@ -85,67 +58,24 @@ def _validate(req: ServeRequest) -> None:
         raise LaunchdJitUnsupported("--jit cannot be installed as a launchd or systemd unit")
 
 
-def model_spec(req: ServeRequest) -> ModelSpec:
-    """Return the one model a ``serve start`` without a models file asks for."""
-    policy = policy_from_options(req.idle_timeout, req.keep_loaded, req.min_headroom_gb)
-    return ModelSpec(
-        path=req.path,
-        repo=req.repo,
-        training_receipt=req.training_receipt,
-        adapter_path=req.adapter_path,
-        runtime=req.runtime,
-        runtime_executable=req.runtime_executable,
-        served_model_name=req.served_model_name,
-        alias=req.alias,
-        thinking=req.thinking,
-        chat_template_args=req.chat_template_args,
-        prompt_lookup=req.prompt_lookup,
-        m5_prefill=req.m5_prefill,
-        draft_model=req.draft_model,
-        num_draft_tokens=req.num_draft_tokens,
-        kv_bits=req.kv_bits,
-        kv_group_size=req.kv_group_size,
-        hosts=req.hosts,
-        hostfile=req.hostfile,
-        backend=req.backend,
-        pipeline=req.pipeline,
-        ring_port=req.ring_port,
-        max_tokens=req.max_tokens,
-        max_tokens_ceiling=req.max_tokens_ceiling,
-        idle_timeout=policy.idle_timeout if req.jit else 0,
-        keep_loaded=policy.keep_loaded or not req.jit,
-        preload=not req.jit,
-        verify_weights=req.verify_weights,
-        prompt_cache_disk_gb=req.prompt_cache_disk_gb,
-    )
-
-
-def fleet_specs(req: ServeRequest) -> tuple[list[ModelSpec], ModelsFileRecord | None]:
+def fleet_requests(req: ServeRequest) -> tuple[list[ModelRequest], ModelsFileRecord | None]:
     """Return the models the request asks for: its one model, or every table of its models file."""
     if req.models is None:
-        return [model_spec(req)], None
-    from mlx_agent.plan.models_file import eager_conflicts, key_line, model_specs, read_models_file
+        return [req.model()], None
+    from mlx_agent.plan.models_file import eager_conflict, model_requests, read_models_file
 
-    tables, record, base = read_models_file(req.models)
-    conflict = None if req.jit else eager_conflicts(tables)
-    if conflict is not None:
-        index, key = conflict
-        line = key_line(Path(record["path"]).read_text(encoding="utf-8"), index, key)
-        raise ModelsFileInvalid(
-            f"{record['path']}:{line}: [[model]] {index + 1} ({tables[index]['name']}) sets {key!r}, which asks for "
-            "loading on request or unloading: add --jit (an eager front loads every model and keeps it)",
-            details={"path": record["path"], "line": line, "key": key, "model": tables[index]["name"]},
-        )
-    specs = model_specs(
-        tables, base, jit=req.jit, verify_weights=req.verify_weights, prompt_cache_disk_gb=req.prompt_cache_disk_gb
-    )
+    models = read_models_file(req.models)
+    if not req.jit:
+        eager_conflict(models)
+    given = {opt.dest: getattr(req, opt.dest) for opt in ModelRequest.OPTIONS if opt.scope == "cli"}
+    specs = model_requests(models, given)
     if req.supervisor != "mlx-agent" and any(s.training_receipt for s in specs):
         raise LaunchdTrainingReceiptUnsupported("a training receipt cannot be installed as a launchd or systemd unit")
-    return specs, record
+    return specs, models.record
 
 
-def _check_max_loaded(req: ServeRequest, specs: list[ModelSpec]) -> None:
-    preloaded = sum(1 for s in specs if s.preload)
+def _check_max_loaded(req: ServeRequest, specs: list[ModelRequest]) -> None:
+    preloaded = sum(1 for s in specs if model_policy(s, jit=req.jit)["preload"])
     if req.max_loaded is not None and preloaded > req.max_loaded:
         raise InvalidArguments(
             f"--max-loaded {req.max_loaded} is fewer than the {preloaded} models the front loads at start",
@@ -156,20 +86,25 @@ def _check_max_loaded(req: ServeRequest, specs: list[ModelSpec]) -> None:
 def build_serve_plan(req: ServeRequest) -> ServePlan:
     """Return the plan (without its hash) for one server; reads files, writes nothing."""
     _validate(req)
-    policy = policy_from_options(req.idle_timeout, req.keep_loaded, req.min_headroom_gb)
-    specs, models_file = fleet_specs(req)
+    headroom = policy_from_options(req.idle_timeout, bool(req.keep_loaded), req.min_headroom_gb).min_headroom_gb
+    specs, models_file = fleet_requests(req)
     _check_max_loaded(req, specs)
-    models = [build_model_plan(spec, Path("/"), req.ready_timeout) for spec in specs]
-    port = req.port if req.port is not None else int(load_recipe(models[0]["runtime"]["name"])[0]["default_port"])
+    resolved = [ResolvedModel(spec) for spec in specs]
+    port = req.port if req.port is not None else resolved[0].default_port
     serve_dir = receipts_dir("serve", req.receipts_dir)
-    for index, model in enumerate(models):
-        model["worker"]["log_path"] = str(worker_log(serve_dir, port, index))
+    models = []
+    for index, model in enumerate(resolved):  # every path of a model's plan is known once the port is
+        log_path, hostfile_path = worker_paths(serve_dir, port, index)
+        policy = model_policy(model.spec, jit=req.jit)
+        models.append(
+            build_model_plan(model, policy, req.ready_timeout, log_path=log_path, hostfile_path=hostfile_path)
+        )
     front = front_record(
         serve_dir,
         port,
         jit=req.jit,
         api_key=req.api_key_file,
-        min_headroom_gb=policy.min_headroom_gb,
+        min_headroom_gb=headroom,
         max_loaded=req.max_loaded,
         log_prompts=req.log_prompts,
     )

@@ -89,6 +89,7 @@ def test_a_tensor_parallel_group_replies_as_one_process(agent: Agent, tiny_model
     group = receipt["plan"]["models"][0]["group"]
     assert (group["ranks"], group["parallelism"], group["backend"]) == (2, "tensor", "ring")
     assert json.loads(Path(group["hostfile_path"]).read_text()) == group["hosts"]
+    assert Path(group["hostfile_path"]) == agent.serve_dir / f"{port}.worker.hosts.json"  # the port's own, not /
     assert replies(port, tiny_model.name) == expected
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["state"], server["health"], server["problems"]) == ("running", "ok", [])

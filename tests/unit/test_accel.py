@@ -73,7 +73,7 @@ def test_prompt_lookup_applies_here_and_passes_its_fingerprint(tiny_model: Path)
     assert flags.versions == lookup.get("versions")
     assert flags.sources == {**sources, accel_rules.SUPPORT_NAME: lookup.get("support_sha256")}
     listening, native = split_front_flags(rest)
-    assert native == ["--model", str(tiny_model), "--max-tokens", "512"]
+    assert native == ["--model", str(tiny_model), "--max-tokens", str(plan["context_window"])]  # no --max-tokens
     assert listening.socket == "{socket}" and listening.context_window == plan["context_window"]
     assert accel_entry.fingerprint_changes(flags) == []
 

@@ -16,12 +16,12 @@ from tests.unit.test_serve_plan import plan_for
 
 def test_hosts_run_the_first_locally_and_the_others_over_ssh() -> None:
     """--hosts A,B makes rank 0 this machine (ssh 127.0.0.1, its IP kept for the ring) and B a remote host."""
-    assert hosts_from_list("10.0.0.1, 10.0.0.2") == [
+    assert hosts_from_list(("10.0.0.1", "10.0.0.2")) == [
         {"ssh": "127.0.0.1", "ips": ["10.0.0.1"]},
         {"ssh": "10.0.0.2", "ips": ["10.0.0.2"]},
     ]
     with pytest.raises(InvalidArguments, match="not an IP address"):
-        hosts_from_list("mac1,mac2")
+        hosts_from_list(("mac1", "mac2"))
 
 
 def test_a_hostfile_must_start_with_this_machine(tmp_path: Path) -> None:

@@ -18,14 +18,14 @@ from tests.conftest import assert_valid
 
 TWO = """\
 [[model]]
-name = "main"
+served_model_name = "main"
 path = "a"
-aliases = ["claude-sonnet-*", "claude-opus-*"]
+alias = ["claude-sonnet-*", "claude-opus-*"]
 
 [[model]]
-name = "small"
+served_model_name = "small"
 path = "b"
-aliases = ["claude-haiku-*"]
+alias = ["claude-haiku-*"]
 max_tokens = 64
 """
 
@@ -89,9 +89,7 @@ def test_a_change_to_the_file_is_named_by_model(fleet_dir: Path) -> None:
 
 def test_table_policies_override_the_mode(fleet_dir: Path) -> None:
     """With --jit a table may preload, keep loaded or set its idle timeout; the others keep the JIT defaults."""
-    text = TWO.replace(
-        'aliases = ["claude-haiku-*"]', 'aliases = ["claude-haiku-*"]\npreload = true\nidle_timeout = 60'
-    )
+    text = TWO.replace('alias = ["claude-haiku-*"]', 'alias = ["claude-haiku-*"]\npreload = true\nidle_timeout = 60')
     plan = plan_of(fleet_dir, text, jit=True)
     assert plan["models"][1]["policy"] == {"idle_timeout": 60, "keep_loaded": False, "preload": True}
     assert plan["models"][0]["policy"]["preload"] is False
@@ -103,7 +101,12 @@ def test_table_policies_override_the_mode(fleet_dir: Path) -> None:
         (TWO.replace("max_tokens = 64", "max_tokens = 'lots'"), 10, "max_tokens"),
         (TWO.replace("max_tokens = 64", "max_tokens = 0"), 10, "max_tokens"),
         (TWO.replace("max_tokens = 64", "temperature = 0.5"), 10, "temperature"),
-        (TWO.replace('name = "small"', ""), 6, "name"),
+        (TWO.replace('served_model_name = "small"', ""), 6, "served_model_name"),
+        (TWO.replace("max_tokens = 64", "kv_bits = 7"), 10, "kv_bits"),
+        (TWO.replace("max_tokens = 64", 'hosts = "10.0.0.1,10.0.0.2"'), 10, "hosts"),
+        (TWO.replace("max_tokens = 64", 'chat_template_args = "{}"'), 10, "chat_template_args"),
+        (TWO.replace("max_tokens = 64", "prompt_cache_disk_gb = 1"), 10, "prompt_cache_disk_gb"),
+        (TWO.replace("max_tokens = 64", "backend = 'mpi'"), 10, "backend"),
         (TWO.replace('path = "b"', 'path = "b"\nthinking = "maybe"'), 9, "thinking"),
         (TWO.replace("max_tokens = 64", "max_tokens = "), 10, None),
         ("[server]\nport = 1\n", 1, "server"),
@@ -129,10 +132,10 @@ def test_a_table_without_exactly_one_source_is_refused(fleet_dir: Path) -> None:
 @pytest.mark.parametrize(
     "text,name",
     [
-        (TWO.replace('name = "small"', 'name = "main"'), "main"),
-        (TWO.replace('aliases = ["claude-haiku-*"]', 'aliases = ["main"]'), "main"),
-        (TWO.replace('aliases = ["claude-haiku-*"]', 'aliases = ["claude-opus-*"]'), "claude-opus-*"),
-        (TWO.replace('aliases = ["claude-haiku-*"]', 'aliases = ["ma*"]'), "ma*"),
+        (TWO.replace('served_model_name = "small"', 'served_model_name = "main"'), "main"),
+        (TWO.replace('alias = ["claude-haiku-*"]', 'alias = ["main"]'), "main"),
+        (TWO.replace('alias = ["claude-haiku-*"]', 'alias = ["claude-opus-*"]'), "claude-opus-*"),
+        (TWO.replace('alias = ["claude-haiku-*"]', 'alias = ["ma*"]'), "ma*"),
     ],
 )
 def test_names_and_aliases_must_not_collide(fleet_dir: Path, text: str, name: str) -> None:
@@ -163,3 +166,36 @@ def test_single_model_options_and_too_few_slots_are_refused(fleet_dir: Path, kw:
     """Model options belong in the tables; --max-loaded below the models an eager front loads is refused."""
     error = refusal(fleet_dir, TWO, **kw)
     assert isinstance(error, InvalidArguments) and needle in error.message
+
+
+def test_the_older_keys_name_and_aliases_are_still_read(fleet_dir: Path) -> None:
+    """A file written with name and aliases plans exactly as one with served_model_name and alias."""
+    older = TWO.replace("served_model_name =", "name =").replace("alias =", "aliases =")
+    assert plan_of(fleet_dir, older, jit=True)["models"] == plan_of(fleet_dir, TWO, jit=True)["models"]
+    error = refusal(fleet_dir, older.replace('aliases = ["claude-haiku-*"]', 'aliases = ["main"]'), jit=True)
+    assert isinstance(error, ModelsNameConflict)
+    assert (error.details["key"], error.details["line"]) == ("aliases", 9)
+    error = refusal(fleet_dir, older.replace('name = "small"', 'name = "small"\nserved_model_name = "s"'), jit=True)
+    assert isinstance(error, ModelsFileInvalid) and error.details["key"] == "name"
+
+
+def test_relative_paths_are_read_from_the_files_directory(fleet_dir: Path) -> None:
+    """A table's path, adapter, draft model and hostfile given relative to the file resolve beside it."""
+    from tests.unit.test_adapter import make_adapter
+
+    make_adapter(fleet_dir / "adapter")
+    text = TWO.replace("max_tokens = 64", 'adapter_path = "adapter"\ndraft_model = "a"')
+    small = plan_of(fleet_dir, text, jit=True)["models"][1]
+    assert small["adapter"] is not None and small["adapter"]["path"] == str(fleet_dir / "adapter")
+    assert small["draft"] is not None and small["draft"]["source"]["path"] == str(fleet_dir / "a")
+    (fleet_dir / "hosts.json").write_text('[{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}, {"ssh": "127.0.0.1"}]')
+    error = refusal(fleet_dir, TWO.replace("max_tokens = 64", 'hostfile = "hosts.json"'), jit=True)
+    assert isinstance(error, InvalidArguments) and "every host's IPs" in error.message
+
+
+def test_a_table_without_max_tokens_sets_no_default_limit(fleet_dir: Path) -> None:
+    """A table that gives no max_tokens plans none (null), as the command line without --max-tokens does."""
+    main, small = plan_of(fleet_dir, TWO, jit=True)["models"]
+    assert (main["max_tokens"], small["max_tokens"]) == (None, 64)
+    argv = main["worker"]["argv"]
+    assert argv[argv.index("--max-tokens") + 1] == str(main["context_window"])

@@ -200,3 +200,30 @@ def test_the_plan_binds_the_interpreter_runtime_and_front_by_content(tiny_model:
     checked = {Path(c["path"]).name for c in plan["models"][0]["runtime_checks"]}
     assert {"server.py", "generate.py", "generator.py"} <= checked  # the runtime's and our entry's
     assert "gateway/app.py" in plan["front"]["sources"] and "bodies.py" in plan["front"]["sources"]
+
+
+def test_without_max_tokens_nothing_cuts_a_reply_short_of_the_window(tiny_model: Path) -> None:
+    """No --max-tokens plans null for the front and the window for the worker; an explicit one is passed as is."""
+    from mlx_agent.plan.front import front_config
+
+    plan = plan_for(tiny_model)
+    model = plan["models"][0]
+    argv = model["worker"]["argv"]
+    assert model["max_tokens"] is None and argv[argv.index("--max-tokens") + 1] == str(model["context_window"])
+    assert front_config(plan)["models"][0]["max_tokens"] is None
+    assert_valid("front_config", front_config(plan))
+    ceiling_only = plan_for(tiny_model, max_tokens_ceiling=8)["models"][0]  # checked against a set default only
+    assert (ceiling_only["max_tokens"], ceiling_only["max_tokens_ceiling"]) == (None, 8)
+    with pytest.raises(InvalidArguments, match="--max-tokens-ceiling"):
+        plan_for(tiny_model, max_tokens=16, max_tokens_ceiling=8)
+
+
+def test_without_a_window_the_worker_keeps_its_own_default(model_copy: Path) -> None:
+    """A model whose config names no context window gets no --max-tokens in its worker's argv at all."""
+    import json
+
+    config = json.loads((model_copy / "config.json").read_text())
+    config.pop("max_position_embeddings", None)
+    (model_copy / "config.json").write_text(json.dumps(config))
+    model = plan_for(model_copy)["models"][0]
+    assert model["context_window"] is None and "--max-tokens" not in model["worker"]["argv"]
