@@ -109,3 +109,26 @@ def test_plain_replies_slower_than_every_front_timeout_are_answered(tmp_path: Pa
         assert replies["chat"].json()["choices"][0]["message"]["content"] == "ok"
         assert replies["messages"].json()["content"] == [{"type": "text", "text": "ok"}]
         assert replies["responses"].json()["status"] == "completed"
+
+
+def test_the_official_sdks_read_streams_with_early_heads_and_keepalives(tmp_path: Path) -> None:
+    """The OpenAI and Anthropic SDKs, with a read timeout shorter than the prefill, parse all three streams whole."""
+    import anthropic
+    import openai
+
+    timeout = CLIENT_IDLE_S  # each read (the SDKs' timeout bounds every wait, not the whole stream)
+    with running_gateway(tmp_path, env={"FAKE_PREFILL": str(PREFILL_S)}) as gateway:
+        client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="local", timeout=timeout, max_retries=0)
+        chunks = client.chat.completions.create(
+            model="org/tiny", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "t0 t1 t2 "
+        events = list(client.responses.create(model="org/tiny", input="hi", stream=True))
+        assert events[0].type == "response.created" and events[-1].type == "response.completed"
+        assert events[-1].response.output_text == "t0 t1 t2 "
+        claude = anthropic.Anthropic(base_url=gateway.base_url, api_key="local", timeout=timeout, max_retries=0)
+        with claude.messages.stream(
+            model="org/tiny", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            message = stream.get_final_message()
+        assert [block.type for block in message.content] == ["text"] and message.stop_reason == "end_turn"
