@@ -1,7 +1,9 @@
 """The one way mlx-agent starts a server process: its own session and process group, output to a private log.
 
-The supervisor starts fronts with it and a front starts its workers with it. A worker also asks Linux to kill
-it when its front dies (``die_with_parent``), so a front killed with SIGKILL leaves no loaded model behind.
+The supervisor starts fronts with it, a front starts its workers with it, ``lora train --confirm`` starts the
+training watcher with it and the watcher its trainer. A worker and a trainer also ask Linux to kill them when
+their parent dies (``die_with_parent``), so a front or watcher killed with SIGKILL leaves no loaded model and
+no unrecorded training behind.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import sys
 from pathlib import Path
 
 # Run first in the child's own, single-threaded process (no preexec_fn in a threaded parent): ask Linux to
-# KILL it when the parent dies, give up if the parent is already gone, then exec the real program.
+# KILL it when the parent dies, give up if the parent is already gone, then exec the real program. The
+# descriptor in argv[2] (or "-") is closed by that exec, which tells a waiting parent the program now runs.
 _DIE_WITH_PARENT = (
     "import ctypes, os, signal, sys\n"
     "try:\n"
@@ -21,15 +24,21 @@ _DIE_WITH_PARENT = (
     "    pass\n"
     "if os.getppid() != int(sys.argv[1]):\n"
     "    sys.exit(1)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "if sys.argv[2] != '-':\n"
+    "    os.set_inheritable(int(sys.argv[2]), False)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
 
 
-def with_parent_death_signal(argv: list[str]) -> list[str]:
-    """Return the argv that starts ``argv`` so that, on Linux, it dies with this process."""
+def with_parent_death_signal(argv: list[str], exec_fd: int | None = None) -> list[str]:
+    """Return the argv that starts ``argv`` so that, on Linux, it dies with this process.
+
+    ``exec_fd``, a pipe's write end passed to the child, is closed when ``argv`` is exec'd.
+    """
     if not sys.platform.startswith("linux"):
         return argv
-    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
+    fd = "-" if exec_fd is None else str(exec_fd)
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), fd, *argv]
 
 
 def open_log(log_path: Path) -> int:
@@ -50,25 +59,41 @@ def spawn(
     *,
     die_with_parent: bool = False,
     header: str | None = None,
+    stdin: int = subprocess.DEVNULL,
+    until_exec: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session, stdout and stderr appended to ``log_path`` (after ``header``, if given).
 
-    Linux ties the parent-death signal to the forking thread: call this from the thread that lives as long
-    as the parent (a front's event loop), not from an executor.
+    ``stdin`` is nothing, or ``subprocess.PIPE`` for a child that waits for its parent's word. Linux ties the
+    parent-death signal to the forking thread: call this from the thread that lives as long as the parent (a
+    front's event loop), not from an executor. ``until_exec`` (with ``die_with_parent``) returns only once
+    the child runs ``argv`` itself, or has ended, so the identity read next (pid, birth, command line) is the
+    program's and not the Linux wrapper's; a front's event loop does not wait for that.
     """
     fd = open_log(log_path)
+    wait = until_exec and die_with_parent and sys.platform.startswith("linux")
+    ready, exec_fd = os.pipe() if wait else (-1, -1)
     try:
         if header is not None:
             os.write(fd, header.encode() + b"\n")
-        command = with_parent_death_signal(argv) if die_with_parent else argv
-        return subprocess.Popen(
+        command = with_parent_death_signal(argv, exec_fd if wait else None) if die_with_parent else argv
+        child = subprocess.Popen(
             command,
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=fd,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env_add},
             cwd=cwd,
             start_new_session=True,
+            pass_fds=(exec_fd,) if wait else (),
         )
+        if wait:
+            os.close(exec_fd)
+            exec_fd = -1
+            os.read(ready, 1)  # end of file: the child exec'd argv, or ended
+        return child
     finally:
         os.close(fd)
+        for end in (ready, exec_fd):
+            if end >= 0:
+                os.close(end)

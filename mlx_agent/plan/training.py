@@ -3,7 +3,8 @@
 The plan binds the base model's identity (as ``serve start`` binds it), the sha256 of every dataset file,
 every hyperparameter (never mlx_lm's defaults), the interpreter and versions, the exact argv of
 ``python -m mlx_lm lora --train`` and the ``-c`` config document that confirm writes (JSON, which is YAML:
-mlx_lm takes the LoRA rank, scale and dropout only from such a file).
+mlx_lm takes the LoRA rank, scale and dropout only from such a file). ``TRAINED`` is the one table of the
+hyperparameters: the request field each comes from, and the flag or config key mlx_lm reads it from.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from mlx_agent.errors import (
 from mlx_agent.files import sha256_file
 from mlx_agent.home import receipts_dir
 from mlx_agent.installed import dist_version, model_support, own_site_paths
-from mlx_agent.plan import training_defaults as d
 from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.runtime_select import vision_markers
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
@@ -39,6 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mlx_agent.options import Opt
     from mlx_agent.requests import TrainRequest
 
 OPERATION = "lora.train"
@@ -50,44 +51,84 @@ OPTIMIZER = "adam"
 GRAD_ACCUMULATION_STEPS = 1
 
 
+class Trained:
+    """One hyperparameter: the request field it comes from (or the value mlx-agent fixes) and where mlx_lm reads it.
+
+    ``flag`` is mlx_lm lora's flag; ``config`` the path of the key in the ``-c`` document, for what mlx_lm
+    takes only from a file (the LoRA parameters) or what a flag cannot say (``mask_prompt`` false).
+    """
+
+    __slots__ = ("config", "fixed", "flag", "name")
+
+    def __init__(self, name: str, flag: str | None = None, config: tuple[str, ...] = (), **fixed: Any) -> None:
+        self.name = name  # the TrainRequest field and the plan's hyperparameters key
+        self.flag = flag
+        self.config = config
+        self.fixed = fixed  # {"value": V}: not an option, always V
+
+
+# Every hyperparameter of a training, once: request -> plan's hyperparameters -> argv or config, in argv order.
+TRAINED = (
+    Trained("fine_tune_type", "--fine-tune-type"),
+    Trained("optimizer", "--optimizer", value=OPTIMIZER),
+    Trained("num_layers", "--num-layers"),
+    Trained("batch_size", "--batch-size"),
+    Trained("iters", "--iters"),
+    Trained("val_batches", "--val-batches"),
+    Trained("learning_rate", "--learning-rate"),
+    Trained("steps_per_report", "--steps-per-report"),
+    Trained("steps_per_eval", "--steps-per-eval"),
+    Trained("save_every", "--save-every"),
+    Trained("grad_accumulation_steps", "--grad-accumulation-steps", value=GRAD_ACCUMULATION_STEPS),
+    Trained("max_seq_length", "--max-seq-length"),
+    Trained("seed", "--seed"),
+    Trained("rank", config=("lora_parameters", "rank")),
+    Trained("scale", config=("lora_parameters", "scale")),
+    Trained("dropout", config=("lora_parameters", "dropout")),
+    Trained("mask_prompt", config=("mask_prompt",)),
+    Trained("grad_checkpoint", config=("grad_checkpoint",), value=False),
+    Trained("lr_schedule", config=("lr_schedule",), value=None),
+)
+# The request's fields that are not hyperparameters: what is trained on, and where things go.
+INPUTS = ("path", "repo", "data", "adapter_path", "receipts_dir")
+
+
+def _options() -> dict[str, Opt]:
+    """Return the request's option of each hyperparameter that comes from the request."""
+    from mlx_agent.requests import TrainRequest
+
+    options = {opt.dest: opt for opt in TrainRequest.OPTIONS}
+    return {row.name: options[row.name] for row in TRAINED if not row.fixed}
+
+
+def _out_of_range(opt: Opt, value: Any) -> str | None:
+    """Say what is wrong with ``value`` against the bounds and choices its option declares, or None."""
+    if opt.choices is not None and value not in opt.choices:
+        return f"must be one of {', '.join(opt.choices)}"
+    low, high = opt.minimum, opt.maximum
+    if low is not None and (value < low or (opt.min_open and value == low)):
+        return "must be positive" if opt.min_open and low == 0 else f"must be at least {low:g}"
+    if high is not None and value > high:
+        return f"must be at most {high:g}"
+    return None
+
+
 def _validate(req: TrainRequest) -> None:
+    """Refuse what the command line would refuse (for callers of the library), and what mlx_lm would misread."""
     if (req.path is None) == (req.repo is None):
         raise InvalidArguments("give exactly one of --path or --repo")
-    at_least_one = {
-        "iters": req.iters,
-        "batch_size": req.batch_size,
-        "rank": req.rank,
-        "max_seq_length": req.max_seq_length,
-        "steps_per_report": req.steps_per_report,
-        "steps_per_eval": req.steps_per_eval,
-        "save_every": req.save_every,
-    }
-    for name, value in at_least_one.items():
-        if value < 1:
-            raise InvalidArguments(f"--{name.replace('_', '-')} must be at least 1", details={name: value})
-    if req.num_layers == 0 or req.num_layers < -1:
+    for name, opt in _options().items():
+        value = getattr(req, name)
+        wrong = _out_of_range(opt, value)
+        if wrong is not None:
+            raise InvalidArguments(f"{opt.flag} {wrong}", details={name: value})
+    if req.num_layers == 0:
         # mlx_lm would read 0 as "every layer" (a slice from -0): say -1 for that.
         raise InvalidArguments(
             "--num-layers must be at least 1, or -1 for every layer", details={"num_layers": req.num_layers}
         )
-    if req.val_batches < -1:
-        raise InvalidArguments(
-            "--val-batches must be -1 (the whole validation set), 0 (none) or more",
-            details={"val_batches": req.val_batches},
-        )
-    if not req.learning_rate > 0:
-        raise InvalidArguments("--learning-rate must be positive", details={"learning_rate": req.learning_rate})
-    if not req.scale > 0:
-        raise InvalidArguments("--scale must be positive", details={"scale": req.scale})
-    if not 0 <= req.dropout < 1:
+    if req.dropout >= 1:
         raise InvalidArguments("--dropout must be in [0, 1)", details={"dropout": req.dropout})
-    if req.seed < 0:
-        raise InvalidArguments("--seed must not be negative", details={"seed": req.seed})
-    if req.fine_tune_type not in d.FINE_TUNE_TYPES:
-        raise InvalidArguments(
-            f"--fine-tune-type must be one of {', '.join(d.FINE_TUNE_TYPES)}",
-            details={"fine_tune_type": req.fine_tune_type},
-        )
 
 
 def _check_base(config: dict[str, Any], num_layers: int) -> int | None:
@@ -244,87 +285,45 @@ def child_env() -> dict[str, str]:
 
 
 def hyperparameters(req: TrainRequest) -> dict[str, Any]:
-    """Return every hyperparameter of the training, including those mlx-agent fixes."""
-    return {
-        "fine_tune_type": req.fine_tune_type,
-        "iters": req.iters,
-        "batch_size": req.batch_size,
-        "learning_rate": float(req.learning_rate),
-        "num_layers": req.num_layers,
-        "rank": req.rank,
-        "scale": float(req.scale),
-        "dropout": float(req.dropout),
-        "max_seq_length": req.max_seq_length,
-        "seed": req.seed,
-        "steps_per_report": req.steps_per_report,
-        "steps_per_eval": req.steps_per_eval,
-        "val_batches": req.val_batches,
-        "save_every": req.save_every,
-        "mask_prompt": bool(req.mask_prompt),
-        "optimizer": OPTIMIZER,
-        "grad_accumulation_steps": GRAD_ACCUMULATION_STEPS,
-        "grad_checkpoint": False,
-        "lr_schedule": None,
-    }
+    """Return every hyperparameter of the training (``TRAINED``), including those mlx-agent fixes."""
+    options = _options()
+    hp: dict[str, Any] = {}
+    for row in TRAINED:
+        if row.fixed:
+            hp[row.name] = row.fixed["value"]
+            continue
+        value, kind = getattr(req, row.name), options[row.name].kind
+        hp[row.name] = float(value) if kind == "float" else bool(value) if kind == "flag" else value
+    return hp
 
 
 def config_document(hp: dict[str, Any]) -> dict[str, Any]:
-    """Return the ``-c`` config: what mlx_lm takes only from a file, and what a missing flag would leave open."""
-    return {
-        "lora_parameters": {"rank": hp["rank"], "scale": hp["scale"], "dropout": hp["dropout"]},
-        "mask_prompt": hp["mask_prompt"],  # a flag cannot say false, so the file says it either way
-        "grad_checkpoint": hp["grad_checkpoint"],
-        "lr_schedule": hp["lr_schedule"],
-        "optimizer_config": {OPTIMIZER: {}},
+    """Return the ``-c`` config: the hyperparameters only a file carries, and what a missing flag leaves open."""
+    document: dict[str, Any] = {
+        "optimizer_config": {hp["optimizer"]: {}},
         "resume_adapter_file": None,
         "test": False,
         "report_to": None,
     }
+    for row in TRAINED:
+        if row.config:
+            *parents, key = row.config
+            table = document
+            for parent in parents:
+                table = table.setdefault(parent, {})
+            table[key] = hp[row.name]
+    return document
 
 
 def build_argv(interpreter: str, base: str, data: str, out: str, config_path: str, hp: dict[str, Any]) -> list[str]:
-    """Return the exact argv of the training process."""
-    return [
-        interpreter,
-        "-m",
-        "mlx_lm",
-        "lora",
-        "--model",
-        base,
-        "--train",
-        "--data",
-        data,
-        "--adapter-path",
-        out,
-        "-c",
-        config_path,
-        "--fine-tune-type",
-        hp["fine_tune_type"],
-        "--optimizer",
-        hp["optimizer"],
-        "--num-layers",
-        str(hp["num_layers"]),
-        "--batch-size",
-        str(hp["batch_size"]),
-        "--iters",
-        str(hp["iters"]),
-        "--val-batches",
-        str(hp["val_batches"]),
-        "--learning-rate",
-        repr(hp["learning_rate"]),
-        "--steps-per-report",
-        str(hp["steps_per_report"]),
-        "--steps-per-eval",
-        str(hp["steps_per_eval"]),
-        "--save-every",
-        str(hp["save_every"]),
-        "--grad-accumulation-steps",
-        str(hp["grad_accumulation_steps"]),
-        "--max-seq-length",
-        str(hp["max_seq_length"]),
-        "--seed",
-        str(hp["seed"]),
-    ]
+    """Return the exact argv of the training process: its inputs, then each flag of ``TRAINED``."""
+    argv = [interpreter, "-m", "mlx_lm", "lora", "--model", base, "--train", "--data", data]
+    argv += ["--adapter-path", out, "-c", config_path]
+    for row in TRAINED:
+        if row.flag is not None:
+            value = hp[row.name]
+            argv += [row.flag, repr(value) if isinstance(value, float) else str(value)]
+    return argv
 
 
 def build_training_plan(req: TrainRequest) -> dict[str, Any]:

@@ -5,45 +5,38 @@ and then sends ``go`` on its stdin. Only then does the watcher start the trainer
 as its child, record the trainer's identity, wait for it, and record how it ended: its real exit status
 (never inferred from the output directory), and on exit 0 with both adapter files present, their sha256
 and sizes and the pinned base identity. SIGTERM, SIGINT and SIGHUP are passed on to the trainer, whose
-exit is then recorded as usual. On Linux the trainer is killed if the watcher dies, so a killed watcher
-never leaves a training running that nothing can record; ``lora status`` reports that as interrupted.
+exit is then recorded as usual. The trainer is started as every child of mlx-agent is (``mlx_agent.spawn``: its
+own session, output appended to the training log) and, on Linux, is killed if the watcher dies, so a killed
+watcher never leaves a training running that nothing can record; ``lora status`` reports that as interrupted.
 
 Exit status: 0 once the outcome is recorded (whatever it is), 3 if confirm never said ``go``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
 
 from mlx_agent.files import utc_now, write_json_atomic
 from mlx_agent.plan.adapter import file_record
+from mlx_agent.spawn import spawn
 from mlx_agent.supervise import process
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-PR_SET_PDEATHSIG = 1
 
 
 def say(message: str) -> None:
     """Write one line of the watcher's own to the training log (its stdout)."""
     print(f"mlx-agent lora: {message}", flush=True)
-
-
-def _die_with_parent() -> None:
-    # Runs in the forked child before exec; the watcher is single-threaded, so this is safe here.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class Watcher:
@@ -76,18 +69,9 @@ class Watcher:
             return False
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **self.plan["env"]}
-        preexec = _die_with_parent if sys.platform.startswith("linux") else None
-        # stdout is the log (confirm opened it for us); the trainer appends to the same file.
-        return subprocess.Popen(
-            self.plan["argv"],
-            stdin=subprocess.DEVNULL,
-            stdout=sys.stdout.fileno(),
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=self.plan["cwd"],
-            preexec_fn=preexec,
-        )
+        # The trainer appends to the log the watcher writes to; it runs its argv before its identity is read.
+        log = Path(self.receipt["log_path"])
+        return spawn(self.plan["argv"], self.plan["env"], log, self.plan["cwd"], die_with_parent=True, until_exec=True)
 
     def _outcome(self, code: int) -> dict[str, Any]:
         fields: dict[str, Any] = {"exit_code": code, "finished_at": utc_now(), "adapter": None}
@@ -147,7 +131,7 @@ class Watcher:
         except ProcessLookupError:  # it already ended; its exit status is recorded below all the same
             trainer = {
                 "pid": self.child.pid,
-                "pgid": os.getpgrp(),
+                "pgid": self.child.pid,  # it leads its own session and group
                 "create_time": None,
                 "cmdline": None,
                 "argv": self.plan["argv"],

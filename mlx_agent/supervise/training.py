@@ -25,7 +25,6 @@ from mlx_agent.wire import TRAINING_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import subprocess
     from typing import Any
 
     from mlx_agent.requests import TrainRequest
@@ -107,24 +106,6 @@ def preview(req: TrainRequest) -> tuple[dict[str, Any], list[str]]:
     return plan, warnings
 
 
-def _spawn_watcher(plan: dict[str, Any], argv: list[str], log: Path) -> subprocess.Popen[bytes]:
-    import os
-    import subprocess
-
-    from mlx_agent.files import open_private
-
-    with os.fdopen(open_private(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as out:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **plan["env"]},
-            cwd=plan["cwd"],
-            start_new_session=True,
-        )
-
-
 def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
     """Spawn the watcher, write the receipt naming it, then let it start the trainer.
 
@@ -135,10 +116,15 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
     private_dir(log.parent)
     os.close(open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))  # a fresh log; a planted link is refused
     log.chmod(0o600)
+    import subprocess  # not for status, which stays light
+
+    from mlx_agent.spawn import spawn
+
     argv = [plan["trainer"]["interpreter"], "-m", plan["watcher"]["module"], str(path)]
     saved = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
     try:
-        watcher = _spawn_watcher(plan, argv, log)
+        # Detached, in its own session: the watcher outlives this command; it waits on stdin for go.
+        watcher = spawn(argv, plan["env"], log, plan["cwd"], stdin=subprocess.PIPE)
         assert watcher.stdin is not None
         try:
             try:

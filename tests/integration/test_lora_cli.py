@@ -168,3 +168,60 @@ def test_training_receipt_is_not_an_option_of_lora_train(agent: Agent, tiny_mode
     result = agent.run(*train_args(tiny_model, data, tmp_path / "adapter"), "--training-receipt", "/r.json")
     assert (result.rc, result.code) == (2, "invalid_arguments")
     assert "--training-receipt" in result.doc["error"]["message"]
+
+
+# Every training option at a value that is not its default: the value typed, and what mlx_lm must train with.
+EVERY_OPTION: dict[str, tuple[str | None, object]] = {
+    "--iters": ("7", 7),
+    "--batch-size": ("3", 3),
+    "--learning-rate": ("0.0003", 3e-4),
+    "--num-layers": ("1", 1),
+    "--rank": ("4", 4),
+    "--scale": ("10.5", 10.5),
+    "--dropout": ("0.05", 0.05),
+    "--fine-tune-type": ("dora", "dora"),
+    "--max-seq-length": ("512", 512),
+    "--seed": ("11", 11),
+    "--steps-per-report": ("2", 2),
+    "--steps-per-eval": ("5", 5),
+    "--val-batches": ("2", 2),
+    "--save-every": ("3", 3),
+    "--mask-prompt": (None, True),  # a flag: present means true
+}
+LORA_PARAMETERS = ("--rank", "--scale", "--dropout")  # mlx_lm takes these from the -c file only
+
+
+def test_every_training_option_reaches_mlx_lm_from_the_command_line(
+    agent: Agent, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Each lora train option typed on the CLI is what mlx_lm's own parser and config merge train with."""
+    import importlib
+    from typing import Any
+
+    from mlx_agent.requests import TrainRequest
+
+    inputs = {"--path", "--repo", "--data", "--adapter-path", "--receipts-dir"}
+    assert {opt.flag for opt in TrainRequest.OPTIONS} - inputs == set(EVERY_OPTION)  # a new option is tested here
+    defaults = {opt.flag: opt.default for opt in TrainRequest.OPTIONS}
+    assert all(defaults[flag] != value for flag, (_, value) in EVERY_OPTION.items())  # none is left as it was
+    chat = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.jsonl", "valid.jsonl"):
+        (data / name).write_text((chat + "\n") * 4)  # chat records: --mask-prompt applies
+    typed = [word for flag, (text, _) in EVERY_OPTION.items() for word in (flag, text) if word is not None]
+    args = ["lora", "train", "--path", str(tiny_model), "--data", str(data), "--adapter-path", str(tmp_path / "a")]
+    result = agent.run(*args, *typed)
+    assert result.rc == 0, result.stdout + result.stderr
+    plan = result.data["plan"]
+    lora: Any = importlib.import_module("mlx_lm.lora")
+    yaml: Any = importlib.import_module("yaml")
+    assert plan["argv"][1:4] == ["-m", "mlx_lm", "lora"]
+    resolved = dict(vars(lora.build_parser().parse_args(plan["argv"][4:])))
+    for key, value in yaml.load(json.dumps(plan["config"]), lora.yaml_loader).items():  # as mlx_lm's main merges
+        if resolved.get(key) is None:
+            resolved[key] = value
+    for flag, (_, value) in EVERY_OPTION.items():
+        name = flag.removeprefix("--").replace("-", "_")
+        got = resolved["lora_parameters"][name] if flag in LORA_PARAMETERS else resolved[name]
+        assert (got, plan["hyperparameters"][name]) == (value, value), flag

@@ -292,3 +292,35 @@ def test_adapter_inside_the_base_is_refused(tiny_model: Path, data: Path, tmp_pa
     shutil.copytree(tiny_model, model)
     with pytest.raises(InvalidArguments):
         build_training_plan(request(model, data, tmp_path, adapter_path=str(model / "adapter")))
+
+
+def test_the_table_holds_every_training_option_once() -> None:
+    """TRAINED names each request option that is not an input exactly once, and says where mlx_lm reads it."""
+    from mlx_agent.plan.training import INPUTS, TRAINED
+
+    names = [row.name for row in TRAINED]
+    assert len(names) == len(set(names))
+    assert {row.name for row in TRAINED if not row.fixed} == {o.dest for o in TrainRequest.OPTIONS} - set(INPUTS)
+    assert all((row.flag is None) != (not row.config) for row in TRAINED)  # a flag or a config key, not both
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"iters": 0}, "--iters must be at least 1"),
+        ({"val_batches": -2}, "--val-batches must be at least -1"),
+        ({"num_layers": -2}, "--num-layers must be at least -1"),
+        ({"learning_rate": 0.0}, "--learning-rate must be positive"),
+        ({"dropout": 1.5}, "--dropout must be at most 1"),
+        ({"dropout": 1.0}, "--dropout must be in [0, 1)"),
+        ({"fine_tune_type": "full"}, "--fine-tune-type must be one of lora, dora"),
+        ({"num_layers": 0}, "--num-layers must be at least 1, or -1 for every layer"),
+    ],
+)
+def test_bounds_declared_on_the_options_refuse_library_callers(
+    tiny_model: Path, data: Path, tmp_path: Path, overrides: dict[str, Any], message: str
+) -> None:
+    """A request built in code gets the same bounds the command line enforces, each refusal naming its flag."""
+    with pytest.raises(InvalidArguments) as refused:
+        build_training_plan(request(tiny_model, data, tmp_path, **overrides))
+    assert refused.value.message == message
