@@ -38,3 +38,19 @@ def test_every_schema_is_a_valid_draft_2020_12_schema(path: Path) -> None:
     schema = json.loads(path.read_text())
     Draft202012Validator.check_schema(schema)
     assert schema["$id"] == f"mlx-agent/{path.name}"
+
+
+def test_the_training_schema_holds_the_table_of_hyperparameters() -> None:
+    """training_plan.json's hyperparameters are TRAINED's rows, all required, each fixed one its constant."""
+    from mlx_agent.plan.training import TRAINED
+
+    hp = json.loads((SCHEMAS / "training_plan.json").read_text())["properties"]["hyperparameters"]
+    names = [row.name for row in TRAINED]
+    assert (sorted(hp["required"]), sorted(hp["properties"]), hp["additionalProperties"]) == (
+        sorted(names),
+        sorted(names),
+        False,
+    )
+    assert {row.name: {"const": row.fixed["value"]} for row in TRAINED if row.fixed} == {
+        name: rule for name, rule in hp["properties"].items() if "const" in rule
+    }
