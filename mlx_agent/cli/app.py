@@ -17,6 +17,8 @@ def _click_type(opt: Opt) -> Any:
     allowed = choices(opt)
     if allowed is not None:
         return click.Choice(allowed)
+    if opt.kind == "int" and opt.minimum is None and opt.maximum is None:
+        return click.INT  # a set of allowed numbers is checked by the option's callback
     if opt.kind == "int":
         return click.IntRange(
             None if opt.minimum is None else int(opt.minimum), None if opt.maximum is None else int(opt.maximum)

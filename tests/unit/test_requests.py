@@ -37,3 +37,24 @@ def test_a_field_must_be_named_as_its_flag() -> None:
             limit: int = option("--max-tokens", "int", "A reply limit.")
 
     assert Opt("--alias", "multi", "x").default == ()
+
+
+@pytest.mark.parametrize("argv", [["--kv-bits", "7"], ["--kv-group-size", "48"], ["--max-tokens", "0"]])
+def test_a_value_outside_an_options_bounds_is_refused_by_both_parsers(argv: list[str]) -> None:
+    """The fast path leaves a value it does not allow to Click, which refuses it as a usage error."""
+    import click
+
+    from mlx_agent.cli.app import serve
+    from mlx_agent.cli.fast import parse
+
+    assert parse(["serve", "start", "--path", "/m", *argv, "--json"]) is None
+    assert parse(["serve", "start", "--path", "/m", "--kv-bits", "4", "--json"]) is not None
+    with pytest.raises(click.BadParameter):
+        serve.commands["start"].make_context("start", ["--path", "/m", *argv])
+
+
+def test_hosts_are_split_once_into_the_record() -> None:
+    """--hosts A,B fills the record with the list of hosts, as a models file's array does."""
+    record, _ = COMMANDS[("serve", "start")].parse({"path": "/m", "hosts": "10.0.0.1, 10.0.0.2", "json": True})
+    assert isinstance(record, ServeRequest) and record.hosts == ("10.0.0.1", "10.0.0.2")
+    assert ServeRequest(hosts=["10.0.0.1"]).hosts == ("10.0.0.1",) and ServeRequest().hosts is None
