@@ -120,6 +120,13 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
         kv = model["kv_cache"]
         if kv is not None:
             table.add_row("kv cache", f"{kv['bits']}-bit, groups of {kv['group_size']}")
+        lookup, kernel = model["decode_profile"], model["prefill_kernel"]
+        for label, asked, fits, reasons in (
+            ("prompt lookup", lookup["requested"], lookup["applied"], lookup["reasons"]),
+            ("M5 prefill", kernel["requested"], kernel["eligible"], kernel["reasons"]),
+        ):
+            if asked:
+                table.add_row(label, "applies" if fits else escape("native MLX: " + "; ".join(reasons)))
         table.add_row("runtime", f"{runtime['name']} ({runtime['launcher']})")
         versions = ", ".join(f"{k} {v}" for k, v in (runtime.get("versions") or {}).items())
         table.add_row("versions", escape(versions))

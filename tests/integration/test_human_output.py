@@ -37,3 +37,17 @@ def test_status_table_lists_no_servers(agent: Agent) -> None:
     """Status with no receipts says so in words."""
     result = agent.run("serve", "status", check_json=False)
     assert result.rc == 0 and "No servers" in result.stdout
+
+
+def test_preview_says_whether_each_acceleration_applies(agent: Agent, tiny_model: Path) -> None:
+    """Asked-for prompt lookup shows as applying here, and the M5 kernel as native MLX with its first reason."""
+    args = ("serve", "start", "--path", str(tiny_model), "--prompt-lookup", "--m5-prefill")
+    result = agent.run(*args, check_json=False)
+    assert result.rc == 0, result.stderr
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in result.stdout.splitlines()
+        if line.count("│") >= 3
+    }
+    assert rows["prompt lookup"] == "applies"
+    assert rows["M5 prefill"].startswith("native MLX: needs macOS 26.0+")
