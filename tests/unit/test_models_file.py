@@ -199,3 +199,14 @@ def test_a_table_without_max_tokens_sets_no_default_limit(fleet_dir: Path) -> No
     assert (main["max_tokens"], small["max_tokens"]) == (None, 64)
     argv = main["worker"]["argv"]
     assert argv[argv.index("--max-tokens") + 1] == str(main["context_window"])
+
+
+def test_each_group_of_a_fleet_has_its_own_host_list(fleet_dir: Path) -> None:
+    """Two groups on one port get two host lists, each beside the receipt and named by its model's place."""
+    text = TWO.replace("max_tokens = 64", 'hosts = ["127.0.0.1", "127.0.0.1"]').replace(
+        'path = "a"', 'path = "a"\nhosts = ["127.0.0.1", "127.0.0.1"]'
+    )
+    plan = plan_of(fleet_dir, text, jit=True, receipts_dir=str(fleet_dir / "receipts"))
+    paths = [m["group"]["hostfile_path"] for m in plan["models"] if m["group"] is not None]
+    serve_dir = fleet_dir / "receipts" / "serve"
+    assert paths == [str(serve_dir / "18998.worker.hosts.json"), str(serve_dir / "18998.worker-1.hosts.json")]
