@@ -145,10 +145,9 @@ class ModelsFile:
             "size": len(data),
         }
 
-    def line(self, index: int | None, key: str | None) -> int | None:
+    def line(self, index: int, key: str) -> int | None:
         """Return the line of a table's key, as the file spells it."""
-        spelled = self.renamed.get((index, key), key) if index is not None and key is not None else key
-        return key_line(self.text, index, spelled)
+        return key_line(self.text, index, self.spelled(index, key))
 
     def spelled(self, index: int, key: str) -> str:
         """Return the key as the ``index``-th table spells it (an older synonym, or the option's name)."""
