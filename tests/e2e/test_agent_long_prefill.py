@@ -1,4 +1,4 @@
-"""Real Claude Code does not abandon a request whose prefill outlasts its stream timeouts.
+"""Real Claude Code and Codex do not abandon a request whose prefill outlasts their stream timeouts.
 
 Claude Code gives up on a stream that shows nothing for a while and sends the whole prompt again. Its
 byte-level idle timeout (``CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS``, 300 s by default, 10 s at the least) and its
@@ -10,7 +10,9 @@ and sent it again; here it is answered once. Its event-level watchdog (``CLAUDE_
 cannot be set below 300 s, so it is not exercised here; pings reset it (at most 30 in a row), which is why the
 Anthropic stream sends one at most every 60 s (tests/unit/test_gateway_anthropic_stream.py).
 
-Claude Code and the front both run inside a network namespace that has only loopback (tests/agents_support.py).
+Codex's provider setting ``stream_idle_timeout_ms`` (300 s by default) is scaled down the same way.
+
+The agent and the front both run inside a network namespace that has only loopback (tests/agents_support.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +76,7 @@ def front_inside(namespace: Namespace, tmp_path: Path, model: Path) -> Iterator[
     argv = [sys.executable, str(script), *real_worker_argv(model, 256)[3:]]  # the entry's own arguments
     port = free_port()
     config = gateway_config(
-        tmp_path, port, argv, model_path=model, aliases=["claude-*"], max_tokens=256, log_prompts=True
+        tmp_path, port, argv, model_path=model, aliases=["claude-*", "gpt-*"], max_tokens=256, log_prompts=True
     )
     config["models"][0]["worker"]["env"].update(SLOW_PREFILL_S=str(SLOW_PREFILL_S), PYTHONPATH=str(REPO_ROOT))
     private_file(Path(config["control_token_path"]), CONTROL_TOKEN + "\n")
@@ -140,11 +143,52 @@ def test_claude_code_waits_out_a_prefill_longer_than_its_stream_timeouts(tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
+    turns = first_turns(front_log, "/v1/messages")
+    assert len(turns) == 1 and turns[0]["status"] == 200, turns  # the slow first request was not sent again
+    assert "slow entry: holding the first stream back" in (tmp_path / "serve" / f"{port}.worker.log").read_text()
+
+
+def first_turns(front_log: str, endpoint: str) -> list[dict[str, Any]]:
+    """Return the request lines to ``endpoint`` whose prompt holds no tool result (the agent's first turn)."""
     lines = [
-        json.loads(line.split(REQUEST_LINE, 1)[1]) for line in front_log.splitlines() if REQUEST_LINE + "{" in line
+        json.loads(text.split(REQUEST_LINE, 1)[1]) for text in front_log.splitlines() if REQUEST_LINE + "{" in text
     ]
-    messages = [line for line in lines if line["endpoint"] == "/v1/messages"]
-    first_turns = [line for line in messages if not any(m.get("role") == "tool" for m in line["prompt"])]
-    assert len(first_turns) == 1, messages  # the slow first request was not abandoned and sent again
-    assert first_turns[0]["status"] == 200
+    return [
+        line
+        for line in lines
+        if line["endpoint"] == endpoint and not any(m.get("role") == "tool" for m in line["prompt"])
+    ]
+
+
+def test_codex_waits_out_a_prefill_longer_than_its_stream_idle_timeout(tmp_path: Path, namespace: Namespace) -> None:
+    """A first prefill 3.5 times Codex's stream idle timeout is answered once, and `codex exec` finishes."""
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(tmp_path / "model", "exec_command", {"cmd": f"cat {note}"}, ANSWER)
+    with front_inside(namespace, tmp_path, model) as (port, log_path):
+        codex_home = tmp_path / "codex-home"
+        codex_home.mkdir()
+        (codex_home / "config.toml").write_text(
+            'model = "gpt-5-codex"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
+            f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
+            f"stream_idle_timeout_ms = {CLIENT_TIMEOUT_MS}\n"
+        )
+        env = clean_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY="unused")
+        done = namespace.run(
+            [
+                str(agent_binary("codex")),
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                f"Run cat {note} and tell me the word.",
+            ],
+            env,
+            tmp_path,
+            timeout=400,
+        )
+        front_log = log_path.read_text()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
+    turns = first_turns(front_log, "/v1/responses")
+    assert len(turns) == 1 and turns[0]["status"] == 200, turns  # the slow first request was not sent again
     assert "slow entry: holding the first stream back" in (tmp_path / "serve" / f"{port}.worker.log").read_text()

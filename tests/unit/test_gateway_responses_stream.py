@@ -7,6 +7,7 @@ from typing import Any
 from mlx_agent.gateway.responses.output import base_response
 from mlx_agent.gateway.responses.request import to_chat
 from mlx_agent.gateway.responses.stream import ResponsesStream
+from mlx_agent.gateway.sse import KEEPALIVE_S
 from mlx_agent.gateway.tools import responses_tools
 from tests.gateway_support import read_sse
 
@@ -29,17 +30,28 @@ USAGE = {
 
 
 def run(chunks: list[dict[str, Any]], *, done: bool = True) -> tuple[list[tuple[str | None, Any]], dict[str, Any]]:
-    """Drive a translator over ``chunks``; return the parsed events and the final Response it handed over."""
+    """Drive a translator over ``chunks``; return the parsed events and the final Response it handed over.
+
+    A keepalive follows the start at once (a comment) and again ``KEEPALIVE_S`` later (a repeated
+    ``response.in_progress``, checked here and left out of what is returned).
+    """
     finals: list[dict[str, Any]] = []
     base = base_response(to_chat({"model": "org/tiny", "input": "Hi"}, default_model="org/tiny"), "resp_0", 1)
-    stream = ResponsesStream(base, finals.append, sequence_ids())
-    out = [stream.start(), stream.keepalive(b": keepalive")]
+    now = [0.0]
+    stream = ResponsesStream(base, finals.append, sequence_ids(), clock=lambda: now[0])
+    out = [stream.start(), stream.keepalive(b": keepalive 1/1")]
+    assert out[-1] == b": keepalive\n\n"  # an event went out just now
+    now[0] += KEEPALIVE_S
+    out.append(stream.keepalive(b": keepalive"))
     out.extend(stream.chunk(doc) for doc in chunks)
     out.append(stream.finish() if done else stream.fail("the model worker's stream broke"))
     assert stream.ended and len(finals) == 1
     events = read_sse(b"".join(out))
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
     assert all(name == data["type"] for name, data in events)
+    assert [name for name, _ in events[:3]] == ["response.created", "response.in_progress", "response.in_progress"]
+    assert events[2][1]["response"]["id"] == "resp_0" and events[2][1]["response"]["output"] == []
+    del events[2]
     return events, finals[0]
 
 

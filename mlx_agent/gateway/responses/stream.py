@@ -9,14 +9,17 @@ The sequence: ``response.created``, ``response.in_progress``; for reasoning, ``r
 (``response.function_call_arguments.delta``..., or one ``response.custom_tool_call_input.delta``), their
 ``.done``, ``response.output_item.done``; then ``response.completed``, or ``response.incomplete`` when the token
 limit cut the answer. Every event has a ``sequence_number``. An item closes when the next one starts, or at the
-end. A stream the worker breaks ends with ``response.failed``. Keepalives (the worker's, and the front's own while
-the worker is slow to begin: ``sse.ClientStream``) pass as SSE comments. When the request's own limit was lowered,
-``max_output_tokens`` is the limit granted (``limit_notice``). The final Response object is handed to ``on_final``
-(to be stored).
+end. A stream the worker breaks ends with ``response.failed``. A keepalive (the worker's during its prefill, or
+the front's own whenever the stream was quiet: ``sse.ClientStream``) becomes another ``response.in_progress``
+unless an event went out within half ``sse.KEEPALIVE_S`` (then an SSE comment): Codex's ``stream_idle_timeout_ms``
+counts SSE events and skips comments, and clients take the event as a status update (the OpenAI SDK keeps the
+output it has; the object carries none). When the request's own limit was lowered, ``max_output_tokens`` is the
+limit granted (``limit_notice``). The final Response object is handed to ``on_final`` (to be stored).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,10 +35,10 @@ from mlx_agent.gateway.responses.output import (
     output_text,
     reasoning_item,
 )
-from mlx_agent.gateway.sse import Accountant, ChunkTranslator, first_choice, sse
+from mlx_agent.gateway.sse import KEEPALIVE, KEEPALIVE_S, Accountant, ChunkTranslator, first_choice, sse
 from mlx_agent.gateway.tools import ToolSet
 
-KEEPALIVE = b": keepalive\n\n"
+COMMENT = KEEPALIVE + b"\n\n"
 
 
 class ResponsesStream(ChunkTranslator):
@@ -48,8 +51,11 @@ class ResponsesStream(ChunkTranslator):
         make_id: IdMaker = new_id,
         on_usage: Accountant | None = None,
         tools: ToolSet | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(on_usage)
+        self.clock = clock
+        self.last_event = clock()
         self.base = dict(base)
         self.on_final = on_final
         self.make_id = make_id
@@ -68,6 +74,7 @@ class ResponsesStream(ChunkTranslator):
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = sse(kind, {"type": kind, "sequence_number": self.sequence, **fields})
         self.sequence += 1
+        self.last_event = self.clock()
         return event
 
     def start(self) -> bytes:
@@ -77,8 +84,10 @@ class ResponsesStream(ChunkTranslator):
         )
 
     def keepalive(self, event: bytes) -> bytes:
-        """Return an SSE comment (clients ignore it; it keeps the connection busy)."""
-        return KEEPALIVE
+        """Return ``response.in_progress`` again, or a comment when an event went out within half ``KEEPALIVE_S``."""
+        if self.clock() - self.last_event < KEEPALIVE_S / 2:  # half: the front's timer may fire a hair early
+            return COMMENT
+        return self._event("response.in_progress", response=self.base)
 
     def limit_lowered(self, granted: int) -> None:
         """Give the Response object the reply limit granted as its ``max_output_tokens`` (``limit_notice``)."""
