@@ -99,6 +99,8 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
         app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
         responses = ResponsesApi(upstream, ResponseStore())
         app.router.add_post("/v1/responses", responses.create)
+        # before the {response_id} route, which would otherwise take "compact" for an id (and answer 405)
+        app.router.add_post("/v1/responses/compact", responses.compactor.compact)
         app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
         app.router.add_get(CONTROL_PREFIX + "status", control.status)
         app.router.add_post(CONTROL_PREFIX + "unload", control.unload)

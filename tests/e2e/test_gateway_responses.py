@@ -25,6 +25,8 @@ from typing import Any
 import openai
 import pytest
 
+from mlx_agent.gateway.responses.compact import SUMMARY_REQUEST
+from mlx_agent.gateway.responses.request import SUMMARY_MARK
 from tests.gateway_support import (
     AGENT_ANSWER,
     Gateway,
@@ -303,3 +305,63 @@ def test_stored_responses_are_the_last_64_and_per_key(tmp_path: Path) -> None:
             bob.responses.retrieve(ids[-1])
         with pytest.raises(openai.AuthenticationError):
             client_for(gateway, "mallory").responses.retrieve(ids[-1])
+
+
+COMPACT_INPUT: Any = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": ASK}]},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me look."}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And in Rome?"}]},
+]
+
+
+def test_compact_endpoint_summarises_through_the_served_model(tiny: Gateway) -> None:
+    """POST /v1/responses/compact keeps the user messages and adds the model's own answer to the summary request."""
+    client = client_for(tiny)
+    compacted = client.responses.compact(model="org/tiny", input=COMPACT_INPUT, instructions="Be brief.")
+    doc = compacted.model_dump(warnings=False)
+    assert doc["object"] == "response.compaction" and doc["id"].startswith("resp_")
+    users, [item] = doc["output"][:2], doc["output"][2:]
+    assert [u["content"][0]["text"] for u in users] == [ASK, "And in Rome?"]
+    assert item["type"] == "compaction" and item["encrypted_content"].startswith(SUMMARY_MARK)
+    chat = client.chat.completions.create(
+        model="org/tiny",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": ASK},
+            {"role": "assistant", "content": "Let me look."},
+            {"role": "user", "content": "And in Rome?"},
+            {"role": "user", "content": SUMMARY_REQUEST},
+        ],
+    )
+    assert item["encrypted_content"] == SUMMARY_MARK + (chat.choices[0].message.content or "").strip()
+    assert doc["usage"]["input_tokens"] > 0 and doc["usage"]["output_tokens"] == MAX_TOKENS
+    follow = client.responses.create(model="org/tiny", input=[*doc["output"], {"role": "user", "content": "Go on."}])
+    assert follow.status == "incomplete" and follow.output_text  # the compacted history is accepted as input
+    stored = client.responses.create(model="org/tiny", input=ASK)
+    continued = client.responses.compact(model="org/tiny", previous_response_id=stored.id, input="And in Rome?")
+    kept = continued.model_dump(warnings=False)["output"]
+    assert [k["content"][0]["text"] for k in kept[:-1]] == [ASK, "And in Rome?"] and kept[-1]["type"] == "compaction"
+
+
+def test_a_compaction_trigger_streams_one_compaction_item(tiny: Gateway) -> None:
+    """A /v1/responses stream whose input ends with compaction_trigger ends with exactly one compaction item."""
+    client = client_for(tiny)
+    trigger: Any = [*COMPACT_INPUT, {"type": "compaction_trigger"}]
+    events = list(client.responses.create(model="org/tiny", input=trigger, stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert set(kinds[2:-3]) <= {"response.in_progress"}  # the front's keep-alives while the summary is written
+    assert kinds[-3:] == ["response.output_item.added", "response.output_item.done", "response.completed"]
+    [item] = events[-1].model_dump()["response"]["output"]
+    whole = client.responses.compact(model="org/tiny", input=COMPACT_INPUT).model_dump(warnings=False)["output"][-1]
+    assert item["type"] == "compaction" and item["encrypted_content"] == whole["encrypted_content"]
+
+
+def test_compact_is_not_taken_for_a_stored_response_id(tiny: Gateway) -> None:
+    """GET /v1/responses/compact is still a lookup (404), and a malformed compaction body is a 400 naming it."""
+    client = client_for(tiny)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("compact")
+    with pytest.raises(openai.BadRequestError) as info:
+        client.post("/responses/compact", body={"model": "org/tiny", "input": 5}, cast_to=object)
+    assert info.value.body is not None and "input" in json.dumps(info.value.body)

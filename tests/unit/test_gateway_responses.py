@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.responses.compact import (
+    SUMMARY_REQUEST,
+    CompactionStream,
+    compacted,
+    compaction_item,
+    is_trigger,
+    summary_of,
+    summary_request,
+)
 from mlx_agent.gateway.responses.output import base_response, conversation_of, response_from_chat
-from mlx_agent.gateway.responses.request import to_chat
+from mlx_agent.gateway.responses.request import SUMMARY_LEAD, SUMMARY_MARK, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
 
 WEATHER = {
@@ -422,3 +432,92 @@ def test_the_store_keeps_the_most_recent_per_key() -> None:
     assert kept is not None
     kept["output"].append("changed")
     assert store.get("resp_3", "alice") == {"id": "resp_3", "output": []}  # a copy: callers cannot change it
+
+
+CODEX_HISTORY = [
+    {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions/>"}]},
+    {"type": "message", "id": "msg_u", "role": "user", "content": [{"type": "input_text", "text": "Cat the notes."}]},
+    {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": '{"cmd": "cat n0.txt"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "alpha"},
+]
+
+
+def test_a_compaction_asks_for_a_summary_after_the_conversation_as_a_turn_sends_it() -> None:
+    """The summary request is the turn's own chat body (same prefix, tools kept) plus one user message."""
+    body = {"model": "gpt-5-codex", "instructions": "Be brief.", "input": CODEX_HISTORY, "tools": [WEATHER]}
+    turn = to_chat(body, default_model="org/tiny").chat
+    asked = summary_request({**body, "input": [*CODEX_HISTORY, {"type": "compaction_trigger"}]}, default_model="m")
+    assert asked.chat["messages"][:-1] == turn["messages"] and asked.chat["tools"] == turn["tools"]
+    assert asked.chat["messages"][-1] == {"role": "user", "content": SUMMARY_REQUEST}
+    assert asked.chat["stream"] is False and "<summary>" in SUMMARY_REQUEST
+    assert is_trigger({"input": [*CODEX_HISTORY, {"type": "compaction_trigger"}]}) and not is_trigger(body)
+
+
+def test_the_compacted_history_keeps_the_user_messages_and_one_summary_item() -> None:
+    """/v1/responses/compact answers the user messages, as sent, then a compaction item holding the summary."""
+    doc = {
+        "choices": [{"message": {"content": "<summary>Read n0.txt: alpha. Next: n1.txt.</summary>"}}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 12},
+    }
+    made = compacted({"input": CODEX_HISTORY}, doc, 1700000000, sequence_ids())
+    assert made["object"] == "response.compaction" and made["created_at"] == 1700000000
+    assert made["output"] == [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Cat the notes."}]},
+        {"id": "cmp_1", "type": "compaction", "encrypted_content": SUMMARY_MARK + "Read n0.txt: alpha. Next: n1.txt."},
+    ]
+    assert (made["usage"]["input_tokens"], made["usage"]["output_tokens"]) == (900, 12)
+
+
+def test_a_compaction_item_sent_back_is_the_summary_as_a_user_message() -> None:
+    """A later turn reads this front's compaction item as a user message and refuses another server's."""
+    item = compaction_item("Read n0.txt.", sequence_ids())
+    chat = to_chat({"input": [CODEX_HISTORY[1], item]}, default_model="m").chat
+    assert chat["messages"][-1] == {"role": "user", "content": SUMMARY_LEAD + "Read n0.txt."}
+    foreign = refused({"input": [{"type": "compaction", "encrypted_content": "gAAAAABpM0Yj"}]})
+    assert (foreign.param, foreign.code) == ("input.0.encrypted_content", "unsupported_content")
+
+
+@pytest.mark.parametrize(
+    ("text", "summary"),
+    [("<summary>\nDone: a.\n</summary>", "Done: a."), ("Done: b.", "Done: b."), ("x <summary>cut sho", "cut sho")],
+)
+def test_the_summary_is_the_text_inside_its_tags_or_the_whole_text(text: str, summary: str) -> None:
+    """A reply's summary is what its <summary> tags hold (to the end when cut), or all of it without tags."""
+    assert summary_of(text) == summary
+
+
+@pytest.mark.parametrize("text", ["", "<summary> </summary>", None])
+def test_a_reply_without_a_summary_is_a_failed_compaction(text: str | None) -> None:
+    """No summary text is a 502 compaction_failed, never an empty history."""
+    with pytest.raises(RequestRefused) as info:
+        summary_of(text)
+    assert (info.value.status, info.value.code) == (502, "compaction_failed")
+
+
+def test_a_streamed_compaction_sends_its_one_item_at_the_end() -> None:
+    """The trigger's stream opens at once, sends nothing per token, and ends with one compaction item."""
+    base = base_response(to_chat({"input": "x"}, default_model="m"), "resp_1", 1)
+    stream = CompactionStream(base, sequence_ids())
+    opening = stream.start()
+    assert b"response.created" in opening and b"response.in_progress" in opening
+    assert stream.data(b'{"choices": [{"index": 0, "delta": {"content": "<summary>Did a"}}]}') == b""
+    [ping] = [json.loads(line[6:]) for line in stream.keepalive(b": keepalive").splitlines() if line[:6] == b"data: "]
+    assert ping["type"] == "response.in_progress"  # an event: Codex's idle timeout does not count SSE comments
+    stream.data(b'{"choices": [{"index": 0, "delta": {"content": ".</summary>"}, "finish_reason": "stop"}]}')
+    events = [json.loads(line[6:]) for line in stream.finish().splitlines() if line.startswith(b"data: ")]
+    assert [e["type"] for e in events] == [
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert events[-1]["response"]["output"] == [
+        {"id": "cmp_1", "type": "compaction", "encrypted_content": SUMMARY_MARK + "Did a."}
+    ]
+    assert stream.ended and [e["sequence_number"] for e in events] == [3, 4, 5]
+
+
+def test_a_streamed_compaction_without_text_fails() -> None:
+    """A trigger whose reply has no summary ends with response.failed."""
+    stream = CompactionStream(base_response(to_chat({"input": "x"}, default_model="m"), "resp_1", 1))
+    stream.start()
+    assert b"response.failed" in stream.finish() and stream.ended

@@ -4,7 +4,8 @@ Requests are translated (``openai_responses``), checked and clamped like chat co
 worker's chat completions through the proxy (load on demand, open-request accounting, per-key
 ``cached_tokens``), and the reply translated back (``responses_output``, ``responses_stream``). A
 ``background`` request is answered when it is complete, with ``status`` completed (or incomplete). Responses
-are stored (``responses_store``) unless the request said ``store: false``.
+are stored (``responses_store``) unless the request said ``store: false``. A request whose input holds a
+``compaction_trigger`` is a compaction (``compact.py``), as is ``POST /v1/responses/compact``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
 from mlx_agent.gateway.limit_notice import with_granted_output
 from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.responses.compact import Compactor, is_trigger
 from mlx_agent.gateway.responses.output import base_response, conversation_of, new_id, response_from_chat
 from mlx_agent.gateway.responses.request import ResponsesRequest, previous_id, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -32,14 +34,18 @@ class ResponsesApi:
     def __init__(self, upstream: Upstream, store: ResponseStore) -> None:
         self.upstream = upstream
         self.store = store
+        self.compactor = Compactor(upstream, self._history)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         """Create a response, streamed or not."""
         owner: str | None = request.get(API_KEY_ID)
         try:
             body = await read_json_body(request, "responses")
+            history = self._history(previous_id(body), owner)
+            if is_trigger(body):
+                return await self.compactor.trigger(request, body, history)
             named = self.upstream.fleet.route(body.get("model") if isinstance(body, dict) else None)
-            translated = to_chat(body, default_model=named.name, history=self._history(previous_id(body), owner))
+            translated = to_chat(body, default_model=named.name, history=history)
             model, prepared = self.upstream.prepare(request, translated.chat, "chat")
             base = base_response(translated, new_id("resp"), int(time.time()))
             headers = dropped_tools(translated.tools.dropped)

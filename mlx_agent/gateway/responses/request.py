@@ -6,7 +6,8 @@ The rules (docs/gateway.md, "OpenAI Responses API"), written for what Codex CLI 
   of items: a text message (``user``, ``assistant``, ``system``; ``developer`` becomes ``system``; its text
   parts joined by a blank line), a ``function_call`` or ``custom_tool_call`` (a ``tool_calls`` entry of an
   assistant message; calls that follow an assistant message or each other join it), their outputs (``tool``
-  messages), and ``reasoning`` items (dropped: chat templates drop earlier reasoning themselves).
+  messages), ``reasoning`` items (dropped: chat templates drop earlier reasoning themselves), and
+  ``compaction`` items this front made (``compact.py``: a user message holding the summary).
 * ``previous_response_id``: the stored conversation of that response comes first (``ResponseStore``).
 * Tools (``tools.py``): functions (``strict`` accepted), ``custom`` tools, ``namespace`` groups (flattened),
   and hosted tools that cannot run here (left out and named in a header). ``tool_choice`` ``auto`` sends
@@ -65,6 +66,12 @@ RESPONSE_FIELDS = frozenset(
 TEXT_PARTS = ("input_text", "output_text")
 CALL_ITEMS = ("function_call", "custom_tool_call")
 OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
+# A compaction item this front made (``compact.py``) carries the served model's summary, marked as ours; sent
+# back, it is read as a user message that opens with SUMMARY_LEAD. ``compaction_trigger`` asks for one (compact.py).
+COMPACTION_ITEMS = ("compaction", "compaction_summary")
+COMPACTION_TRIGGER = "compaction_trigger"
+SUMMARY_MARK = "mlx-agent-summary-v1:"
+SUMMARY_LEAD = "Summary of the conversation so far (the earlier turns were compacted into it):\n\n"
 BLOCK_JOIN = "\n\n"
 
 
@@ -263,11 +270,26 @@ def _input(items: object, tools: ToolSet) -> list[dict[str, Any]]:
             if not isinstance(call_id, str) or not call_id:
                 raise refuse(f"a {kind} needs its call_id", f"{where}.call_id")
             out.append({"role": "tool", "tool_call_id": call_id, "content": _text(item.get("output"), where)})
-        elif kind == "reasoning":
-            continue  # earlier reasoning: templates leave it out of the prompt
+        elif kind == "reasoning" or kind == COMPACTION_TRIGGER:
+            continue  # earlier reasoning: templates leave it out of the prompt; a trigger is compact.py's
+        elif kind in COMPACTION_ITEMS:
+            out.append({"role": "user", "content": SUMMARY_LEAD + _summary(item, where)})
         else:
             raise refuse(f"input items of type {kind!r} are not supported here", f"{where}.type", "unsupported_content")
     return out
+
+
+def _summary(item: Mapping[str, Any], where: str) -> str:
+    """Return the summary a compaction item of this front carries; refuse another server's (opaque) one."""
+    content = item.get("encrypted_content")
+    if not isinstance(content, str) or not content.startswith(SUMMARY_MARK):
+        raise refuse(
+            "this compaction item was not made here (its content is another server's): compact the "
+            "conversation again against this server, or send its messages instead",
+            f"{where}.encrypted_content",
+            "unsupported_content",
+        )
+    return content.removeprefix(SUMMARY_MARK)
 
 
 def _message(item: Mapping[str, Any], where: str) -> dict[str, Any]:
