@@ -389,3 +389,31 @@ def test_api_keys_apply_and_their_refusal_has_anthropics_shape(tmp_path: Path) -
         assert gateway.status()["loads"] == 0
         message = client_for(gateway, "right-key").messages.create(model="org/tiny", max_tokens=8, messages=ASK)
         assert message.content[0].type == "text" and message.content[0].text == "Hello from the stand-in"
+
+
+def test_the_models_listing_names_concrete_models_with_their_window(tiny_model: Path, tmp_path: Path) -> None:
+    """Both SDKs list the served name and literal aliases with window and ceiling; a glob is no id, yet resolves."""
+    import openai
+
+    with running_gateway(
+        tmp_path,
+        real_worker_argv(tiny_model, MAX_TOKENS),
+        model_path=tiny_model,
+        name="local-coder",
+        aliases=["claude-local", "claude-*"],
+        context_window=32768,
+        max_tokens_ceiling=4096,
+    ) as gateway:
+        client = client_for(gateway)
+        listed = [(m.id, m.max_input_tokens, m.max_tokens) for m in client.models.list()]
+        assert listed == [("local-coder", 32768, 4096), ("claude-local", 32768, 4096)]
+        matched = client.models.retrieve("claude-sonnet-4-5")
+        assert (matched.id, matched.max_input_tokens, matched.max_tokens) == ("claude-sonnet-4-5", 32768, 4096)
+        plain = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="local", max_retries=0).models.list()
+        entries = [m.model_dump() for m in plain]
+        assert [(e["id"], e["context_length"], e["max_model_len"], e["max_output_tokens"]) for e in entries] == [
+            ("local-coder", 32768, 32768, 4096),
+            ("claude-local", 32768, 32768, 4096),
+        ]
+        assert entries[0]["aliases"] == ["claude-local", "claude-*"] and entries[1]["alias_of"] == "local-coder"
+        assert "max_input_tokens" not in entries[0]  # the Anthropic fields come with an anthropic-version header

@@ -10,6 +10,7 @@ from mlx_agent.bodies import check
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic.reply import anthropic_error, message_from_chat, usage_of
 from mlx_agent.gateway.anthropic.request import to_chat, translate
+from mlx_agent.gateway.openai.passthrough import is_pattern, window_fields
 from mlx_agent.gateway.openai.request import prepare
 from tests.unit.test_gateway_request_body import model as request_model
 
@@ -428,3 +429,27 @@ def test_the_messages_declaration_accepts_any_display_and_bounds_the_budget() ->
         check("messages", ask(thinking={"type": "adaptive", "display": 1}))
     assert (zero.value.param, number.value.param) == ("thinking.budget_tokens", "thinking.display")
     assert number.value.code == "invalid_type"
+
+
+@pytest.mark.parametrize(
+    ("window", "ceiling", "openai_fields", "anthropic_fields"),
+    [
+        (32768, 4096, {"context_length": 32768, "max_model_len": 32768, "max_output_tokens": 4096}, (32768, 4096)),
+        (8192, None, {"context_length": 8192, "max_model_len": 8192, "max_output_tokens": 8192}, (8192, 8192)),
+        (8192, 100000, {"context_length": 8192, "max_model_len": 8192, "max_output_tokens": 8192}, (8192, 8192)),
+        (None, 512, {"max_output_tokens": 512}, (None, 512)),
+        (None, None, {}, (None, None)),
+    ],
+)
+def test_a_listing_entry_carries_the_window_and_ceiling_it_knows(
+    window: int | None,
+    ceiling: int | None,
+    openai_fields: dict[str, int],
+    anthropic_fields: tuple[int | None, int | None],
+) -> None:
+    """The window is the longest prompt, the ceiling (held to the window) the longest reply; unknowns are left out."""
+    model = {"context_window": window, "max_tokens_ceiling": ceiling}
+    assert window_fields(model, anthropic=False) == openai_fields
+    both = window_fields(model, anthropic=True)
+    assert (both.get("max_input_tokens"), both.get("max_tokens")) == anthropic_fields
+    assert is_pattern("claude-*") and is_pattern("gpt-[45]") and not is_pattern("claude-local")

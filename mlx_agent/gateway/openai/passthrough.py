@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -70,6 +70,33 @@ class PassThrough:
         return DATA + json.dumps(error).encode() + b"\n\n"
 
 
+def is_pattern(alias: str) -> bool:
+    """Say whether an alias is a glob (``claude-*``): it names many models, so no client can pick it as an id."""
+    return any(c in alias for c in "*?[")
+
+
+def window_fields(model: Mapping[str, Any], anthropic: bool) -> dict[str, int]:
+    """Return a listing entry's context window and reply ceiling, in the fields clients read.
+
+    OpenAI-shaped listings have no standard field: ``context_length`` is OpenRouter's and LM Studio's name,
+    ``max_model_len`` vLLM's, and ``max_output_tokens`` says the longest reply. The Anthropic models API's
+    ``max_input_tokens`` and ``max_tokens`` come with an ``anthropic-version`` header. A reply shares the window
+    with its prompt, so the window is also the longest prompt; without a ceiling the window bounds the reply.
+    """
+    window, ceiling = model.get("context_window"), model.get("max_tokens_ceiling")
+    most = min(ceiling, window) if ceiling and window else ceiling or window
+    fields: dict[str, int] = {}
+    if window:
+        fields.update(context_length=window, max_model_len=window)
+        if anthropic:
+            fields["max_input_tokens"] = window
+    if most:
+        fields["max_output_tokens"] = most
+        if anthropic:
+            fields["max_tokens"] = most
+    return fields
+
+
 class OpenAiApi:
     """The handlers of the OpenAI-style endpoints the workers serve themselves, and the front's listings."""
 
@@ -97,19 +124,24 @@ class OpenAiApi:
         return json_response(doc)
 
     def _entries(self, request: web.Request) -> list[dict[str, Any]]:
+        """Return the listing: each served name, then its literal aliases; glob aliases only under ``aliases``."""
         anthropic = "anthropic-version" in request.headers
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))
         entries = []
         for model in self.upstream.fleet.models:
-            for name in (model.name, *model.model["aliases"]):
+            aliases: list[str] = model.model["aliases"]
+            for name in (model.name, *(a for a in aliases if not is_pattern(a))):
                 entry: dict[str, Any] = {
                     "id": name,
                     "object": "model",
                     "created": self.created,
                     "owned_by": "mlx-agent",
                     "state": model.state,
+                    **window_fields(model.model, anthropic),
                 }
-                if name != model.name:
+                if name == model.name:
+                    entry["aliases"] = list(aliases)
+                else:
                     entry["alias_of"] = model.name
                 if anthropic:  # the Anthropic models API's fields, for clients that list through it
                     entry.update(type="model", display_name=name, created_at=created)
@@ -117,7 +149,7 @@ class OpenAiApi:
         return entries
 
     async def models(self, request: web.Request) -> web.Response:
-        """List every served name and alias with its model's state, loaded or not."""
+        """List every served name and literal alias with its model's state and window, loaded or not."""
         entries = self._entries(request)
         doc: dict[str, Any] = {"object": "list", "data": entries}
         if "anthropic-version" in request.headers:
@@ -137,11 +169,8 @@ class OpenAiApi:
             return refusal_response(refusal)
         entry = next((e for e in self._entries(request) if e["id"] == name), None)
         if entry is None:
-            entry = {
-                **next(e for e in self._entries(request) if e["id"] == model.name),
-                "id": name,
-                "alias_of": model.name,
-            }
+            served = next(e for e in self._entries(request) if e["id"] == model.name)
+            entry = {**{k: v for k, v in served.items() if k != "aliases"}, "id": name, "alias_of": model.name}
             if "display_name" in entry:
                 entry["display_name"] = name
         return json_response(entry)
