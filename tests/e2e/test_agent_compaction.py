@@ -1,0 +1,187 @@
+"""Codex CLI and Claude Code, unmodified, against what the front tells them about the context.
+
+Codex compacts a session through the front's compaction and goes on to its answer:
+
+Codex compacts remotely when its provider is named ``OpenAI``: by default (its ``remote_compaction_v2``
+feature) with a ``compaction_trigger`` item in a ``/v1/responses`` request, otherwise with
+``POST /v1/responses/compact``; it has no fallback, so a refused compaction ends the turn. Its
+``model_auto_compact_token_limit`` is set below what Codex's own instructions and tools already take, so it
+compacts before each request after the first. It runs inside a network namespace with only loopback
+(tests/agents_support.py) against a scripted tiny model that runs ``cat`` on numbered files in turn, works out
+which file is next from the files named anywhere in the conversation (a summary included), and answers the
+front's summary request with a summary naming the last file read. The session can reach the last file, and
+so the answer, only if each compaction was answered and its summary came back in the next request.
+
+Claude Code, with its gateway model discovery on, lists the front's models for its model picker: it must find
+the concrete names only (a glob alias is no model anyone can pick).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlx_agent.gateway.responses.compact import SUMMARY_REQUEST
+from mlx_agent.gateway.responses.request import SUMMARY_LEAD
+from tests.agents_support import (
+    CHAIN_LIMIT,
+    COMPACTING_TEMPLATE,
+    Namespace,
+    agent_binary,
+    clean_env,
+    inside,
+    loopback_namespace,
+    numbered_file,
+    request_lines,
+    scripted_agent_model,
+    serve,
+)
+from tests.conftest import Agent
+
+pytestmark = pytest.mark.e2e
+
+ANSWER = "Basil"
+FILES = 3
+WINDOW = 131072
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    """Make a network namespace with only loopback, for one test."""
+    with loopback_namespace() as made:
+        yield made
+
+
+def catting_model(directory: Path, files: Path, count: int) -> Path:
+    """Build a model that cats ``count`` numbered files in turn (Codex's exec_command), then answers ``ANSWER``.
+
+    ``COMPACTING_TEMPLATE`` finds the next file from the files named so far and takes a last user message
+    holding ``<summary>`` (the front's ``SUMMARY_REQUEST`` does) for a summary request, answered with a
+    summary naming the last file read.
+    """
+    from tests.e2e.test_wrapped_support import scripted_model
+
+    reads = [f"Read{k}:" for k in range(count + 1)]
+    summarize = [f"Summarize{k}:" for k in range(count + 1)]
+    calls = [
+        "<tool_call>" + json.dumps({"name": "exec_command", "arguments": {"cmd": f"cat {numbered_file(files, k)}"}})
+        for k in range(count)
+    ]
+    summaries = ["Summary: no file read yet."]
+    summaries += [f"Summary: read the files up to {numbered_file(files, k)}." for k in range(count)]
+    chain = dict(zip(reads, calls, strict=False))
+    chain.update({call: "</tool_call>" for call in calls})
+    chain.update(dict(zip(summarize, summaries, strict=True)))
+    chain.update({summary: "<|im_end|>" for summary in summaries})
+    chain.update({"</tool_call>": "<|im_end|>", reads[-1]: ANSWER, "Plainly:": ANSWER, ANSWER: "<|im_end|>"})
+    assert len(chain) < CHAIN_LIMIT
+    model = scripted_model(
+        directory,
+        chain,
+        "<|im_end|>",
+        special=["<tool_call>", "</tool_call>"],
+        plain=[*reads, *summarize, *calls, *summaries, "Plainly:", ANSWER],
+        template=COMPACTING_TEMPLATE,
+        tokenizer_config={"tool_parser_type": "json_tools"},
+    )
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = WINDOW
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def asks_for_summary(line: dict[str, Any]) -> bool:
+    """Return whether a logged prompt is a compaction (its last message is the front's summary request)."""
+    prompt = line.get("prompt") or [{}]
+    return bool(prompt[-1].get("content") == SUMMARY_REQUEST)
+
+
+def summaries_in(line: dict[str, Any]) -> list[str]:
+    """Return the summaries a logged prompt carries back (user messages that open with ``SUMMARY_LEAD``)."""
+    return [
+        str(m["content"]).removeprefix(SUMMARY_LEAD)
+        for m in line.get("prompt") or []
+        if m.get("role") == "user" and str(m.get("content")).startswith(SUMMARY_LEAD)
+    ]
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["compaction-trigger", "compact-endpoint"])
+def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Namespace, v2: bool) -> None:
+    """`codex exec` compacts through the front before each turn and still cats every file and answers."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for index in range(FILES):
+        numbered_file(work, index).write_text(f"note {index}\n" * 20)
+    model = catting_model(tmp_path / "model", work, FILES)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "local"\nmodel_auto_compact_token_limit = 1000\n\n'
+        f"[features]\nremote_compaction_v2 = {'true' if v2 else 'false'}\n\n"
+        '[model_providers.local]\nname = "OpenAI"\n'  # Codex compacts remotely only for a provider of that name
+        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
+    )
+    env = clean_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY="unused")
+    done = namespace.run(
+        [
+            str(agent_binary("codex")),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "Cat the numbered notes here one by one, then tell me the word.",
+        ],
+        env,
+        work,
+        timeout=600,
+    )
+    lines = request_lines(cli, port)
+    shown = [(line["endpoint"], line["status"], asks_for_summary(line), len(summaries_in(line))) for line in lines]
+    assert done.returncode == 0, f"{shown}\n{done.stdout}\n{done.stderr}"
+    assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
+    # No check of the logged statuses: Codex drops a stream once it has response.completed, and the front may
+    # log that hang-up as a 500 (on plain turns as on compactions); what Codex got shows in its next request.
+    compactions = [index for index, line in enumerate(lines) if asks_for_summary(line)]
+    assert len(compactions) >= FILES - 1, shown  # one before each turn after the first
+    made = {f"Summary: read the files up to {numbered_file(work, k)}." for k in range(FILES)}
+    for index in compactions:  # the next request carries the model's summary back in place of the history
+        carried = summaries_in(lines[index + 1])
+        assert carried and set(carried) <= made, shown
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_claude_code_discovers_the_concrete_names(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """With CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY, Claude Code caches the served literal alias, no glob.
+
+    It keeps the ids that name Claude, with their display names only (2.1.332 reads no window there).
+    """
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--alias", "claude-local"], None, tmp_path)
+    home = tmp_path / "claude-home"
+    home.mkdir()
+    env = clean_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY="unused",
+        CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY="1",
+        DISABLE_AUTOUPDATER="1",
+    )
+    # Not --bare: Claude Code's bare mode skips the discovery.
+    argv = [str(agent_binary("claude")), "-p", f"Read {note} and tell me the word."]
+    argv += ["--output-format", "json", "--model", "claude-local", "--tools", "Read", "--allowedTools", "Read"]
+    done = namespace.run([*argv, "--system-prompt", "You read files for the user."], env, tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["result"] == ANSWER
+    listings = [line for line in request_lines(cli, port) if line["endpoint"] == "/v1/models"]
+    assert listings and all(line["status"] == 200 for line in listings)
+    cached = json.loads((home / ".claude" / "cache" / "gateway-models.json").read_text())
+    assert [m["id"] for m in cached["models"]] == ["claude-local"]  # local-coder does not name Claude; no glob
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
