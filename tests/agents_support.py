@@ -326,11 +326,20 @@ class Tmux:
         argv = [*self.namespace.prefix, "tmux", "-S", str(self.socket), *args]
         return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30, check=True)
 
+    @property
+    def status_file(self) -> Path:
+        """Return where the program's exit status is written when it ends."""
+        return self.socket.with_suffix(".status")
+
     def start(self, argv: list[str], cwd: Path) -> None:
-        """Start ``argv`` in a 200x50 window whose pane stays after it exits (for its exit status)."""
+        """Start ``argv`` in a 200x50 window; a shell around it writes its exit status to ``status_file``.
+
+        tmux's own ``pane_dead_status`` is not used: tmux at times leaves the exited program unreaped.
+        """
         assert shutil.which("tmux") is not None, "tmux is missing: run scripts/install (it installs it with apt-get)"
-        self.tmux("new-session", "-d", "-s", self.target, "-x", "200", "-y", "50", "-c", str(cwd), *argv)
-        self.tmux("set-option", "-t", self.target, "remain-on-exit", "on")
+        wrapped = ["sh", "-c", 'out="$1"; shift; "$@"; echo $? > "$out"', "sh", str(self.status_file), *argv]
+        self.tmux("new-session", "-d", "-s", self.target, "-x", "200", "-y", "50", "-c", str(cwd), *wrapped)
+        self.tmux("set-option", "-t", self.target, "remain-on-exit", "on")  # the last screen stays to be read
 
     def screen(self) -> str:
         """Return what the pane shows now."""
@@ -355,10 +364,9 @@ class Tmux:
         """Wait until the program has exited; return its exit status."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            shown = self.tmux("display-message", "-p", "-t", self.target, "#{pane_dead} #{pane_dead_status}")
-            dead, *status = shown.stdout.split()
-            if dead == "1":
-                return int(status[0])
+            written = self.status_file.read_text() if self.status_file.exists() else ""
+            if written.endswith("\n"):
+                return int(written)
             time.sleep(0.5)
         raise AssertionError(f"the program did not exit; the screen:\n{self.screen()}")
 

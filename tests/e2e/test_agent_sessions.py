@@ -12,7 +12,8 @@ fails. Last, a Claude Code session longer than the model's context window compac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,23 @@ def trusting_config(home: Path, work: Path, key: str) -> None:
     (home / ".claude.json").write_text(json.dumps(config))
 
 
+def submit(ui: Tmux, text: str, taken: Callable[[], bool]) -> None:
+    """Type ``text`` into the UI's prompt box and press Enter until ``taken`` says it was.
+
+    Keys that come in one burst read as a paste, where Enter may end up in the box instead of sending it.
+    """
+    ui.keys(text, literal=True)
+    ui.wait_for(lambda screen: text in screen, f"{text!r} typed")
+    for _ in range(10):
+        ui.keys("Enter")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if taken():
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"{text!r} was never sent; the screen:\n{ui.screen()}")
+
+
 def test_claude_code_interactive_session(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
     """Claude Code's own UI, typed into in tmux, goes through the ten turns, shows the answer and exits 0 on /exit."""
     work = tmp_path / "work"
@@ -282,12 +300,10 @@ def test_claude_code_interactive_session(agent: Agent, tmp_path: Path, namespace
     try:
         ui.start(argv, work)
         ui.wait_for(lambda screen: "? for shortcuts" in screen, "the prompt box")
-        ui.keys(CLAUDE_PROMPT, literal=True)
-        ui.keys("Enter")
+        submit(ui, CLAUDE_PROMPT, lambda: bool(request_lines(cli, port)))
         ui.wait_for(lambda screen: f"● {ANSWER}" in screen, "the answer", timeout=600)
-        ui.keys("/exit", literal=True)
-        ui.keys("Enter")
-        assert ui.exit_status() == 0, ui.screen()
+        submit(ui, "/exit", lambda: "Resume this session" in ui.screen())
+        assert ui.exit_status(timeout=180) == 0, ui.screen()
     finally:
         ui.kill()
     assert_claude_tools_ran(work, files)
