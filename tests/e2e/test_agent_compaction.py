@@ -13,7 +13,8 @@ front's summary request with a summary naming the last file read. The session ca
 so the answer, only if each compaction was answered and its summary came back in the next request.
 
 Claude Code, with its gateway model discovery on, lists the front's models for its model picker: it must find
-the concrete names only (a glob alias is no model anyone can pick).
+the concrete names only (a glob alias is no model anyone can pick). And Claude Code's stream-json mode, which
+asks for thinking display "updates", is answered without a refusal.
 """
 
 from __future__ import annotations
@@ -184,4 +185,37 @@ def test_claude_code_discovers_the_concrete_names(agent: Agent, tmp_path: Path, 
     assert listings and all(line["status"] == 200 for line in listings)
     cached = json.loads((home / ".claude" / "cache" / "gateway-models.json").read_text())
     assert [m["id"] for m in cached["models"]] == ["claude-local"]  # local-coder does not name Claude; no glob
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_claude_code_streaming_json_is_not_refused(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """`claude -p --output-format stream-json` asks for thinking display "updates": every request is a 200.
+
+    Refused, Claude Code would send the request again without the display; so the tool round trip must take
+    exactly its two Messages requests (plus side requests that do not carry the user's prompt).
+    """
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    home = tmp_path / "claude-home"
+    home.mkdir()
+    env = clean_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY="unused",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+    )
+    prompt = f"Read {note} and tell me the word."
+    argv = [str(agent_binary("claude")), "--bare", "-p", prompt, "--output-format", "stream-json", "--verbose"]
+    argv += ["--model", "claude-sonnet-4-5", "--tools", "Read", "--allowedTools", "Read"]
+    done = namespace.run([*argv, "--system-prompt", "You read files for the user."], env, tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [result] = [json.loads(line) for line in done.stdout.splitlines() if '"type":"result"' in line.replace(" ", "")]
+    assert result["is_error"] is False and result["result"] == ANSWER, result
+    lines = [line for line in request_lines(cli, port) if line["endpoint"] == "/v1/messages"]
+    turns = [line for line in lines if any(prompt in str(m.get("content")) for m in line.get("prompt") or [])]
+    assert all(line["status"] == 200 for line in lines) and len(turns) == 2, [(t["status"], t["stream"]) for t in lines]
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0
