@@ -8,7 +8,8 @@ the control path, the environment every child gets, and the limits of a request 
 
 # Format versions: readers refuse an unknown major version and read older minors.
 ENVELOPE_VERSION = "1.0"  # the CLI's --json envelope
-PLAN_VERSION = "2.0"  # serve plans and the serve receipts that embed them (2.0: every server has a front)
+PLAN_VERSION = "3.0"  # serve plans and the serve receipts that embed them (3.0: the seed's decode_profile and
+# prefill_kernel names again, max_tokens null when --max-tokens is not given; 2.0: every server has a front)
 TRAINING_VERSION = "1.0"  # lora train plans and receipts
 FRONT_CONFIG_VERSION = "2.0"  # the config file the front reads
 FRONT_STATE_VERSION = "2.0"  # the front's control status document

@@ -26,8 +26,10 @@ UNIT_SUPERVISORS = ("launchd", "systemd")
 # the seed's names (``decode_profile``, ``prefill_kernel``) whichever wrote the receipt.
 RENAMED_MODEL_KEYS = {"prompt_lookup": "decode_profile", "m5_prefill": "prefill_kernel"}
 
-# Readers accept these major versions: 2 (every server has a front) and 1 (a plain server or a JIT gateway).
-READABLE_MAJORS = ("1", "2")
+# Readers accept these major versions: 3 (the seed's record names, a null max_tokens), 2 (every server has a
+# front) and 1 (a plain server or a JIT gateway).
+FRONT_MAJORS = ("2", "3")  # a server with a front and its plan embedded
+READABLE_MAJORS = ("1", *FRONT_MAJORS)
 
 
 def is_unit(receipt: Mapping[str, Any]) -> bool:
@@ -36,8 +38,9 @@ def is_unit(receipt: Mapping[str, Any]) -> bool:
 
 
 def has_front(receipt: Mapping[str, Any]) -> bool:
-    """Say whether a receipt's server is a front (written by this version: format 2.x)."""
-    return str(receipt.get("format_version", "")).startswith("2.") and isinstance(receipt.get("plan"), dict)
+    """Say whether a receipt's server is a front (format 2.x and later; 1.x had none)."""
+    major = str(receipt.get("format_version", "")).split(".")[0]
+    return major in FRONT_MAJORS and isinstance(receipt.get("plan"), dict)
 
 
 def plan_receipt(plan: ServePlan, supervisor: str, log: str) -> ServeReceipt:

@@ -47,13 +47,15 @@ def test_corrupt_receipt_is_receipt_corrupt(tmp_path: Path, content: str) -> Non
 
 
 def test_unknown_major_version_is_refused_and_older_ones_read(tmp_path: Path) -> None:
-    """A receipt of major version 3 is refused; 2.x with unknown extra fields, and an older 1.x, are read."""
+    """A receipt of major version 4 is refused; 3.x with unknown extra fields, and older 2.x and 1.x, are read."""
     path = tmp_path / "8080.json"
-    path.write_text(json.dumps({**RECEIPT, "format_version": "3.0"}))
+    path.write_text(json.dumps({**RECEIPT, "format_version": "4.0"}))
     with pytest.raises(ReceiptVersionUnsupported):
         read_receipt(path)
-    path.write_text(json.dumps({**RECEIPT, "format_version": "2.7", "future": True}))
+    path.write_text(json.dumps({**RECEIPT, "format_version": "3.7", "future": True}))
     assert read_receipt(path)["future"] is True
+    path.write_text(json.dumps({**RECEIPT, "format_version": "2.0"}))
+    assert read_receipt(path)["format_version"] == "2.0"
     path.write_text(json.dumps({**RECEIPT, "format_version": "1.0"}))
     assert read_receipt(path)["format_version"] == "1.0"
 
