@@ -289,3 +289,13 @@ def eager_conflict(models: ModelsFile) -> None:
                     "loading on request or unloading: add --jit (an eager front loads every model and keeps it)",
                     details={"path": str(models.path), "line": line, "key": key, "model": table[NAME]},
                 )
+
+
+def older_spellings(raw: str) -> list[str]:
+    """Return a warning per key a models file spells the older way (``name``, ``aliases``): still read."""
+    models = read_models_file(raw)
+    return [
+        f"{models.path}:{models.line(index, new)}: '{old}' is the older spelling of '{new}'; "
+        f"it is still read, but rename it to match the --{new.replace('_', '-')} flag"
+        for (index, new), old in sorted(models.renamed.items())
+    ]

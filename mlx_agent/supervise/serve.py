@@ -84,6 +84,10 @@ def preview(req: ServeRequest, directory: Path) -> tuple[ServePlan, list[str]]:
     """Build, gate and save the plan for review; start nothing."""
     plan = with_hash(build_serve_plan(req))
     warnings = gates(plan, directory, cleanup=False)
+    if req.models is not None:
+        from mlx_agent.plan.models_file import older_spellings
+
+        warnings.extend(older_spellings(req.models))
     save_preview(previews_dir(), plan)
     return plan, warnings
 

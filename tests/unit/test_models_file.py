@@ -10,6 +10,7 @@ import pytest
 
 from mlx_agent.errors import InvalidArguments, ModelsFileInvalid, ModelsNameConflict
 from mlx_agent.plan.canonical import plan_diff, with_hash
+from mlx_agent.plan.models_file import older_spellings
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ServePlan
 from mlx_agent.requests import ServeRequest
@@ -177,6 +178,24 @@ def test_the_older_keys_name_and_aliases_are_still_read(fleet_dir: Path) -> None
     assert (error.details["key"], error.details["line"]) == ("aliases", 9)
     error = refusal(fleet_dir, older.replace('name = "small"', 'name = "small"\nserved_model_name = "s"'), jit=True)
     assert isinstance(error, ModelsFileInvalid) and error.details["key"] == "name"
+
+
+def test_the_older_keys_are_named_in_one_warning_each(fleet_dir: Path) -> None:
+    """A preview of a file with name and aliases warns once per older key, at its line; the flags' names warn none."""
+    path = fleet_dir / "models.toml"
+    path.write_text(TWO.replace("served_model_name =", "name =").replace("alias =", "aliases ="))
+    assert older_spellings(str(path)) == [
+        f"{path}:{line}: '{old}' is the older spelling of '{new}'; it is still read, "
+        f"but rename it to match the --{flag} flag"
+        for line, old, new, flag in [
+            (4, "aliases", "alias", "alias"),
+            (2, "name", "served_model_name", "served-model-name"),
+            (9, "aliases", "alias", "alias"),
+            (7, "name", "served_model_name", "served-model-name"),
+        ]
+    ]
+    path.write_text(TWO)
+    assert older_spellings(str(path)) == []
 
 
 def test_relative_paths_are_read_from_the_files_directory(fleet_dir: Path) -> None:
