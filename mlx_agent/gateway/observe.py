@@ -7,14 +7,16 @@ stream, when the first token arrived. When the request ends the middleware write
     request {"time", "model", "endpoint", "status", "stream", "prompt_tokens", "completion_tokens",
              "cached_tokens", "ttft_ms", "duration_ms", "max_tokens", "max_tokens_requested"}
 
-(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics``. ``max_tokens`` is the
-reply limit the request was given (as far as the front knows: our worker reports its cut to the context's room),
-``max_tokens_requested`` the client's own (null when it sent none); a plain reply whose own limit was lowered
-gets the ``limit_notice`` header here.
+(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics``. A client that hangs
+up before its reply ended gets ``status`` 499; one that closes after its stream's last event, the stream's 200.
+``max_tokens`` is the reply limit the request was given (as far as the front knows: our worker reports its cut
+to the context's room), ``max_tokens_requested`` the client's own (null when it sent none); a plain reply whose
+own limit was lowered gets the ``limit_notice`` header here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
 EXCHANGE = "mlx_agent_exchange"
 REQUEST_LINE = "request "  # what starts a request line's message (``serve logs`` reads them)
 OBSERVED_PREFIX = "/v1/"
+# The status a request line gives a request whose client hung up before its reply ended (nginx's convention):
+# the handler is cancelled, so no status of the reply's own is left to log, and 500 would blame the front.
+CLIENT_CLOSED = 499
 log = logging.getLogger("mlx_agent.gateway")
 
 
@@ -54,6 +59,7 @@ class Exchange:
     first_token: float | None = None  # perf_counter at the first streamed token
     max_tokens_requested: int | None = None  # the client's own reply limit
     max_tokens: int | None = None  # the reply limit granted (``limit_notice``)
+    completed: int | None = None  # the status of a stream whose last event reached the client
 
     def routed(self, model: str, stream: bool, prompt: Any) -> None:
         """Record the model the request reached, whether it streams, and its prompt (kept only if logged)."""
@@ -168,6 +174,10 @@ def observer(metrics: FrontMetrics, log_prompts: bool) -> Middleware:
             return response
         except web.HTTPException as exc:
             status = exc.status
+            raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            # The client went away: after the whole stream (its own close) or before the reply ended.
+            status = exchange.completed or CLIENT_CLOSED
             raise
         finally:
             record(metrics, exchange, endpoint_of(request), status, log_prompts)

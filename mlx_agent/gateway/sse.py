@@ -135,6 +135,8 @@ class Events:
                     self.exchange.token()
                 out.append(translator.data(event[len(DATA) :]))
         self.pending = pending
+        if translator.ended and self.exchange is not None:
+            self.exchange.completed = 200  # its last event is out: a client may close now (Codex does)
         return b"".join(out)
 
 

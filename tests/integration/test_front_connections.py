@@ -175,3 +175,45 @@ def closed_within_reading(sock: socket.socket, into: bytearray, seconds: float) 
         return True
     except TimeoutError:
         return False
+
+
+def request_statuses(gateway: Gateway) -> list[int]:
+    """Return the status of every request line in the front's log, oldest first."""
+    lines = [line.split("request ", 1)[1] for line in gateway.log_path.read_text().splitlines() if "request {" in line]
+    return [json.loads(line)["status"] for line in lines]
+
+
+def responses_request(gateway: Gateway) -> bytes:
+    """Return the raw HTTP/1.1 request of a streamed Responses call."""
+    body = json.dumps({"model": "org/tiny", "input": "hi", "stream": True})
+    return (
+        f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+
+
+def test_a_stream_read_to_its_end_is_logged_200_and_one_cut_short_499(tmp_path: Path) -> None:
+    """A client that closes on a stream's last event is logged with the stream's 200; one that hangs up midway, 499."""
+    with running_gateway(tmp_path) as gateway:
+        assert gateway.chat().status == 200  # loaded
+        sent = [
+            (stream_request(gateway, x_chunks=3), b"[DONE]"),
+            (responses_request(gateway), b"response.completed"),  # Codex closes here, before the worker's [DONE]
+            (stream_request(gateway, x_chunks=2000, x_delay=0.02), b"data: "),
+        ]
+        for request, until in sent:
+            sock = connect(gateway)
+            sock.sendall(request)
+            received = b""
+            while until not in received:
+                received += sock.recv(65536)
+            sock.close()
+            deadline = time.monotonic() + 10
+            while gateway.status()["open_requests"] != 0:
+                assert time.monotonic() < deadline, "the closed stream stayed open"
+                time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while len(request_statuses(gateway)) < 4:
+            assert time.monotonic() < deadline, gateway.log_path.read_text()
+            time.sleep(0.05)
+        assert request_statuses(gateway) == [200, 200, 200, 499]
