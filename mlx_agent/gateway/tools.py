@@ -11,7 +11,7 @@ Both translated APIs use this:
 * Tools a provider runs on its own servers (web search, file search, code execution, MCP connectors, image
   generation, computer use) cannot run on this machine: they are left out of what the model sees, and the
   reply says which in the ``x-mlx-agent-dropped-tools`` header (and the front's log), so nothing pretends to
-  have searched the web.
+  have searched the web. So is OpenAI's ``tool_search`` (deferred-tool discovery), even client-executed.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ HOSTED_TOOLS = frozenset(
         "mcp",
     }
 )
+# OpenAI's tool discovery (Codex sends it with catalogued models, ``execution: "client"``): it loads deferred
+# tools into the conversation through its own output items, which a chat template cannot show the model, so it is
+# left out like a hosted tool; the tools sent in full stay offered.
+TOOL_SEARCH = "tool_search"
 # Anthropic server tools, by the prefix of their versioned type (web_search_20250305, ...).
 SERVER_TOOL_PREFIXES = ("web_search_", "web_fetch_", "code_execution_", "tool_search_tool_", "mcp_toolset")
 # Anthropic's client tools with a fixed schema: the model is given that schema; the client runs them.
@@ -195,7 +199,7 @@ def _responses_tool(tool: Mapping[str, Any], where: str, found: ToolSet, namespa
             if not isinstance(item, Mapping):
                 raise refuse("each tool must be an object", f"{where}.tools.{index}", "invalid_type")
             _responses_tool(item, f"{where}.tools.{index}", found, space)
-    elif kind in HOSTED_TOOLS:
+    elif kind in HOSTED_TOOLS or kind == TOOL_SEARCH:
         found.dropped.append(str(kind))
     else:
         raise refuse(f"tool type {kind!r} is not supported here", f"{where}.type", "unsupported_tool")

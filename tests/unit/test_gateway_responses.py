@@ -164,6 +164,17 @@ def test_what_codex_sends_is_accepted() -> None:
                 },
                 {"type": "web_search", "external_web_access": False},
                 {"type": "image_generation"},
+                {  # as Codex 0.171.0 sends it with a catalogued model
+                    "type": "tool_search",
+                    "execution": "client",
+                    "description": "# Tool discovery",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"limit": {"type": "number"}, "query": {"type": "string"}},
+                        "required": ["query"],
+                        "additionalProperties": False,
+                    },
+                },
             ],
             "reasoning": {"effort": "medium", "summary": "auto"},
             "text": {"verbosity": "low"},
@@ -181,7 +192,7 @@ def test_what_codex_sends_is_accepted() -> None:
     chat = translated.chat
     assert [t["function"]["name"] for t in chat["tools"]] == ["get_weather", "agents__spawn", "apply_patch"]
     assert chat["tools"][2]["function"]["parameters"]["required"] == ["input"]
-    assert translated.tools.dropped == ["web_search", "image_generation"]
+    assert translated.tools.dropped == ["web_search", "image_generation", "tool_search"]
     assert chat["reasoning_effort"] == "medium"
     assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "tool", "assistant", "tool"]
     assert chat["messages"][1]["tool_calls"][0]["function"]["name"] == "agents__spawn"
