@@ -274,6 +274,54 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return {**keep, "HOME": str(home), **extra}
 
 
+def claude_env(home: Path, port: int, key: str | None = None, **extra: str) -> dict[str, str]:
+    """Return Claude Code's environment against the front on ``port`` (its ``home`` made): no traffic but the API."""
+    home.mkdir(exist_ok=True)
+    return clean_env(
+        home,
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
+        ANTHROPIC_API_KEY=key or "unused",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+        **extra,
+    )
+
+
+def claude_reads(note: Path) -> list[str]:
+    """Return the argv of `claude -p` asked to Read ``note`` with its Read tool only (one json result)."""
+    return [
+        str(agent_binary("claude")),
+        "--bare",
+        "-p",
+        f"Read {note} and tell me the word.",
+        "--output-format",
+        "json",
+        "--model",
+        "claude-sonnet-4-5",
+        "--tools",
+        "Read",
+        "--allowedTools",
+        "Read",
+        "--system-prompt",
+        "You read files for the user.",
+    ]
+
+
+def codex_home(
+    directory: Path, port: int, *, model: str = "gpt-5-codex", top: str = "", provider: str = "", name: str = "local"
+) -> Path:
+    """Make a Codex home whose provider ``local`` (named ``name``) is the front on ``port``; return it.
+
+    ``top`` adds lines to the top-level settings, ``provider`` to the provider's table (Responses API).
+    """
+    directory.mkdir()
+    (directory / "config.toml").write_text(
+        f'model = "{model}"\nmodel_provider = "local"\n{top}\n[model_providers.local]\nname = "{name}"\n'
+        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n{provider}'
+    )
+    return directory
+
+
 def request_lines(agent: Agent, port: int) -> list[dict[str, Any]]:
     """Return every request line the front on ``port`` has written so far (``serve logs --json``)."""
     result = agent.run("serve", "logs", "--port", str(port), "--lines", "1000000")
@@ -417,8 +465,25 @@ def numbered_file(directory: Path, index: int) -> Path:
     return directory / f"f{index:02d}.txt"
 
 
-def compacting_model(directory: Path, files: Path, count: int, answer: str, window: int) -> Path:
-    """Build a model that Reads ``count`` numbered files in ``files`` (Claude Code's Read), then answers ``answer``.
+def read_call(path: Path) -> tuple[str, dict[str, Any]]:
+    """Return Claude Code's Read call of ``path``."""
+    return "Read", {"file_path": str(path)}
+
+
+def cat_call(path: Path) -> tuple[str, dict[str, Any]]:
+    """Return Codex's exec_command call that cats ``path``."""
+    return "exec_command", {"cmd": f"cat {path}"}
+
+
+def compacting_model(
+    directory: Path,
+    files: Path,
+    count: int,
+    answer: str,
+    window: int,
+    call: Callable[[Path], tuple[str, dict[str, Any]]] = read_call,
+) -> Path:
+    """Build a model that reads ``count`` numbered files in ``files`` by ``call`` (Claude Code's Read), then answers.
 
     It works out where it is from the files named so far (``COMPACTING_TEMPLATE``), and answers a compaction
     request with a summary naming the last file read. ``window`` is its context window.
@@ -428,7 +493,7 @@ def compacting_model(directory: Path, files: Path, count: int, answer: str, wind
     reads = [f"Read{k}:" for k in range(count + 1)]
     summarize = [f"Summarize{k}:" for k in range(count + 1)]
     calls = [
-        "<tool_call>" + json.dumps({"name": "Read", "arguments": {"file_path": str(numbered_file(files, k))}})
+        "<tool_call>" + json.dumps(dict(zip(("name", "arguments"), call(numbered_file(files, k)), strict=True)))
         for k in range(count)
     ]
     summaries = ["Summary: no file read yet."]

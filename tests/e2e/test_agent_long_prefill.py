@@ -29,7 +29,16 @@ from typing import Any
 import pytest
 
 from mlx_agent.gateway.observe import REQUEST_LINE
-from tests.agents_support import Namespace, agent_binary, clean_env, loopback_namespace, scripted_agent_model
+from tests.agents_support import (
+    Namespace,
+    agent_binary,
+    claude_env,
+    claude_reads,
+    clean_env,
+    codex_home,
+    loopback_namespace,
+    scripted_agent_model,
+)
 from tests.conftest import REPO_ROOT, free_port
 from tests.gateway_support import CONTROL_TOKEN, gateway_config, private_file, real_worker_argv
 
@@ -109,36 +118,13 @@ def test_claude_code_waits_out_a_prefill_longer_than_its_stream_timeouts(tmp_pat
     with front_inside(namespace, tmp_path, model) as (port, log_path):
         home = tmp_path / "claude-home"
         home.mkdir()
-        env = clean_env(
+        env = claude_env(
             home,
-            ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
-            ANTHROPIC_API_KEY="unused",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            DISABLE_AUTOUPDATER="1",
+            port,
             CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS=str(CLIENT_TIMEOUT_MS),
             CLAUDE_STREAM_FIRST_BYTE_TIMEOUT_MS=str(CLIENT_TIMEOUT_MS),
         )
-        done = namespace.run(
-            [
-                str(agent_binary("claude")),
-                "--bare",
-                "-p",
-                f"Read {note} and tell me the word.",
-                "--output-format",
-                "json",
-                "--model",
-                "claude-sonnet-4-5",
-                "--tools",
-                "Read",
-                "--allowedTools",
-                "Read",
-                "--system-prompt",
-                "You read files for the user.",
-            ],
-            env,
-            tmp_path,
-            timeout=400,
-        )
+        done = namespace.run(claude_reads(note), env, tmp_path, timeout=400)
         front_log = log_path.read_text()
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
@@ -166,14 +152,8 @@ def test_codex_waits_out_a_prefill_longer_than_its_stream_idle_timeout(tmp_path:
     note.write_text("The secret word is basil.\n")
     model = scripted_agent_model(tmp_path / "model", "exec_command", {"cmd": f"cat {note}"}, ANSWER)
     with front_inside(namespace, tmp_path, model) as (port, log_path):
-        codex_home = tmp_path / "codex-home"
-        codex_home.mkdir()
-        (codex_home / "config.toml").write_text(
-            'model = "gpt-5-codex"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
-            f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
-            f"stream_idle_timeout_ms = {CLIENT_TIMEOUT_MS}\n"
-        )
-        env = clean_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY="unused")
+        home = codex_home(tmp_path / "codex-home", port, provider=f"stream_idle_timeout_ms = {CLIENT_TIMEOUT_MS}\n")
+        env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
         done = namespace.run(
             [
                 str(agent_binary("codex")),

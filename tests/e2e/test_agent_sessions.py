@@ -24,7 +24,9 @@ from tests.agents_support import (
     Tmux,
     agent_binary,
     assert_cache_reuse,
+    claude_env,
     clean_env,
+    codex_home,
     compacting_model,
     inside,
     loopback_namespace,
@@ -83,19 +85,6 @@ def assert_claude_tools_ran(work: Path, files: dict[str, Path]) -> None:
     for name, (old, line) in NOTES.items():
         assert files[name].read_text() == line.replace(old, old.upper()) * LINES
     assert (work / "log.txt").read_text() == f"{LINES}\n" * len(NOTES)
-
-
-def claude_env(home: Path, port: int, **extra: str) -> dict[str, str]:
-    """Return Claude Code's environment for the front on ``port``."""
-    home.mkdir()
-    return clean_env(
-        home,
-        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
-        ANTHROPIC_API_KEY="unused",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_AUTOUPDATER="1",
-        **extra,
-    )
 
 
 def claude_argv(prompt: str, bare: bool, *mode: str) -> list[str]:
@@ -188,16 +177,6 @@ def codex_calls(files: dict[str, Path], patch: bool) -> list[tuple[str, dict[str
     return calls
 
 
-def codex_home(directory: Path, port: int, model: str) -> Path:
-    """Write a Codex home whose provider is the front on ``port`` (Responses API) and model ``model``."""
-    directory.mkdir()
-    (directory / "config.toml").write_text(
-        f'model = "{model}"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
-        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
-    )
-    return directory
-
-
 # A model Codex's catalog does not know gets exec_command alone; one it knows (gpt-5.5) also gets apply_patch
 # (and the tool_search tool).
 CODEX_MODELS = [pytest.param("gpt-5-codex", False, id="uncatalogued"), pytest.param("gpt-5.5", True, id="catalogued")]
@@ -211,7 +190,7 @@ def test_codex_exec_session(agent: Agent, tmp_path: Path, namespace: Namespace, 
     model = session_model(tmp_path / "model", codex_calls(files, patch), ANSWER)
     cli = inside(agent, namespace)
     port = serve(cli, model, ["--log-prompts"], None, tmp_path)
-    home = codex_home(tmp_path / "codex-home", port, codex_model)
+    home = codex_home(tmp_path / "codex-home", port, model=codex_model)
     env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
     argv = [
         str(agent_binary("codex")),

@@ -11,7 +11,6 @@ prompt starts with the previous one's (``tests/prompt_templates.assert_grows``).
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,15 @@ import pytest
 
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.responses.request import to_chat
-from tests.agents_support import Namespace, agent_binary, capture, loopback_namespace
+from tests.agents_support import (
+    Namespace,
+    agent_binary,
+    capture,
+    claude_env,
+    clean_env,
+    codex_home,
+    loopback_namespace,
+)
 from tests.conftest import free_port
 from tests.prompt_templates import assert_grows
 
@@ -35,12 +42,6 @@ def namespace() -> Iterator[Namespace]:
     """Make a network namespace with only loopback, for one test."""
     with loopback_namespace() as made:
         yield made
-
-
-def agent_env(home: Path, **extra: str) -> dict[str, str]:
-    """Return an agent's environment: its own home, nothing of ours, and ``extra``."""
-    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TERM") if k in os.environ}
-    return {**keep, "HOME": str(home), **extra}
 
 
 def claude_code_turns(first: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,16 +85,8 @@ def codex_turns(first: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_claude_code_sessions_render_growing_prompts(tmp_path: Path, namespace: Namespace) -> None:
     """Claude Code's real first request, continued, renders a growing prompt on every template."""
-    home = tmp_path / "home"
-    home.mkdir()
     port = free_port()
-    env = agent_env(
-        home,
-        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
-        ANTHROPIC_API_KEY="unused",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_AUTOUPDATER="1",
-    )
+    env = claude_env(tmp_path / "home", port)
     argv = [str(agent_binary("claude")), "-p", "Say hi.", "--output-format", "json", "--model", "claude-sonnet-4-5"]
     sent = capture(namespace, port, argv, env, tmp_path)
     first = next(r["body"] for r in sent if r["path"].startswith("/v1/messages") and r["body"].get("tools"))
@@ -107,13 +100,8 @@ def test_claude_code_sessions_render_growing_prompts(tmp_path: Path, namespace: 
 def test_codex_sessions_render_growing_prompts(tmp_path: Path, namespace: Namespace) -> None:
     """Codex's real first request, continued, renders a growing prompt on every template."""
     port = free_port()
-    codex_home = tmp_path / "codex-home"
-    codex_home.mkdir()
-    (codex_home / "config.toml").write_text(
-        'model = "gpt-5-codex"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
-        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
-    )
-    env = agent_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY="unused")
+    home = codex_home(tmp_path / "codex-home", port)
+    env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
     argv = [str(agent_binary("codex")), "exec", "--skip-git-repo-check", "Say hi."]
     sent = capture(namespace, port, argv, env, tmp_path)
     first = next(r["body"] for r in sent if r["path"] == "/v1/responses")

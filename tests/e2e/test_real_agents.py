@@ -20,7 +20,10 @@ from tests.agents_support import (
     Namespace,
     agent_binary,
     capture,
+    claude_env,
+    claude_reads,
     clean_env,
+    codex_home,
     inside,
     loopback_namespace,
     scripted_agent_model,
@@ -59,34 +62,7 @@ def test_claude_code_reads_a_file_and_finishes(
     port = serve(cli, model, extra, key, tmp_path)
     home = tmp_path / "claude-home"
     home.mkdir()
-    env = clean_env(
-        home,
-        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
-        ANTHROPIC_API_KEY=key or "unused",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_AUTOUPDATER="1",
-    )
-    done = namespace.run(
-        [
-            str(agent_binary("claude")),
-            "--bare",
-            "-p",
-            f"Read {note} and tell me the word.",
-            "--output-format",
-            "json",
-            "--model",
-            "claude-sonnet-4-5",
-            "--tools",
-            "Read",
-            "--allowedTools",
-            "Read",
-            "--system-prompt",
-            "You read files for the user.",
-        ],
-        env,
-        tmp_path,
-        timeout=300,
-    )
+    done = namespace.run(claude_reads(note), claude_env(home, port, key), tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
@@ -104,13 +80,8 @@ def test_codex_runs_a_command_and_finishes(
     model = scripted_agent_model(tmp_path / "model", "exec_command", {"cmd": f"cat {note}"}, ANSWER)
     cli = inside(agent, namespace)
     port = serve(cli, model, extra, key, tmp_path)
-    codex_home = tmp_path / "codex-home"
-    codex_home.mkdir()
-    (codex_home / "config.toml").write_text(
-        'model = "gpt-5-codex"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "local"\n'
-        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
-    )
-    env = clean_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY=key or "unused")
+    home = codex_home(tmp_path / "codex-home", port)
+    env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY=key or "unused")
     done = namespace.run(
         [
             str(agent_binary("codex")),
@@ -133,13 +104,7 @@ def test_the_bodies_claude_code_sends_translate_as_documented(tmp_path: Path, na
     home = tmp_path / "home"
     home.mkdir()
     port = free_port()
-    env = clean_env(
-        home,
-        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
-        ANTHROPIC_API_KEY="unused",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_AUTOUPDATER="1",
-    )
+    env = claude_env(home, port)
     sent = capture(
         namespace,
         port,
@@ -167,14 +132,8 @@ def test_the_bodies_claude_code_sends_translate_as_documented(tmp_path: Path, na
 def test_the_bodies_codex_sends_translate_as_documented(tmp_path: Path, namespace: Namespace) -> None:
     """Codex's own request, captured live, translates: namespaces flattened, hosted tools left out, effort kept."""
     port = free_port()
-    codex_home = tmp_path / "codex-home"
-    codex_home.mkdir()
-    (codex_home / "config.toml").write_text(
-        'model = "gpt-5-codex"\nmodel_provider = "local"\nmodel_reasoning_effort = "high"\n\n'
-        f'[model_providers.local]\nname = "local"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
-        'wire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
-    )
-    env = clean_env(tmp_path, CODEX_HOME=str(codex_home), LOCAL_API_KEY="unused")
+    home = codex_home(tmp_path / "codex-home", port, top='model_reasoning_effort = "high"\n')
+    env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
     sent = capture(
         namespace, port, [str(agent_binary("codex")), "exec", "--skip-git-repo-check", "Say hi."], env, tmp_path
     )

@@ -90,13 +90,19 @@ def test_connections_past_the_limit_are_refused_and_the_open_ones_served(tmp_pat
         assert gateway.request("GET", "/health").status == 200  # room again once they closed
 
 
-def stream_request(gateway: Gateway, **fields: object) -> bytes:
-    """Return the raw HTTP/1.1 request of a streamed chat completion with the stand-in's ``fields``."""
-    body = json.dumps({"model": "org/tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True, **fields})
+def raw_post(gateway: Gateway, path: str, doc: dict[str, object]) -> bytes:
+    """Return the raw HTTP/1.1 request that POSTs ``doc`` as JSON to ``path``."""
+    body = json.dumps(doc)
     return (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
     ).encode()
+
+
+def stream_request(gateway: Gateway, **fields: object) -> bytes:
+    """Return the raw HTTP/1.1 request of a streamed chat completion with the stand-in's ``fields``."""
+    doc = {"model": "org/tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True, **fields}
+    return raw_post(gateway, "/v1/chat/completions", doc)
 
 
 def test_a_client_that_hangs_up_ends_its_streamed_request(tmp_path: Path) -> None:
@@ -183,22 +189,14 @@ def request_statuses(gateway: Gateway) -> list[int]:
     return [json.loads(line)["status"] for line in lines]
 
 
-def responses_request(gateway: Gateway) -> bytes:
-    """Return the raw HTTP/1.1 request of a streamed Responses call."""
-    body = json.dumps({"model": "org/tiny", "input": "hi", "stream": True})
-    return (
-        f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
-    ).encode()
-
-
 def test_a_stream_read_to_its_end_is_logged_200_and_one_cut_short_499(tmp_path: Path) -> None:
     """A client that closes on a stream's last event is logged with the stream's 200; one that hangs up midway, 499."""
     with running_gateway(tmp_path) as gateway:
         assert gateway.chat().status == 200  # loaded
         sent = [
             (stream_request(gateway, x_chunks=3), b"[DONE]"),
-            (responses_request(gateway), b"response.completed"),  # Codex closes here, before the worker's [DONE]
+            # Codex closes on response.completed, before the worker's [DONE]
+            (raw_post(gateway, "/v1/responses", {"model": "org/tiny", "input": "hi", "stream": True}), b"completed"),
             (stream_request(gateway, x_chunks=2000, x_delay=0.02), b"data: "),
         ]
         for request, until in sent:
