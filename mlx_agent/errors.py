@@ -78,6 +78,7 @@ Outside the tree, because they are signals inside the servers rather than errors
     BodyInvalid ............................. a request body its endpoint's declaration refuses (front and worker)
     TemplateFailed, SchemaFailed ............ the generation thread could not render a prompt or a schema
     ContextLengthExceeded ................... the prompt does not fit the model's context
+    EmptyPrompt ............................. the prompt renders to no token at all (nothing to continue)
 """
 
 from __future__ import annotations
@@ -635,3 +636,11 @@ class SchemaFailed(Exception):
 
 class ContextLengthExceeded(Exception):
     """The rendered prompt leaves no room in the model's context for a reply (generation thread)."""
+
+
+class EmptyPrompt(Exception):
+    """The prompt rendered to no token (an empty completion prompt, no BOS): mlx_lm's batch would die on it."""
+
+    def __init__(self, param: str) -> None:
+        super().__init__("The prompt is empty once tokenized, so there is nothing to continue; send some text.")
+        self.param = param

@@ -8,7 +8,7 @@ including bad arguments; we never do.
 
 from __future__ import annotations
 
-from mlx_agent.errors import ContextLengthExceeded, HttpError, SchemaFailed, TemplateFailed
+from mlx_agent.errors import ContextLengthExceeded, EmptyPrompt, HttpError, SchemaFailed, TemplateFailed
 
 # OpenAI's error types; ``code`` is ours, stable and snake_case (listed in docs/wrapped-server.md).
 NOT_FOUND = "not_found_error"
@@ -47,6 +47,8 @@ def from_generation_error(error: Exception) -> HttpError:
         return bad_request(str(error), param="messages", code="template_error")
     if isinstance(error, ContextLengthExceeded):
         return bad_request(str(error), param="messages", code="context_length_exceeded")
+    if isinstance(error, EmptyPrompt):
+        return bad_request(str(error), param=error.param, code="empty_prompt")
     if isinstance(error, SchemaFailed):
         return bad_request(str(error), param="response_format", code="invalid_schema")
     if isinstance(error, RuntimeError) and "generation thread died" in str(error):

@@ -26,7 +26,7 @@ from typing import Any
 
 import mlx_lm.server as server
 
-from mlx_agent.errors import ContextLengthExceeded, SchemaFailed, TemplateFailed
+from mlx_agent.errors import ContextLengthExceeded, EmptyPrompt, SchemaFailed, TemplateFailed
 from mlx_agent.runtime import structured, system_turns
 from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
 from mlx_agent.runtime.errors_http import bad_request, from_generation_error, generation_unavailable
@@ -179,6 +179,8 @@ class WrappedGenerator(server.ResponseGenerator):
             raise TemplateFailed(
                 f"The chat template could not render this request: {type(error).__name__}: {error}"
             ) from error
+        if not result[0]:  # mlx_lm's batch raises on an empty sequence, and that ends the generation thread
+            raise EmptyPrompt("messages" if request.request_type == "chat" else "prompt")
         asked = args.max_tokens
         self._fit_context(result[0], args)
         if isinstance(request, WrappedRequest) and args.max_tokens < asked:

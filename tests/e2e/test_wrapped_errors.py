@@ -102,6 +102,16 @@ def test_a_template_error_is_400_not_404(server: Server) -> None:
     assert "Unknown role: oracle" in error["message"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_empty_completion_prompt_is_400_and_the_worker_keeps_serving(server: Server, stream: bool) -> None:
+    """A prompt that tokenizes to nothing is 400 empty_prompt; it used to end mlx_lm's generation thread."""
+    status, answer = server.post({"prompt": "", "max_tokens": 3, "stream": stream}, path="/v1/completions")
+    assert status == 400, answer
+    assert (error_of(answer)["code"], error_of(answer)["param"]) == ("empty_prompt", "prompt")
+    status, reply = server.post({"prompt": "Once", "max_tokens": 3}, path="/v1/completions")
+    assert status == 200 and reply["usage"]["completion_tokens"] == 3, reply
+
+
 def test_an_unknown_model_is_404_and_the_served_model_stays(server: Server) -> None:
     """A model this server does not serve is a 404 model_not_found; nothing is unloaded for it."""
     client = server.client()
