@@ -10,7 +10,7 @@ The rules (docs/gateway.md, "Anthropic Messages API"), written for what Claude C
   order they come. An ``assistant`` turn: its text becomes the content and each ``tool_use`` block a
   ``tool_calls`` entry (arguments = the input as JSON); ``thinking`` blocks are dropped (chat templates drop
   earlier reasoning themselves, which is also what ``context_management``'s clear-thinking edit asks for). A
-  ``system`` message inside ``messages`` stays a system message at its place (the worker folds them).
+  ``system`` message inside ``messages`` stays a system message at its place (the worker keeps it there).
 * A last ``assistant`` turn is continued (``continue_final_message``), as Anthropic continues a prefill.
 * Custom tools become function tools (``tools.py``: server tools are left out and named in a header;
   ``strict``, ``defer_loading`` and ``cache_control`` are accepted). ``tool_choice`` ``auto`` (or none given)
