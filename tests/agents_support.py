@@ -307,6 +307,17 @@ def claude_reads(note: Path) -> list[str]:
     ]
 
 
+def codex_exec(prompt: str) -> list[str]:
+    """Return the argv of `codex exec` asked ``prompt``, running its tools without approvals or sandbox."""
+    return [
+        str(agent_binary("codex")),
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        prompt,
+    ]
+
+
 def codex_home(
     directory: Path, port: int, *, model: str = "gpt-5-codex", top: str = "", provider: str = "", name: str = "local"
 ) -> Path:

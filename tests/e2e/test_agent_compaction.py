@@ -34,6 +34,7 @@ from tests.agents_support import (
     cat_call,
     claude_env,
     clean_env,
+    codex_exec,
     codex_home,
     compacting_model,
     inside,
@@ -92,13 +93,7 @@ def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Nam
     )
     env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
     done = namespace.run(
-        [
-            str(agent_binary("codex")),
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "Cat the numbered notes here one by one, then tell me the word.",
-        ],
+        codex_exec("Cat the numbered notes here one by one, then tell me the word."),
         env,
         work,
         timeout=600,

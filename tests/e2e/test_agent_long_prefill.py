@@ -31,10 +31,10 @@ import pytest
 from mlx_agent.gateway.observe import REQUEST_LINE
 from tests.agents_support import (
     Namespace,
-    agent_binary,
     claude_env,
     claude_reads,
     clean_env,
+    codex_exec,
     codex_home,
     loopback_namespace,
     scripted_agent_model,
@@ -155,13 +155,7 @@ def test_codex_waits_out_a_prefill_longer_than_its_stream_idle_timeout(tmp_path:
         home = codex_home(tmp_path / "codex-home", port, provider=f"stream_idle_timeout_ms = {CLIENT_TIMEOUT_MS}\n")
         env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
         done = namespace.run(
-            [
-                str(agent_binary("codex")),
-                "exec",
-                "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox",
-                f"Run cat {note} and tell me the word.",
-            ],
+            codex_exec(f"Run cat {note} and tell me the word."),
             env,
             tmp_path,
             timeout=400,

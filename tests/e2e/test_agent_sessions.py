@@ -26,6 +26,7 @@ from tests.agents_support import (
     assert_cache_reuse,
     claude_env,
     clean_env,
+    codex_exec,
     codex_home,
     compacting_model,
     inside,
@@ -192,13 +193,7 @@ def test_codex_exec_session(agent: Agent, tmp_path: Path, namespace: Namespace, 
     port = serve(cli, model, ["--log-prompts"], None, tmp_path)
     home = codex_home(tmp_path / "codex-home", port, model=codex_model)
     env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
-    argv = [
-        str(agent_binary("codex")),
-        "exec",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        CODEX_PROMPT,
-    ]
+    argv = codex_exec(CODEX_PROMPT)
     done = namespace.run(argv, env, work, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout

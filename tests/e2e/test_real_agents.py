@@ -23,6 +23,7 @@ from tests.agents_support import (
     claude_env,
     claude_reads,
     clean_env,
+    codex_exec,
     codex_home,
     inside,
     loopback_namespace,
@@ -83,13 +84,7 @@ def test_codex_runs_a_command_and_finishes(
     home = codex_home(tmp_path / "codex-home", port)
     env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY=key or "unused")
     done = namespace.run(
-        [
-            str(agent_binary("codex")),
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            f"Run cat {note} and tell me the word.",
-        ],
+        codex_exec(f"Run cat {note} and tell me the word."),
         env,
         tmp_path,
         timeout=300,
