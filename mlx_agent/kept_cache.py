@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from mlx_agent.plan.canonical import canonical_json
+from mlx_agent.canonical import canonical_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

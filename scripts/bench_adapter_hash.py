@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlx_agent.files import CHUNK, sha256_file
-from mlx_agent.plan.identity import HASH_PROGRESS, directory_identity, with_digests
+from mlx_agent.identity import HASH_PROGRESS, directory_identity, with_digests
 
 TARGET_RATIO = 0.90
 

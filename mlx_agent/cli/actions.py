@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.cli.output import Result
-    from mlx_agent.options import Record
-    from mlx_agent.requests import (
+    from mlx_agent.plan.options import Record
+    from mlx_agent.plan.requests import (
         LogsRequest,
         PolicyRequest,
         ServeRequest,

@@ -1,4 +1,4 @@
-"""The Click command tree, built from ``requests.COMMANDS``; each command hands its record to ``actions.py``."""
+"""The Click command tree, built from ``plan.requests.COMMANDS``; each command hands its record to ``actions.py``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import click
 
 from mlx_agent import __version__
 from mlx_agent.cli.actions import ACTIONS, dispatch
-from mlx_agent.options import Opt, choices, problem
-from mlx_agent.requests import COMMANDS
+from mlx_agent.plan.options import Opt, choices, problem
+from mlx_agent.plan.requests import COMMANDS
 
 
 def _click_type(opt: Opt) -> Any:

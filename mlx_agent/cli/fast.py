@@ -1,21 +1,21 @@
 """A click-free path for the ``--json`` calls agents make in loops (previews, status, stop).
 
 Importing Click costs several times Python's own start-up, so a well-formed ``--json`` invocation of a
-command in ``requests.COMMANDS`` is parsed here from the same option declarations. Anything this parser does
+command in ``plan.requests.COMMANDS`` is parsed here from the same option declarations. Anything this parser does
 not accept outright (``--help``, an unknown option, a bad value, ``--confirm``) falls back to Click, which
 owns every error message.
 """
 
 from __future__ import annotations
 
-from mlx_agent.options import Opt, choices, problem
-from mlx_agent.requests import COMMANDS
+from mlx_agent.plan.options import Opt, choices, problem
+from mlx_agent.plan.requests import COMMANDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.options import Record
+    from mlx_agent.plan.options import Record
 
 _CONVERT = {"str": str, "multi": str, "list": str, "json": str, "int": int, "float": float}
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.cli.output import Result
-    from mlx_agent.requests import TrainRequest, TrainStatusRequest
+    from mlx_agent.plan.requests import TrainRequest, TrainStatusRequest
 
 
 def render(name: str) -> Callable[[dict[str, Any], list[str]], None]:

@@ -247,7 +247,7 @@ def hash_progress(message: str) -> Iterator[None]:
     """Draw a progress bar with throughput for any full hashing done inside (``--verify-weights``)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    from mlx_agent.plan.identity import HASH_PROGRESS
+    from mlx_agent.identity import HASH_PROGRESS
 
     columns = (TextColumn(message), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     with Progress(*columns, console=err, transient=False) as bar:

@@ -26,8 +26,8 @@ from mlx_agent.errors import (
 from mlx_agent.files import changed_files, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.worker import WorkerProcess, rank_exits
+from mlx_agent.identity import source_changes
 from mlx_agent.kept_cache import cache_dir
-from mlx_agent.plan.identity import source_changes
 from mlx_agent.policy import Policy
 from mlx_agent.wire import EXIT_GENERATION_DIED
 

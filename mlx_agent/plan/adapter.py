@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mlx_agent.errors import AdapterInvalid
 from mlx_agent.files import changed_files, sha256_file
-from mlx_agent.plan.identity import read_safetensors_header
+from mlx_agent.identity import read_safetensors_header
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

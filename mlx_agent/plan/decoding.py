@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlx_agent.errors import DraftModelMismatch, UnsupportedRuntime
-from mlx_agent.plan.identity import with_digests
+from mlx_agent.identity import with_digests
 from mlx_agent.plan.source import REPO_ID, resolve_path_source, resolve_repo_source
 from mlx_agent.wire import PROMPT_CACHE_FLAG, PROMPT_CACHE_LIMIT_FLAG, PROMPT_CACHE_PLACEHOLDER
 
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
+    from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import DraftRecord, KvCacheRecord, PromptCacheRecord, SourceRecord
-    from mlx_agent.requests import ModelRequest
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:

@@ -104,7 +104,19 @@ def front_record(
 
 
 # The modules the front runs besides gateway/ (what ``python -m mlx_agent.gateway`` imports).
-FRONT_MODULES = ("bodies.py", "errors.py", "files.py", "policy.py", "readiness.py", "records.py", "spawn.py", "wire.py")
+FRONT_MODULES = (
+    "bodies.py",
+    "canonical.py",
+    "errors.py",
+    "files.py",
+    "identity.py",
+    "kept_cache.py",
+    "policy.py",
+    "readiness.py",
+    "records.py",
+    "spawn.py",
+    "wire.py",
+)
 
 
 def front_sources() -> dict[str, str]:
@@ -112,7 +124,6 @@ def front_sources() -> dict[str, str]:
     from mlx_agent.resources import PACKAGE_DIR
 
     files = [*sorted((PACKAGE_DIR / "gateway").rglob("*.py")), *(PACKAGE_DIR / m for m in FRONT_MODULES)]
-    files.append(PACKAGE_DIR / "plan" / "identity.py")
     return {p.relative_to(PACKAGE_DIR).as_posix(): sha256_file(p) for p in files if "__pycache__" not in p.parts}
 
 

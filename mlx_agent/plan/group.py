@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
+    from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord
-    from mlx_agent.requests import ModelRequest
 
 BACKENDS = ("ring", "jaccl")
 DEFAULT_RING_PORT = 32323

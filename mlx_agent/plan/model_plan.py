@@ -13,13 +13,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from mlx_agent.canonical import canonical_json
 from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
+from mlx_agent.identity import read_safetensors_header, with_digests
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
-from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
 from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
-from mlx_agent.plan.identity import read_safetensors_header, with_digests
 from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
@@ -41,6 +41,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import (
         AdapterRecord,
         DraftRecord,
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
         RuntimeRecord,
         SourceRecord,
     )
-    from mlx_agent.requests import ModelRequest
 
 # Seconds from TERM to KILL of a worker: one that saves its prompt cache on TERM gets longer.
 WORKER_STOP_TIMEOUT = 5.0

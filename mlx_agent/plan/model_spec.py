@@ -1,19 +1,19 @@
 """The checks of one model's options against each other, and the policy its record and the mode give it.
 
-The record itself is ``requests.ModelRequest``: ``serve start``'s per-model options, or one ``[[model]]``
+The record itself is ``plan.requests.ModelRequest``: ``serve start``'s per-model options, or one ``[[model]]``
 table of a models file (``models_file``), declared once. Cheap to import.
 """
 
 from __future__ import annotations
 
 from mlx_agent.errors import InvalidArguments
-from mlx_agent.options import problem
+from mlx_agent.plan.options import problem
 from mlx_agent.plan.recipes import AUTO
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import ModelPolicyRecord
-    from mlx_agent.requests import ModelRequest
 
 
 def validate_spec(spec: ModelRequest) -> None:

@@ -1,6 +1,6 @@
 """A models file (``serve start --models FILE``): one ``[[model]]`` TOML table per model of a fleet.
 
-A table's keys are ``requests.ModelRequest``'s options, named as their fields (``served_model_name``, ``alias``,
+A table's keys are ``plan.requests.ModelRequest``'s options, named as their fields (``served_model_name``, ``alias``,
 one of ``path``, ``repo`` or ``training_receipt``, ``runtime``, ``max_tokens``, ``kv_bits``, ``hosts``, ...), and
 its policy (``idle_timeout``, ``keep_loaded``, ``preload``); ``name`` and ``aliases`` are still read as the
 older spellings of ``served_model_name`` and ``alias``. The validator is built from those options, so a table
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mlx_agent.errors import ModelsFileInvalid, ModelsNameConflict
-from mlx_agent.requests import ModelRequest
+from mlx_agent.plan.requests import ModelRequest
 
 if TYPE_CHECKING:
-    from mlx_agent.options import Opt
+    from mlx_agent.plan.options import Opt
     from mlx_agent.records import ModelsFileRecord
 
 DECODE_POSITION = re.compile(r"at line (\d+), column (\d+)")

@@ -18,14 +18,14 @@ from mlx_agent.home import receipts_dir
 from mlx_agent.plan.front import FRONT_READINESS, front_argv, front_record, worker_paths
 from mlx_agent.plan.model_plan import ResolvedModel, build_model_plan, child_env
 from mlx_agent.plan.model_spec import model_policy
+from mlx_agent.plan.requests import ModelRequest
 from mlx_agent.policy import policy_from_options
-from mlx_agent.requests import ModelRequest
 from mlx_agent.wire import HOST, PLAN_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from mlx_agent.plan.requests import ServeRequest
     from mlx_agent.records import ModelsFileRecord, ServePlan
-    from mlx_agent.requests import ServeRequest
 
 SUPERVISORS = ("mlx-agent", "launchd", "systemd")
 

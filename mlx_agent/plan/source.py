@@ -15,7 +15,7 @@ from mlx_agent.errors import (
     ModelInvalid,
     ModelNotLocal,
 )
-from mlx_agent.plan.identity import directory_identity, file_identity, list_files
+from mlx_agent.identity import directory_identity, file_identity, list_files
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

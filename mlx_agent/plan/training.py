@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 
 import mlx_agent
+from mlx_agent.canonical import canonical_json
 from mlx_agent.errors import (
     AdapterPathNotEmpty,
     DatasetInvalid,
@@ -28,7 +29,6 @@ from mlx_agent.errors import (
 from mlx_agent.files import sha256_file
 from mlx_agent.home import receipts_dir
 from mlx_agent.installed import dist_version, model_support, own_site_paths
-from mlx_agent.plan.canonical import canonical_json
 from mlx_agent.plan.runtime_select import vision_markers
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.plan.training_receipt import ADAPTER_FILES
@@ -39,8 +39,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.options import Opt
-    from mlx_agent.requests import TrainRequest
+    from mlx_agent.plan.options import Opt
+    from mlx_agent.plan.requests import TrainRequest
 
 OPERATION = "lora.train"
 WATCHER_MODULE = "mlx_agent.supervise.train_watch"
@@ -95,7 +95,7 @@ INPUTS = ("path", "repo", "data", "adapter_path", "receipts_dir")
 
 def _options() -> dict[str, Opt]:
     """Return the request's option of each hyperparameter that comes from the request."""
-    from mlx_agent.requests import TrainRequest
+    from mlx_agent.plan.requests import TrainRequest
 
     options = {opt.dest: opt for opt in TrainRequest.OPTIONS}
     return {row.name: options[row.name] for row in TRAINED if not row.fixed}

@@ -119,7 +119,7 @@ def _check_base(receipt: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, A
     pinned = receipt.get("base") or receipt["plan"].get("base")
     if not isinstance(pinned, dict) or "path" not in pinned:
         raise _corrupt(receipt_dir / f"{receipt.get('id', '?')}.json", "it records no base model identity")
-    from mlx_agent.plan.canonical import MISSING, plan_diff
+    from mlx_agent.canonical import MISSING, plan_diff
 
     now, config = _base_now(pinned, receipt_dir)
     expected = dict(pinned)

@@ -6,17 +6,17 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from mlx_agent.canonical import plan_diff, with_hash
 from mlx_agent.errors import AdapterChanged, PreviewHashRequired, PreviewStale
 from mlx_agent.files import write_json_atomic
 from mlx_agent.home import previews_dir
-from mlx_agent.plan.canonical import plan_diff, with_hash
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from mlx_agent.plan.canonical import Plan
+    from mlx_agent.canonical import Plan
 
 KEEP = 200
 

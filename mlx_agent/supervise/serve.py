@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from mlx_agent.canonical import with_hash
 from mlx_agent.errors import (
     LaunchInterrupted,
     PortClaimed,
@@ -16,7 +17,6 @@ from mlx_agent.errors import (
 )
 from mlx_agent.files import open_private, private_dir, utc_now
 from mlx_agent.home import previews_dir, wired_dir
-from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.serve_plan import build_serve_plan, model_ids
 from mlx_agent.plan.wired import claims_on_port, read_wired
 from mlx_agent.spawn import spawn
@@ -32,8 +32,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
 
+    from mlx_agent.plan.requests import ServeRequest
     from mlx_agent.records import ProcessIdentity, ServePlan, ServeReceipt
-    from mlx_agent.requests import ServeRequest
 
 
 def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:

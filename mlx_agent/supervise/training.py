@@ -12,10 +12,10 @@ import os
 import signal
 from pathlib import Path
 
+from mlx_agent.canonical import with_hash
 from mlx_agent.errors import AdapterPathNotEmpty, LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
 from mlx_agent.files import open_private, private_dir, utc_now, write_json_atomic
 from mlx_agent.home import previews_dir, receipts_dir
-from mlx_agent.plan.canonical import with_hash
 from mlx_agent.plan.training_receipt import read_training_receipt
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import file_lock
@@ -27,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.requests import TrainRequest
+    from mlx_agent.plan.requests import TrainRequest
 
 LOCK_SECONDS = 30.0
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

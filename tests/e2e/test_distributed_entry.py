@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.plan.identity import safetensors_header_sha256
+from mlx_agent.identity import safetensors_header_sha256
 from mlx_agent.wire import EXIT_MODEL_CHANGED, EXIT_REFUSED, MODEL_CHECK_FLAG, REFUSAL_PREFIX
 from tests.e2e.test_wrapped_support import running
 from tests.fixtures.group import (

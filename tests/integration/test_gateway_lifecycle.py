@@ -261,7 +261,7 @@ def test_a_changed_runtime_source_fails_the_load(tmp_path: Path) -> None:
 
 def test_a_changed_draft_model_fails_the_load(tmp_path: Path) -> None:
     """The draft model's bound files changed since the plan: model_changed naming the draft, nothing loads."""
-    from mlx_agent.plan.identity import directory_identity
+    from mlx_agent.identity import directory_identity
 
     draft = tmp_path / "draft"
     draft.mkdir()

@@ -198,7 +198,7 @@ def test_every_training_option_reaches_mlx_lm_from_the_command_line(
     import importlib
     from typing import Any
 
-    from mlx_agent.requests import TrainRequest
+    from mlx_agent.plan.requests import TrainRequest
 
     inputs = {"--path", "--repo", "--data", "--adapter-path", "--receipts-dir"}
     assert {opt.flag for opt in TrainRequest.OPTIONS} - inputs == set(EVERY_OPTION)  # a new option is tested here

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from mlx_agent import accel_rules, wire
+from mlx_agent.canonical import plan_diff, with_hash
 from mlx_agent.errors import UnsupportedRuntime
 from mlx_agent.plan import accel
 from mlx_agent.plan import runtime as plan_runtime
-from mlx_agent.plan.canonical import plan_diff, with_hash
+from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ModelPlan, ServePlan
-from mlx_agent.requests import ServeRequest
 from mlx_agent.runtime import accel_entry
 from mlx_agent.runtime.mlx_lm_server import split_front_flags
 from tests.conftest import assert_valid

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlx_agent.plan.canonical import canonical_json, plan_diff, plan_hash, with_hash
+from mlx_agent.canonical import canonical_json, plan_diff, plan_hash, with_hash
 
 
 def test_canonical_json_sorts_keys_and_drops_spaces() -> None:

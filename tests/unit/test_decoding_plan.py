@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.canonical import plan_diff
 from mlx_agent.errors import DraftModelMismatch, InvalidArguments, UnsupportedRuntime
-from mlx_agent.plan.canonical import plan_diff
 from mlx_agent.plan.front import front_config
 from tests.fixtures.tiny_model import build_tiny_model
 from tests.unit.test_serve_plan import plan_for

@@ -12,7 +12,7 @@ import pytest
 
 from mlx_agent.errors import ModelInvalid
 from mlx_agent.files import sha256_file
-from mlx_agent.plan.identity import (
+from mlx_agent.identity import (
     HASH_PROGRESS,
     directory_identity,
     safetensors_header_sha256,

@@ -13,11 +13,11 @@ import pytest
 from mlx_agent.cli.app import serve
 from mlx_agent.cli.fast import parse
 from mlx_agent.errors import InvalidArguments, MlxAgentError
-from mlx_agent.options import Opt
+from mlx_agent.plan.options import Opt
+from mlx_agent.plan.requests import COMMANDS, ModelRequest, ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.plan.source import resolve_path_source
 from mlx_agent.records import ModelPlan
-from mlx_agent.requests import COMMANDS, ModelRequest, ServeRequest
 from tests.fixtures.tiny_model import build_hf_cache_repo, build_tiny_model
 from tests.unit.test_accel import native_executable
 from tests.unit.test_adapter import make_adapter

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.canonical import plan_diff, with_hash
 from mlx_agent.errors import InvalidArguments, ModelsFileInvalid, ModelsNameConflict
-from mlx_agent.plan.canonical import plan_diff, with_hash
 from mlx_agent.plan.models_file import older_spellings
+from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ServePlan
-from mlx_agent.requests import ServeRequest
 from mlx_agent.supervise.previews import name_models
 from tests.conftest import assert_valid
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_agent.options import Opt, Record, option
-from mlx_agent.requests import COMMANDS, ServeRequest
+from mlx_agent.plan.options import Opt, Record, option
+from mlx_agent.plan.requests import COMMANDS, ServeRequest
 
 
 @pytest.mark.parametrize("key", sorted(COMMANDS), ids=" ".join)

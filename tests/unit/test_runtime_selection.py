@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.canonical import plan_diff, with_hash
 from mlx_agent.errors import (
     InvalidArguments,
     RuntimeModelMismatch,
@@ -18,12 +19,11 @@ from mlx_agent.errors import (
     UnsupportedModel,
     UnsupportedRuntime,
 )
-from mlx_agent.plan.canonical import plan_diff, with_hash
+from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ModelPlan
-from mlx_agent.requests import ServeRequest
 from mlx_agent.runtime.native_entry import PORT_ENV
 from tests.conftest import assert_valid
 

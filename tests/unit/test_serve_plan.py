@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.canonical import canonical_json, plan_diff, with_hash
 from mlx_agent.errors import InvalidArguments, RuntimeNotExecutable, RuntimeNotInstalled, UnsupportedRuntime
-from mlx_agent.plan.canonical import canonical_json, plan_diff, with_hash
+from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ServePlan
-from mlx_agent.requests import ServeRequest
 from mlx_agent.runtime.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import assert_valid
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.canonical import canonical_json, plan_diff, with_hash
 from mlx_agent.errors import (
     AdapterPathNotEmpty,
     DatasetInvalid,
@@ -18,10 +19,9 @@ from mlx_agent.errors import (
     InvalidArguments,
     MlxAgentError,
 )
-from mlx_agent.plan.canonical import canonical_json, plan_diff, with_hash
+from mlx_agent.plan.requests import TrainRequest
 from mlx_agent.plan.source import resolve_path_source
 from mlx_agent.plan.training import build_training_plan
-from mlx_agent.requests import TrainRequest
 from tests.conftest import assert_valid
 from tests.fixtures.tiny_dataset import write_dataset
 from tests.fixtures.tiny_model import build_hf_cache_repo

@@ -1,6 +1,6 @@
 """Command-line options declared on the records they fill, so a flag cannot be defined and then dropped.
 
-A request record (``requests.py``) declares each of its fields with ``option(...)``: the flag, its help, its
+A request record (``plan/requests.py``) declares each of its fields with ``option(...)``: the flag, its help, its
 type, bounds and default. Click (``cli/app.py``) and the click-free fast path (``cli/fast.py``) both build their
 parsers from ``Record.OPTIONS``, and both hand the parsed values back to ``Record(**values)``, which
 refuses a value no field declares. One name per idea: the field is named as the flag, without dashes, and a

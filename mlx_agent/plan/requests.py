@@ -7,8 +7,8 @@ nothing beyond plain classes, so the ``--json`` fast path can read it on every c
 
 from __future__ import annotations
 
-from mlx_agent.options import Opt, Record, option
 from mlx_agent.plan import training_defaults as train
+from mlx_agent.plan.options import Opt, Record, option
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
