@@ -1,9 +1,9 @@
 """The support file of the two accelerations and the rules read from it, for the plan and the entry alike.
 
-``runtime/kernels/support.json`` says which dependency versions prompt lookup was tested with and what the
+``runtime/accel/kernels/support.json`` says which dependency versions prompt lookup was tested with and what the
 M5 Q4 prefill kernel needs (system, GPU, model shape). The plan checks these rules at preview
 (``plan/accel.py``) and the wrapped entry checks the same functions again inside the server
-(``runtime/accel_entry.py``), so each rule is written once.
+(``runtime/entries/accel_entry.py``), so each rule is written once.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-KERNELS_DIR = PACKAGE_DIR / "runtime" / "kernels"
+KERNELS_DIR = PACKAGE_DIR / "runtime" / "accel" / "kernels"
 SUPPORT_FILE = KERNELS_DIR / "support.json"
-SUPPORT_NAME = "runtime/kernels/support.json"
-LOOKUP_SOURCES = ("runtime/prompt_lookup.py", "runtime/lookup_serving.py")
-PREFILL_SOURCES = ("runtime/m5_prefill.py", "runtime/kernels/m5_q4_prefill.metal")
+SUPPORT_NAME = "runtime/accel/kernels/support.json"
+LOOKUP_SOURCES = ("runtime/accel/prompt_lookup.py", "runtime/accel/lookup_serving.py")
+PREFILL_SOURCES = ("runtime/accel/m5_prefill.py", "runtime/accel/kernels/m5_q4_prefill.metal")
 LOOKUP_DEPENDENCIES = ("mlx", "mlx-lm")
 PREFILL_DEPENDENCIES = ("mlx", "mlx-metal", "mlx-lm")
 

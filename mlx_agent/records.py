@@ -64,7 +64,7 @@ class RuntimeRecord(TypedDict, total=False):
     executable: str
     executable_from: str
     executable_sha256: str
-    native_entry_sha256: str  # runtime/native_entry.py, which an executable runs under (its port, its key)
+    native_entry_sha256: str  # runtime/entries/native_entry.py, which an executable runs under (its port, its key)
     argv_prefix: list[str]
 
 

@@ -56,7 +56,7 @@ CONTEXT_WINDOW_FLAG = "--mlx-agent-context-window"  # the model's context: longe
 # (mlx.launch with a quiet forwarder and an honest exit status), and gives every rank the base model's reviewed
 # files, which each rank rechecks in its own copy before it loads: PATH=METHOD:HEX:SIZE, METHOD sha256 (full
 # content), header (sha256 of a safetensors header), blob (the HF cache blob's name) or size (HEX empty).
-LAUNCH_MODULE = "mlx_agent.runtime.launcher"
+LAUNCH_MODULE = "mlx_agent.runtime.distributed.launcher"
 MODEL_CHECK_FLAG = "--mlx-agent-expect-model"
 EXIT_MODEL_CHANGED = 65  # a rank's copy of the model is not what was reviewed (refusal line model_changed)
 EXIT_RANK_LOST = 75  # a rank lost its group: a peer or its launcher went away

@@ -1,8 +1,8 @@
 """Measure a 2-rank group (mlx.launch, ring backend over loopback, CPU) against one process, side by side in one run.
 
 Three servers of the wrapped entry serve the same random-weight llama (built here): one process, a
-tensor-parallel group of 2 ranks under our launcher (``mlx_agent.runtime.launcher``), and the same group under
-plain ``mlx.launch``. Printed together:
+tensor-parallel group of 2 ranks under our launcher (``mlx_agent.runtime.distributed.launcher``), and the same
+group under plain ``mlx.launch``. Printed together:
 
 * decode tokens/s, greedy, non-streaming, interleaved rounds (information: on one machine, two ranks share
   its cores and talk over loopback, so a group is slower here; across Macs it holds a model one cannot);

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_agent.runtime.system_turns import SystemTurns
+from mlx_agent.runtime.serving.system_turns import SystemTurns
 from tests.e2e.harmony_support import HARMONY_TEMPLATE
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 from tests.fixtures.tiny_vlm import VLM_CHAT_TEMPLATE

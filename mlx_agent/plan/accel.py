@@ -4,8 +4,8 @@ They are prompt-lookup decoding (``--prompt-lookup``, recorded as ``decode_profi
 kernel (``--m5-prefill``, recorded as ``prefill_kernel``): the plan's and receipt's names are the spec's
 ``--json`` contract, the functions here and the entry's rules are named after the options.
 
-Both are checked here at preview against ``runtime/kernels/support.json`` and checked again inside the
-server (``runtime/accel_entry.py``, with the same rules from this module). Neither is an error when it cannot
+Both are checked here at preview against ``runtime/accel/kernels/support.json`` and checked again inside the
+server (``runtime/entries/accel_entry.py``, with the same rules from this module). Neither is an error when it cannot
 apply: the plan says why, and the server runs native MLX. The M5 kernel needs Metal, so on this kind of
 machine it is always recorded as not eligible.
 

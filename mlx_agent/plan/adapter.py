@@ -1,7 +1,7 @@
 """LoRA adapters bound by content: the checks an adapter directory must pass, and its identity.
 
 The same identity is rechecked inside the server process right before the model loads (see
-``mlx_agent.runtime.file_checks``), so a changed adapter never reaches a running model unreviewed.
+``mlx_agent.runtime.entries.file_checks``), so a changed adapter never reaches a running model unreviewed.
 """
 
 from __future__ import annotations

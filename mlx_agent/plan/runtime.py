@@ -4,7 +4,7 @@ The program is our wrapped entry, the runtime's own module, or an executable fro
 
 Nothing here may depend on PATH at confirm time: an executable whose shebang goes through ``env`` is
 bound to the interpreter PATH gave at preview. Every executable is launched through its interpreter
-explicitly, under our stdlib-only ``runtime/native_entry.py`` (bound by sha256 like the executable), which
+explicitly, under our stdlib-only ``runtime/entries/native_entry.py`` (bound by sha256 like the executable), which
 gives it its port from the environment and, where its recipe says so, checks the front's per-launch key.
 """
 
@@ -31,16 +31,16 @@ if TYPE_CHECKING:
     from mlx_agent.records import FileCheck, RuntimeRecord
 
 ENTRY_DIR = PACKAGE_DIR / "runtime"
-NATIVE_ENTRY = ENTRY_DIR / "native_entry.py"  # run by path under another environment's interpreter
+NATIVE_ENTRY = ENTRY_DIR / "entries" / "native_entry.py"  # run by path under another environment's interpreter
 
 
 def entry_sources() -> dict[str, str]:
     """Return the sha256 of each source file of the wrapped entry, keyed by its package-relative name.
 
-    These are its Python modules (at any depth) and its bundled kernel files (``runtime/kernels/``), so a
+    These are its Python modules (at any depth) and its bundled kernel files (``runtime/accel/kernels/``), so a
     changed kernel source makes a plan stale.
     """
-    files = [*ENTRY_DIR.rglob("*.py"), *(p for p in (ENTRY_DIR / "kernels").rglob("*") if p.is_file())]
+    files = [*ENTRY_DIR.rglob("*.py"), *(p for p in (ENTRY_DIR / "accel" / "kernels").rglob("*") if p.is_file())]
     return {
         p.relative_to(ENTRY_DIR.parent).as_posix(): sha256_file(p)
         for p in sorted(set(files))

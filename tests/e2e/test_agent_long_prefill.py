@@ -51,7 +51,7 @@ SLOW_PREFILL_S = 3.5 * CLIENT_TIMEOUT_MS / 1000
 # worker has begun its answer and says nothing more until the prompt is processed).
 SLOW_ENTRY = r"""
 import os, sys, threading, time
-import mlx_agent.runtime.handler as handler
+import mlx_agent.runtime.serving.handler as handler
 from mlx_agent.runtime.entry import main
 
 original = handler.WrappedHandler.end_headers

@@ -185,7 +185,7 @@ def test_a_changed_model_file_on_one_rank_refuses_the_group(tiny_model: Path, tm
 
 def test_model_identities_hold_for_any_copy_and_catch_changes(tiny_model: Path, tmp_path: Path) -> None:
     """Each identity method accepts a faithful copy (new inode and mtime) and names a changed file."""
-    from mlx_agent.runtime.file_checks import ModelExpectation, model_changes
+    from mlx_agent.runtime.entries.file_checks import ModelExpectation, model_changes
 
     weights = tiny_model / "model.safetensors"
     blobs = tmp_path / "blobs"
@@ -299,7 +299,7 @@ def test_the_launcher_exits_with_the_status_of_the_failing_rank() -> None:
 
 def test_a_refusal_is_the_groups_status_whichever_rank_ended_first() -> None:
     """A rank that refused (status 3) explains a peer that failed with 1 before it: the group exits 3."""
-    from mlx_agent.runtime.launcher import Ranks
+    from mlx_agent.runtime.distributed.launcher import Ranks
 
     ranks = Ranks()
     ranks.statuses = [(1, 1, False), (0, EXIT_REFUSED, False), (1, 70, False)]

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from mlx_agent.plan.runtime import NATIVE_ENTRY
-from mlx_agent.runtime.native_entry import KEY_ENV, PORT_ENV
+from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import Agent, free_port
 from tests.fixtures.tiny_vlm import build_tiny_vlm
 

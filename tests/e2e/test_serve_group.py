@@ -158,7 +158,7 @@ def test_a_lost_rank_is_reported_and_the_group_replaced(agent: Agent, tiny_model
     """Killing one rank ends the group; status names the exit with the log tail; the front starts a new group."""
     port = free_port()
     agent.launch(*group_args(tiny_model, port))
-    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.launcher" in p.cmdline()]
+    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.distributed.launcher" in p.cmdline()]
     rank1 = next(c for c in launcher.children() if c.environ().get("MLX_RANK") == "1")
     os.kill(rank1.pid, signal.SIGKILL)
     wait_until(lambda: not launcher.is_running() or launcher.status() == psutil.STATUS_ZOMBIE)
@@ -215,7 +215,7 @@ def test_a_jit_group_that_lost_a_rank_is_degraded_until_the_next_request(agent: 
     port = free_port()
     agent.launch(*group_args(tiny_model, port, "--jit"))
     assert replies(port, tiny_model.name)
-    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.launcher" in p.cmdline()]
+    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.distributed.launcher" in p.cmdline()]
     rank1 = next(c for c in launcher.children() if c.environ().get("MLX_RANK") == "1")
     os.kill(rank1.pid, signal.SIGKILL)
     wait_until(lambda: agent.run("serve", "status").data["servers"][0]["health"] == "degraded")

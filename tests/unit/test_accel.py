@@ -17,8 +17,8 @@ from mlx_agent.plan import runtime as plan_runtime
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ModelPlan, ServePlan
-from mlx_agent.runtime import accel_entry
-from mlx_agent.runtime.mlx_lm_server import split_front_flags
+from mlx_agent.runtime.entries import accel_entry
+from mlx_agent.runtime.entries.mlx_lm_server import split_front_flags
 from tests.conftest import assert_valid
 
 RULES = accel_rules.support()[0]
@@ -151,9 +151,9 @@ def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypa
     """The entry's sources include every runtime module and kernel file; a changed .metal changes the plan."""
     sources = plan_runtime.entry_sources()
     assert {
-        "runtime/kernels/m5_q4_prefill.metal",
-        "runtime/kernels/support.json",
-        "runtime/prompt_lookup.py",
+        "runtime/accel/kernels/m5_q4_prefill.metal",
+        "runtime/accel/kernels/support.json",
+        "runtime/accel/prompt_lookup.py",
         "runtime/entry.py",
     } <= set(sources)
 
@@ -171,6 +171,6 @@ def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypa
     after = whole_plan()
     fields = {c["field"] for c in plan_diff(before, after)}
     name = before["models"][0]["name"]
-    assert f"models[{name}].prefill_kernel.sources.runtime/kernels/m5_q4_prefill.metal" in fields
-    assert f"models[{name}].runtime.entry_sources.runtime/kernels/m5_q4_prefill.metal" in fields
+    assert f"models[{name}].prefill_kernel.sources.runtime/accel/kernels/m5_q4_prefill.metal" in fields
+    assert f"models[{name}].runtime.entry_sources.runtime/accel/kernels/m5_q4_prefill.metal" in fields
     assert before.get("preview_hash") != after.get("preview_hash")

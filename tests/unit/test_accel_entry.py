@@ -15,7 +15,9 @@ from mlx_agent.errors import RuntimeChanged, error_class
 from mlx_agent.plan import accel
 from mlx_agent.plan.recipes import load_recipe
 from mlx_agent.plan.runtime import resolve_runtime
-from mlx_agent.runtime import accel_entry, entry, m5_prefill
+from mlx_agent.runtime import entry
+from mlx_agent.runtime.accel import m5_prefill
+from mlx_agent.runtime.entries import accel_entry
 from mlx_agent.supervise.readiness import launch_failed
 from mlx_agent.wire import REFUSAL_PREFIX as ERROR_PREFIX
 from tests.unit.test_m5_prefill import FakeKernel, qwen2_model
@@ -126,10 +128,10 @@ def test_a_changed_dependency_or_source_is_named() -> None:
         True,
         False,
         {"mlx": "0.0.1", "mlx-metal": None},
-        {"runtime/prompt_lookup.py": "0" * 64, "runtime/gone.py": None},
+        {"runtime/accel/prompt_lookup.py": "0" * 64, "runtime/gone.py": None},
     )
     changes = accel_entry.fingerprint_changes(flags)
-    assert [c["field"] for c in changes] == ["versions.mlx", "sources.runtime/prompt_lookup.py"]
+    assert [c["field"] for c in changes] == ["versions.mlx", "sources.runtime/accel/prompt_lookup.py"]
     assert changes[0]["expected"] == "0.0.1" and changes[0]["actual"]
 
 
@@ -157,7 +159,7 @@ def test_the_supervisor_reports_runtime_changed(tmp_path: Path) -> None:
 
 def test_the_entry_strips_its_flags_before_mlx_lm(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a matching fingerprint the entry hands mlx_lm the argv without any acceleration flag."""
-    from mlx_agent.runtime import mlx_lm_server
+    from mlx_agent.runtime.entries import mlx_lm_server
 
     seen: dict[str, Any] = {}
 

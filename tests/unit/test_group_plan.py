@@ -59,7 +59,7 @@ def test_the_launcher_argv_carries_the_environment_and_the_parallelism(tiny_mode
         "ring_port": 40000,
     }
     argv = launcher_argv(group, sys.executable, {"HF_HUB_OFFLINE": "1"}, ["python", "-m", "entry"])  # type: ignore[arg-type]
-    assert argv[:3] == [sys.executable, "-m", "mlx_agent.runtime.launcher"]
+    assert argv[:3] == [sys.executable, "-m", "mlx_agent.runtime.distributed.launcher"]
     assert argv[argv.index("--hostfile") + 1] == group["hostfile_path"]
     assert argv[argv.index("--starting-port") + 1] == "40000" and "HF_HUB_OFFLINE=1" in argv
     assert argv[argv.index("--") + 1 :] == ["python", "-m", "entry", "--pipeline"]

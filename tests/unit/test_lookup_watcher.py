@@ -14,13 +14,13 @@ from mlx_lm import load
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlx_agent.runtime import structured
-from mlx_agent.runtime.generator import WrappedGenerator
-from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.lookup_verify import WatchedChoices
-from mlx_agent.runtime.prompt_lookup import LookupDecoder
-from mlx_agent.runtime.request_options import RequestOptions
-from mlx_agent.runtime.watcher import CHECK_EVERY, Grammar, ReplyWatcher, Vocabulary
+from mlx_agent.runtime.accel.lookup_verify import WatchedChoices
+from mlx_agent.runtime.accel.prompt_lookup import LookupDecoder
+from mlx_agent.runtime.reply import structured
+from mlx_agent.runtime.reply.watcher import CHECK_EVERY, Grammar, ReplyWatcher, Vocabulary
+from mlx_agent.runtime.serving.generator import WrappedGenerator
+from mlx_agent.runtime.serving.limits import Limits
+from mlx_agent.runtime.serving.request_options import RequestOptions
 
 EOS, THINK, UNTHINK, WAIT, WORD = 0, 1, 2, 3, 4
 PIECES = {EOS: "", THINK: "<think>", UNTHINK: "</think>", WAIT: " Wait,", WORD: " word"}

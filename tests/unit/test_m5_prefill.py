@@ -10,8 +10,8 @@ import pytest
 from mlx import nn as _nn
 from mlx_lm.models import qwen2
 
-from mlx_agent.runtime import m5_prefill
-from mlx_agent.runtime.m5_prefill import KernelLinear, adapt_model, emulate, layer_reasons, restore, unpack
+from mlx_agent.runtime.accel import m5_prefill
+from mlx_agent.runtime.accel.m5_prefill import KernelLinear, adapt_model, emulate, layer_reasons, restore, unpack
 
 nn: Any = _nn
 

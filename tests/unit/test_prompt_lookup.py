@@ -13,11 +13,11 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models import cache as cache_module
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlx_agent.runtime.generator import needs_watcher
-from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.lookup_serving import _fetch, native_reasons
-from mlx_agent.runtime.prompt_lookup import LookupDecoder, NgramIndex, plain_kv_cache
-from mlx_agent.runtime.request_options import RequestOptions
+from mlx_agent.runtime.accel.lookup_serving import _fetch, native_reasons
+from mlx_agent.runtime.accel.prompt_lookup import LookupDecoder, NgramIndex, plain_kv_cache
+from mlx_agent.runtime.serving.generator import needs_watcher
+from mlx_agent.runtime.serving.limits import Limits
+from mlx_agent.runtime.serving.request_options import RequestOptions
 
 CODE = (
     "def fibonacci(n: int) -> int:\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"

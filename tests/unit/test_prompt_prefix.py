@@ -2,7 +2,7 @@
 
 Turn N+1's rendered prompt must start with turn N's (without its generation prompt, which the reply replaces)
 for the worker's prompt cache to serve all of turn N. Checked as a property over conversations (hypothesis)
-through the worker's system-message placement (``runtime/system_turns``), for chat bodies and for the bodies
+through the worker's system-message placement (``runtime/serving/system_turns``), for chat bodies and for the bodies
 the Anthropic and Responses translators make of Claude Code- and Codex-shaped sessions.
 """
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.responses.request import to_chat
-from mlx_agent.runtime.system_turns import MARKER, SystemTurns, place
+from mlx_agent.runtime.serving.system_turns import MARKER, SystemTurns, place
 from tests.prompt_templates import RENDERS, TEMPLATES, assert_grows, rendered
 
 TEXT_TEMPLATES = [name for name in TEMPLATES if name != "vlm"]

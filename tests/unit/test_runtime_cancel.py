@@ -12,7 +12,7 @@ import pytest
 from mlx_lm.server import Response
 
 from mlx_agent.errors import ClientGone, HttpError, TemplateFailed
-from mlx_agent.runtime.cancel import ReplyStream, client_gone
+from mlx_agent.runtime.serving.cancel import ReplyStream, client_gone
 
 
 class Context:

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from mlx_lm.generate import TextStateMachine
 
-from mlx_agent.runtime import harmony
-from mlx_agent.runtime.harmony_calls import RAW_ARGUMENTS, parse_call, read_arguments
-from mlx_agent.runtime.harmony_serving import (
+from mlx_agent.runtime.reply import harmony
+from mlx_agent.runtime.reply.harmony_calls import RAW_ARGUMENTS, parse_call, read_arguments
+from mlx_agent.runtime.reply.harmony_serving import (
     HarmonyAwareTextStateMachine,
     HarmonyTextMachine,
     harmony_vocabulary,
     prompt_mode,
 )
-from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter, UnparsedToolCall
+from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter, UnparsedToolCall
 
 ANALYSIS = "<|channel|>analysis<|message|>"
 FINAL = "<|start|>assistant<|channel|>final<|message|>"
@@ -290,7 +290,7 @@ def test_install_gives_mlx_lm_s_handler_the_harmony_aware_class(monkeypatch: pyt
     """The handler calls ``TextStateMachine.split`` on mlx_lm.server's name: install points it at ours."""
     import mlx_lm.server
 
-    from mlx_agent.runtime import harmony_serving
+    from mlx_agent.runtime.reply import harmony_serving
 
     monkeypatch.setattr(mlx_lm.server, "TextStateMachine", TextStateMachine)
     harmony_serving.install()

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.watcher import ReplyWatcher, Vocabulary
+from mlx_agent.runtime.reply.watcher import ReplyWatcher, Vocabulary
+from mlx_agent.runtime.serving.limits import Limits
 
 EOS, CHANNEL, ANALYSIS, MESSAGE, END, START, ASSISTANT, FINAL, WORD, WAIT, COMMENTARY = range(11)
 PIECES = {

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.runtime import lenient_tools
-from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter
+from mlx_agent.runtime.reply import lenient_tools
+from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter
 
 QWEN = "mlx_lm.tool_parsers.qwen3_coder"
 SCHEMA: Any = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlx_agent.errors import HttpError
-from mlx_agent.runtime.limits import (
+from mlx_agent.runtime.serving.limits import (
     Limits,
     answer_reserve,
     count_hedges,

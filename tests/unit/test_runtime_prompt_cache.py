@@ -9,7 +9,13 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from mlx_agent.runtime.prompt_cache import AlignedPromptCache, align, enforce_limit, restore_entries, save_entries
+from mlx_agent.runtime.serving.prompt_cache import (
+    AlignedPromptCache,
+    align,
+    enforce_limit,
+    restore_entries,
+    save_entries,
+)
 
 
 def filled(positions: int) -> KVCache:

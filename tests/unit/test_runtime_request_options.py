@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import HttpError
-from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.request_options import Served, prepare_body
+from mlx_agent.runtime.serving.limits import Limits
+from mlx_agent.runtime.serving.request_options import Served, prepare_body
 
 SERVED = Served(frozenset({"default_model", "/models/tiny"}), Limits())
 USER = {"role": "user", "content": "hi"}

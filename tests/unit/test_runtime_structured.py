@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlx_agent.errors import HttpError
-from mlx_agent.runtime import structured
+from mlx_agent.runtime.reply import structured
 
 SCHEMA = {
     "type": "object",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter, UnparsedToolCall, as_written, split_calls
+from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter, UnparsedToolCall, as_written, split_calls
 
 
 def parse(text: str, tools: Any) -> Any:

@@ -8,8 +8,8 @@ from typing import Any
 import mlx.core as mx
 import pytest
 
-from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.watcher import CHECK_EVERY, ReplyWatcher, Vocabulary
+from mlx_agent.runtime.reply.watcher import CHECK_EVERY, ReplyWatcher, Vocabulary
+from mlx_agent.runtime.serving.limits import Limits
 
 EOS, THINK, UNTHINK, WAIT, WORD = 0, 1, 2, 3, 4
 PIECES = {EOS: "", THINK: "<think>", UNTHINK: "</think>", WAIT: " Wait,", WORD: " word"}

@@ -11,8 +11,8 @@ import mlx_lm.server
 import pytest
 
 from mlx_agent.errors import SeamChanged
-from mlx_agent.runtime import mlx_lm_server, seams
-from mlx_agent.runtime.limits import Limits
+from mlx_agent.runtime.entries import mlx_lm_server, seams
+from mlx_agent.runtime.serving.limits import Limits
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -82,7 +82,7 @@ def test_a_changed_seam_stops_the_entry(monkeypatch: pytest.MonkeyPatch, capsys:
 
 def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:
     """The replacement run loads the default model, then serves our generator with our handler class."""
-    from mlx_agent.runtime import generator, handler
+    from mlx_agent.runtime.serving import generator, handler
 
     calls: list[str] = []
 

@@ -17,7 +17,7 @@ from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ServePlan
-from mlx_agent.runtime.native_entry import KEY_ENV, PORT_ENV
+from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import assert_valid
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import SeamChanged
-from mlx_agent.runtime import mlx_vlm_server
-from mlx_agent.runtime.mlx_vlm_server import NORMALIZER, InstructionPlacer, check_vlm_seams
-from mlx_agent.runtime.system_turns import MARKER
+from mlx_agent.runtime.entries import mlx_vlm_server
+from mlx_agent.runtime.entries.mlx_vlm_server import NORMALIZER, InstructionPlacer, check_vlm_seams
+from mlx_agent.runtime.serving.system_turns import MARKER
 from tests.fixtures.tiny_vlm import IMAGE_PAD, build_tiny_vlm
 
 SEAMS = [(module, dotted) for module, callables in mlx_vlm_server.VLM_SEAMS.items() for dotted in callables]

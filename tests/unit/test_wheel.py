@@ -35,7 +35,10 @@ def test_the_wheel_ships_recipes_schemas_and_kernels(tmp_path: Path) -> None:
     for folder in ("recipes", "schemas"):
         for path in (REPO_ROOT / folder).glob("*.json"):
             assert f"mlx_agent/{folder}/{path.name}" in names
-    assert {"mlx_agent/runtime/kernels/support.json", "mlx_agent/runtime/kernels/m5_q4_prefill.metal"} <= names
+    assert {
+        "mlx_agent/runtime/accel/kernels/support.json",
+        "mlx_agent/runtime/accel/kernels/m5_q4_prefill.metal",
+    } <= names
 
 
 def test_the_resolver_reads_the_checkout_or_the_installed_package(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mlx_agent.runtime.errors_http import bad_request
+from mlx_agent.runtime.serving.errors_http import bad_request
 
 # The judged text is the newest this many tokens: a loop says the same thing every few lines, while an
 # honest long reply may say "wait" a dozen times over thousands of tokens.

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mlx_agent.runtime.watcher import Mark, ReplyWatcher
+from mlx_agent.runtime.reply.watcher import Mark, ReplyWatcher
 
 
 class WatchedChoices:

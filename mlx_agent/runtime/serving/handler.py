@@ -17,10 +17,10 @@ import mlx_lm.server as server
 
 from mlx_agent.bodies import load_json
 from mlx_agent.errors import BodyInvalid, ClientGone, HttpError
-from mlx_agent.runtime.errors_http import bad_request, from_upstream_validation
-from mlx_agent.runtime.generator import WrappedGenerator, WrappedRequest
-from mlx_agent.runtime.request_options import RequestOptions, prepare_body
-from mlx_agent.runtime.tool_calls import MARKER, as_written, split_calls
+from mlx_agent.runtime.reply.tool_calls import MARKER, as_written, split_calls
+from mlx_agent.runtime.serving.errors_http import bad_request, from_upstream_validation
+from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
+from mlx_agent.runtime.serving.request_options import RequestOptions, prepare_body
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
 
 log = logging.getLogger(__name__)

@@ -27,16 +27,27 @@ from typing import Any
 import mlx_lm.server as server
 
 from mlx_agent.errors import ContextLengthExceeded, EmptyPrompt, SchemaFailed, TemplateFailed
-from mlx_agent.runtime import structured, system_turns
-from mlx_agent.runtime.cancel import POLL_SECONDS, ReplyStream
-from mlx_agent.runtime.errors_http import bad_request, from_generation_error, generation_unavailable
-from mlx_agent.runtime.harmony import CALL
-from mlx_agent.runtime.harmony_calls import parse_call
-from mlx_agent.runtime.harmony_serving import HarmonyTextMachine, HarmonyVocabulary, harmony_vocabulary, prompt_mode
-from mlx_agent.runtime.limits import Limits
-from mlx_agent.runtime.lookup_serving import PROMPT_LOOKUP_ATTRIBUTE, PromptLookup, native_reasons, serve_prompt_lookup
-from mlx_agent.runtime.request_options import RequestOptions, Served
-from mlx_agent.runtime.watcher import WATCHER_ATTRIBUTE, Grammar, ReplyWatcher, Vocabulary
+from mlx_agent.runtime.accel.lookup_serving import (
+    PROMPT_LOOKUP_ATTRIBUTE,
+    PromptLookup,
+    native_reasons,
+    serve_prompt_lookup,
+)
+from mlx_agent.runtime.reply import structured
+from mlx_agent.runtime.reply.harmony import CALL
+from mlx_agent.runtime.reply.harmony_calls import parse_call
+from mlx_agent.runtime.reply.harmony_serving import (
+    HarmonyTextMachine,
+    HarmonyVocabulary,
+    harmony_vocabulary,
+    prompt_mode,
+)
+from mlx_agent.runtime.reply.watcher import WATCHER_ATTRIBUTE, Grammar, ReplyWatcher, Vocabulary
+from mlx_agent.runtime.serving import system_turns
+from mlx_agent.runtime.serving.cancel import POLL_SECONDS, ReplyStream
+from mlx_agent.runtime.serving.errors_http import bad_request, from_generation_error, generation_unavailable
+from mlx_agent.runtime.serving.limits import Limits
+from mlx_agent.runtime.serving.request_options import RequestOptions, Served
 from mlx_agent.wire import EXIT_GENERATION_DIED
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import numpy as np
 from llguidance import LLMatcher, LLTokenizer
 from numpy.typing import NDArray
 
-from mlx_agent.runtime.errors_http import bad_request
+from mlx_agent.runtime.serving.errors_http import bad_request
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions

@@ -108,7 +108,7 @@ def _gpu_architecture() -> str | None:
 
 def prompt_lookup_settings(provider: Any, rules: dict[str, Any]) -> Any:
     """Return the prompt-lookup settings for the loaded model, or None (logged) when it keeps native generation."""
-    from mlx_agent.runtime.lookup_serving import PromptLookup, model_ready
+    from mlx_agent.runtime.accel.lookup_serving import PromptLookup, model_ready
 
     reasons = accel_rules.lookup_version_reasons(accel_rules.installed_versions(accel_rules.LOOKUP_DEPENDENCIES), rules)
     if provider.cli_args.adapter_path is not None:
@@ -146,7 +146,7 @@ def apply_prefill_kernel(provider: Any, rules: dict[str, Any]) -> int:
     if reasons:
         log.info("mlx-agent: M5 prefill kernel not eligible (%s); native MLX; adapted 0 layers", "; ".join(reasons))
         return 0
-    from mlx_agent.runtime.m5_prefill import adapt_model
+    from mlx_agent.runtime.accel.m5_prefill import adapt_model
 
     result = adapt_model(provider.model, min_rows=int(rules["min_rows"]), model_types=list(rules["model_types"]))
     detail = f" (left alone: {'; '.join(result.reasons)})" if result.reasons else ""

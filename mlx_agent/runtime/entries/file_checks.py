@@ -88,7 +88,7 @@ def split_model_expectations(argv: list[str]) -> tuple[list[ModelExpectation], l
 def model_changes(expected: list[ModelExpectation]) -> list[dict[str, Any]]:
     """Return one record per expected model file that is gone or not what was reviewed (empty: all unchanged)."""
     from mlx_agent.errors import ModelInvalid
-    from mlx_agent.plan.identity import safetensors_header_sha256
+    from mlx_agent.identity import safetensors_header_sha256
 
     changed: list[dict[str, Any]] = []
     for item in expected:

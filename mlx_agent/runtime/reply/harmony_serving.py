@@ -16,7 +16,7 @@ from typing import Any
 import mlx_lm.server as server
 from mlx_lm.generate import TextStateMachine
 
-from mlx_agent.runtime import harmony
+from mlx_agent.runtime.reply import harmony
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from queue import Empty, Queue
 from typing import Any
 
 from mlx_agent.errors import ClientGone
-from mlx_agent.runtime.errors_http import from_generation_error, generation_unavailable
+from mlx_agent.runtime.serving.errors_http import from_generation_error, generation_unavailable
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ import mlx.core as mx
 import mlx_lm.server as server
 
 from mlx_agent.errors import InvalidArguments, SeamChanged, exit_refused
-from mlx_agent.runtime.accel_entry import AccelFlags
-from mlx_agent.runtime.generator import WrappedGenerator, WrappedRequest
+from mlx_agent.runtime.entries.accel_entry import AccelFlags
+from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_RANK_LOST
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ STOP_SYNC_TOKENS = 4  # how often (in tokens) the ranks of an unbatched reply ag
 FOLLOWER_PAUSE = 0.9  # the share of rank 0's idle poll a follower sleeps before it joins the poll's collective
 LAUNCHER_POLL_SECONDS = 0.5
 
-# The methods of mlx_lm's generator this module overrides or calls (beyond runtime/seams.py's).
+# The methods of mlx_lm's generator this module overrides or calls (beyond runtime/entries/seams.py's).
 SEAMS = ("_share_request", "_next_request", "_serve_single", "join")
 
 

@@ -1,4 +1,4 @@
-"""``python -m mlx_agent.runtime.launcher [mlx.launch arguments]``: MLX's own launcher, fit to be supervised.
+"""MLX's own launcher, fit to be supervised: ``python -m mlx_agent.runtime.distributed.launcher [mlx.launch args]``.
 
 It is mlx.launch (``mlx._distributed_utils.launch.main``, same arguments, same hostfiles and backends), with
 three of its behaviours changed through named seams (``SEAMS``, checked at start):

@@ -17,8 +17,8 @@ from typing import Any
 
 import mlx_lm.server as server
 
-from mlx_agent.runtime.harmony import CUT_OFF
-from mlx_agent.runtime.lenient_tools import json_safe
+from mlx_agent.runtime.reply.harmony import CUT_OFF
+from mlx_agent.runtime.reply.lenient_tools import json_safe
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from mlx_agent.bodies import check
 from mlx_agent.errors import BodyInvalid
-from mlx_agent.runtime.errors_http import bad_request, model_not_found
-from mlx_agent.runtime.limits import Limits, limits_from_body
-from mlx_agent.runtime.structured import format_is_enforced, grammar_for
-from mlx_agent.runtime.system_turns import SystemTurns, place
+from mlx_agent.runtime.reply.structured import format_is_enforced, grammar_for
+from mlx_agent.runtime.serving.errors_http import bad_request, model_not_found
+from mlx_agent.runtime.serving.limits import Limits, limits_from_body
+from mlx_agent.runtime.serving.system_turns import SystemTurns, place
 
 TOOL_CHOICES = ("none", "auto", "required")
 

@@ -87,7 +87,7 @@ def main(argv: list[str]) -> None:
     sys.argv = [script, *args, "--port", port]
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and sys.path[0] == here:
-        # Python put this file's directory (mlx_agent/runtime) first; the script would have its own there.
+        # Python put this file's directory (mlx_agent/runtime/entries) first; the script would have its own there.
         sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
 

@@ -23,9 +23,9 @@ import mlx_lm.server as server
 from mlx_lm.generate import wired_limit
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from mlx_agent.runtime.lookup_verify import WatchedChoices
-from mlx_agent.runtime.prompt_lookup import LookupDecoder, LookupStats, plain_kv_cache
-from mlx_agent.runtime.watcher import WATCHER_ATTRIBUTE, ReplyWatcher
+from mlx_agent.runtime.accel.lookup_verify import WatchedChoices
+from mlx_agent.runtime.accel.prompt_lookup import LookupDecoder, LookupStats, plain_kv_cache
+from mlx_agent.runtime.reply.watcher import WATCHER_ATTRIBUTE, ReplyWatcher
 
 log = logging.getLogger(__name__)
 

@@ -28,11 +28,11 @@ from typing import Any, NoReturn
 import mlx_lm.server as server
 
 from mlx_agent.errors import LaunchFailed, MlxAgentError, PortInUse, SeamChanged, exit_refused, refusal_line
-from mlx_agent.runtime.accel_entry import AccelFlags, prepare
-from mlx_agent.runtime.distributed import launched_rank
-from mlx_agent.runtime.file_checks import refuse_if_model_changed, split_model_expectations
-from mlx_agent.runtime.limits import Limits, split_server_flags
-from mlx_agent.runtime.seams import check_seams, warn_if_untested
+from mlx_agent.runtime.distributed.group import launched_rank
+from mlx_agent.runtime.entries.accel_entry import AccelFlags, prepare
+from mlx_agent.runtime.entries.file_checks import refuse_if_model_changed, split_model_expectations
+from mlx_agent.runtime.entries.seams import check_seams, warn_if_untested
+from mlx_agent.runtime.serving.limits import Limits, split_server_flags
 from mlx_agent.wire import (
     CONTEXT_WINDOW_FLAG,
     EXIT_REFUSED,
@@ -88,7 +88,7 @@ def restore_prompt_cache(where: Listening, store: Any, model_key: Any) -> None:
         return
     from pathlib import Path
 
-    from mlx_agent.runtime.prompt_cache import restore_entries
+    from mlx_agent.runtime.serving.prompt_cache import restore_entries
 
     directory = Path(where.prompt_cache_dir)
     count = restore_entries(store, model_key, directory, directory.name)
@@ -102,7 +102,7 @@ def save_prompt_cache(where: Listening, store: Any, model_key: Any) -> None:
         return
     from pathlib import Path
 
-    from mlx_agent.runtime.prompt_cache import enforce_limit, save_entries
+    from mlx_agent.runtime.serving.prompt_cache import enforce_limit, save_entries
 
     directory = Path(where.prompt_cache_dir)
     started = time.monotonic()
@@ -203,20 +203,20 @@ def serving_run(
     """Return the replacement for ``mlx_lm.server.run``: load, accelerate if asked, then serve with our classes.
 
     In a group (mlx.launch), only rank 0 binds and serves HTTP, after every rank has loaded; the others follow
-    its generation loop (``distributed``).
+    its generation loop (``distributed/group.py``).
     """
-    from mlx_agent.runtime import distributed
-    from mlx_agent.runtime.generator import WrappedGenerator
-    from mlx_agent.runtime.handler import WrappedHandler
+    from mlx_agent.runtime.distributed import group
+    from mlx_agent.runtime.serving.generator import WrappedGenerator
+    from mlx_agent.runtime.serving.handler import WrappedHandler
 
     where = listening or Listening()
 
     def run(host: str, port: int, model_provider: Any, *_: Any, **__: Any) -> None:
-        rank, size = distributed.world()
+        rank, size = group.world()
         if size > 1:
-            distributed.check_group_seams()
-            distributed.refuse_unsupported(model_provider.cli_args, accel)
-            distributed.watch_launcher(rank)
+            group.check_group_seams()
+            group.refuse_unsupported(model_provider.cli_args, accel)
+            group.watch_launcher(rank)
         listener = UnixListener(where.socket) if rank == 0 and where.socket is not None else None
         started = time.monotonic()
         logging.info("mlx-agent: loading %s before listening", model_provider.cli_args.model)
@@ -229,15 +229,15 @@ def serving_run(
         prompt_lookup = prepare(model_provider, accel) if accel is not None else None
         logging.info("mlx-agent: model loaded in %.2f s", time.monotonic() - started)
         if size > 1:
-            distributed.barrier(rank, size)  # before any generation thread exists: its collectives come after
+            group.barrier(rank, size)  # before any generation thread exists: its collectives come after
         warn_if_untested()
-        from mlx_agent.runtime.prompt_cache import AlignedPromptCache
+        from mlx_agent.runtime.serving.prompt_cache import AlignedPromptCache
 
         prompt_cache = AlignedPromptCache(model_provider.cli_args.prompt_cache_size)
-        generator_class = distributed.DistributedGenerator if size > 1 else WrappedGenerator
+        generator_class = group.DistributedGenerator if size > 1 else WrappedGenerator
         generator = generator_class(model_provider, prompt_cache, limit_defaults, prompt_lookup, where.context_window)
         if rank != 0:
-            distributed.follow(generator, rank)
+            group.follow(generator, rank)
         keeps = size == 1  # a group's ranks would each save a part: its prompt cache is not kept
         model_key = getattr(model_provider, "model_key", None)  # stopping the generator forgets it
         if keeps:
@@ -254,9 +254,9 @@ def serving_run(
 
 def install(limit_defaults: Limits, accel: AccelFlags | None = None, listening: Listening | None = None) -> None:
     """Replace the module-level seams of mlx_lm.server with the wrapper's."""
-    from mlx_agent.runtime import harmony_serving, lenient_tools
-    from mlx_agent.runtime.generator import with_watcher
-    from mlx_agent.runtime.tool_calls import KeepingToolCallFormatter
+    from mlx_agent.runtime.reply import harmony_serving, lenient_tools
+    from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter
+    from mlx_agent.runtime.serving.generator import with_watcher
 
     server.run = serving_run(limit_defaults, accel, listening)
     server._make_logits_processors = with_watcher(server._make_logits_processors)

@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any
 
-from mlx_agent.runtime.harmony import CUT_OFF, MESSAGE, read_header
+from mlx_agent.runtime.reply.harmony import CUT_OFF, MESSAGE, read_header
 
 # The key that carries arguments that are not a JSON object: {"_raw": "what the model wrote"}.
 RAW_ARGUMENTS = "_raw"

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mlx_agent.runtime import structured
-from mlx_agent.runtime.limits import HEDGE_WINDOW, Limits, answer_reserve, count_hedges, loop_length
+from mlx_agent.runtime.reply import structured
+from mlx_agent.runtime.serving.limits import HEDGE_WINDOW, Limits, answer_reserve, count_hedges, loop_length
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlx_agent.errors import SeamChanged
-from mlx_agent.runtime.system_turns import SYSTEM_ROLES, SystemTurns, text_of
+from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, SystemTurns, text_of
 from mlx_agent.wire import SOCKET_FLAG
 
 NORMALIZER = "_normalize_instruction_messages"

@@ -12,7 +12,7 @@
 // group): the x tile is copied into threadgroup memory as float (rows past the end read as 0), the weight
 // tile is dequantized there as float (scale * q + bias), and the accumulators take the tile eight columns
 // at a time, in order. The tile of y goes back through threadgroup memory so rows past the end are not
-// written. mlx_agent/runtime/m5_prefill.py `emulate` performs the same arithmetic in this order in MLX.
+// written. mlx_agent/runtime/accel/m5_prefill.py `emulate` performs the same arithmetic in this order in MLX.
 //
 // The file has two parts, split at the marker lines: the header (included before the kernel function)
 // and the body (the kernel function's body; mx.fast.metal_kernel writes the signature).

@@ -1,0 +1,1 @@
+"""One model served by a group of ranks (mlx.launch): the rank's loop and our supervised launcher."""

@@ -1,0 +1,1 @@
+"""Watching and shaping a reply as it is generated: structured output, limits, Harmony, tool calls."""
