@@ -141,6 +141,68 @@ class ReadinessRecord(TypedDict, total=False):
 
 
 @with_config(STRICT)
+class ThinkingFlags(TypedDict):
+    """Thinking switched by server flags: the ``on`` or ``off`` list is appended to the worker's argv."""
+
+    kind: Literal["flags"]
+    on: list[str]
+    off: list[str]
+
+
+@with_config(STRICT)
+class ThinkingTemplateArgument(TypedDict):
+    """Thinking switched by one chat-template argument, ``key``, passed through the template-arguments flag."""
+
+    kind: Literal["chat_template_args"]
+    flag: str
+    key: str
+
+
+@with_config(STRICT)
+class RecipeCapabilities(TypedDict):
+    """What a runtime can be asked for; the plan refuses an option whose capability the recipe lacks."""
+
+    adapter: bool
+    thinking: ThinkingFlags | ThinkingTemplateArgument | None
+    chat_template_args: str | None  # the flag taking chat-template arguments as JSON, or None: not accepted
+    kernels: list[Literal["prompt_lookup", "m5_prefill"]]
+    jit: bool
+    draft_model: NotRequired[bool]
+    kv_bits: NotRequired[bool]
+
+
+@with_config(STRICT)
+class Recipe(TypedDict):
+    """One runtime mlx-agent serves models with: ``recipes/NAME.json``, shipped in the wheel.
+
+    ``name`` is the file's stem and the plan's ``runtime.name`` (``mlx_lm``, ``mlx-vlm``: the values the --json
+    contract already carries, so neither is respelled), and the key of ``runtime.entry.ENTRIES`` when the
+    recipe names a ``wrapper``.
+    """
+
+    format_version: Annotated[str, Field(pattern=r"^1\.\d+$")]
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]
+    description: str
+    package: str  # the import package whose modules are bound (mlx_lm)
+    distribution: str  # the installed distribution that must be present (mlx-lm)
+    dependencies: list[str]  # distributions whose versions the plan records
+    native_module: str  # the runtime's own server, run with ``python -m`` when it is not wrapped
+    wrapper: NotRequired[str]  # our entry module (wire.ENTRY_MODULE): the worker runs wrapped
+    patched_modules: NotRequired[list[str]]  # globs under the package the wrapper relies on, bound by sha256
+    cuts_to_context: NotRequired[bool]  # the wrapped worker takes the model's context window and cuts replies
+    keeps_prompt_cache: NotRequired[bool]  # the wrapped worker can keep its prompt cache on disk
+    default_port: Annotated[int, Field(ge=1, le=65535)]
+    native_key: NotRequired[Literal["entry"]]  # run from another environment, the native entry checks the key
+    secret_env: NotRequired[str]  # the environment variable of the runtime's own key check
+    model_field: NotRequired[Literal["path"]]  # the worker names its model by its path, not the served name
+    argv: list[str]  # the runtime's own server arguments ({model}, {host}, {port}, {max_tokens})
+    wrapper_argv: NotRequired[list[str]]  # the wrapped entry's arguments ({socket} too)
+    readiness: ReadinessRecord
+    native_readiness: NotRequired[ReadinessRecord]  # when run from another environment
+    capabilities: RecipeCapabilities
+
+
+@with_config(STRICT)
 class FileCheck(TypedDict):
     """A file a worker load rechecks by content (adapter files, a training receipt)."""
 

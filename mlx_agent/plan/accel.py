@@ -40,7 +40,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import M5PrefillRecord, PromptLookupRecord, RuntimeRecord
+    from mlx_agent.records import M5PrefillRecord, PromptLookupRecord, Recipe, RuntimeRecord
 
 FOREIGN = "a runtime from another environment keeps its exact native argv"
 
@@ -60,9 +60,7 @@ def _gpu_architecture(interpreter: str) -> str | None:
     return out.stdout.strip() or None
 
 
-def _rules(
-    recipe: dict[str, Any], runtime: RuntimeRecord, option: str, name: str
-) -> tuple[dict[str, Any], str, list[str]]:
+def _rules(recipe: Recipe, runtime: RuntimeRecord, option: str, name: str) -> tuple[dict[str, Any], str, list[str]]:
     """Refuse ``option`` on a runtime without it; return its rules, the support file's sha256, and first reasons."""
     if name not in recipe.get("capabilities", {}).get("kernels", []):
         raise UnsupportedRuntime(
@@ -75,7 +73,7 @@ def _rules(
 
 def prompt_lookup(
     requested: bool,
-    recipe: dict[str, Any],
+    recipe: Recipe,
     runtime: RuntimeRecord,
     *,
     adapter: bool = False,
@@ -107,7 +105,7 @@ def prompt_lookup(
 
 
 def m5_prefill(
-    requested: bool, recipe: dict[str, Any], runtime: RuntimeRecord, config: dict[str, Any], *, adapter: bool = False
+    requested: bool, recipe: Recipe, runtime: RuntimeRecord, config: dict[str, Any], *, adapter: bool = False
 ) -> M5PrefillRecord:
     """Return the plan's ``prefill_kernel``: whether the M5 Q4 kernel was asked for and whether it is eligible."""
     if not requested:

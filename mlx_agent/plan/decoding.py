@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import DraftRecord, KvCacheRecord, PromptCacheRecord, SourceRecord
+    from mlx_agent.records import DraftRecord, KvCacheRecord, PromptCacheRecord, Recipe, SourceRecord
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:
@@ -34,7 +34,7 @@ def _vocab_size(config: dict[str, Any]) -> int | None:
     return None
 
 
-def _refuse_unless(recipe: dict[str, Any], capability: str, option: str) -> None:
+def _refuse_unless(recipe: Recipe, capability: str, option: str) -> None:
     if not recipe.get("capabilities", {}).get(capability):
         raise UnsupportedRuntime(
             f"{option} is an mlx_lm option; runtime {recipe['name']} rejects it",
@@ -42,7 +42,7 @@ def _refuse_unless(recipe: dict[str, Any], capability: str, option: str) -> None
         )
 
 
-def draft_plan(spec: ModelRequest, recipe: dict[str, Any], config: dict[str, Any]) -> DraftRecord | None:
+def draft_plan(spec: ModelRequest, recipe: Recipe, config: dict[str, Any]) -> DraftRecord | None:
     """Return the plan's ``draft``: the draft model's bound identity, or None without ``--draft-model``."""
     if spec.draft_model is None:
         return None
@@ -66,7 +66,7 @@ def draft_plan(spec: ModelRequest, recipe: dict[str, Any], config: dict[str, Any
     return {"source": typed, "num_draft_tokens": spec.num_draft_tokens}
 
 
-def kv_cache_plan(spec: ModelRequest, recipe: dict[str, Any]) -> KvCacheRecord | None:
+def kv_cache_plan(spec: ModelRequest, recipe: Recipe) -> KvCacheRecord | None:
     """Return the plan's ``kv_cache``: its quantization bits and group size, or None for full precision."""
     if spec.kv_bits is None:
         return None
@@ -87,9 +87,7 @@ def decoding_args(draft: DraftRecord | None, kv_cache: KvCacheRecord | None) -> 
     return args
 
 
-def prompt_cache_plan(
-    spec: ModelRequest, recipe: dict[str, Any], runtime: Mapping[str, Any]
-) -> PromptCacheRecord | None:
+def prompt_cache_plan(spec: ModelRequest, recipe: Recipe, runtime: Mapping[str, Any]) -> PromptCacheRecord | None:
     """Return where the worker keeps its prompt cache across unloads, or None (another runtime, or 0 GB).
 
     The directory of a model is named at each spawn by ``kept_cache.cache_identity`` (its bound files, draft,

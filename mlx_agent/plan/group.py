@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord
+    from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord, Recipe
 
 BACKENDS = ("ring", "jaccl")
 DEFAULT_RING_PORT = 32323
@@ -114,7 +114,7 @@ def _backend_available(backend: str) -> bool:
 
 def group_plan(
     spec: ModelRequest,
-    recipe: dict[str, Any],
+    recipe: Recipe,
     runtime: Mapping[str, Any],
     source: Mapping[str, Any],
     config: dict[str, Any],

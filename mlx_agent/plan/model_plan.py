@@ -26,11 +26,12 @@ from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
-from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from mlx_agent.wire import (
     CONTEXT_WINDOW_FLAG,
     HOST,
+    KEY_ENV,
     OFFLINE_ENV,
+    PORT_ENV,
     PORT_PLACEHOLDER,
     SOCKET_FLAG,
     SOCKET_PLACEHOLDER,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         FileCheck,
         ModelPlan,
         ModelPolicyRecord,
+        Recipe,
         RuntimeRecord,
         SourceRecord,
     )
@@ -71,7 +73,7 @@ def _template_args(raw: str | None) -> dict[str, Any]:
     return value
 
 
-def thinking_args(recipe: dict[str, Any], spec: ModelRequest) -> tuple[str, dict[str, Any], list[str]]:
+def thinking_args(recipe: Recipe, spec: ModelRequest) -> tuple[str, dict[str, Any], list[str]]:
     """Return the plan's thinking state, the merged chat template args, and the extra server arguments."""
     capabilities = recipe.get("capabilities", {})
     template_args = _template_args(spec.chat_template_args)
@@ -79,17 +81,20 @@ def thinking_args(recipe: dict[str, Any], spec: ModelRequest) -> tuple[str, dict
         raise UnsupportedRuntime(
             f"runtime {recipe['name']} takes no chat template arguments", details={"runtime": recipe["name"]}
         )
-    cap = capabilities.get("thinking")
+    cap = capabilities["thinking"]
+    flag = capabilities["chat_template_args"]
     extra: list[str] = []
     state = "default" if spec.thinking is None else spec.thinking
-    if spec.thinking is not None and not cap:
-        state = "unsupported"  # the runtime has no switch: it starts unchanged, and the plan says so
-    elif spec.thinking is not None and cap["kind"] == "chat_template_args":
-        template_args = {**template_args, cap["key"]: spec.thinking == "on"}
-    elif spec.thinking is not None and cap["kind"] == "flags":
-        extra = list(cap[spec.thinking])
-    if template_args:
-        extra = [*extra, capabilities["chat_template_args"], canonical_json(template_args)]
+    if spec.thinking is not None:
+        if cap is None:
+            state = "unsupported"  # the runtime has no switch: it starts unchanged, and the plan says so
+        elif cap["kind"] == "chat_template_args":
+            template_args = {**template_args, cap["key"]: spec.thinking == "on"}
+            flag = cap["flag"]
+        else:
+            extra = list(cap["on"] if spec.thinking == "on" else cap["off"])
+    if template_args and flag is not None:  # a runtime without the flag refused --chat-template-args above
+        extra = [*extra, flag, canonical_json(template_args)]
     return state, template_args, extra
 
 
@@ -122,7 +127,7 @@ def _trained(raw: str) -> dict[str, Any]:
 
 
 def _adapter(
-    spec: ModelRequest, recipe: dict[str, Any], runtime: RuntimeRecord, trained: dict[str, Any] | None
+    spec: ModelRequest, recipe: Recipe, runtime: RuntimeRecord, trained: dict[str, Any] | None
 ) -> AdapterRecord | None:
     if spec.adapter_path is None and trained is None:
         return None
@@ -177,7 +182,7 @@ def worker_max_tokens(spec: ModelRequest, window: int | None) -> int | None:
     return spec.max_tokens if spec.max_tokens is not None else window
 
 
-def worker_secret(recipe: dict[str, Any], launcher: str) -> str | None:
+def worker_secret(recipe: Recipe, launcher: str) -> str | None:
     """Return the variable a TCP worker's per-launch key is given in, or None for a worker on a private socket.
 
     A recipe's ``secret_env`` names the runtime's own key check (mlx_vlm's); ``native_key: "entry"`` says the

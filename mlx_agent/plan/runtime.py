@@ -28,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import FileCheck, RuntimeRecord
+    from mlx_agent.records import FileCheck, Recipe, RuntimeRecord
 
 ENTRY_DIR = PACKAGE_DIR / "runtime"
 NATIVE_ENTRY = ENTRY_DIR / "entries" / "native_entry.py"  # run by path under another environment's interpreter
@@ -48,7 +48,7 @@ def entry_sources() -> dict[str, str]:
     }
 
 
-def runtime_sources(recipe: dict[str, Any]) -> dict[str, str]:
+def runtime_sources(recipe: Recipe) -> dict[str, str]:
     """Return the sha256 of the runtime modules the entry relies on (``patched_modules`` globs), by name."""
     package = recipe["package"]
     root = package_dir(package, None)
@@ -154,7 +154,7 @@ def _interpreter(exe: Path) -> tuple[Path | None, list[str]]:
     return interpreter, [str(interpreter), *options, str(NATIVE_ENTRY), str(exe)]
 
 
-def _native(recipe: dict[str, Any], raw: str, source: str) -> dict[str, Any]:
+def _native(recipe: Recipe, raw: str, source: str) -> dict[str, Any]:
     exe = _resolve_file(raw)
     interpreter, prefix = _interpreter(exe)
     paths = env_site_paths(interpreter) if interpreter is not None else []
@@ -186,7 +186,7 @@ def runtime_site_paths(name: str, executable: str | None) -> list[str] | None:
     return env_site_paths(interpreter) if interpreter is not None else []
 
 
-def resolve_runtime(name: str, recipe: dict[str, Any], recipe_sha: str, executable: str | None) -> RuntimeRecord:
+def resolve_runtime(name: str, recipe: Recipe, recipe_sha: str, executable: str | None) -> RuntimeRecord:
     """Return the plan's runtime record: recipe, launcher, interpreter and versions."""
     base: RuntimeRecord = {"name": name, "recipe_sha256": recipe_sha}
     if executable is not None:

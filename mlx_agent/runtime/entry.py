@@ -1,29 +1,35 @@
-"""Entry point of a launched server: ``python -m mlx_agent.runtime RUNTIME [native args...]``."""
+"""Entry point of a launched worker: ``python -m mlx_agent.runtime RUNTIME [the runtime's arguments...]``.
+
+``ENTRIES`` is the one table from a runtime's name to the function that starts its worker, written as
+``module:function`` (uvicorn's ``HTTP_PROTOCOLS`` in ``config.py``) and imported only when chosen, so a worker
+imports its own runtime and no other. The names are the recipes' (``recipes/NAME.json``) and the plan's
+``runtime.name``; tests/unit/test_recipes.py holds the table to the recipes that name a wrapper.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Callable
 
-USAGE = "usage: python -m mlx_agent.runtime {mlx_lm|mlx-vlm} [the runtime server's arguments...]"
+ENTRIES: dict[str, str] = {
+    "mlx_lm": "mlx_agent.runtime.entries.mlx_lm_entry:main",
+    "mlx-vlm": "mlx_agent.runtime.entries.mlx_vlm_server:serve",
+}
+
+USAGE = f"usage: python -m mlx_agent.runtime {{{'|'.join(ENTRIES)}}} [the runtime server's arguments...]"
+
+
+def load_entry(name: str) -> Callable[[list[str]], int]:
+    """Import and return the start function ``ENTRIES`` names for a runtime."""
+    module, _, function = ENTRIES[name].partition(":")
+    start: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+    return start
 
 
 def main(argv: list[str]) -> int:
-    """Run the named runtime's server with our wrapping; return the process exit status."""
-    if argv[:1] == ["mlx-vlm"]:
-        from mlx_agent.runtime.entries.mlx_vlm_server import serve as serve_vlm
-
-        return serve_vlm(argv[1:])
-    if argv[:1] != ["mlx_lm"]:
+    """Run the named runtime's worker with our wrapping; return the process exit status."""
+    if not argv or argv[0] not in ENTRIES:
         print(USAGE, file=sys.stderr)
         return 2
-    from mlx_agent.runtime.entries.accel_entry import refuse_if_changed as refuse_if_runtime_changed
-    from mlx_agent.runtime.entries.accel_entry import split_accel_flags
-    from mlx_agent.runtime.entries.file_checks import refuse_if_changed, split_expectations
-
-    expected, native = split_expectations(argv[1:])
-    refuse_if_changed(expected)  # reviewed adapter files, checked in this process before anything loads
-    accel, native = split_accel_flags(native)
-    refuse_if_runtime_changed(accel)  # the reviewed versions and sources of --prompt-lookup/--m5-prefill
-    from mlx_agent.runtime.entries.mlx_lm_server import serve
-
-    return serve(native, accel)
+    return load_entry(argv[0])(argv[1:])

@@ -25,7 +25,9 @@ def generator() -> object:
     return module
 
 
-@pytest.mark.parametrize("name", ["serve_plan", "serve_receipt", "front_config", "front_state", "front_policy"])
+@pytest.mark.parametrize(
+    "name", ["serve_plan", "serve_receipt", "front_config", "front_state", "front_policy", "recipe"]
+)
 def test_generated_schemas_match_the_records(name: str) -> None:
     """Each generated schema is exactly what scripts/schemas writes from records.py now."""
     script = generator()
