@@ -60,6 +60,11 @@ LAUNCH_MODULE = "mlx_agent.runtime.distributed.launcher"
 MODEL_CHECK_FLAG = "--mlx-agent-expect-model"
 EXIT_MODEL_CHANGED = 65  # a rank's copy of the model is not what was reviewed (refusal line model_changed)
 EXIT_RANK_LOST = 75  # a rank lost its group: a peer or its launcher went away
+# A native worker (``runtime/entries/native_entry.py``, run by path under an interpreter without this package)
+# reads its port and its front's per-launch key from these variables; that file spells them itself (a test
+# checks they agree).
+PORT_ENV = "MLX_AGENT_WORKER_PORT"
+KEY_ENV = "MLX_AGENT_WORKER_KEY"
 # Placeholders in a worker's argv template that the front fills in per load.
 SOCKET_PLACEHOLDER = "{socket}"
 PORT_PLACEHOLDER = "{port}"

@@ -105,6 +105,7 @@ def front_record(
 
 # The modules the front runs besides gateway/ (what ``python -m mlx_agent.gateway`` imports).
 FRONT_MODULES = (
+    "api_errors.py",
     "bodies.py",
     "canonical.py",
     "errors.py",

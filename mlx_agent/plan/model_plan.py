@@ -26,11 +26,12 @@ from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
-from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from mlx_agent.wire import (
     CONTEXT_WINDOW_FLAG,
     HOST,
+    KEY_ENV,
     OFFLINE_ENV,
+    PORT_ENV,
     PORT_PLACEHOLDER,
     SOCKET_FLAG,
     SOCKET_PLACEHOLDER,
