@@ -397,6 +397,31 @@ class ProcessIdentity(TypedDict):
 
 
 @with_config(STRICT)
+class ReceiptModel(TypedDict):
+    """One model as its receipt lists it for status: names, runtime, where its files are, what was reviewed."""
+
+    name: str
+    aliases: list[str]
+    runtime: str
+    model: str  # the model's directory
+    repo: str | None
+    adapter: AdapterRecord | None
+    decode_profile: PromptLookupRecord
+    prefill_kernel: M5PrefillRecord
+
+
+@with_config(STRICT)
+class UnitReceiptRecord(TypedDict):
+    """The launchd/systemd unit a receipt owns: where it is, the sha256 of what was written, its commands."""
+
+    kind: str
+    name: str
+    path: str
+    sha256: str
+    commands: dict[str, list[list[str]]]
+
+
+@with_config(STRICT)
 class ServeReceipt(TypedDict):
     """What confirm launched (or installed), checked against the live process before it is trusted."""
 
@@ -406,7 +431,7 @@ class ServeReceipt(TypedDict):
     port: int
     host: str
     base_url: str
-    models: list[dict[str, Any]]
+    models: list[ReceiptModel]
     argv: list[str]
     log_path: str
     preview_hash: str
@@ -419,8 +444,44 @@ class ServeReceipt(TypedDict):
     ready_at: NotRequired[str | None]
     confirm_pid: NotRequired[int]  # the CLI that confirmed it, waiting for readiness
     confirm_create_time: NotRequired[float]
-    unit: NotRequired[dict[str, Any]]
+    unit: NotRequired[UnitReceiptRecord]
     installed_at: NotRequired[str]
+
+
+class OlderReceipt(TypedDict, total=False):
+    """A receipt of a server without a front (format 1.x: a plain server or a JIT gateway), read for status and stop.
+
+    Never written any more; only the fields status, stop and the port checks read are named.
+    """
+
+    format_version: str
+    kind: str
+    supervisor: str
+    port: int
+    host: str
+    base_url: str
+    runtime: str
+    model: str
+    repo: str | None
+    adapter: AdapterRecord | None
+    argv: list[str]
+    pid: int
+    pgid: int
+    create_time: float
+    cmdline: list[str]
+    log_path: str
+    preview_hash: str
+    started_at: str
+    ready_at: str | None
+    confirm_pid: int
+    confirm_create_time: float
+    unit: UnitReceiptRecord
+    installed_at: str
+    plan: dict[str, Any]  # a 1.x plan: only its ``jit`` and ``adapter`` are read
+
+
+# What ``supervise.receipts.read_receipt`` returns; ``has_front`` tells the two apart.
+Receipt = ServeReceipt | OlderReceipt
 
 
 @with_config(STRICT)

@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.cli.output import Result
+    from mlx_agent.cli.output import Launched, Previewed, Result
     from mlx_agent.plan.options import Record
     from mlx_agent.plan.requests import (
         LogsRequest,
@@ -41,14 +41,14 @@ def serve_start(req: ServeRequest, flags: dict[str, Any]) -> None:
 
         hashing = hash_progress("hashing weights")
 
-    def preview() -> Result:
+    def preview() -> tuple[Previewed, list[str]]:
         from mlx_agent.supervise.serve import preview as build_preview
 
         with hashing:
             plan, warnings = build_preview(req, directory)
         return {"plan": plan, "requires_confirmation": True}, warnings
 
-    def confirm() -> Result:
+    def confirm() -> tuple[Launched, list[str]]:
         from mlx_agent.supervise.serve import confirm as launch
 
         spin: AbstractContextManager[Tick | None] = nullcontext(None)

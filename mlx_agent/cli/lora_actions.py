@@ -14,10 +14,13 @@ if TYPE_CHECKING:
     from mlx_agent.plan.requests import TrainRequest, TrainStatusRequest
 
 
-def render(name: str) -> Callable[[dict[str, Any], list[str]], None]:
-    """Return the renderer ``name`` of ``cli/render.py``, imported only when a person reads the output."""
+def render(name: str) -> Callable[[Any, list[str]], None]:
+    """Return the renderer ``name`` of ``cli/render.py``, imported only when a person reads the output.
 
-    def show(data: dict[str, Any], warnings: list[str]) -> None:
+    Each renderer declares the record it reads (``render_receipt`` a ``Launched``); rich is never imported here.
+    """
+
+    def show(data: Any, warnings: list[str]) -> None:
         from mlx_agent.cli import render as r
 
         getattr(r, name)(data, warnings)

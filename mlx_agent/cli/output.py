@@ -11,13 +11,30 @@ from mlx_agent.wire import ENVELOPE_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from collections.abc import Mapping
+    from typing import Any, NoReturn, TypedDict, TypeVar
+
+    from mlx_agent.records import ServePlan, ServeReceipt
 
     Result = tuple[dict[str, Any], list[str]]
+    Data = TypeVar("Data", bound=Mapping[str, Any])  # what one command's action returns and its renderer reads
+
+    class Previewed(TypedDict):
+        """``serve start``'s preview: the plan to review."""
+
+        plan: ServePlan
+        requires_confirmation: bool
+
+    class Launched(TypedDict):
+        """``serve start --confirm``: the receipt of what was launched or installed, and where it is."""
+
+        receipt: ServeReceipt
+        receipt_path: str
+        requires_confirmation: bool
 
 
 def envelope(
-    operation: str, data: dict[str, Any] | None, warnings: list[str], error: MlxAgentError | None = None
+    operation: str, data: Mapping[str, Any] | None, warnings: list[str], error: MlxAgentError | None = None
 ) -> dict[str, Any]:
     """Return the one JSON document a ``--json`` command prints."""
     doc: dict[str, Any] = {
@@ -50,7 +67,10 @@ def fail(operation: str, error: MlxAgentError, as_json: bool, data: dict[str, An
 
 
 def run(
-    operation: str, as_json: bool, action: Callable[[], Result], render: Callable[[dict[str, Any], list[str]], None]
+    operation: str,
+    as_json: bool,
+    action: Callable[[], tuple[Data, list[str]]],
+    render: Callable[[Data, list[str]], None],
 ) -> None:
     """Run ``action``; print its result as the envelope or through ``render``; turn errors into exits."""
     try:

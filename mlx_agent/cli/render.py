@@ -18,7 +18,7 @@ from mlx_agent.supervise.readiness import Tick
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.records import ServePlan
+    from mlx_agent.cli.output import Launched, Previewed
 
 out = Console()
 err = Console(stderr=True)
@@ -72,9 +72,9 @@ def _finish_plan(table: Table, plan: Mapping[str, Any], warnings: list[str], lea
     out.print(f"{lead}, run: [bold]{escape(confirm)}[/]", soft_wrap=True)
 
 
-def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
+def render_preview(data: Previewed, warnings: list[str]) -> None:
     """Print the plan a person reviews, its hash, and the command that confirms it."""
-    plan: ServePlan = data["plan"]
+    plan = data["plan"]
     front = plan["front"]
     table = Table(show_header=False, title="serve start: plan (nothing started)", title_justify="left")
     table.add_column(style="bold")
@@ -136,7 +136,7 @@ def render_preview(data: dict[str, Any], warnings: list[str]) -> None:
     _finish_plan(table, plan, warnings, "To launch it")
 
 
-def render_receipt(data: dict[str, Any], warnings: list[str]) -> None:
+def render_receipt(data: Launched, warnings: list[str]) -> None:
     """Print what was launched and where its receipt and log are."""
     receipt = data["receipt"]
     _warnings(warnings)

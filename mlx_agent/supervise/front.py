@@ -161,7 +161,7 @@ def _live_front(directory: Path, port: int, expected_pid: int) -> ServeReceipt:
     path = receipt_path(directory, port)
     if not path.exists():
         raise ReceiptNotFound(f"no receipt for port {port}", details={"port": port, "path": str(path)})
-    receipt: ServeReceipt = read_receipt(path)  # type: ignore[assignment]  # a serve receipt, checked by reading
+    receipt = read_receipt(path)
     if not has_front(receipt) or "pid" not in receipt:
         raise NoFront(f"port {port} has no front mlx-agent supervises", details={"port": port})
     if receipt["pid"] != expected_pid:

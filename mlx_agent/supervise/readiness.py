@@ -14,10 +14,8 @@ from mlx_agent.wire import CHALLENGE_PARAM, front_proof
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Mapping
-    from typing import Any
 
-    from mlx_agent.records import ReadinessRecord, ServePlan
+    from mlx_agent.records import ReadinessRecord, ServePlan, ServeReceipt
 
 Tick = Callable[[float, str], None]
 POLL_SECONDS = 0.25
@@ -73,7 +71,7 @@ def read_token(path: str) -> str:
         return fh.read().decode("utf-8", "replace").strip()
 
 
-def front_answers(receipt: Mapping[str, Any]) -> bool:
+def front_answers(receipt: ServeReceipt) -> bool:
     """Say whether the port's answer proves it comes from the front this receipt launched."""
     try:
         token = read_token(receipt["plan"]["front"]["token_path"])

@@ -12,10 +12,11 @@ from mlx_agent.wire import PLAN_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Any
 
-    from mlx_agent.records import ServePlan, ServeReceipt
+    from typing_extensions import TypeIs
+
+    from mlx_agent.records import Receipt, ServePlan, ServeReceipt
 
 REQUIRED = ("format_version", "port")
 PROCESS_FIELDS = ("pid", "pgid", "create_time", "argv")
@@ -32,13 +33,16 @@ FRONT_MAJORS = ("2", "3")  # a server with a front and its plan embedded
 READABLE_MAJORS = ("1", *FRONT_MAJORS)
 
 
-def is_unit(receipt: Mapping[str, Any]) -> bool:
+def is_unit(receipt: Receipt) -> bool:
     """Say whether a receipt records an installed launchd/systemd unit rather than a process of ours."""
     return receipt.get("supervisor") in UNIT_SUPERVISORS
 
 
-def has_front(receipt: Mapping[str, Any]) -> bool:
-    """Say whether a receipt's server is a front (format 2.x and later; 1.x had none)."""
+def has_front(receipt: Receipt) -> TypeIs[ServeReceipt]:
+    """Say whether a receipt's server is a front (format 2.x and later; 1.x had none).
+
+    ``read_receipt`` checked that such a receipt has the plan, front and model lists its readers use.
+    """
     major = str(receipt.get("format_version", "")).split(".")[0]
     return major in FRONT_MAJORS and isinstance(receipt.get("plan"), dict)
 
@@ -82,13 +86,19 @@ def log_path(directory: Path, port: int) -> Path:
     return directory / f"{port}.log"
 
 
-def _check(path: Path, data: Any) -> dict[str, Any]:
+def _check(path: Path, json_value: Any) -> Receipt:
+    """Return a parsed receipt as the record it is, once the fields its readers rely on are there."""
+    data = json_value
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
         raise ReceiptCorrupt(f"receipt {path} lacks required fields", details={"path": str(path)})
-    if is_unit(data):
+    _current_names(data)
+    receipt: Receipt = json_value  # typed here, once; each check below refuses what its readers could not use
+    if has_front(receipt) and not _front_shaped(receipt):
+        raise ReceiptCorrupt(f"receipt {path} lacks its plan's front or models", details={"path": str(path)})
+    if is_unit(receipt):
         if not isinstance(data.get("unit"), dict) or not isinstance(data["unit"].get("path"), str):
             raise ReceiptCorrupt(f"receipt {path} lacks its unit record", details={"path": str(path)})
-        return _current_names(data)
+        return receipt
     if any(k not in data for k in PROCESS_FIELDS):
         raise ReceiptCorrupt(f"receipt {path} lacks required fields", details={"path": str(path)})
     major = str(data["format_version"]).split(".")[0]
@@ -105,10 +115,20 @@ def _check(path: Path, data: Any) -> dict[str, Any]:
     )
     if not types_ok:
         raise ReceiptCorrupt(f"receipt {path} has fields of the wrong type", details={"path": str(path)})
-    return _current_names(data)
+    return receipt
 
 
-def _current_names(data: dict[str, Any]) -> dict[str, Any]:
+def _front_shaped(receipt: ServeReceipt) -> bool:
+    """Say whether a front's receipt has the lists and the front record that status, stop and control read."""
+    plan: Any = receipt["plan"]
+    return (
+        isinstance(receipt.get("models"), list)
+        and isinstance(plan.get("models"), list)
+        and isinstance(plan.get("front"), dict)
+    )
+
+
+def _current_names(data: dict[str, Any]) -> None:
     """Rename an older receipt's model keys (``RENAMED_MODEL_KEYS``) in place, in its models and its plan's."""
     plan = data.get("plan")
     lists = [data.get("models"), plan.get("models") if isinstance(plan, dict) else None]
@@ -116,10 +136,9 @@ def _current_names(data: dict[str, Any]) -> dict[str, Any]:
         for old, new in RENAMED_MODEL_KEYS.items():
             if old in model and new not in model:
                 model[new] = model.pop(old)
-    return data
 
 
-def read_receipt(path: Path) -> dict[str, Any]:
+def read_receipt(path: Path) -> Receipt:
     """Return a receipt, refusing one that is missing, unparsable or of an unknown major version."""
     try:
         fd = open_private(path, os.O_RDONLY)  # a link, or a file another user wrote, is refused

@@ -14,7 +14,24 @@ from mlx_agent.supervise.receipts import has_front, is_unit, read_receipt, recei
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypedDict
+
+    from mlx_agent.records import AdapterRecord, Receipt
+
+    class AdapterFields(TypedDict):
+        """A status entry's adapter: its path and ``bound``, ``verified``, ``changed``, ``missing`` or ``unknown``."""
+
+        adapter_path: str | None
+        adapter_status: str | None
+
+    class ModelFields(TypedDict):
+        """A status entry's first model, as its receipt lists it."""
+
+        name: str | None
+        runtime: str | None
+        model: str | None
+        repo: str | None
+
 
 STOP_GRACE_SECONDS = 30.0  # beyond a worker's own stop timeout: a front stopping waits for its workers' saves
 STOP_LOCK_SECONDS = 30.0
@@ -22,15 +39,15 @@ STOP_LOCK_SECONDS = 30.0
 DISK_LOW_BYTES = 8 * 1024 * 1024
 
 
-def adapter_fields(receipt: dict[str, Any], verify: bool) -> dict[str, Any]:
+def adapter_fields(receipt: Receipt, verify: bool) -> AdapterFields:
     """Return the first model's adapter path and status, apart from the base model.
 
     Plain status reports ``bound`` without reading the files; ``verify`` re-hashes them. A receipt from
     before adapter identity was recorded, whose argv names an adapter, reports ``unknown``.
     """
-    models = receipt.get("models")
-    if isinstance(models, list) and models and isinstance(models[0], dict):
-        adapter = models[0].get("adapter")
+    adapter: AdapterRecord | None
+    if has_front(receipt):
+        adapter = receipt["models"][0].get("adapter") if receipt["models"] else None
     else:
         adapter = receipt.get("adapter", (receipt.get("plan") or {}).get("adapter"))
     argv = receipt.get("argv") or []
@@ -45,18 +62,24 @@ def adapter_fields(receipt: dict[str, Any], verify: bool) -> dict[str, Any]:
     return {"adapter_path": adapter["path"], "adapter_status": verify_adapter(adapter)}
 
 
-def model_fields(receipt: dict[str, Any]) -> dict[str, Any]:
-    """Return the first model's runtime, path and repo (and every model, for a receipt with a front)."""
-    models = receipt.get("models")
-    if has_front(receipt) and isinstance(models, list) and models:
-        first = models[0]
+def model_fields(receipt: Receipt) -> ModelFields:
+    """Return the first model's name, runtime, path and repo (a receipt without a front has no name)."""
+    if not has_front(receipt):
         return {
-            "name": first.get("name"),
-            "runtime": first.get("runtime"),
-            "model": first.get("model"),
-            "repo": first.get("repo"),
+            "name": None,
+            "runtime": receipt.get("runtime"),
+            "model": receipt.get("model"),
+            "repo": receipt.get("repo"),
         }
-    return {"name": None, "runtime": receipt.get("runtime"), "model": receipt.get("model"), "repo": receipt.get("repo")}
+    if not receipt["models"]:
+        return {"name": None, "runtime": None, "model": None, "repo": None}
+    first = receipt["models"][0]
+    return {
+        "name": first.get("name"),
+        "runtime": first.get("runtime"),
+        "model": first.get("model"),
+        "repo": first.get("repo"),
+    }
 
 
 def _entry(path: Path, verify: bool) -> dict[str, Any]:
@@ -83,7 +106,7 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
     if has_front(receipt):
         from mlx_agent.supervise.front import front_status
 
-        front = front_status(receipt) if proved else {"model_state": None, "models": []}  # type: ignore[arg-type]
+        front = front_status(receipt) if proved else {"model_state": None, "models": []}
     elif (receipt.get("plan") or {}).get("jit"):
         front = {"jit": True, "model_state": None}  # an older JIT gateway: its control API has changed
     problems = _problems(receipt, path, front) if state == "running" else []
@@ -108,7 +131,7 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
     }
 
 
-def _problems(receipt: dict[str, Any], path: Path, front: dict[str, Any]) -> list[dict[str, Any]]:
+def _problems(receipt: Receipt, path: Path, front: dict[str, Any]) -> list[dict[str, Any]]:
     """Return what makes a live server less than ok: a state disk nearly full, a model whose worker failed."""
     import shutil
 
@@ -129,7 +152,7 @@ def _problems(receipt: dict[str, Any], path: Path, front: dict[str, Any]) -> lis
                     "free_bytes": free,
                 }
             )
-    groups = {m.get("name"): m.get("group") for m in (receipt.get("plan") or {}).get("models") or []}
+    groups = {m["name"]: m.get("group") for m in receipt["plan"]["models"]} if has_front(receipt) else {}
     for model in front.get("models") or []:
         error = model.get("last_error") or {}
         exited = error.get("code") in ("worker_exited", "generation_died")
@@ -155,7 +178,7 @@ def _problems(receipt: dict[str, Any], path: Path, front: dict[str, Any]) -> lis
     return problems
 
 
-def _state(receipt: dict[str, Any], state: str) -> str:
+def _state(receipt: Receipt, state: str) -> str:
     """Name a live server still starting: ``starting`` while its confirm waits, ``orphaned`` once it is gone."""
     if state != "running" or receipt.get("ready_at") is not None:
         return state
@@ -194,7 +217,7 @@ def stop(
         return _stop_process(receipt, path, grace), []
 
 
-def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str, Any]:
+def _stop_process(receipt: Receipt, path: Path, grace: float) -> dict[str, Any]:
     """Stop a process of ours after matching it against its receipt; remove the receipt."""
     port = int(receipt["port"])
     state = process.classify(receipt)
@@ -228,7 +251,7 @@ def _stop_process(receipt: dict[str, Any], path: Path, grace: float) -> dict[str
     return {**result, "result": "stopped", "how": how, "seconds": round(time.monotonic() - started, 3)}
 
 
-def _forget(receipt: dict[str, Any], path: Path) -> None:
+def _forget(receipt: Receipt, path: Path) -> None:
     """Remove a stopped server's receipt, and its front's private files."""
     path.unlink(missing_ok=True)
     if has_front(receipt):

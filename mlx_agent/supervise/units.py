@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import ServePlan, ServeReceipt
+    from mlx_agent.records import Receipt, ServePlan, ServeReceipt
 
 
 def _sha256(text: str) -> str:
@@ -78,7 +78,7 @@ def install(plan: ServePlan, directory: Path, now: str) -> ServeReceipt:
     return receipt
 
 
-def unit_state(receipt: dict[str, Any]) -> str:
+def unit_state(receipt: Receipt) -> str:
     """Return ``installed``, ``unit_missing`` or ``unit_modified`` for a unit receipt."""
     path = Path(receipt["unit"]["path"])
     try:
@@ -88,7 +88,7 @@ def unit_state(receipt: dict[str, Any]) -> str:
     return "installed" if _sha256(content) == receipt["unit"]["sha256"] else "unit_modified"
 
 
-def status_entry(receipt: dict[str, Any], path: Path) -> dict[str, Any]:
+def status_entry(receipt: Receipt, path: Path) -> dict[str, Any]:
     """Return a unit-owned server's status: its file's state and whether something answers on its port."""
     port = int(receipt["port"])
     answers = probe(receipt.get("host", "127.0.0.1"), port, {"path": "/health", "status": 200}, timeout=0.5)
@@ -107,7 +107,7 @@ def status_entry(receipt: dict[str, Any], path: Path) -> dict[str, Any]:
     }
 
 
-def stop(receipt: dict[str, Any], path: Path, uninstall: bool) -> tuple[dict[str, Any], list[str]]:
+def stop(receipt: Receipt, path: Path, uninstall: bool) -> tuple[dict[str, Any], list[str]]:
     """Return the commands that stop a unit's server; with ``uninstall`` remove its file and receipt too."""
     unit = receipt["unit"]
     result = {

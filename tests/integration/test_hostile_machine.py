@@ -198,15 +198,20 @@ def test_another_homes_server_on_the_port_is_port_in_use(agent: Agent, tiny_mode
 
 def test_a_front_answers_a_challenge_only_with_its_own_token(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
     """Readiness and status trust a port only when its answer proves the receipt's control token."""
+    import copy
+
     from mlx_agent.supervise.readiness import front_answers, probe
+    from mlx_agent.supervise.receipts import has_front, read_receipt
 
     exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
     port = free_port()
-    receipt = agent.launch(*start_args(tiny_model, exe, port))
+    agent.launch(*start_args(tiny_model, exe, port))
+    receipt = read_receipt(agent.serve_dir / f"{port}.json")
+    assert has_front(receipt)
     assert front_answers(receipt)
     record = {"path": "/health", "status": 200}
     assert not probe("127.0.0.1", port, record, 1.0, token="not-the-token")  # type: ignore[arg-type]
-    forged = {**receipt, "plan": {**receipt["plan"], "front": {**receipt["plan"]["front"]}}}
+    forged = copy.deepcopy(receipt)
     other = tmp_path / "other.token"
     other.write_text("someone-else\n")
     other.chmod(0o600)

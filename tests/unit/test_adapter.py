@@ -15,6 +15,7 @@ from mlx_agent.files import changed_files
 from mlx_agent.plan.adapter import resolve_adapter, verify
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
+from mlx_agent.records import OlderReceipt
 from mlx_agent.runtime.entries.file_checks import split_expectations
 from mlx_agent.supervise.servers import adapter_fields
 from tests.conftest import assert_valid
@@ -150,7 +151,7 @@ def test_status_fields_bound_unknown_and_verified(tmp_path: Path) -> None:
     assert adapter_fields({"adapter": record}, verify=False)["adapter_status"] == "bound"
     assert adapter_fields({"adapter": record}, verify=True)["adapter_status"] == "verified"
     assert verify(record) == "verified"
-    old = {"argv": ["python", "-m", "mlx_lm.server", "--adapter-path", "/old/adapter"]}
+    old: OlderReceipt = {"argv": ["python", "-m", "mlx_lm.server", "--adapter-path", "/old/adapter"]}
     assert adapter_fields(old, verify=True) == {"adapter_path": "/old/adapter", "adapter_status": "unknown"}
     (adapter / "adapter_config.json").write_text(json.dumps({**CONFIG, "num_layers": 3}))
     assert adapter_fields({"adapter": record}, verify=True)["adapter_status"] == "changed"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
-from mlx_agent.supervise.receipts import read_receipt, receipt_files, write_receipt
+from mlx_agent.supervise.receipts import has_front, read_receipt, receipt_files, write_receipt
 
 RECEIPT: Any = {
     "format_version": "2.0",
@@ -53,11 +53,22 @@ def test_unknown_major_version_is_refused_and_older_ones_read(tmp_path: Path) ->
     with pytest.raises(ReceiptVersionUnsupported):
         read_receipt(path)
     path.write_text(json.dumps({**RECEIPT, "format_version": "3.7", "future": True}))
-    assert read_receipt(path)["future"] is True
+    assert dict(read_receipt(path))["future"] is True
     path.write_text(json.dumps({**RECEIPT, "format_version": "2.0"}))
     assert read_receipt(path)["format_version"] == "2.0"
     path.write_text(json.dumps({**RECEIPT, "format_version": "1.0"}))
     assert read_receipt(path)["format_version"] == "1.0"
+
+
+def test_a_front_receipt_without_its_front_is_corrupt(tmp_path: Path) -> None:
+    """A 3.x receipt whose plan lacks the front record (or whose model lists are not lists) is receipt_corrupt."""
+    path = tmp_path / "8080.json"
+    for plan, models in (({"models": []}, []), ({"front": {}, "models": {}}, []), ({"front": {}, "models": []}, 7)):
+        path.write_text(json.dumps({**RECEIPT, "format_version": "3.0", "plan": plan, "models": models}))
+        with pytest.raises(ReceiptCorrupt, match="front or models"):
+            read_receipt(path)
+    path.write_text(json.dumps({**RECEIPT, "format_version": "3.0", "plan": {"front": {}, "models": []}, "models": []}))
+    assert has_front(read_receipt(path))
 
 
 def test_receipt_files_are_ordered_by_port(tmp_path: Path) -> None:
@@ -75,16 +86,20 @@ def test_an_older_receipt_is_read_under_the_seed_names(tmp_path: Path) -> None:
     prefill = {"requested": True, "eligible": False, "reasons": ["r2"]}
     model = {"name": "m", "prompt_lookup": lookup, "m5_prefill": prefill}
     path = tmp_path / "8080.json"
-    path.write_text(json.dumps({**RECEIPT, "models": [model], "plan": {"models": [{**model, "source": {}}]}}))
+    plan = {"front": {}, "models": [{**model, "source": {}}]}
+    path.write_text(json.dumps({**RECEIPT, "models": [model], "plan": plan}))
     receipt = read_receipt(path)
+    assert has_front(receipt)
     assert receipt["models"] == [{"name": "m", "decode_profile": lookup, "prefill_kernel": prefill}]
-    planned = {"name": "m", "source": {}, "decode_profile": lookup, "prefill_kernel": prefill}
+    planned: Any = {"name": "m", "source": {}, "decode_profile": lookup, "prefill_kernel": prefill}
     assert receipt["plan"]["models"] == [planned]
 
 
 def test_a_current_receipt_keeps_its_names(tmp_path: Path) -> None:
     """A receipt that already has decode_profile is read unchanged, even beside a stray older key."""
     model = {"name": "m", "decode_profile": {"requested": False}, "prompt_lookup": "stray"}
-    receipt: Any = {**RECEIPT, "models": [model]}
+    receipt: Any = {**RECEIPT, "models": [model], "plan": {"front": {}, "models": []}}
     path = write_receipt(tmp_path, receipt)
-    assert read_receipt(path)["models"] == [model]
+    read = read_receipt(path)
+    assert has_front(read)
+    assert read["models"] == [model]
