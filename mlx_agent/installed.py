@@ -96,3 +96,80 @@ def model_support(package: str, paths: list[str] | None) -> tuple[set[str], dict
     utils = root / "utils.py"
     remapping = _literal_dict(utils.read_text(encoding="utf-8"), "MODEL_REMAPPING") if utils.is_file() else {}
     return types, remapping
+
+
+def own_requirement(dist: str, paths: list[str]) -> str | None:
+    """Return mlx-agent's own requirement on ``dist`` (name and range, as its METADATA has it), or None.
+
+    The range is the one pyproject.toml declares (for mlx-vlm, the ``vlm`` extra's), so a remediation names the
+    tested versions without a second copy of them.
+    """
+    wanted = _normalise(dist)
+    for entry in paths:
+        for info in glob.glob(os.path.join(glob.escape(entry), "mlx_agent-*.dist-info")):
+            try:
+                text = Path(info, "METADATA").read_text(encoding="utf-8")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if not line.startswith("Requires-Dist:"):
+                    continue
+                requirement = line.partition(":")[2].partition(";")[0].strip()
+                name = re.match(r"[A-Za-z0-9._-]+", requirement)
+                if name and _normalise(name.group(0)) == wanted:
+                    return requirement
+    return None
+
+
+def _uv_tool_command(prefix: Path, requirement: str) -> str | None:
+    """Return the ``uv tool install`` that redoes a uv tool environment's install with ``requirement`` added.
+
+    It is rebuilt from the tool's ``uv-receipt.toml``, so the package source and every ``--with`` are kept; None
+    where the receipt holds a source this does not spell (a git or editable requirement).
+    """
+    import shlex
+    import tomllib
+
+    try:
+        tool = tomllib.loads((prefix / "uv-receipt.toml").read_text(encoding="utf-8"))["tool"]
+    except (OSError, ValueError, KeyError):
+        return None
+    words = ["uv", "tool", "install"]
+    for index, item in enumerate(tool.get("requirements", [])):
+        if not isinstance(item, dict) or set(item) - {"name", "extras", "specifier", "path", "url"}:
+            return None
+        extras = f"[{','.join(item['extras'])}]" if item.get("extras") else ""
+        source = item.get("url") or (Path(item["path"]).as_uri() if item.get("path") else None)
+        if source is None:
+            spec = f"{item.get('name', '')}{extras}{item.get('specifier', '')}"
+        else:  # a wheel or URL keeps its extras only in the PEP 508 spelling
+            spec = f"{item.get('name', '')}{extras} @ {source}" if extras else item.get("path") or source
+        words += [spec] if index == 0 else ["--with", spec]
+    if len(words) == 3:
+        return None
+    if isinstance(tool.get("python"), str):
+        words += ["--python", tool["python"]]
+    return shlex.join([*words, "--with", requirement])
+
+
+def install_command(requirement: str, prefix: Path, interpreter: Path) -> str:
+    """Return the shell command that installs ``requirement`` into the environment at ``prefix``, as it was made.
+
+    A pipx venv gets ``pipx inject``, a uv tool environment ``uv tool install`` with its receipt's requirements
+    plus this one, a venv uv made ``uv pip install --python``, and anything else pip through its interpreter.
+    """
+    import shlex
+
+    if (prefix / "pipx_metadata.json").is_file():
+        return shlex.join(["pipx", "inject", prefix.name, requirement])
+    if (prefix / "uv-receipt.toml").is_file():
+        command = _uv_tool_command(prefix, requirement)
+        if command is not None:
+            return command
+    try:
+        made_by_uv = re.search(r"^uv\s*=", (prefix / "pyvenv.cfg").read_text(encoding="utf-8"), re.MULTILINE)
+    except OSError:
+        made_by_uv = None
+    if made_by_uv:
+        return shlex.join(["uv", "pip", "install", "--python", str(interpreter), requirement])
+    return shlex.join([str(interpreter), "-m", "pip", "install", requirement])

@@ -1,14 +1,19 @@
 """Which runtime serves a model: ``--runtime auto`` from config.json, and the checks of an explicit choice.
 
 Only the local config.json is read, and the runtimes' supported model types come from their installed
-files; no code from the model repository or the runtimes is imported.
+files; no code from the model repository or the runtimes is imported. mlx-vlm is an extra (``mlx-agent[vlm]``):
+a plan that needs it where it is absent is refused with the command that installs it there.
 """
 
 from __future__ import annotations
 
-from mlx_agent.errors import RuntimeModelMismatch, UnsupportedModel
-from mlx_agent.installed import model_support
+import sys
+from pathlib import Path
+
+from mlx_agent.errors import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedModel
+from mlx_agent.installed import install_command, model_support, own_requirement, own_site_paths
 from mlx_agent.plan.runtime import runtime_site_paths
+from mlx_agent.resources import PACKAGE_DIR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,6 +22,8 @@ if TYPE_CHECKING:
 MLX_LM = "mlx_lm"
 MLX_VLM = "mlx-vlm"
 PACKAGES = {MLX_LM: "mlx_lm", MLX_VLM: "mlx_vlm"}
+DISTRIBUTIONS = {MLX_LM: "mlx-lm", MLX_VLM: "mlx-vlm"}
+CHECKOUT = PACKAGE_DIR.parent  # a checkout's .venv is scripts/install's, which installs every runtime
 # Keys whose non-null presence marks a checkpoint with a vision tower, as mlx_vlm's model configs use them.
 VISION_MARKERS = ("vision_config", "vision_tower", "mm_vision_tower", "visual", "image_token_index", "image_token_id")
 
@@ -27,13 +34,48 @@ def vision_markers(config: dict[str, Any]) -> list[str]:
 
 
 def supported_module(runtime: str, model_type: str, executable: str | None) -> str | None:
-    """Return the module name a runtime would load for ``model_type``, or None if it has none."""
-    support = model_support(PACKAGES[runtime], runtime_site_paths(runtime, executable))
+    """Return the module name a runtime would load for ``model_type``, or None if it has none (or is absent)."""
+    return _module(_support(runtime, executable), model_type)
+
+
+def _support(runtime: str, executable: str | None) -> tuple[set[str], dict[str, str]] | None:
+    return model_support(PACKAGES[runtime], runtime_site_paths(runtime, executable))
+
+
+def _module(support: tuple[set[str], dict[str, str]] | None, model_type: str) -> str | None:
     if support is None:
         return None
     types, remapping = support
     normalised = remapping.get(model_type, model_type)
     return normalised if normalised in types else None
+
+
+def install_hint(runtime: str, executable: str | None) -> tuple[str, Path]:
+    """Return the command that installs a runtime where it would run, and that environment's interpreter.
+
+    That is this interpreter's environment, or the one of ``--runtime-executable`` (or runtimes.json).
+    """
+    paths = runtime_site_paths(runtime, executable)
+    dist = DISTRIBUTIONS[runtime]
+    if paths is None:
+        prefix, interpreter = Path(sys.prefix), Path(sys.executable)
+        if prefix == CHECKOUT / ".venv" and (CHECKOUT / "uv.lock").is_file():
+            return f"bash {CHECKOUT / 'scripts' / 'install'}", interpreter
+    else:  # .../lib/python3.X/site-packages of the executable's environment
+        prefix = Path(paths[0]).parents[2] if paths else Path(sys.prefix)
+        interpreter = prefix / "bin" / "python"
+    requirement = own_requirement(dist, own_site_paths()) or dist
+    return install_command(requirement, prefix, interpreter), interpreter
+
+
+def not_installed(runtime: str, executable: str | None, why: str) -> RuntimeNotInstalled:
+    """Return the refusal of a plan that needs ``runtime`` where it is not installed, naming the command."""
+    command, interpreter = install_hint(runtime, executable)
+    return RuntimeNotInstalled(
+        f"{why}; {DISTRIBUTIONS[runtime]} is not installed for {interpreter}",
+        details={"runtime": runtime, "interpreter": str(interpreter), "install_command": command},
+        remediation=f"Install it into that environment (mlx-agent never installs runtimes): {command}.",
+    )
 
 
 def select_runtime(requested: str, config: dict[str, Any], executable: str | None) -> tuple[str, str]:
@@ -49,7 +91,10 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
             details={"model_type": raw_type, "vision_markers": markers},
         )
     if requested in PACKAGES:
-        module = supported_module(requested, model_type, executable)
+        support = _support(requested, executable)
+        if support is None:
+            raise not_installed(requested, executable, f"--runtime {requested} was asked for")
+        module = _module(support, model_type)
         if module is None:
             raise UnsupportedModel(
                 f"{requested} has no model class for model_type {raw_type!r}",
@@ -59,7 +104,10 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
     if requested != "auto":
         return requested, "requested"
     if markers:
-        module = supported_module(MLX_VLM, model_type, None)
+        support = _support(MLX_VLM, None)
+        if support is None:
+            raise not_installed(MLX_VLM, None, f"config.json has {', '.join(markers)}: a vision model needs mlx-vlm")
+        module = _module(support, model_type)
         if module is None:
             raise UnsupportedModel(
                 f"vision model_type {raw_type!r} is not supported by the installed mlx-vlm",
@@ -70,6 +118,14 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
         module = supported_module(runtime, model_type, None)
         if module is not None:
             return runtime, f"auto: text model; {runtime} loads model_type {raw_type} as {module}"
+    if _support(MLX_VLM, None) is None:  # mlx-vlm might load it: say how to find out
+        command, _ = install_hint(MLX_VLM, None)
+        raise UnsupportedModel(
+            f"mlx_lm does not support model_type {raw_type!r}, and mlx-vlm (which has other model types) is not "
+            "installed",
+            details={"model_type": raw_type, "install_command": command},
+            remediation=f"Serve a model whose model_type mlx_lm supports, or install mlx-vlm and retry: {command}.",
+        )
     raise UnsupportedModel(
         f"neither mlx_lm nor mlx-vlm supports model_type {raw_type!r}", details={"model_type": raw_type}
     )
