@@ -276,8 +276,8 @@ class RuntimeSelectionError(MlxAgentError):
 class RuntimeNotInstalled(RuntimeSelectionError):
     code = "runtime_not_installed"
     remediation = (
-        "Install the runtime into this environment yourself (for mlx_lm: "
-        "pip install mlx-lm); mlx-agent never installs runtimes."
+        "Install the runtime into the environment that runs it (the error's details.install_command; for mlx-vlm: "
+        "pip install 'mlx-agent[vlm]'); mlx-agent never installs runtimes."
     )
 
 
