@@ -1,22 +1,27 @@
-r"""What every endpoint accepts, declared once: the JSON a body may be, and the fields that reach mlx.
+r"""What every endpoint accepts, declared once: the JSON a body may be, and each endpoint's fields.
 
 ``load_json`` reads a body: JSON, an object, at most ``MAX_DEPTH`` levels deep, no string that is not valid
 UTF-8 (a lone surrogate, which ``json`` accepts as ``\udc00``), at most ``MAX_ITEMS`` items in any array or
-object. ``check`` then validates it against its endpoint's declaration: every number that reaches mlx is
-bounded to what mlx and the models can use (a temperature of 2^63 or a ``logit_bias`` key past the vocabulary
-kills mlx_lm's generation thread or the process), every field has its type. Fields that are not declared
-pass through (the endpoint's own translation or the worker reads them). Both the front and the worker check,
-so a worker defends itself whoever calls it. A refusal is ``BodyInvalid`` with the field's path as ``param``.
+object. ``check`` then validates it against its endpoint's declaration and returns the parsed body, which
+translators read: every number that reaches mlx is bounded to what mlx and the models can use (a temperature
+of 2^63 or a ``logit_bias`` key past the vocabulary kills mlx_lm's generation thread or the process), every
+field has its type. A refusal is ``BodyInvalid`` with the field's path as ``param``.
+
+An open declaration (chat and text completions) passes undeclared fields on (the worker reads them); a closed
+one (``closed = True``: Messages, Responses, and the objects inside them) is the endpoint's whitelist, and an
+undeclared field with a value is refused as ``unsupported_parameter``. Both the front and the worker check, so
+a worker defends itself whoever calls it.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
+from mlx_agent.api_errors import Code
 from mlx_agent.errors import BodyInvalid
 
 MAX_DEPTH = 64  # nesting of arrays and objects (a tool's JSON Schema rarely passes 10)
@@ -24,12 +29,17 @@ MAX_ITEMS = 100_000  # entries of one array or object
 MAX_TOKENS = 2**31 - 1  # the largest reply limit a request may ask for (the ceiling then applies)
 MAX_STOP = 16  # stop sequences
 MAX_BIAS = 1024  # logit_bias entries
+MAX_TOOLS = 1024
 
 Float = Annotated[float, Field(allow_inf_nan=False)]
 Unit = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
 Window = Annotated[int, Field(ge=0, le=1_000_000)]
 Limit = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
+TopK = Annotated[int, Field(ge=0, le=1_000_000)]
+Tools = Annotated[list[dict[str, Any]], Field(max_length=MAX_TOOLS)]
+Object = dict[str, Any]
 
 
 def _walk(value: Any, path: str, depth: int) -> None:
@@ -61,29 +71,46 @@ def load_json(raw: bytes) -> dict[str, Any]:
         doc = json.loads(raw)
     except RecursionError:
         raise BodyInvalid(
-            f"the body is nested more than {MAX_DEPTH} levels deep", param="body", code="invalid_json"
+            f"the body is nested more than {MAX_DEPTH} levels deep", param="body", code=Code.INVALID_JSON
         ) from None
     except ValueError as exc:  # bad UTF-8 and bad JSON alike
-        raise BodyInvalid(f"the request body is not valid JSON: {exc}", param="body", code="invalid_json") from None
+        raise BodyInvalid(f"the request body is not valid JSON: {exc}", param="body", code=Code.INVALID_JSON) from None
     if not isinstance(doc, dict):
-        raise BodyInvalid("the request body must be a JSON object", param="body", code="invalid_json")
+        raise BodyInvalid("the request body must be a JSON object", param="body", code=Code.INVALID_JSON)
     _walk(doc, "", 0)
     return doc
 
 
-class Body(BaseModel):
-    """Fields every endpoint shares; undeclared fields pass through."""
+class Declared(BaseModel):
+    """A JSON object with declared fields; ``closed`` ones refuse undeclared fields that carry a value."""
 
     model_config = ConfigDict(extra="allow", strict=True)
+    closed: ClassVar[bool] = False
+
+
+class Body(Declared):
+    """Fields every endpoint shares."""
 
     model: str | None = None
-    stream: bool | None = None
+    _sent: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def sent(self) -> dict[str, Any]:
+        """Return the JSON object as the client sent it (what a pass-through endpoint forwards)."""
+        return self._sent
 
 
 def _one_of(value: Any, kinds: tuple[type, ...], what: str) -> Any:
     """Check a field that takes one of several JSON types (one clear error instead of one per member)."""
     if value is not None and not isinstance(value, kinds):
         raise ValueError(f"must be {what}")
+    return value
+
+
+def _text(value: Any, example: str) -> Any:
+    """Check a field that must be a non-empty string when given (an invalid_value, as it always was)."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"must be a string such as {example}")
     return value
 
 
@@ -104,11 +131,12 @@ def _stops(value: Any, limit: int = MAX_STOP) -> Any:
 class Sampling(Body):
     """The OpenAI-style sampling and limit fields mlx_lm reads (chat and text completions)."""
 
+    stream: bool | None = None
     max_tokens: Limit | None = None
     max_completion_tokens: Limit | None = None
-    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] | None = None
+    temperature: Temperature | None = None
     top_p: Unit | None = None
-    top_k: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    top_k: TopK | None = None
     min_p: Unit | None = None
     repetition_penalty: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] | None = None
     repetition_context_size: Window | None = None
@@ -125,7 +153,7 @@ class Sampling(Body):
     stop: Any = None
     n: Literal[1] | None = None
     num_draft_tokens: Annotated[int, Field(ge=0, le=64)] | None = None
-    stream_options: dict[str, Any] | None = None
+    stream_options: Object | None = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -144,12 +172,12 @@ class Sampling(Body):
 class ChatBody(Sampling):
     """``POST /v1/chat/completions``."""
 
-    messages: Annotated[list[dict[str, Any]], Field(min_length=1)]
-    tools: Annotated[list[dict[str, Any]], Field(max_length=1024)] | None = None
+    messages: Annotated[list[Object], Field(min_length=1)]
+    tools: Tools | None = None
     tool_choice: Any = None
-    response_format: dict[str, Any] | None = None
+    response_format: Object | None = None
     parallel_tool_calls: bool | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: Object | None = None
     reasoning_effort: str | None = None
 
     @field_validator("tool_choice")
@@ -164,30 +192,68 @@ class CompletionBody(Sampling):
     prompt: str
 
 
-class Thinking(BaseModel):
+class Thinking(Declared):
     """Anthropic's ``thinking`` object: ``display`` is any string (only ``omitted`` changes the reply)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    type: str | None = None
+    type: Any = None  # enabled, disabled or adaptive: the translator refuses another (unsupported_parameter)
     budget_tokens: Limit | None = None
     display: str | None = None
 
 
-class MessagesBody(Body):
-    """``POST /v1/messages`` (and ``count_tokens``, where ``max_tokens`` is not required)."""
+class OutputConfig(Declared):
+    """Anthropic's ``output_config``: ``effort`` for templates that read it, ``format`` an enforced JSON schema."""
+
+    closed = True
+    effort: Any = None
+    format: Object | None = None
+
+    @field_validator("effort")
+    @classmethod
+    def _effort(cls, value: Any) -> Any:
+        return _text(value, "'low' or 'high'")
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, value: Any) -> Any:
+        if value is not None and (
+            not isinstance(value, dict)
+            or value.get("type") != "json_schema"
+            or not isinstance(value.get("schema"), dict)
+        ):
+            raise ValueError("must be {'type': 'json_schema', 'schema': {...}}")
+        return value
+
+
+class PromptBody(Body):
+    """``POST /v1/messages/count_tokens``: what makes an Anthropic Messages prompt (no reply fields)."""
+
+    closed = True
+    messages: Annotated[list[Object], Field(min_length=1)]
+    system: Any = None
+    tools: Tools | None = None
+    tool_choice: Object | None = None
+    thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    metadata: Object | None = None
+    cache_control: Any = None  # accepted without effect (the worker caches prompt prefixes by itself)
+    context_management: Any = None
+    service_tier: Any = None
+
+    @field_validator("system")
+    @classmethod
+    def _system(cls, value: Any) -> Any:
+        return _one_of(value, (str, list), "a string or a list of text blocks")
+
+
+class MessagesBody(PromptBody):
+    """``POST /v1/messages``: a prompt and how to reply to it."""
 
     max_tokens: Limit | None = None
-    messages: Annotated[list[dict[str, Any]], Field(min_length=1)]
-    system: Any = None
+    stream: bool | None = None
     temperature: Unit | None = None
     top_p: Unit | None = None
-    top_k: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    top_k: TopK | None = None
     stop_sequences: Any = None
-    tools: Annotated[list[dict[str, Any]], Field(max_length=1024)] | None = None
-    tool_choice: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
-    thinking: Thinking | None = None
 
     @field_validator("stop_sequences")
     @classmethod
@@ -196,28 +262,67 @@ class MessagesBody(Body):
             raise ValueError("must be a list of strings")
         return _stops(value)
 
-    @field_validator("system")
+
+class Reasoning(Declared):
+    """The Responses ``reasoning`` object (``summary``: none are made; reasoning comes back as written)."""
+
+    closed = True
+    effort: Any = None
+    summary: Any = None
+    generate_summary: Any = None
+
+    @field_validator("effort")
     @classmethod
-    def _system(cls, value: Any) -> Any:
-        return _one_of(value, (str, list), "a string or a list of text blocks")
+    def _effort(cls, value: Any) -> Any:
+        return _text(value, "'low' or 'high'")
+
+
+class Text(Declared):
+    """The Responses ``text`` object: ``format`` as the reply's format, ``verbosity`` accepted."""
+
+    closed = True
+    format: Any = None
+    verbosity: Any = None
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, value: Any) -> Any:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if value is None or kind in ("text", "json_object"):
+            return value
+        if kind == "json_schema" and isinstance(value.get("schema"), dict):
+            return value
+        raise ValueError("must be text, json_object or json_schema with a schema")
 
 
 class ResponsesBody(Body):
-    """``POST /v1/responses``."""
+    """``POST /v1/responses`` and ``POST /v1/responses/compact``."""
 
+    closed = True
+    stream: bool | None = None
     input: Any = None
     instructions: str | None = None
     max_output_tokens: Limit | None = None
-    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] | None = None
+    temperature: Temperature | None = None
     top_p: Unit | None = None
-    tools: Annotated[list[dict[str, Any]], Field(max_length=1024)] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    include: Annotated[list[str], Field(max_length=64)] | None = None
+    tools: Tools | None = None
+    tool_choice: Any = None
     parallel_tool_calls: bool | None = None
+    include: Annotated[list[str], Field(max_length=64)] | None = None
     store: bool | None = None
     background: bool | None = None
     previous_response_id: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: Object | None = None
+    reasoning: Reasoning | None = None
+    text: Text | None = None
+    truncation: Any = None
+    prompt_cache_key: str | None = None
+    client_metadata: Object | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    prompt_cache_retention: str | None = None
+    stream_options: Object | None = None
 
     @field_validator("input")
     @classmethod
@@ -229,31 +334,57 @@ class ResponsesBody(Body):
     def _choice(cls, value: Any) -> Any:
         return _one_of(value, (str, dict), "a string or an object")
 
+    @field_validator("truncation")
+    @classmethod
+    def _truncation(cls, value: Any) -> Any:
+        if value not in (None, "disabled", "auto"):
+            raise ValueError("must be 'auto' or 'disabled'")
+        return value
 
-ENDPOINTS: dict[str, type[Body]] = {
-    "chat": ChatBody,
-    "completions": CompletionBody,
-    "messages": MessagesBody,
-    "responses": ResponsesBody,
-}
+    @field_validator("previous_response_id")
+    @classmethod
+    def _previous(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise PydanticCustomError("string_type", "must be a response id")
+        return value
 
 
-@functools.cache
-def _adapter(endpoint: str) -> type[Body]:
-    return ENDPOINTS[endpoint]
+B = TypeVar("B", bound=Body)
 
 
-def check(endpoint: str, doc: dict[str, Any]) -> None:
-    """Validate a parsed body against its endpoint's declaration; raise ``BodyInvalid`` naming the field."""
+def _undeclared(found: BaseModel, path: str) -> None:
+    """Refuse a closed declaration's undeclared fields that carry a value, at any depth, the first by name."""
+    if isinstance(found, Declared) and found.closed:
+        extra = found.model_extra or {}
+        for name in sorted(extra):
+            if extra[name] is not None:
+                where = f"{path}.{name}" if path else name
+                message = (
+                    f"{where} is not supported here"
+                    if path
+                    else f"'{name}' is not supported: the local runtime cannot honour it"
+                )
+                raise BodyInvalid(message, param=where, code=Code.UNSUPPORTED_PARAMETER)
+    for name in type(found).model_fields:
+        value = getattr(found, name)
+        if isinstance(value, BaseModel):
+            _undeclared(value, f"{path}.{name}" if path else name)
+
+
+def check(declaration: type[B], doc: dict[str, Any]) -> B:
+    """Return ``doc`` parsed by its endpoint's declaration; raise ``BodyInvalid`` naming the field."""
     try:
-        _adapter(endpoint).model_validate(doc)
+        body = declaration.model_validate(doc)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or "body"
         kind = first["type"]
-        code = "invalid_type" if kind.endswith("_type") or kind == "literal_error" else "invalid_value"
+        code = Code.INVALID_TYPE if kind.endswith("_type") or kind == "literal_error" else Code.INVALID_VALUE
         if kind == "missing":
-            code, message = "missing_parameter", f"'{param}' is required"
+            code, message = Code.MISSING_PARAMETER, f"'{param}' is required"
         else:
             message = f"'{param}': {first['msg'].removeprefix('Value error, ')}"
         raise BodyInvalid(message, param=param, code=code) from None
+    _undeclared(body, "")
+    body._sent = doc  # set once, here, where the body is parsed
+    return body

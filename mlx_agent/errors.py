@@ -550,9 +550,11 @@ class RequestRefused(MlxAgentError):
 
     def body(self) -> dict[str, Any]:
         """Return the OpenAI-style error document ``{"error": {"message", "type", "param", "code", ...}}``."""
-        return {
-            "error": {"message": self.message, "type": self.type_, "param": self.param, "code": self.code, **self.extra}
-        }
+        from mlx_agent.api_errors import Family, error_body
+
+        return error_body(
+            Family.OPENAI, self.code, self.message, status=self.status, type_=self.type_, param=self.param, **self.extra
+        )
 
 
 class SeamChanged(MlxAgentError):
@@ -602,7 +604,9 @@ class HttpError(BaseException):
 
     def body(self) -> dict[str, Any]:
         """Return the OpenAI-style error document."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        from mlx_agent.api_errors import Family, error_body
+
+        return error_body(Family.OPENAI, self.code, self.message, status=self.status, type_=self.type, param=self.param)
 
 
 class ClientGone(BaseException):

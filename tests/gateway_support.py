@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlx_agent.bodies import MessagesBody, ResponsesBody
+from mlx_agent.gateway.anthropic.request import AnthropicRequest, translate
+from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from tests.conftest import REPO_ROOT, free_port
 
 # A stand-in for the worker: HTTP/1.0 like mlx_lm.server, echoes what it received, streams on request.
@@ -616,3 +620,13 @@ def squatting(port: int, body: bytes) -> Iterator[list[str]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def translate_messages(body: dict[str, Any]) -> AnthropicRequest:
+    """Translate a Messages body as the front does: parsed by its declaration, then translated."""
+    return translate(parse(MessagesBody, body))
+
+
+def translate_responses(body: dict[str, Any], *, default_model: str) -> ResponsesRequest:
+    """Translate a Responses body as the front does: parsed by its declaration, then translated."""
+    return to_chat(parse(ResponsesBody, body), default_model=default_model)

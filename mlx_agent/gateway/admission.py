@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlx_agent.api_errors import Code
 from mlx_agent.errors import FrontConfigInvalid, PolicyRejected
 from mlx_agent.files import utc_now
 from mlx_agent.policy import parse_policy
@@ -43,12 +44,12 @@ def memory_check(weight_bytes: int | None, reserve_gb: float, available_bytes: i
     reserve_bytes = round(reserve_gb * GB)
     estimate = memory_estimate(weight_bytes)
     required = None if estimate is None else estimate + reserve_bytes
-    reason: str | None = None
+    reason: Code | None = None
     shortfall = 0
     if required is None or available_bytes is None:
-        reason = "memory_unknown"
+        reason = Code.MEMORY_UNKNOWN
     elif available_bytes < required:
-        reason = "insufficient_headroom"
+        reason = Code.INSUFFICIENT_HEADROOM
         shortfall = required - available_bytes
     return {
         "checked_at": utc_now(),

@@ -26,6 +26,7 @@ from mlx_agent.gateway.cache_privacy import PromptLedger
 from mlx_agent.gateway.config import read_private_lines, read_secret_file
 from mlx_agent.gateway.connections import GuardedConnections
 from mlx_agent.gateway.control import Control
+from mlx_agent.gateway.endpoints import ENDPOINTS, Apis
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.observe import observer
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
@@ -34,7 +35,7 @@ from mlx_agent.gateway.responses.store import ResponseStore
 from mlx_agent.gateway.security import Guard, add_cors_headers
 from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.policy import Policy
-from mlx_agent.wire import CONTROL_PREFIX, EXIT_REFUSED
+from mlx_agent.wire import EXIT_REFUSED
 
 if TYPE_CHECKING:
     from mlx_agent.records import FrontConfig
@@ -71,7 +72,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
     guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys)
     fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
     # observe is outermost, so its request line has the status the client got; errors_middleware then gives
-    # the front door's refusals on /v1/messages Anthropic's shape.
+    # the front door's refusals on /v1/messages Anthropic's shape (an endpoint's own: endpoints.Endpoint).
     app = web.Application(
         middlewares=[observer(fleet.metrics, config["log_prompts"]), errors_middleware, guard.middleware()],
         client_max_size=config["max_body_bytes"],
@@ -85,26 +86,19 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         upstream = Upstream(fleet, PromptLedger() if secrets.api_keys else None)
-        openai = OpenAiApi(upstream, guard.proof)
-        control = Control(fleet)
-        app.router.add_get("/", openai.root)  # also answers HEAD
-        app.router.add_get("/health", openai.health)
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/v1/models", openai.models)
-        app.router.add_get("/v1/models/{model_id:.+}", openai.model)
-        app.router.add_post("/v1/chat/completions", openai.chat)
-        app.router.add_post("/v1/completions", openai.completions)
-        anthropic = AnthropicApi(upstream)
-        app.router.add_post("/v1/messages", anthropic.messages)
-        app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
-        responses = ResponsesApi(upstream, ResponseStore())
-        app.router.add_post("/v1/responses", responses.create)
-        # before the {response_id} route, which would otherwise take "compact" for an id (and answer 405)
-        app.router.add_post("/v1/responses/compact", responses.compactor.compact)
-        app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
-        app.router.add_get(CONTROL_PREFIX + "status", control.status)
-        app.router.add_post(CONTROL_PREFIX + "unload", control.unload)
-        app.router.add_put(CONTROL_PREFIX + "policy", control.policy)
+        apis = Apis(
+            openai=OpenAiApi(upstream, guard.proof),
+            anthropic=AnthropicApi(upstream),
+            responses=ResponsesApi(upstream, ResponseStore()),
+            control=Control(fleet),
+            metrics=metrics,
+        )
+        for endpoint in ENDPOINTS:  # the route table (gateway/endpoints.py), in its order
+            handler = endpoint.bind(apis)
+            if endpoint.method == "GET":
+                app.router.add_get(endpoint.path, handler)  # HEAD too: agents probe the base URL with it
+            else:
+                app.router.add_route(endpoint.method, endpoint.path, handler)
         fleet.start_watching()
         yield
         await fleet.close()

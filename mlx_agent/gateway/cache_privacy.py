@@ -24,6 +24,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from mlx_agent.gateway.endpoints import Key
+
 HISTORY = 64
 # Body fields that change how a chat prompt is rendered, besides its messages.
 CHAT_PREAMBLE_FIELDS = ("tools", "functions", "chat_template_kwargs", "role_mapping")
@@ -37,15 +39,15 @@ def _canonical(obj: object) -> bytes:
 class PromptShape:
     """What a request's prompt is made of, reduced to what the prefix test needs."""
 
-    endpoint: str
+    endpoint: Key
     preamble: bytes
     messages: tuple[bytes, ...] | None  # chat: each message canonically encoded
     text: str | None  # completions: the prompt string
 
     @classmethod
-    def of(cls, endpoint: str, body: dict[str, Any]) -> PromptShape:
+    def of(cls, endpoint: Key, body: dict[str, Any]) -> PromptShape:
         """Return the prompt shape of a request body sent to ``endpoint``."""
-        if endpoint == "chat":
+        if endpoint is Key.CHAT:
             messages = body.get("messages")
             items = tuple(_canonical(m) for m in messages) if isinstance(messages, list) else (_canonical(messages),)
             preamble = _canonical({k: body.get(k) for k in CHAT_PREAMBLE_FIELDS})

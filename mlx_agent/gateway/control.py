@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from mlx_agent.api_errors import Code
 from mlx_agent.errors import PolicyRejected, RequestRefused, StateWriteFailed, UnloadBlocked
 from mlx_agent.files import write_json_atomic
 from mlx_agent.gateway.admission import policy_file
@@ -53,12 +54,12 @@ class Control:
             doc = await _body(request)
             name = doc.get("model")
             if name is not None and not isinstance(name, str):
-                return error_response(400, "model must be a served model's name", code="invalid_type", param="model")
+                return error_response(Code.INVALID_TYPE, "model must be a served model's name", param="model")
             result = await self.fleet.unload(name)
         except RequestRefused as refusal:
             return refusal_response(refusal)
         except PolicyRejected as exc:
-            return error_response(400, exc.message, code="invalid_body", param="body")
+            return error_response(Code.INVALID_BODY, exc.message, param="body")
         except UnloadBlocked as blocked:
             d = blocked.details
             what = (
@@ -67,11 +68,7 @@ class Control:
                 else f"{d['open_requests']} open request(s) and {d['open_streams']} open stream(s)"
             )
             return error_response(
-                409,
-                f"cannot unload {d['model']} while {what}; retry when they finish",
-                code=blocked.code,
-                type_="conflict_error",
-                **d,
+                Code.UNLOAD_BLOCKED, f"cannot unload {d['model']} while {what}; retry when they finish", **d
             )
         return json_response(result)
 
@@ -86,7 +83,7 @@ class Control:
             if name is not None:
                 self.fleet.route(name)  # an unknown name is refused before anything changes
         except PolicyRejected as exc:
-            return error_response(400, exc.message, code=exc.code, param=str(exc.details.get("field", "policy")))
+            return error_response(Code.POLICY_REJECTED, exc.message, param=str(exc.details.get("field", "policy")))
         except RequestRefused as refusal:
             return refusal_response(refusal)
         path = Path(self.fleet.config["policy_path"])
@@ -98,8 +95,6 @@ class Control:
             try:
                 await asyncio.to_thread(write_json_atomic, path, policy_file(policy.min_headroom_gb, policies))
             except (OSError, StateWriteFailed) as exc:
-                return error_response(
-                    500, f"the policy could not be saved: {exc}", code="policy_not_saved", type_="server_error"
-                )
+                return error_response(Code.POLICY_NOT_SAVED, f"the policy could not be saved: {exc}")
             self.fleet.replace_policy(policy, name)
         return json_response({"policy": policy.to_json(), "model": name, "policy_path": str(path)})

@@ -22,10 +22,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlx_agent.api_errors import Code
 from mlx_agent.errors import MlxAgentError, RequestRefused, UnloadBlocked
 from mlx_agent.files import utc_iso
 from mlx_agent.gateway.admission import RETRY_AFTER_S, available_memory, memory_check
 from mlx_agent.gateway.config import matches
+from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.metrics import FrontMetrics
 from mlx_agent.policy import Policy
@@ -87,18 +89,16 @@ class Fleet:
         if name is None or name == "":
             return self.models[0]
         if not isinstance(name, str):
-            raise RequestRefused(400, "'model' must be a string", code="invalid_type", param="model")
+            raise refused(Code.INVALID_TYPE, "'model' must be a string", param="model")
         for model in self.models:
             if name == model.name or name in model.model["hidden_names"]:
                 return model
         for model in self.models:
             if matches(name, model.model["aliases"]):
                 return model
-        raise RequestRefused(
-            404,
+        raise refused(
+            Code.MODEL_NOT_FOUND,
             f"The model '{name}' is not served here; use one of: {', '.join(self.names)}",
-            code="model_not_found",
-            type_="not_found_error",
             param="model",
         )
 
@@ -150,7 +150,7 @@ class Fleet:
             for m in self._holders(model)
         ]
 
-    def _refuse(self, model: Lifecycle, code: str, message: str, check: dict[str, Any] | None) -> RequestRefused:
+    def _refuse(self, model: Lifecycle, code: Code, message: str, check: dict[str, Any] | None) -> RequestRefused:
         held = self._held_by(model)
         if held:
             busy = ", ".join(
@@ -160,18 +160,16 @@ class Fleet:
         extra: dict[str, Any] = {"held_by": held}
         if check is not None:
             extra["memory_check"] = check
-        return RequestRefused(
-            503, message, code=code, type_="server_error", headers={"Retry-After": str(RETRY_AFTER_S)}, extra=extra
-        )
+        return refused(code, message, headers={"Retry-After": str(RETRY_AFTER_S)}, extra=extra)
 
     async def _make_room(self, model: Lifecycle) -> None:
         """Evict until ``model`` may load, or refuse (503) when nothing idle is left to evict."""
         while self.max_loaded is not None and len(self._holders(model)) >= self.max_loaded:
             if not await self._evict(model, f"--max-loaded {self.max_loaded} reached"):
-                model.load_blocked_reason = "too_many_loaded"
+                model.load_blocked_reason = Code.TOO_MANY_LOADED
                 raise self._refuse(
                     model,
-                    "too_many_loaded",
+                    Code.TOO_MANY_LOADED,
                     f"cannot load {model.name}: {self.max_loaded} model(s) may be loaded at once and none is idle",
                     None,
                 )
@@ -185,10 +183,10 @@ class Fleet:
                 model.load_blocked_reason = None
                 return
             reason = check["reason"]
-            if reason == "insufficient_headroom" and await self._evict(model, "not enough free memory"):
+            if reason is Code.INSUFFICIENT_HEADROOM and await self._evict(model, "not enough free memory"):
                 continue
             model.load_blocked_reason = reason
-            if reason == "memory_unknown":
+            if reason is Code.MEMORY_UNKNOWN:
                 message = "cannot tell whether the model fits: the weight size or the available memory is unknown"
             else:
                 message = (

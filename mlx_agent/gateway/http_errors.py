@@ -1,8 +1,9 @@
-"""OpenAI-style JSON error answers, the one shape every refusal of the front takes (Anthropic's is derived).
+"""The front's error answers: every refusal as JSON in its API family's shape, with retry advice.
 
-A handler raises ``RequestRefused`` (``mlx_agent.errors``) or returns ``error_response``; both end up as
-``{"error": {"message", "type", "param", "code", ...}}`` with the HTTP status. Non-retryable client errors
-carry ``x-should-retry: false``, which the official SDKs and agents honour instead of retrying.
+A handler raises ``RequestRefused`` (``mlx_agent.errors``; ``refused`` makes one from its ``Code``) or returns
+``error_response``; both end up as the body ``api_errors.error_body`` builds, with the HTTP status.
+Non-retryable client errors carry ``x-should-retry: false``, which the official SDKs and agents honour
+instead of retrying.
 """
 
 from __future__ import annotations
@@ -13,15 +14,26 @@ from typing import Any
 
 from aiohttp import web
 
+from mlx_agent.api_errors import Code, Family, anthropic_body, error_body
 from mlx_agent.errors import RequestRefused
 
 # Statuses a client may retry: a timeout, a conflict, rate limits, and the server's own trouble.
 RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
-def error_body(message: str, *, type_: str, code: str, param: str | None = None, **extra: Any) -> dict[str, Any]:
-    """Return ``{"error": {"message", "type", "param", "code", ...extra}}``."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code, **extra}}
+def refused(
+    code: Code,
+    message: str,
+    *,
+    param: str | None = None,
+    status: int | None = None,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> RequestRefused:
+    """Return the refusal of ``code``, with the code's own status (unless ``status``) and type."""
+    return RequestRefused(
+        status or code.status, message, code=code, type_=code.kind, param=param, headers=headers, extra=extra
+    )
 
 
 def retry_headers(status: int, headers: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -33,26 +45,30 @@ def retry_headers(status: int, headers: Mapping[str, str] | None = None) -> dict
 
 
 def error_response(
-    status: int,
+    code: Code,
     message: str,
     *,
-    code: str,
-    type_: str = "invalid_request_error",
+    status: int | None = None,
+    type_: str | None = None,
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> web.Response:
-    """Return an error response with an OpenAI-style body."""
+    """Return an error response with an OpenAI-style body (the status and type are the code's by default)."""
+    status = status or code.status
     return json_response(
-        error_body(message, type_=type_, code=code, param=param, **extra),
+        error_body(Family.OPENAI, code, message, status=status, type_=type_, param=param, **extra),
         status=status,
         headers=retry_headers(status, headers),
     )
 
 
-def refusal_response(refusal: RequestRefused) -> web.Response:
-    """Return a ``RequestRefused`` as its HTTP answer."""
-    return json_response(refusal.body(), status=refusal.status, headers=retry_headers(refusal.status, refusal.headers))
+def refusal_response(refusal: RequestRefused, family: Family = Family.OPENAI) -> web.Response:
+    """Return a ``RequestRefused`` as its HTTP answer in ``family``'s shape."""
+    body = refusal.body()
+    if family is Family.ANTHROPIC:
+        body = anthropic_body(refusal.status, body)
+    return json_response(body, status=refusal.status, headers=retry_headers(refusal.status, refusal.headers))
 
 
 def json_response(data: object, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlx_agent.api_errors import Code, known
 from mlx_agent.errors import (
     AdapterChanged,
     MlxAgentError,
@@ -25,6 +26,7 @@ from mlx_agent.errors import (
 )
 from mlx_agent.files import changed_files, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
+from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.worker import WorkerProcess, rank_exits
 from mlx_agent.identity import source_changes
 from mlx_agent.kept_cache import cache_dir
@@ -131,7 +133,7 @@ class Lifecycle:
             async with self._admission(self):
                 return await self._start_worker()
         except RequestRefused as refusal:
-            if refusal.code in ("insufficient_headroom", "memory_unknown", "too_many_loaded"):
+            if refusal.code in (Code.INSUFFICIENT_HEADROOM, Code.MEMORY_UNKNOWN, Code.TOO_MANY_LOADED):
                 self.state = previous
             raise
         except BaseException:
@@ -225,10 +227,9 @@ class Lifecycle:
         self.state = "failed"
         self.last_error = {"code": code, "message": error.message, "at": utc_iso(time.time()), "details": error.details}
         log.error("%s: load failed: %s: %s", self.name, code, error.message)
-        client_code = code if code in (AdapterChanged.code, ModelChanged.code, RuntimeChanged.code) else "load_failed"
-        return RequestRefused(
-            503, f"the model could not be loaded: {error.message}", code=client_code, type_="server_error"
-        )
+        # The changes a new plan fixes keep their own code; every other failure is load_failed.
+        client_code = known(code) if code in (AdapterChanged.code, ModelChanged.code, RuntimeChanged.code) else None
+        return refused(client_code or Code.LOAD_FAILED, f"the model could not be loaded: {error.message}")
 
     # -- liveness ---------------------------------------------------------------------------------------------
 

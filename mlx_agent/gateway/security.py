@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from mlx_agent.api_errors import Code
 from mlx_agent.gateway.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX, front_proof
 
@@ -108,20 +109,10 @@ class Guard:
         """Refuse what the module docstring lists; then run the handler, turning HTTP errors into JSON."""
         host = request.headers.get("Host", "").lower()
         if host not in self.hosts:
-            return error_response(
-                403,
-                "the Host header must name this gateway on loopback",
-                code="forbidden_host",
-                type_="permission_error",
-            )
+            return error_response(Code.FORBIDDEN_HOST, "the Host header must name this gateway on loopback")
         origin = request.headers.get("Origin")
         if origin is not None and not loopback_origin(origin):
-            return error_response(
-                403,
-                "cross-origin requests are accepted from loopback pages only",
-                code="forbidden_origin",
-                type_="permission_error",
-            )
+            return error_response(Code.FORBIDDEN_ORIGIN, "cross-origin requests are accepted from loopback pages only")
         if request.method == "OPTIONS" and origin is not None:
             return web.Response(
                 status=204,
@@ -137,20 +128,14 @@ class Guard:
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ACCEPTED_ENCODINGS:
             return error_response(
-                415,
+                Code.UNSUPPORTED_CONTENT_ENCODING,
                 f"request bodies must not be compressed (Content-Encoding: {encoding})",
-                code="unsupported_content_encoding",
                 param="Content-Encoding",
             )
         path = request.path
         if path.startswith(CONTROL_PREFIX):
             if not self.control_ok(request):
-                return error_response(
-                    401,
-                    "control endpoints need the gateway's control token",
-                    code="unauthorized",
-                    type_="authentication_error",
-                )
+                return error_response(Code.UNAUTHORIZED, "control endpoints need the gateway's control token")
         elif (path.startswith(MODEL_PREFIX) or path == METRICS_PATH) and self._api_keys is not None:
             key, presented = self.api_key(request)
             if key is None:
@@ -159,13 +144,7 @@ class Guard:
                     if presented
                     else "an API key is required (Authorization: Bearer KEY or x-api-key)"
                 )
-                return error_response(
-                    401,
-                    message,
-                    code="invalid_api_key",
-                    type_="authentication_error",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+                return error_response(Code.INVALID_API_KEY, message, headers={"WWW-Authenticate": "Bearer"})
             request[API_KEY_ID] = key_id(key)
         try:
             return await handler(request)
@@ -174,26 +153,23 @@ class Guard:
         except web.HTTPMethodNotAllowed as exc:
             allowed = ", ".join(sorted(exc.allowed_methods))
             return error_response(
-                405,
+                Code.METHOD_NOT_ALLOWED,
                 f"{request.method} is not allowed on {path}; use {allowed}",
-                code="method_not_allowed",
                 headers={"Allow": allowed},
             )
         except web.HTTPNotFound:
-            return error_response(404, f"no such endpoint: {path}", code="not_found")
+            return error_response(Code.NOT_FOUND, f"no such endpoint: {path}")
         except web.HTTPException as exc:  # aiohttp's own refusals (a body it cannot decode, ...), as JSON
             if exc.status < 400:
                 raise
-            return error_response(exc.status, exc.text or exc.reason, code="bad_request")
+            return error_response(Code.BAD_REQUEST, exc.text or exc.reason, status=exc.status)
         except Exception:  # a bug: answered as JSON, logged with its traceback
             log.exception("unexpected error answering %s %s", request.method, path)
-            return error_response(
-                500, "the front failed to answer this request", code="internal_error", type_="server_error"
-            )
+            return error_response(Code.INTERNAL_ERROR, "the front failed to answer this request")
 
 
 def _too_large(limit: int) -> web.Response:
-    return error_response(413, f"the request body exceeds {limit} bytes", code="body_too_large")
+    return error_response(Code.BODY_TOO_LARGE, f"the request body exceeds {limit} bytes")
 
 
 async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:

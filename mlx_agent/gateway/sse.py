@@ -63,12 +63,19 @@ class StreamTranslator(Protocol):
 
 
 class ChunkTranslator:
-    """The base of translators that read each chunk as JSON: errors end the stream, usage is observed first."""
+    """The base of translators that read each chunk as JSON: errors end the stream, usage is observed first.
+
+    ``chunk`` reads a chat-completion chunk the one way every translator does: the usage kept, and choice 0's
+    reasoning, content and tool calls handed to ``reasoning``, ``content`` and ``tool_call`` in that order, then
+    its finish reason kept and ``finished`` told. A translator overrides the parts it turns into events.
+    """
 
     ended = False
 
     def __init__(self, on_usage: Accountant | None = None) -> None:
         self.on_usage = on_usage
+        self.usage: object = None  # the worker's last usage (it reports usage only at the end)
+        self.finish_reason: object = None
 
     def data(self, payload: bytes) -> bytes:
         """Parse one worker chunk; an ``error`` chunk fails the stream, any other goes to ``chunk``."""
@@ -87,8 +94,36 @@ class ChunkTranslator:
         return self.chunk(doc)
 
     def chunk(self, doc: dict[str, Any]) -> bytes:
-        """Return the events for one chat-completion chunk."""
-        raise NotImplementedError
+        """Return the events for one chat-completion chunk (the class docstring)."""
+        if isinstance(doc.get("usage"), dict):
+            self.usage = doc["usage"]
+        out: list[bytes] = []
+        for delta, finish_reason in first_choice(doc):
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                self.reasoning(reasoning, out)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self.content(content, out)
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                if isinstance(call, dict):
+                    self.tool_call(call, position, out)
+            if finish_reason is not None:
+                self.finish_reason = finish_reason
+                self.finished(out)
+        return b"".join(out)
+
+    def reasoning(self, text: str, out: list[bytes]) -> None:
+        """Add the events for a piece of separated reasoning to ``out`` (none by default)."""
+
+    def content(self, text: str, out: list[bytes]) -> None:
+        """Add the events for a piece of content to ``out`` (none by default)."""
+
+    def tool_call(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
+        """Add the events for a tool-call fragment (``position``: its place in the delta) to ``out``."""
+
+    def finished(self, out: list[bytes]) -> None:
+        """Add the events a finish reason brings to ``out`` (none by default; the end comes with ``finish``)."""
 
     def limit_lowered(self, granted: int) -> None:
         """Learn that the request's own reply limit was lowered to ``granted`` (``limit_notice``)."""

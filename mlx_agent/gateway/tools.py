@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.http_errors import refused
 
 DROPPED_HEADER = "x-mlx-agent-dropped-tools"
 NAMESPACE_JOIN = "__"
@@ -66,9 +68,9 @@ FIXED_CLIENT_TOOLS = {
 CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
 
-def refuse(message: str, param: str, code: str = "invalid_value") -> RequestRefused:
+def refuse(message: str, param: str, code: Code = Code.INVALID_VALUE) -> RequestRefused:
     """Return the 400 ``invalid_request_error`` the front answers for a request it cannot honour."""
-    return RequestRefused(400, message, code=code, param=param)
+    return refused(code, message, param=param)
 
 
 @dataclass(frozen=True)
@@ -117,21 +119,12 @@ def _name(tool: Mapping[str, Any], where: str) -> str:
     return name
 
 
-def _each_tool(tools: object) -> list[tuple[str, Mapping[str, Any]]]:
-    """Return a request's tools with the path of each (``tools.N``); refuse a non-list or a non-object."""
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise refuse("'tools' must be a list", "tools", "invalid_type")
-    found = []
-    for index, tool in enumerate(tools):
-        if not isinstance(tool, Mapping):
-            raise refuse("each tool must be an object", f"tools.{index}", "invalid_type")
-        found.append((f"tools.{index}", tool))
-    return found
+def _each_tool(tools: list[dict[str, Any]] | None) -> list[tuple[str, dict[str, Any]]]:
+    """Return a request's tools (a list of objects: its declaration says so) with the path of each."""
+    return [(f"tools.{index}", tool) for index, tool in enumerate(tools or [])]
 
 
-def anthropic_tools(tools: object) -> ToolSet:
+def anthropic_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
     """Return the tool set of an Anthropic Messages request's ``tools``."""
     found = ToolSet()
     for where, tool in _each_tool(tools):
@@ -154,12 +147,12 @@ def anthropic_tools(tools: object) -> ToolSet:
                 f"tool type {kind!r} is not supported: it needs what a local text model does not have "
                 "(such as screenshots)",
                 f"{where}.type",
-                "unsupported_tool",
+                Code.UNSUPPORTED_TOOL,
             )
     return found
 
 
-def responses_tools(tools: object) -> ToolSet:
+def responses_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
     """Return the tool set of an OpenAI Responses request's ``tools``."""
     found = ToolSet()
     for where, tool in _each_tool(tools):
@@ -173,7 +166,7 @@ def _responses_tool(tool: Mapping[str, Any], where: str, found: ToolSet, namespa
         name = _name(tool, where)
         parameters = tool.get("parameters")
         if parameters is not None and not isinstance(parameters, Mapping):
-            raise refuse("a function tool's parameters must be an object", f"{where}.parameters", "invalid_type")
+            raise refuse("a function tool's parameters must be an object", f"{where}.parameters", Code.INVALID_TYPE)
         found.add(
             found.visible(name, namespace),
             tool.get("description"),
@@ -194,12 +187,12 @@ def _responses_tool(tool: Mapping[str, Any], where: str, found: ToolSet, namespa
         space = _name(tool, where)
         inner = tool.get("tools")
         if not isinstance(inner, list):
-            raise refuse("a namespace tool needs a list of tools", f"{where}.tools", "invalid_type")
+            raise refuse("a namespace tool needs a list of tools", f"{where}.tools", Code.INVALID_TYPE)
         for index, item in enumerate(inner):
             if not isinstance(item, Mapping):
-                raise refuse("each tool must be an object", f"{where}.tools.{index}", "invalid_type")
+                raise refuse("each tool must be an object", f"{where}.tools.{index}", Code.INVALID_TYPE)
             _responses_tool(item, f"{where}.tools.{index}", found, space)
     elif kind in HOSTED_TOOLS or kind == TOOL_SEARCH:
         found.dropped.append(str(kind))
     else:
-        raise refuse(f"tool type {kind!r} is not supported here", f"{where}.type", "unsupported_tool")
+        raise refuse(f"tool type {kind!r} is not supported here", f"{where}.type", Code.UNSUPPORTED_TOOL)

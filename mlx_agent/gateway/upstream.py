@@ -26,10 +26,12 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.bodies import check, load_json
-from mlx_agent.errors import BodyInvalid, RequestRefused
+from mlx_agent.api_errors import TYPE_INVALID_REQUEST, TYPE_SERVER, Code
+from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
+from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.fleet import Fleet
+from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.limit_notice import lowered_headers, worker_granted
 from mlx_agent.gateway.observe import current_exchange, exchange_of
@@ -58,30 +60,14 @@ def read_error(status: int, doc: object) -> RequestRefused:
     error = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(error, dict):
         message = str(error.get("message") or f"the model worker answered {status}")
-        type_ = str(error.get("type") or ("invalid_request_error" if status < 500 else "server_error"))
-        code = str(error.get("code") or "worker_error")
+        type_ = str(error.get("type") or (TYPE_INVALID_REQUEST if status < 500 else TYPE_SERVER))
+        code = str(error.get("code") or Code.WORKER_ERROR)
         param = error.get("param") if isinstance(error.get("param"), str) else None
         return RequestRefused(status, message, code=code, type_=type_, param=param)
     message = error if isinstance(error, str) else f"the model worker answered {status}"
     return RequestRefused(
-        status, message, code="worker_error", type_="invalid_request_error" if status < 500 else "server_error"
+        status, message, code=Code.WORKER_ERROR, type_=TYPE_INVALID_REQUEST if status < 500 else TYPE_SERVER
     )
-
-
-def refused_body(error: BodyInvalid) -> RequestRefused:
-    """Return the 400 of a body its declaration refuses."""
-    return RequestRefused(400, error.message, code=error.code, param=error.param)
-
-
-async def read_json_body(request: web.Request, endpoint: str) -> dict[str, Any]:
-    """Return the request's body, checked against ``endpoint``'s declaration (``bodies``); 400 otherwise."""
-    raw = await request.read()
-    try:
-        doc = load_json(raw)
-        check(endpoint, doc)
-    except BodyInvalid as error:
-        raise refused_body(error) from None
-    return doc
 
 
 class Upstream:
@@ -91,14 +77,14 @@ class Upstream:
         self.fleet = fleet
         self.ledger = ledger  # only when API keys are in use
 
-    def prepare(self, request: web.Request, body: object, endpoint: str) -> tuple[Lifecycle, PreparedRequest]:
+    def prepare(self, request: web.Request, body: dict[str, Any]) -> tuple[Lifecycle, PreparedRequest]:
         """Route a body to its model and prepare it for that model's worker (``openai.request.prepare``).
 
         A stream is always asked for its usage chunk (the request line and the metrics count its tokens); the
         chunk is removed again when the client did not ask for it.
         """
-        model = self.fleet.route(body.get("model") if isinstance(body, dict) else None)
-        prepared = prepare(body, endpoint=endpoint, model=model.model, force_usage=True)
+        model = self.fleet.route(body.get("model"))
+        prepared = prepare(body, model=model.model, force_usage=True)
         exchange = exchange_of(request)
         if exchange is not None:
             exchange.routed(model.name, prepared.stream, prepared.body.get("messages", prepared.body.get("prompt")))
@@ -122,9 +108,7 @@ class Upstream:
                 reply = await open_reply(worker.endpoint, path, json.dumps(body).encode(), worker.session.headers)
             except OSError as exc:
                 await self.notice_exit(model, worker)
-                raise RequestRefused(
-                    502, f"the model worker did not answer: {exc}", code="worker_failed", type_="server_error"
-                ) from exc
+                raise refused(Code.WORKER_FAILED, f"the model worker did not answer: {exc}") from exc
             worker_granted(current_exchange(), reply.headers)
             try:
                 yield reply, worker
@@ -146,11 +130,9 @@ class Upstream:
             return await reply.body()
         except OSError as exc:
             await self.notice_exit(model, worker)
-            raise RequestRefused(
-                502, f"the model worker failed while answering: {exc}", code="worker_failed", type_="server_error"
-            ) from exc
+            raise refused(Code.WORKER_FAILED, f"the model worker failed while answering: {exc}") from exc
 
-    def accountant(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> Accountant:
+    def accountant(self, request: web.Request, endpoint: Key, body: dict[str, Any]) -> Accountant:
         """Return what sees a reply's usage: the request's exchange, and the ``cached_tokens`` bound of its key."""
         key_id: str | None = request.get(API_KEY_ID)
         ledger = self.ledger if key_id is not None else None
@@ -172,7 +154,7 @@ class Upstream:
         self, request: web.Request, model: Lifecycle, prepared: PreparedRequest, path: str = CHAT_PATH
     ) -> dict[str, Any]:
         """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
-        account = self.accountant(request, "chat", prepared.body)
+        account = self.accountant(request, Key.CHAT, prepared.body)
         async with self.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
             raw = await self.read_body(model, worker, reply)
             status = reply.status
@@ -183,9 +165,7 @@ class Upstream:
         if status != 200:
             raise read_error(status, doc)
         if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list) or not doc["choices"]:
-            raise RequestRefused(
-                502, "the model worker's reply has no choices", code="worker_failed", type_="server_error"
-            )
+            raise refused(Code.WORKER_FAILED, "the model worker's reply has no choices")
         account(doc)
         return doc
 

@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.anthropic.request import translate
-from mlx_agent.gateway.responses.request import to_chat
 from tests.agents_support import (
     Namespace,
     agent_binary,
@@ -29,6 +27,7 @@ from tests.agents_support import (
     loopback_namespace,
 )
 from tests.conftest import free_port
+from tests.gateway_support import translate_messages, translate_responses
 from tests.prompt_templates import assert_grows
 
 pytestmark = pytest.mark.e2e
@@ -91,7 +90,7 @@ def test_claude_code_sessions_render_growing_prompts(tmp_path: Path, namespace: 
     sent = capture(namespace, port, argv, env, tmp_path)
     first = next(r["body"] for r in sent if r["path"].startswith("/v1/messages") and r["body"].get("tools"))
     assert first["system"][0]["text"].startswith("x-anthropic-billing-header")
-    chats = [translate(body).chat["messages"] for body in claude_code_turns(first)]
+    chats = [translate_messages(body).chat["messages"] for body in claude_code_turns(first)]
     assert any(m["role"] == "system" for m in chats[-1][1:])  # a late system message is in the session
     for name in TEMPLATES:
         assert_grows(name, chats)
@@ -105,7 +104,7 @@ def test_codex_sessions_render_growing_prompts(tmp_path: Path, namespace: Namesp
     argv = [str(agent_binary("codex")), "exec", "--skip-git-repo-check", "Say hi."]
     sent = capture(namespace, port, argv, env, tmp_path)
     first = next(r["body"] for r in sent if r["path"] == "/v1/responses")
-    chats = [to_chat(body, default_model="gpt-5-codex").chat["messages"] for body in codex_turns(first)]
+    chats = [translate_responses(body, default_model="gpt-5-codex").chat["messages"] for body in codex_turns(first)]
     assert any(m["role"] == "system" for m in chats[-1][1:])
     for name in TEMPLATES:
         assert_grows(name, chats)

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.gateway.anthropic.request import translate
-from mlx_agent.gateway.responses.request import to_chat
 from tests.agents_support import (
     Namespace,
     agent_binary,
@@ -31,6 +29,7 @@ from tests.agents_support import (
     serve,
 )
 from tests.conftest import Agent, free_port
+from tests.gateway_support import translate_messages, translate_responses
 
 pytestmark = pytest.mark.e2e
 
@@ -111,7 +110,7 @@ def test_the_bodies_claude_code_sends_translate_as_documented(tmp_path: Path, na
     assert messages, sent
     for record in messages:
         body = record["body"]
-        translated = translate(body)
+        translated = translate_messages(body)
         chat = translated.chat
         assert not any(
             m["content"].startswith("x-anthropic-billing-header") for m in chat["messages"] if m["role"] == "system"
@@ -134,7 +133,7 @@ def test_the_bodies_codex_sends_translate_as_documented(tmp_path: Path, namespac
     )
     [record] = [r for r in sent if r["path"] == "/v1/responses"][:1]
     body = record["body"]
-    translated = to_chat(body, default_model="gpt-5-codex")
+    translated = translate_responses(body, default_model="gpt-5-codex")
     chat = translated.chat
     assert body["store"] is False and body["reasoning"].get("summary") is not None
     assert chat["reasoning_effort"] == "high"

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlx_agent.api_errors import Family
+from mlx_agent.gateway.endpoints import ENDPOINTS, Endpoint
+from mlx_agent.wire import CONTROL_PREFIX
 from tests.conftest import REPO_ROOT, assert_valid
 from tests.gateway_support import CONTROL_TOKEN, Gateway, running_gateway, start_gateway
 
@@ -106,6 +109,30 @@ def test_other_models_are_404_and_adapters_and_bad_json_400(tmp_path: Path) -> N
         bad = gateway.request("POST", "/v1/completions", raw=b"{not json")
         assert (bad.status, bad.json()["error"]["code"]) == (400, "invalid_json")
         assert gateway.request("GET", "/v1/nothing-here").status == 404
+        assert gateway.status()["loads"] == 0
+
+
+def test_every_record_of_the_route_table_is_answered_by_its_handler(tmp_path: Path) -> None:
+    """Each endpoint record is routed (no router 404 or 405), GET ones answer HEAD, errors take their family's shape."""
+    filled = {"{model_id:.+}": "org/tiny", "{response_id}": "resp_unknown"}
+    with running_gateway(tmp_path) as gateway:
+        for record in ENDPOINTS:
+            path = record.path
+            for pattern, value in filled.items():
+                path = path.replace(pattern, value)
+            headers = {"Authorization": f"Bearer {CONTROL_TOKEN}"} if path.startswith(CONTROL_PREFIX) else {}
+            body: dict[str, Any] | None = {} if record.method != "GET" else None
+            reply = gateway.request(record.method, path, body, headers)
+            doc = reply.json() if reply.headers.get("content-type", "").startswith("application/json") else {}
+            error = doc.get("error") if isinstance(doc, dict) else None
+            routed = not (isinstance(error, dict) and error.get("code") in ("not_found", "method_not_allowed"))
+            assert routed or (error is not None and error.get("param") == "response_id"), (record.key, doc)
+            if isinstance(record, Endpoint):  # an empty body is refused by the declaration, in the family's shape
+                assert reply.status == 400, (record.key, doc)
+                assert (doc.get("type") == "error") == (record.family is Family.ANTHROPIC), (record.key, doc)
+            if record.method == "GET":
+                head = gateway.request("HEAD", path, None, headers)
+                assert (head.status, head.body) == (reply.status, b""), record.key
         assert gateway.status()["loads"] == 0
 
 

@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.bodies import check
+from mlx_agent.bodies import MessagesBody, PromptBody, check
 from mlx_agent.errors import BodyInvalid, RequestRefused
-from mlx_agent.gateway.anthropic.reply import anthropic_error, message_from_chat, usage_of
-from mlx_agent.gateway.anthropic.request import to_chat, translate
+from mlx_agent.gateway.anthropic import request
+from mlx_agent.gateway.anthropic.reply import message_from_chat, usage_of
+from mlx_agent.gateway.anthropic.request import AnthropicRequest
+from mlx_agent.gateway.endpoints import parse
 from mlx_agent.gateway.openai.passthrough import is_pattern, window_fields
 from mlx_agent.gateway.openai.request import prepare
 from tests.unit.test_gateway_request_body import model as request_model
@@ -32,8 +34,18 @@ def ask(*messages: dict[str, Any], **fields: Any) -> dict[str, Any]:
     }
 
 
+def translate(body: dict[str, Any], *, counting: bool = False) -> AnthropicRequest:
+    """Return the translation of ``body`` after its declaration parsed it, as the front's endpoint does."""
+    return request.translate(parse(PromptBody if counting else MessagesBody, body))
+
+
+def to_chat(body: dict[str, Any], *, counting: bool = False) -> dict[str, Any]:
+    """Return the worker's chat body for ``body`` (``translate``'s chat part)."""
+    return translate(body, counting=counting).chat
+
+
 def refused(body: Any, **kwargs: Any) -> RequestRefused:
-    """Return the refusal ``to_chat`` raises for ``body``."""
+    """Return the refusal the declaration or the translator gives ``body``."""
     with pytest.raises(RequestRefused) as info:
         to_chat(body, **kwargs)
     return info.value
@@ -123,7 +135,6 @@ def test_the_worker_gets_default_model_the_ceiling_and_a_usage_chunk() -> None:
     """The translated body goes through the front's own checks: model name, the planned ceiling, usage chunk."""
     prepared = prepare(
         to_chat(ask(max_tokens=5000, stream=True)),
-        endpoint="chat",
         model=request_model(max_tokens=256, max_tokens_ceiling=1024),
         force_usage=True,
     )
@@ -402,31 +413,13 @@ def test_usage_without_worker_counts_is_zero() -> None:
     assert usage_of({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 9}})["input_tokens"] == 0
 
 
-@pytest.mark.parametrize(
-    ("status", "kind"),
-    [
-        (400, "invalid_request_error"),
-        (401, "authentication_error"),
-        (403, "permission_error"),
-        (404, "not_found_error"),
-        (413, "request_too_large"),
-        (502, "api_error"),
-        (503, "api_error"),
-    ],
-)
-def test_errors_take_anthropics_shape(status: int, kind: str) -> None:
-    """The gateway's OpenAI-style error becomes Anthropic's, typed by status, keeping the gateway's code."""
-    doc = anthropic_error(status, {"error": {"message": "no", "type": "x", "param": None, "code": "some_code"}})
-    assert doc == {"type": "error", "error": {"type": kind, "message": "no", "code": "some_code"}}
-
-
 def test_the_messages_declaration_accepts_any_display_and_bounds_the_budget() -> None:
     """The front's body check passes display updates and refuses a zero budget or a non-string display."""
-    check("messages", ask(thinking={"type": "adaptive", "display": "updates"}))
+    check(MessagesBody, ask(thinking={"type": "adaptive", "display": "updates"}))
     with pytest.raises(BodyInvalid) as zero:
-        check("messages", ask(thinking={"type": "enabled", "budget_tokens": 0}))
+        check(MessagesBody, ask(thinking={"type": "enabled", "budget_tokens": 0}))
     with pytest.raises(BodyInvalid) as number:
-        check("messages", ask(thinking={"type": "adaptive", "display": 1}))
+        check(MessagesBody, ask(thinking={"type": "adaptive", "display": 1}))
     assert (zero.value.param, number.value.param) == ("thinking.budget_tokens", "thinking.display")
     assert number.value.code == "invalid_type"
 

@@ -13,17 +13,14 @@ from tests.unit.test_gateway_request_body import chat, model
 
 def test_no_planned_default_gives_the_ceiling_then_the_window_then_the_workers_own() -> None:
     """max_tokens None in the plan: a request without a limit gets the ceiling, else the window, else none is sent."""
-    assert (
-        prepare(chat(), endpoint="chat", model=model(max_tokens=None, max_tokens_ceiling=3000)).body["max_tokens"]
-        == 3000
-    )
-    windowed = prepare(chat(), endpoint="chat", model=model(max_tokens=None, context_window=8192))
+    assert prepare(chat(), model=model(max_tokens=None, max_tokens_ceiling=3000)).body["max_tokens"] == 3000
+    windowed = prepare(chat(), model=model(max_tokens=None, context_window=8192))
     assert windowed.body["max_tokens"] == 8192 and windowed.requested_max_tokens is None
-    unknown = prepare(chat(), endpoint="chat", model=model(max_tokens=None))
+    unknown = prepare(chat(), model=model(max_tokens=None))
     assert "max_tokens" not in unknown.body  # nothing is known: the worker's own default applies
-    own = prepare(chat(max_tokens=32000), endpoint="chat", model=model(max_tokens=None, max_tokens_ceiling=3000))
+    own = prepare(chat(max_tokens=32000), model=model(max_tokens=None, max_tokens_ceiling=3000))
     assert (own.body["max_tokens"], own.requested_max_tokens) == (3000, 32000)
-    assert prepare(chat(), endpoint="chat", model=model(max_tokens=512)).body["max_tokens"] == 512
+    assert prepare(chat(), model=model(max_tokens=512)).body["max_tokens"] == 512
 
 
 def test_a_lowered_limit_is_told_only_when_below_the_clients_own() -> None:

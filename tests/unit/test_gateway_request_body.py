@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.bodies import check, load_json
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, check, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.config import parse_config
 from mlx_agent.gateway.fleet import Fleet
@@ -31,12 +31,11 @@ def chat(**fields: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": "hi"}], **fields}
 
 
-def refused(body: Any, endpoint: str = "chat") -> RequestRefused | BodyInvalid:
+def refused(body: Any, declaration: type[Body] = ChatBody) -> RequestRefused | BodyInvalid:
     """Return the refusal the front's road (declaration, then ``prepare``) gives ``body``."""
     with pytest.raises((RequestRefused, BodyInvalid)) as info:
         doc = load_json(json.dumps(body).encode())
-        check(endpoint, doc)
-        prepare(doc, endpoint=endpoint, model=model(max_tokens=64))
+        prepare(check(declaration, doc).sent, model=model(max_tokens=64))
     error = info.value
     assert isinstance(error, RequestRefused | BodyInvalid)
     return error
@@ -63,7 +62,7 @@ def fleet(tmp_path: Path) -> Fleet:
 )
 def test_the_worker_sees_default_model_and_the_reply_names_the_model(name: str | None, reply_name: str) -> None:
     """The worker always gets default_model; the reply uses the client's name, or the served one."""
-    prepared = prepare(chat(model=name) if name else chat(), endpoint="chat", model=model(max_tokens=64))
+    prepared = prepare(chat(model=name) if name else chat(), model=model(max_tokens=64))
     assert prepared.body["model"] == "default_model"
     assert prepared.client_model == reply_name
 
@@ -105,7 +104,7 @@ def test_reply_limits_default_ceiling_and_context() -> None:
     """No limit: the plan's; the request's own: honoured up to the ceiling, else left for the worker to cut."""
 
     def limit(m: FrontModelConfig, **fields: Any) -> Any:
-        return prepare(chat(**fields), endpoint="chat", model=m).body["max_tokens"]
+        return prepare(chat(**fields), model=m).body["max_tokens"]
 
     plain = model(max_tokens=64)
     assert limit(plain) == 64
@@ -114,7 +113,7 @@ def test_reply_limits_default_ceiling_and_context() -> None:
     assert limit(model(max_tokens=64, max_tokens_ceiling=4096), max_tokens=32000) == 4096
     tcp_windowed = model(max_tokens=64, context_window=2048)  # a runtime's own server: cut by the window
     assert limit(tcp_windowed, max_tokens=32000) == 2048
-    body = prepare(chat(max_completion_tokens=50), endpoint="chat", model=plain).body
+    body = prepare(chat(max_completion_tokens=50), model=plain).body
     assert "max_completion_tokens" not in body and body["max_tokens"] == 50
     assert refused(chat(max_tokens="many")).param == "max_tokens"
     assert refused(chat(max_tokens=0)).param == "max_tokens"
@@ -123,22 +122,20 @@ def test_reply_limits_default_ceiling_and_context() -> None:
 def test_n_above_one_is_refused_clearly() -> None:
     """N > 1 cannot be honoured by the local runtime and is refused with param n (n = 1 is fine)."""
     assert refused(chat(n=3)).param == "n"
-    assert prepare(chat(n=1), endpoint="chat", model=model()).body["n"] == 1
+    assert prepare(chat(n=1), model=model()).body["n"] == 1
 
 
 def test_malformed_bodies_are_refused() -> None:
     """Non-object bodies, missing messages or prompt, and a non-boolean stream are 400s."""
     assert refused([1]).param == "body"
     assert refused({"prompt": "x"}).param == "messages"
-    assert refused({"messages": []}, endpoint="completions").param == "prompt"
+    assert refused({"messages": []}, CompletionBody).param == "prompt"
     assert refused(chat(stream="yes")).param == "stream"
 
 
 def test_forced_usage_is_remembered_as_not_requested() -> None:
     """With force_usage a stream asks the worker for usage, and the client's own wish is kept apart."""
-    prepared = prepare(chat(stream=True), endpoint="chat", model=model(), force_usage=True)
+    prepared = prepare(chat(stream=True), model=model(), force_usage=True)
     assert prepared.body["stream_options"] == {"include_usage": True} and not prepared.usage_requested
-    asked = prepare(
-        chat(stream=True, stream_options={"include_usage": True}), endpoint="chat", model=model(), force_usage=True
-    )
+    asked = prepare(chat(stream=True, stream_options={"include_usage": True}), model=model(), force_usage=True)
     assert asked.usage_requested

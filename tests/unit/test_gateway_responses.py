@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.bodies import ResponsesBody
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.responses import request
 from mlx_agent.gateway.responses.compact import (
     SUMMARY_REQUEST,
     CompactionStream,
@@ -18,7 +21,7 @@ from mlx_agent.gateway.responses.compact import (
     summary_request,
 )
 from mlx_agent.gateway.responses.output import base_response, conversation_of, response_from_chat
-from mlx_agent.gateway.responses.request import SUMMARY_LEAD, SUMMARY_MARK, to_chat
+from mlx_agent.gateway.responses.request import SUMMARY_LEAD, SUMMARY_MARK, ResponsesRequest
 from mlx_agent.gateway.responses.store import ResponseStore
 
 WEATHER = {
@@ -30,8 +33,18 @@ WEATHER = {
 }
 
 
+def parsed(body: dict[str, Any]) -> ResponsesBody:
+    """Return ``body`` parsed by the Responses declaration, as the front's endpoint does (400 if it refuses)."""
+    return parse(ResponsesBody, body)
+
+
+def to_chat(body: dict[str, Any], **kwargs: Any) -> ResponsesRequest:
+    """Return the translation of ``body`` after its declaration parsed it."""
+    return request.to_chat(parsed(body), **kwargs)
+
+
 def refused(body: Any) -> RequestRefused:
-    """Return the refusal ``to_chat`` raises for ``body``."""
+    """Return the refusal the declaration or the translator gives ``body``."""
     with pytest.raises(RequestRefused) as info:
         to_chat(body, default_model="org/tiny")
     return info.value
@@ -314,9 +327,9 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
         ({"input": "x", "tools": [{"type": "local_shell"}]}, "tools.0.type", "unsupported_tool"),
         ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format", "invalid_value"),
         ({"input": "x", "truncation": "middle"}, "truncation", "invalid_value"),
-        ({"input": "x", "include": [{}]}, "include", "invalid_type"),
+        ({"input": "x", "include": [{}]}, "include.0", "invalid_type"),
         ({"input": "x", "reasoning": {"effort": 3}}, "reasoning.effort", "invalid_value"),
-        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "invalid_type"),
+        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "invalid_value"),
         ({"input": []}, "input", "invalid_value"),
     ],
 )
@@ -457,11 +470,12 @@ def test_a_compaction_asks_for_a_summary_after_the_conversation_as_a_turn_sends_
     """The summary request is the turn's own chat body (same prefix, tools kept) plus one user message."""
     body = {"model": "gpt-5-codex", "instructions": "Be brief.", "input": CODEX_HISTORY, "tools": [WEATHER]}
     turn = to_chat(body, default_model="org/tiny").chat
-    asked = summary_request({**body, "input": [*CODEX_HISTORY, {"type": "compaction_trigger"}]}, default_model="m")
+    trigger = parsed({**body, "input": [*CODEX_HISTORY, {"type": "compaction_trigger"}]})
+    asked = summary_request(trigger, default_model="m")
     assert asked.chat["messages"][:-1] == turn["messages"] and asked.chat["tools"] == turn["tools"]
     assert asked.chat["messages"][-1] == {"role": "user", "content": SUMMARY_REQUEST}
     assert asked.chat["stream"] is False and "<summary>" in SUMMARY_REQUEST
-    assert is_trigger({"input": [*CODEX_HISTORY, {"type": "compaction_trigger"}]}) and not is_trigger(body)
+    assert is_trigger(trigger) and not is_trigger(parsed(body))
 
 
 def test_the_compacted_history_keeps_the_user_messages_and_one_summary_item() -> None:
@@ -470,7 +484,7 @@ def test_the_compacted_history_keeps_the_user_messages_and_one_summary_item() ->
         "choices": [{"message": {"content": "<summary>Read n0.txt: alpha. Next: n1.txt.</summary>"}}],
         "usage": {"prompt_tokens": 900, "completion_tokens": 12},
     }
-    made = compacted({"input": CODEX_HISTORY}, doc, 1700000000, sequence_ids())
+    made = compacted(parsed({"input": CODEX_HISTORY}), doc, 1700000000, sequence_ids())
     assert made["object"] == "response.compaction" and made["created_at"] == 1700000000
     assert made["output"] == [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Cat the notes."}]},

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlx_agent.bodies import ResponsesBody
+from mlx_agent.gateway.endpoints import parse
 from mlx_agent.gateway.responses.output import base_response
 from mlx_agent.gateway.responses.request import to_chat
 from mlx_agent.gateway.responses.stream import ResponsesStream
@@ -36,7 +38,9 @@ def run(chunks: list[dict[str, Any]], *, done: bool = True) -> tuple[list[tuple[
     ``response.in_progress``, checked here and left out of what is returned).
     """
     finals: list[dict[str, Any]] = []
-    base = base_response(to_chat({"model": "org/tiny", "input": "Hi"}, default_model="org/tiny"), "resp_0", 1)
+    base = base_response(
+        to_chat(parse(ResponsesBody, {"model": "org/tiny", "input": "Hi"}), default_model="org/tiny"), "resp_0", 1
+    )
     now = [0.0]
     stream = ResponsesStream(base, finals.append, sequence_ids(), clock=lambda: now[0])
     out = [stream.start(), stream.keepalive(b": keepalive 1/1")]
@@ -179,7 +183,9 @@ def test_reasoning_and_client_named_calls_stream_as_their_items() -> None:
         ]
     )
     finals: list[dict[str, Any]] = []
-    base = base_response(to_chat({"model": "org/tiny", "input": "Hi"}, default_model="org/tiny"), "resp_0", 1)
+    base = base_response(
+        to_chat(parse(ResponsesBody, {"model": "org/tiny", "input": "Hi"}), default_model="org/tiny"), "resp_0", 1
+    )
     stream = ResponsesStream(base, finals.append, sequence_ids(), tools=tools)
     calls = [
         {"index": 0, "id": "c1", "function": {"name": "agents__spawn", "arguments": "{}"}},

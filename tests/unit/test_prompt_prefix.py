@@ -14,9 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlx_agent.gateway.anthropic.request import translate
-from mlx_agent.gateway.responses.request import to_chat
 from mlx_agent.runtime.serving.system_turns import MARKER, SystemTurns, place
+from tests.gateway_support import translate_messages, translate_responses
 from tests.prompt_templates import RENDERS, TEMPLATES, assert_grows, rendered
 
 TEXT_TEMPLATES = [name for name in TEMPLATES if name != "vlm"]
@@ -249,7 +248,7 @@ def codex_bodies(plan: list[tuple[bool, str, str]]) -> list[dict[str, Any]]:
 @given(plan=rounds)
 def test_a_claude_code_session_renders_a_growing_prompt(name: str, plan: Any) -> None:
     """Translated as the front does, a Claude Code session's prompts grow (nonce, thinking and reminders included)."""
-    assert_grows(name, [translate(body).chat["messages"] for body in claude_code_bodies(plan)])
+    assert_grows(name, [translate_messages(body).chat["messages"] for body in claude_code_bodies(plan)])
 
 
 @pytest.mark.parametrize("name", ["chatml", "qwen3", "llama3", "raising", "harmony"])
@@ -257,15 +256,17 @@ def test_a_claude_code_session_renders_a_growing_prompt(name: str, plan: Any) ->
 @given(plan=rounds)
 def test_a_codex_session_renders_a_growing_prompt(name: str, plan: Any) -> None:
     """Translated as the front does, a Codex session's prompts grow (developer items and reasoning included)."""
-    assert_grows(name, [to_chat(body, default_model="gpt-5-codex").chat["messages"] for body in codex_bodies(plan)])
+    assert_grows(
+        name, [translate_responses(body, default_model="gpt-5-codex").chat["messages"] for body in codex_bodies(plan)]
+    )
 
 
 def test_thinking_blocks_leave_the_earlier_prompt_as_it_was() -> None:
     """An assistant turn's thinking is dropped by the translator, so the next prompt starts with the previous one."""
     first, second = claude_code_bodies([(True, "none", "a.py")])
-    chat = translate(second).chat["messages"]
+    chat = translate_messages(second).chat["messages"]
     assert "Thought 1." not in rendered("qwen3", chat)
-    assert rendered("qwen3", chat).startswith(rendered("qwen3", translate(first).chat["messages"]))
+    assert rendered("qwen3", chat).startswith(rendered("qwen3", translate_messages(first).chat["messages"]))
 
 
 def test_folding_a_late_system_message_to_the_front_would_break_the_prefix() -> None:

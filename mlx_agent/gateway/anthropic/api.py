@@ -10,7 +10,8 @@ count (the model is loaded first if it is not). It is the prompt a ``/v1/message
 messages, system and tools would have, generation prompt included; that request reports it as
 ``input_tokens + cache_read_input_tokens``.
 
-Every error on these paths, the front door's included (``errors_middleware``), has Anthropic's shape.
+Every error on these paths, the front door's included (``errors_middleware``), has Anthropic's shape
+(``api_errors.anthropic_body``).
 """
 
 from __future__ import annotations
@@ -21,67 +22,49 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.anthropic.reply import anthropic_error_response, message_from_chat
+from mlx_agent.api_errors import Code, anthropic_body
+from mlx_agent.bodies import MessagesBody, PromptBody
+from mlx_agent.gateway.anthropic.reply import message_from_chat
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.anthropic.stream import AnthropicStream
-from mlx_agent.gateway.http_errors import json_response, retry_headers
+from mlx_agent.gateway.endpoints import ANTHROPIC_PREFIX, Key
+from mlx_agent.gateway.http_errors import json_response, refused
 from mlx_agent.gateway.security import Handler
-from mlx_agent.gateway.upstream import Upstream, dropped_tools, read_json_body
+from mlx_agent.gateway.upstream import Upstream, dropped_tools
 
-MESSAGES_PATH = "/v1/messages"
 KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry")
 
 
 class AnthropicApi:
-    """The handlers of the Anthropic Messages endpoints."""
+    """The handlers of the Anthropic Messages endpoints (their refusals: ``endpoints.Endpoint``)."""
 
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
 
-    async def messages(self, request: web.Request) -> web.StreamResponse:
+    async def messages(self, request: web.Request, body: MessagesBody) -> web.StreamResponse:
         """Create a message, streamed or not."""
-        try:
-            body = await read_json_body(request, "messages")
-            translated = translate(body)
-            model, prepared = self.upstream.prepare(request, translated.chat, "chat")
-            name = prepared.client_model
-            headers = dropped_tools(translated.tools.dropped)
-            if prepared.stream:
-                account = self.upstream.accountant(request, "chat", prepared.body)
-                stream = AnthropicStream(name, on_usage=account, omit_thinking=translated.omit_thinking)
-                return await self.upstream.stream(request, model, prepared, stream, headers=headers)
-            doc = await self.upstream.complete(request, model, prepared)
-            return json_response(message_from_chat(doc, name, omit_thinking=translated.omit_thinking), headers=headers)
-        except RequestRefused as refusal:
-            return _error(refusal)
+        translated = translate(body)
+        model, prepared = self.upstream.prepare(request, translated.chat)
+        name = prepared.client_model
+        headers = dropped_tools(translated.tools.dropped)
+        if prepared.stream:
+            account = self.upstream.accountant(request, Key.CHAT, prepared.body)
+            stream = AnthropicStream(name, on_usage=account, omit_thinking=translated.omit_thinking)
+            return await self.upstream.stream(request, model, prepared, stream, headers=headers)
+        doc = await self.upstream.complete(request, model, prepared)
+        return json_response(message_from_chat(doc, name, omit_thinking=translated.omit_thinking), headers=headers)
 
-    async def count_tokens(self, request: web.Request) -> web.Response:
+    async def count_tokens(self, request: web.Request, body: PromptBody) -> web.Response:
         """Count the prompt's tokens with the model's own tokenizer and template (module docstring)."""
-        try:
-            body = await read_json_body(request, "messages")
-            chat = translate(body, counting=True).chat
-            chat.update(max_tokens=1, stream=False)
-            model, prepared = self.upstream.prepare(request, chat, "chat")
-            doc = await self.upstream.complete(request, model, prepared)
-        except RequestRefused as refusal:
-            return _error(refusal)
+        chat = translate(body).chat
+        chat.update(max_tokens=1, stream=False)
+        model, prepared = self.upstream.prepare(request, chat)
+        doc = await self.upstream.complete(request, model, prepared)
         usage = doc.get("usage")
         count = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
         if not isinstance(count, int) or isinstance(count, bool):
-            return _error(
-                RequestRefused(
-                    502,
-                    "the model worker did not report the prompt's tokens",
-                    code="worker_failed",
-                    type_="server_error",
-                )
-            )
+            raise refused(Code.WORKER_FAILED, "the model worker did not report the prompt's tokens")
         return json_response({"input_tokens": count})
-
-
-def _error(refusal: RequestRefused) -> web.Response:
-    return anthropic_error_response(refusal.status, refusal.body(), retry_headers(refusal.status, refusal.headers))
 
 
 @web.middleware
@@ -89,7 +72,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     """Give every error answered on the Messages paths (the front door's too) Anthropic's shape."""
     response = await handler(request)
     if (
-        not request.path.startswith(MESSAGES_PATH)
+        not request.path.startswith(ANTHROPIC_PREFIX)
         or response.status < 400
         or not isinstance(response, web.Response)
         or response.content_type != "application/json"
@@ -103,4 +86,4 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     if not isinstance(doc, dict) or doc.get("type") == "error" or "error" not in doc:
         return response
     headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
-    return anthropic_error_response(response.status, doc, headers)
+    return json_response(anthropic_body(response.status, doc), status=response.status, headers=headers)

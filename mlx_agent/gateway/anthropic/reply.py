@@ -1,4 +1,4 @@
-"""The worker's chat-completion reply as an Anthropic Message, and errors in Anthropic's shape (pure).
+"""The worker's chat-completion reply as an Anthropic Message (pure).
 
 * ``reasoning`` (or ``reasoning_content``) becomes a ``thinking`` block (``signature`` is empty: a local
   model signs nothing), ``content`` a ``text`` block, each tool call a ``tool_use`` block whose ``id`` is the
@@ -9,8 +9,8 @@
   always null.
 * usage: ``input_tokens`` = prompt tokens not read from the cache, ``cache_read_input_tokens`` = cached
   prompt tokens (so their sum is the prompt), ``cache_creation_input_tokens`` = 0, ``output_tokens``.
-* Errors: ``{"type": "error", "error": {"type", "message"}}`` with the HTTP status kept; the type follows the
-  status as Anthropic's does. The gateway's own ``code`` (and details) ride along in ``error``.
+
+Errors in Anthropic's shape are built by ``mlx_agent.api_errors`` (``Family.ANTHROPIC``).
 """
 
 from __future__ import annotations
@@ -20,20 +20,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiohttp import web
-
-from mlx_agent.gateway.http_errors import json_response
-
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
 IdMaker = Callable[[str], str]
 
 
@@ -113,27 +99,3 @@ def message_from_chat(
         "stop_sequence": None,
         "usage": usage_of(doc.get("usage")),
     }
-
-
-def error_type(status: int) -> str:
-    """Return Anthropic's error type for an HTTP status."""
-    if status in ERROR_TYPES:
-        return ERROR_TYPES[status]
-    return "invalid_request_error" if status < 500 else "api_error"
-
-
-def anthropic_error(status: int, openai_error: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the Anthropic error document for the gateway's OpenAI-style ``{"error": {...}}`` body."""
-    inner = openai_error.get("error")
-    details = dict(inner) if isinstance(inner, Mapping) else {"message": str(inner)}
-    message = str(details.pop("message", None) or f"request failed with status {status}")
-    details.pop("type", None)
-    details = {k: v for k, v in details.items() if v is not None}
-    return {"type": "error", "error": {"type": error_type(status), "message": message, **details}}
-
-
-def anthropic_error_response(
-    status: int, openai_error: Mapping[str, Any], headers: Mapping[str, str] | None = None
-) -> web.Response:
-    """Return an HTTP error response with an Anthropic error body."""
-    return json_response(anthropic_error(status, openai_error), status=status, headers=headers)

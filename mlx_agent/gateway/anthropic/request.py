@@ -31,6 +31,10 @@ The rules (docs/gateway.md, "Anthropic Messages API"), written for what Claude C
 Refused with a 400 ``invalid_request_error``: image, document and other non-text content, tools that need
 what a text model lacks (computer use), forced ``tool_choice`` (``any``, ``tool``), and top-level parameters
 that ask for servers this machine does not have (``mcp_servers``, ``container``) or that it does not know.
+
+The body arrives parsed by its declaration (``bodies.MessagesBody``, ``bodies.PromptBody`` for
+``count_tokens``): the fields above are its whitelist, with their types and bounds, so what is checked here
+is what a declaration cannot say (content blocks, roles, which thinking and tool choice can be honoured).
 """
 
 from __future__ import annotations
@@ -38,29 +42,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
+from mlx_agent.api_errors import Code
+from mlx_agent.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.tools import ToolSet, anthropic_tools, refuse
 
-PROMPT_FIELDS = frozenset(
-    {
-        "model",
-        "messages",
-        "system",
-        "tools",
-        "tool_choice",
-        "thinking",
-        "cache_control",
-        "context_management",
-        "output_config",
-        "metadata",
-        "service_tier",
-    }
-)
-MESSAGE_FIELDS = PROMPT_FIELDS | {"max_tokens", "stream", "temperature", "top_p", "top_k", "stop_sequences"}
-COUNT_FIELDS = PROMPT_FIELDS
-OUTPUT_CONFIG_FIELDS = frozenset({"effort", "format"})
 BILLING_HEADER = "x-anthropic-billing-header:"
 BLOCK_JOIN = "\n\n"
 
@@ -74,57 +62,43 @@ class AnthropicRequest:
     omit_thinking: bool = False  # thinking.display "omitted": thinking blocks carry no text
 
 
-def to_chat(body: object, *, counting: bool = False) -> dict[str, Any]:
+def to_chat(body: PromptBody) -> dict[str, Any]:
     """Return the chat-completions body for an Anthropic Messages request (``translate``'s chat part)."""
-    return translate(body, counting=counting).chat
+    return translate(body).chat
 
 
-def translate(body: object, *, counting: bool = False) -> AnthropicRequest:
-    """Translate an Anthropic Messages request; raise ``RequestRefused`` if it cannot be honoured.
+def translate(body: PromptBody) -> AnthropicRequest:
+    """Translate a Messages request parsed by its declaration; raise ``RequestRefused`` if it cannot be honoured.
 
-    ``counting`` translates a ``count_tokens`` request: no ``max_tokens``, no sampling fields.
+    A ``PromptBody`` that is not a ``MessagesBody`` is a ``count_tokens`` request: no reply limit, no sampling.
     """
-    if not isinstance(body, dict):
-        raise refuse("the request body must be a JSON object", "body", "invalid_body")
-    allowed = COUNT_FIELDS if counting else MESSAGE_FIELDS
-    for name in sorted(body):
-        if name not in allowed and body[name] is not None:
-            raise refuse(
-                f"'{name}' is not supported: the local runtime cannot honour it", name, "unsupported_parameter"
-            )
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if not body.model:
         raise refuse("'model' is required and must be a string", "model")
-    out: dict[str, Any] = {"model": model}
-    if not counting:
-        max_tokens = body.get("max_tokens")
-        if not _integer(max_tokens) or max_tokens < 1:
+    out: dict[str, Any] = {"model": body.model}
+    if isinstance(body, MessagesBody):
+        if body.max_tokens is None:  # optional in the declaration, which count_tokens shares in part
             raise refuse("'max_tokens' is required and must be a positive integer", "max_tokens")
-        out["max_tokens"] = max_tokens
+        out["max_tokens"] = body.max_tokens
 
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise refuse("'messages' must be a non-empty list", "messages")
     chat: list[dict[str, Any]] = []
-    system = _system_text(body.get("system"))
+    system = _system_text(body.system)
     if system:
         chat.append({"role": "system", "content": system})
-    for index, message in enumerate(messages):
+    for index, message in enumerate(body.messages):
         chat.extend(_message(message, index))
     out["messages"] = chat
 
-    tools = anthropic_tools(body.get("tools"))
-    choice = body.get("tool_choice")
+    tools = anthropic_tools(body.tools)
+    choice = body.tool_choice
     if _tool_choice(choice) != "none" and tools.functions:
         out["tools"] = tools.functions
-        if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:
+        if choice is not None and choice.get("disable_parallel_tool_use") is True:
             out["parallel_tool_calls"] = False  # the worker returns the first call only
-    if not counting:
+    if isinstance(body, MessagesBody):
         _sampling(body, out)
-    _output_config(body.get("output_config"), out)
-    omit, template_kwargs = _thinking(body.get("thinking"), out)
-    last = messages[-1]
-    if isinstance(last, Mapping) and last.get("role") == "assistant":
+    _output_config(body.output_config, out)
+    omit, template_kwargs = _thinking(body.thinking, out)
+    if body.messages[-1].get("role") == "assistant":
         if chat[-1].get("tool_calls"):
             raise refuse(
                 "the last message is an assistant tool_use: send its tool_result in a user message", "messages"
@@ -136,117 +110,67 @@ def translate(body: object, *, counting: bool = False) -> AnthropicRequest:
     return AnthropicRequest(out, tools, omit)
 
 
-def _integer(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _sampling(body: Mapping[str, Any], out: dict[str, Any]) -> None:
-    for name in ("temperature", "top_p"):
-        value = body.get(name)
+def _sampling(body: MessagesBody, out: dict[str, Any]) -> None:
+    """Carry the sampling fields over (their types and bounds are the declaration's)."""
+    for name in ("temperature", "top_p", "top_k", "stream"):
+        value = getattr(body, name)
         if value is not None:
-            if not _number(value):
-                raise refuse(f"'{name}' must be a number", name, "invalid_type")
             out[name] = value
-    top_k = body.get("top_k")
-    if top_k is not None:
-        if not _integer(top_k) or top_k < 0:
-            raise refuse("'top_k' must be a non-negative integer", "top_k", "invalid_type")
-        out["top_k"] = top_k
-    stops = body.get("stop_sequences")
-    if stops is not None:
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-            raise refuse("'stop_sequences' must be a list of non-empty strings", "stop_sequences", "invalid_type")
-        if stops:
-            out["stop"] = list(stops)
-    stream = body.get("stream")
-    if stream is not None:
-        if not isinstance(stream, bool):
-            raise refuse("'stream' must be true or false", "stream", "invalid_type")
-        out["stream"] = stream
+    if body.stop_sequences:
+        out["stop"] = list(body.stop_sequences)
 
 
-def _thinking(thinking: object, out: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+def _thinking(thinking: Thinking | None, out: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     """Apply ``thinking``; return whether its text is omitted from the reply, and the template arguments."""
     if thinking is None:
         return False, {}
-    if not isinstance(thinking, Mapping):
-        raise refuse("'thinking' must be an object", "thinking", "invalid_type")
-    display = thinking.get("display")
-    if display is not None and not isinstance(display, str):
-        raise refuse("thinking.display must be a string such as 'summarized'", "thinking.display", "invalid_type")
     # Only "omitted" changes the reply; "summarized", "updates", "highlights" and any newer display ask for how
     # Anthropic presents its own reasoning, which a local model's plain reasoning text already is.
-    omit = display == "omitted"
-    kind = thinking.get("type")
-    if kind == "enabled":
-        budget = thinking.get("budget_tokens")
-        if not _integer(budget) or budget < 1:
+    omit = thinking.display == "omitted"
+    if thinking.type == "enabled":
+        if thinking.budget_tokens is None:
             raise refuse("thinking.budget_tokens must be a positive integer", "thinking.budget_tokens")
-        out["reasoning_budget"] = budget
+        out["reasoning_budget"] = thinking.budget_tokens
         return omit, {}
-    if kind == "disabled":
+    if thinking.type == "disabled":
         return omit, {"enable_thinking": False}
-    if kind == "adaptive":
+    if thinking.type == "adaptive":
         return omit, {}
     raise refuse(
-        f"thinking type {kind!r} is not supported; use enabled, disabled or adaptive",
+        f"thinking type {thinking.type!r} is not supported; use enabled, disabled or adaptive",
         "thinking.type",
-        "unsupported_parameter",
+        Code.UNSUPPORTED_PARAMETER,
     )
 
 
-def _output_config(config: object, out: dict[str, Any]) -> None:
+def _output_config(config: OutputConfig | None, out: dict[str, Any]) -> None:
     """Apply ``output_config``: ``effort`` for templates that read it, ``format`` as an enforced JSON schema."""
     if config is None:
         return
-    if not isinstance(config, Mapping):
-        raise refuse("'output_config' must be an object", "output_config", "invalid_type")
-    for name in sorted(config):
-        if name not in OUTPUT_CONFIG_FIELDS and config[name] is not None:
-            raise refuse(
-                f"output_config.{name} is not supported here", f"output_config.{name}", "unsupported_parameter"
-            )
-    effort = config.get("effort")
-    if effort is not None:
-        if not isinstance(effort, str) or not effort:
-            raise refuse("output_config.effort must be a string such as 'low' or 'high'", "output_config.effort")
-        out["reasoning_effort"] = effort
-    fmt = config.get("format")
-    if fmt is not None:
-        if (
-            not isinstance(fmt, Mapping)
-            or fmt.get("type") != "json_schema"
-            or not isinstance(fmt.get("schema"), Mapping)
-        ):
-            raise refuse(
-                "output_config.format must be {'type': 'json_schema', 'schema': {...}}", "output_config.format"
-            )
-        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+    if config.effort is not None:
+        out["reasoning_effort"] = config.effort
+    if config.format is not None:
+        schema = config.format["schema"]
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
 
 
 def _system_text(system: object, param: str = "system") -> str:
     if system is None or isinstance(system, str):
         return system or ""
     if not isinstance(system, list):
-        raise refuse("system content must be a string or a list of text blocks", param, "invalid_type")
+        raise refuse("system content must be a string or a list of text blocks", param, Code.INVALID_TYPE)
     texts = []
     for index, block in enumerate(system):
         if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise refuse("system content blocks must be text blocks", f"{param}.{index}", "unsupported_content")
+            raise refuse("system content blocks must be text blocks", f"{param}.{index}", Code.UNSUPPORTED_CONTENT)
         if not block["text"].startswith(BILLING_HEADER):  # a per-turn nonce: it would defeat the prompt cache
             texts.append(block["text"])
     return BLOCK_JOIN.join(texts)
 
 
-def _message(message: object, index: int) -> list[dict[str, Any]]:
+def _message(message: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
     """Return the chat messages one Anthropic message becomes."""
     param = f"messages.{index}"
-    if not isinstance(message, Mapping):
-        raise refuse("each message must be an object", param, "invalid_type")
     role = message.get("role")
     if role not in ("user", "assistant", "system"):
         raise refuse("a message's role must be 'user', 'assistant' or 'system'", f"{param}.role")
@@ -256,11 +180,11 @@ def _message(message: object, index: int) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
-        raise refuse("a message's content must be a string or a list of blocks", f"{param}.content", "invalid_type")
+        raise refuse("a message's content must be a string or a list of blocks", f"{param}.content", Code.INVALID_TYPE)
     for block_index, block in enumerate(content):
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
             raise refuse(
-                "each content block must be an object with a type", f"{param}.content.{block_index}", "invalid_type"
+                "each content block must be an object with a type", f"{param}.content.{block_index}", Code.INVALID_TYPE
             )
     if role == "user":
         return _user_blocks(content, param)
@@ -269,8 +193,10 @@ def _message(message: object, index: int) -> list[dict[str, Any]]:
 
 def _unsupported_block(kind: str, param: str) -> RequestRefused:
     if kind in ("image", "document", "search_result", "container_upload"):
-        return refuse(f"{kind} content is not supported: the local model reads text only", param, "unsupported_content")
-    return refuse(f"content blocks of type '{kind}' are not supported here", param, "unsupported_content")
+        return refuse(
+            f"{kind} content is not supported: the local model reads text only", param, Code.UNSUPPORTED_CONTENT
+        )
+    return refuse(f"content blocks of type '{kind}' are not supported here", param, Code.UNSUPPORTED_CONTENT)
 
 
 def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, Any]]:
@@ -333,7 +259,7 @@ def _assistant_blocks(blocks: list[Mapping[str, Any]], param: str) -> dict[str, 
 def _text(block: Mapping[str, Any], where: str) -> str:
     text = block.get("text")
     if not isinstance(text, str):
-        raise refuse("a text block needs a string text", f"{where}.text", "invalid_type")
+        raise refuse("a text block needs a string text", f"{where}.text", Code.INVALID_TYPE)
     return text
 
 
@@ -341,7 +267,9 @@ def _tool_result_text(content: object, where: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list):
-        raise refuse("a tool_result's content must be a string or a list of blocks", f"{where}.content", "invalid_type")
+        raise refuse(
+            "a tool_result's content must be a string or a list of blocks", f"{where}.content", Code.INVALID_TYPE
+        )
     texts = []
     for index, block in enumerate(content):
         inner = f"{where}.content.{index}"
@@ -352,17 +280,18 @@ def _tool_result_text(content: object, where: str) -> str:
     return BLOCK_JOIN.join(texts)
 
 
-def _tool_choice(tool_choice: object) -> str:
+def _tool_choice(tool_choice: dict[str, Any] | None) -> str:
     if tool_choice is None:
         return "auto"
-    kind = tool_choice.get("type") if isinstance(tool_choice, Mapping) else None
+    kind = tool_choice.get("type")
     if kind in ("any", "tool"):
         raise refuse(
             f"tool_choice '{kind}' forces a tool call, which the local runtime cannot enforce; use 'auto' or 'none'",
             "tool_choice",
-            "unsupported_tool_choice",
+            Code.UNSUPPORTED_TOOL_CHOICE,
         )
     if kind not in ("auto", "none"):
-        raise refuse("tool_choice must be an object of type 'auto' or 'none'", "tool_choice", "unsupported_tool_choice")
-    assert isinstance(tool_choice, Mapping)
+        raise refuse(
+            "tool_choice must be an object of type 'auto' or 'none'", "tool_choice", Code.UNSUPPORTED_TOOL_CHOICE
+        )
     return str(kind)

@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlx_agent.gateway.anthropic.reply import IdMaker, error_type, new_id, stop_reason, usage_of
-from mlx_agent.gateway.sse import KEEPALIVE, Accountant, ChunkTranslator, first_choice, sse
+from mlx_agent.api_errors import Family, error_body
+from mlx_agent.gateway.anthropic.reply import IdMaker, new_id, stop_reason, usage_of
+from mlx_agent.gateway.sse import KEEPALIVE, Accountant, ChunkTranslator, sse
 
 PING = sse("ping", {"type": "ping"})
 COMMENT = KEEPALIVE + b"\n\n"
@@ -51,8 +52,6 @@ class AnthropicStream(ChunkTranslator):
         self.blocks = 0  # blocks opened so far (the next block's index)
         self.open: str | None = None  # "thinking", "text" or "tool:<worker index>"
         self.tool_blocks: set[str] = set()
-        self.finish_reason: object = None
-        self.usage: object = None
 
     def start(self) -> bytes:
         """Return ``message_start`` and the first ``ping``."""
@@ -77,27 +76,20 @@ class AnthropicStream(ChunkTranslator):
         self.pinged = now
         return PING
 
-    def chunk(self, doc: dict[str, Any]) -> bytes:
-        """Return the events for one chat-completion chunk."""
-        if isinstance(doc.get("usage"), dict):
-            self.usage = doc["usage"]
-        out: list[bytes] = []
-        for delta, finish_reason in first_choice(doc):
-            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
-                self._switch("thinking", out, {"type": "thinking", "thinking": "", "signature": ""})
-                if not self.omit_thinking:
-                    out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._switch("text", out, {"type": "text", "text": ""})
-                out.append(self._delta({"type": "text_delta", "text": content}))
-            for position, call in enumerate(delta.get("tool_calls") or []):
-                self._tool_call(call, position, out)
-            if finish_reason is not None:
-                self.finish_reason = finish_reason
-                self._close(out)
-        return b"".join(out)
+    def reasoning(self, text: str, out: list[bytes]) -> None:
+        """Open a ``thinking`` block if need be and add its delta (no text with ``display: omitted``)."""
+        self._switch("thinking", out, {"type": "thinking", "thinking": "", "signature": ""})
+        if not self.omit_thinking:
+            out.append(self._delta({"type": "thinking_delta", "thinking": text}))
+
+    def content(self, text: str, out: list[bytes]) -> None:
+        """Open a ``text`` block if need be and add its delta."""
+        self._switch("text", out, {"type": "text", "text": ""})
+        out.append(self._delta({"type": "text_delta", "text": text}))
+
+    def finished(self, out: list[bytes]) -> None:
+        """Close the open block."""
+        self._close(out)
 
     def finish(self) -> bytes:
         """Return the closing events: the open block's stop, ``message_delta`` and ``message_stop``."""
@@ -123,13 +115,12 @@ class AnthropicStream(ChunkTranslator):
     def fail(self, message: str) -> bytes:
         """Return the ``error`` event that ends a broken stream."""
         self.ended = True
-        return sse("error", {"type": "error", "error": {"type": error_type(502), "message": message}})
+        return sse("error", error_body(Family.ANTHROPIC, None, message, status=502))
 
     # -- blocks -------------------------------------------------------------------------------------------
 
-    def _tool_call(self, call: object, position: int, out: list[bytes]) -> None:
-        if not isinstance(call, dict):
-            return
+    def tool_call(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
+        """Open a ``tool_use`` block for a new call and add its argument fragment."""
         key = f"tool:{call.get('index', position)}"
         function = call.get("function") or {}
         if key not in self.tool_blocks:

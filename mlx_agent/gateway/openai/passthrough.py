@@ -16,12 +16,15 @@ from typing import Any
 
 from aiohttp import web
 
+from mlx_agent.api_errors import Code, Family, error_body
+from mlx_agent.bodies import Body, ChatBody, CompletionBody
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.http_errors import json_response, refusal_response, retry_headers
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
-from mlx_agent.gateway.upstream import Upstream, read_json_body
+from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE
 
 
@@ -66,7 +69,7 @@ class PassThrough:
     def fail(self, message: str) -> bytes:
         """Return an error event, which the OpenAI clients raise."""
         self.ended = True
-        error = {"error": {"message": message, "type": "server_error", "param": None, "code": "worker_failed"}}
+        error = error_body(Family.OPENAI, Code.WORKER_FAILED, message)
         return DATA + json.dumps(error).encode() + b"\n\n"
 
 
@@ -175,24 +178,22 @@ class OpenAiApi:
                 entry["display_name"] = name
         return json_response(entry)
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: web.Request, body: ChatBody) -> web.StreamResponse:
         """Forward a chat completion."""
-        return await self._forward(request, "chat", "/v1/chat/completions")
+        return await self._forward(request, Key.CHAT, body)
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
+    async def completions(self, request: web.Request, body: CompletionBody) -> web.StreamResponse:
         """Forward a text completion."""
-        return await self._forward(request, "completions", "/v1/completions")
+        return await self._forward(request, Key.COMPLETIONS, body)
 
-    async def _forward(self, request: web.Request, endpoint: str, path: str) -> web.StreamResponse:
-        try:
-            body = await read_json_body(request, endpoint)
-            model, prepared = self.upstream.prepare(request, body, endpoint)
-            account = self.upstream.accountant(request, endpoint, body)
-            if prepared.stream:
-                return await self.upstream.stream(request, model, prepared, PassThrough(prepared, account), path)
-            return await self._plain(model, prepared, account, path)
-        except RequestRefused as refusal:
-            return refusal_response(refusal)
+    async def _forward(self, request: web.Request, endpoint: Key, body: Body) -> web.StreamResponse:
+        """Send the body as it was sent (the worker reads the fields its declaration passes on) to the same path."""
+        path, sent = request.path, body.sent
+        model, prepared = self.upstream.prepare(request, sent)
+        account = self.upstream.accountant(request, endpoint, sent)
+        if prepared.stream:
+            return await self.upstream.stream(request, model, prepared, PassThrough(prepared, account), path)
+        return await self._plain(model, prepared, account, path)
 
     async def _plain(
         self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, path: str

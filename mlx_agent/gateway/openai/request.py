@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mlx_agent.errors import RequestRefused
+from mlx_agent.api_errors import Code
+from mlx_agent.gateway.http_errors import refused
 from mlx_agent.wire import WORKER_MODEL_NAME
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ class PreparedRequest:
     requested_max_tokens: int | None = None  # the client's own limit, if it set one
 
 
-def _refuse(message: str, *, param: str, code: str) -> RequestRefused:
-    return RequestRefused(400, message, code=code, param=param)
-
-
 def reply_limit(requested: int | None, model: FrontModelConfig) -> int | None:
     """Return the ``max_tokens`` the worker gets: the request's own up to the ceiling, else the default.
 
@@ -57,23 +54,22 @@ def reply_limit(requested: int | None, model: FrontModelConfig) -> int | None:
     return requested if ceiling is None else min(requested, ceiling)
 
 
-def prepare(body: object, *, endpoint: str, model: FrontModelConfig, force_usage: bool = False) -> PreparedRequest:
+def prepare(body: dict[str, Any], *, model: FrontModelConfig, force_usage: bool = False) -> PreparedRequest:
     """Return the worker's copy of ``body``; raise ``RequestRefused`` (400) for anything the front refuses.
 
-    ``endpoint`` is ``chat`` or ``completions``. ``force_usage`` asks a stream for its usage chunk even if the
-    client did not (the front needs the token counts; the chunk is then dropped on the way back).
+    ``body`` has passed its declaration (types and bounds: ``bodies``), as sent or as a translator wrote it.
+    ``force_usage`` asks a stream for its usage chunk even if the client did not (the front needs the token
+    counts; the chunk is then dropped on the way back).
     """
-    if not isinstance(body, dict):
-        raise _refuse("the request body must be a JSON object", param="body", code="invalid_body")
     for name in FORBIDDEN_FIELDS:
         if name in body:
-            raise _refuse(
+            raise refused(
+                Code.UNSUPPORTED_PARAMETER,
                 f"'{name}' is not accepted: this endpoint serves its reviewed models only; "
                 "preview a new serve plan to change adapters or draft models",
                 param=name,
-                code="unsupported_parameter",
             )
-    stream = bool(body.get("stream", False))  # types and bounds were checked by the endpoint's declaration
+    stream = bool(body.get("stream", False))
 
     out = dict(body)
     client_model = body.get("model")

@@ -15,54 +15,56 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
+from mlx_agent.api_errors import Code
+from mlx_agent.bodies import ResponsesBody
+from mlx_agent.gateway.endpoints import Key
+from mlx_agent.gateway.http_errors import error_response, json_response, refused
 from mlx_agent.gateway.limit_notice import with_granted_output
 from mlx_agent.gateway.observe import exchange_of
 from mlx_agent.gateway.responses.compact import Compactor, is_trigger
 from mlx_agent.gateway.responses.output import base_response, conversation_of, new_id, response_from_chat
-from mlx_agent.gateway.responses.request import ResponsesRequest, previous_id, to_chat
+from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
 from mlx_agent.gateway.responses.stream import ResponsesStream
 from mlx_agent.gateway.security import API_KEY_ID
-from mlx_agent.gateway.upstream import Upstream, dropped_tools, read_json_body
+from mlx_agent.gateway.upstream import Upstream, dropped_tools
 
 
 class ResponsesApi:
-    """The handlers of the Responses endpoints."""
+    """The handlers of the Responses endpoints (their refusals: ``endpoints.Endpoint``)."""
 
     def __init__(self, upstream: Upstream, store: ResponseStore) -> None:
         self.upstream = upstream
         self.store = store
         self.compactor = Compactor(upstream, self._history)
 
-    async def create(self, request: web.Request) -> web.StreamResponse:
+    async def create(self, request: web.Request, body: ResponsesBody) -> web.StreamResponse:
         """Create a response, streamed or not."""
         owner: str | None = request.get(API_KEY_ID)
-        try:
-            body = await read_json_body(request, "responses")
-            history = self._history(previous_id(body), owner)
-            if is_trigger(body):
-                return await self.compactor.trigger(request, body, history)
-            named = self.upstream.fleet.route(body.get("model") if isinstance(body, dict) else None)
-            translated = to_chat(body, default_model=named.name, history=history)
-            model, prepared = self.upstream.prepare(request, translated.chat, "chat")
-            base = base_response(translated, new_id("resp"), int(time.time()))
-            headers = dropped_tools(translated.tools.dropped)
-            if translated.stream:
+        history = self._history(body.previous_response_id, owner)
+        if is_trigger(body):
+            return await self.compactor.trigger(request, body, history)
+        named = self.upstream.fleet.route(body.model)
+        translated = to_chat(body, default_model=named.name, history=history)
+        model, prepared = self.upstream.prepare(request, translated.chat)
+        base = base_response(translated, new_id("resp"), int(time.time()))
+        headers = dropped_tools(translated.tools.dropped)
+        if translated.stream:
 
-                def keep(final: dict[str, Any]) -> None:
-                    self._keep(translated, final, owner)
+            def keep(final: dict[str, Any]) -> None:
+                self._keep(translated, final, owner)
 
-                account = self.upstream.accountant(request, "chat", prepared.body)
-                stream = ResponsesStream(base, keep, on_usage=account, tools=translated.tools)
-                return await self.upstream.stream(request, model, prepared, stream, headers=headers)
-            doc = await self.upstream.complete(request, model, prepared)
-        except RequestRefused as refusal:
-            return refusal_response(refusal)
+            account = self.upstream.accountant(request, Key.CHAT, prepared.body)
+            stream = ResponsesStream(base, keep, on_usage=account, tools=translated.tools)
+            return await self.upstream.stream(request, model, prepared, stream, headers=headers)
+        doc = await self.upstream.complete(request, model, prepared)
         response = with_granted_output(response_from_chat(doc, base, tools=translated.tools), exchange_of(request))
         self._keep(translated, response, owner)
         return json_response(response, headers=headers)
+
+    async def compact(self, request: web.Request, body: ResponsesBody) -> web.Response:
+        """``POST /v1/responses/compact`` (``compact.Compactor``)."""
+        return await self.compactor.compact(request, body)
 
     def _history(self, previous: str | None, owner: str | None) -> list[dict[str, Any]] | None:
         """Return the stored conversation ``previous_response_id`` continues; 400 when none is stored."""
@@ -70,11 +72,10 @@ class ResponsesApi:
             return None
         conversation = self.store.conversation(previous, owner)
         if conversation is None:
-            raise RequestRefused(
-                400,
+            raise refused(
+                Code.PREVIOUS_RESPONSE_NOT_FOUND,
                 f"Previous response with id '{previous}' not found (the front keeps the "
                 "most recent stored responses until it stops)",
-                code="previous_response_not_found",
                 param="previous_response_id",
             )
         return conversation
@@ -88,18 +89,16 @@ class ResponsesApi:
         response_id = request.match_info["response_id"]
         if request.query.get("stream") not in (None, "false"):
             return error_response(
-                400,
+                Code.UNSUPPORTED_PARAMETER,
                 "replaying a stored response as a stream is not supported",
-                code="unsupported_parameter",
                 param="stream",
             )
         found = self.store.get(response_id, request.get(API_KEY_ID))
         if found is None:
             return error_response(
-                404,
+                Code.NOT_FOUND,
                 f"No response with id '{response_id}' is stored here (the gateway keeps "
                 "the most recent 64 until it stops)",
-                code="not_found",
                 param="response_id",
             )
         return json_response(found)

@@ -26,19 +26,16 @@ from typing import Any
 
 from aiohttp import web
 
+from mlx_agent.api_errors import Code
+from mlx_agent.bodies import ResponsesBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import json_response, refusal_response
-from mlx_agent.gateway.responses.output import IdMaker, base_response, finished, new_id, usage_of
-from mlx_agent.gateway.responses.request import (
-    COMPACTION_TRIGGER,
-    SUMMARY_MARK,
-    ResponsesRequest,
-    previous_id,
-    to_chat,
-)
+from mlx_agent.gateway.endpoints import Key
+from mlx_agent.gateway.http_errors import json_response, refused
+from mlx_agent.gateway.responses.output import IdMaker, base_response, failed, finished, new_id, usage_of
+from mlx_agent.gateway.responses.request import COMPACTION_TRIGGER, SUMMARY_MARK, ResponsesRequest, to_chat
 from mlx_agent.gateway.security import API_KEY_ID
-from mlx_agent.gateway.sse import Accountant, ChunkTranslator, first_choice, sse
-from mlx_agent.gateway.upstream import Upstream, read_json_body
+from mlx_agent.gateway.sse import Accountant, ChunkTranslator, sse
+from mlx_agent.gateway.upstream import Upstream
 
 SUMMARY_REQUEST = (
     "Context checkpoint: the conversation above is about to be replaced by a summary, and whoever continues "
@@ -52,16 +49,16 @@ NO_SUMMARY = "the model answered the compaction request without a summary"
 History = Callable[[str | None, str | None], list[dict[str, Any]] | None]
 
 
-def is_trigger(body: object) -> bool:
+def is_trigger(body: ResponsesBody) -> bool:
     """Return whether a ``/v1/responses`` body asks for a compaction (a ``compaction_trigger`` input item)."""
-    items = body.get("input") if isinstance(body, dict) else None
+    items = body.input
     return isinstance(items, list) and any(
         isinstance(item, Mapping) and item.get("type") == COMPACTION_TRIGGER for item in items
     )
 
 
 def summary_request(
-    body: dict[str, Any], *, default_model: str, history: list[dict[str, Any]] | None = None, stream: bool = False
+    body: ResponsesBody, *, default_model: str, history: list[dict[str, Any]] | None = None, stream: bool = False
 ) -> ResponsesRequest:
     """Translate a compaction request: the conversation as a turn would send it, then ``SUMMARY_REQUEST``."""
     translated = to_chat(body, default_model=default_model, history=history)
@@ -75,7 +72,7 @@ def summary_of(text: object) -> str:
     found = SUMMARY_TAGS.search(text) if isinstance(text, str) else None
     summary = (found.group(1) if found else text if isinstance(text, str) else "").strip()
     if not summary:
-        raise RequestRefused(502, NO_SUMMARY, code="compaction_failed", type_="server_error")
+        raise refused(Code.COMPACTION_FAILED, NO_SUMMARY)
     return summary
 
 
@@ -89,10 +86,10 @@ def user_item(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
-def kept_messages(body: Mapping[str, Any], history: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def kept_messages(body: ResponsesBody, history: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Return the conversation's user messages (a stored one's first), as sent: what a compaction keeps."""
     kept = [user_item(m["content"]) for m in history or [] if m.get("role") == "user" and m.get("content")]
-    items = body.get("input")
+    items = body.input
     if isinstance(items, str):
         return [*kept, user_item(items)]
     return kept + [
@@ -103,7 +100,7 @@ def kept_messages(body: Mapping[str, Any], history: list[dict[str, Any]] | None 
 
 
 def compacted(
-    body: Mapping[str, Any],
+    body: ResponsesBody,
     doc: Mapping[str, Any],
     created_at: int,
     make_id: IdMaker = new_id,
@@ -130,7 +127,6 @@ class CompactionStream(ChunkTranslator):
         self.make_id = make_id
         self.sequence = 0
         self.text: list[str] = []
-        self.usage: object = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = sse(kind, {"type": kind, "sequence_number": self.sequence, **fields})
@@ -151,15 +147,9 @@ class CompactionStream(ChunkTranslator):
         """
         return self._event("response.in_progress", response=self.base)
 
-    def chunk(self, doc: dict[str, Any]) -> bytes:
-        """Collect the summary's text and the usage; nothing is sent until the reply ends."""
-        if isinstance(doc.get("usage"), dict):
-            self.usage = doc["usage"]
-        for delta, _ in first_choice(doc):
-            content = delta.get("content")
-            if isinstance(content, str):
-                self.text.append(content)
-        return b""
+    def content(self, text: str, out: list[bytes]) -> None:
+        """Collect the summary's text; nothing is sent until the reply ends."""
+        self.text.append(text)
 
     def finish(self) -> bytes:
         """Return the compaction item's events and ``response.completed`` (``response.failed`` without a summary)."""
@@ -180,8 +170,7 @@ class CompactionStream(ChunkTranslator):
     def fail(self, message: str) -> bytes:
         """Return ``response.failed``."""
         self.ended = True
-        final = {**self.base, "status": "failed", "error": {"code": "server_error", "message": message}}
-        return self._event("response.failed", response=final)
+        return self._event("response.failed", response=failed(self.base, [], message))
 
 
 class Compactor:
@@ -191,37 +180,30 @@ class Compactor:
         self.upstream = upstream
         self.history = history  # the stored conversation a previous_response_id names (ResponsesApi._history)
 
-    async def compact(self, request: web.Request) -> web.Response:
+    async def compact(self, request: web.Request, body: ResponsesBody) -> web.Response:
         """``POST /v1/responses/compact``: the user messages and one compaction item."""
-        try:
-            body = await read_json_body(request, "responses")
-            if body.get("stream") is True:
-                raise RequestRefused(
-                    400,
-                    "a compaction is answered whole: leave out 'stream'",
-                    code="unsupported_parameter",
-                    param="stream",
-                )
-            history = self.history(previous_id(body), request.get(API_KEY_ID))
-            named = self.upstream.fleet.route(body.get("model"))
-            translated = summary_request(body, default_model=named.name, history=history)
-            model, prepared = self.upstream.prepare(request, translated.chat, "chat")
-            doc = await self.upstream.complete(request, model, prepared)
-            return json_response(compacted(body, doc, int(time.time()), history=history))
-        except RequestRefused as refusal:
-            return refusal_response(refusal)
+        if body.stream is True:
+            raise refused(
+                Code.UNSUPPORTED_PARAMETER, "a compaction is answered whole: leave out 'stream'", param="stream"
+            )
+        history = self.history(body.previous_response_id, request.get(API_KEY_ID))
+        named = self.upstream.fleet.route(body.model)
+        translated = summary_request(body, default_model=named.name, history=history)
+        model, prepared = self.upstream.prepare(request, translated.chat)
+        doc = await self.upstream.complete(request, model, prepared)
+        return json_response(compacted(body, doc, int(time.time()), history=history))
 
     async def trigger(
-        self, request: web.Request, body: dict[str, Any], history: list[dict[str, Any]] | None
+        self, request: web.Request, body: ResponsesBody, history: list[dict[str, Any]] | None
     ) -> web.StreamResponse:
         """Answer a ``/v1/responses`` request with a ``compaction_trigger``: a Response with one compaction item."""
-        named = self.upstream.fleet.route(body.get("model"))
-        streamed = body.get("stream") is True
+        named = self.upstream.fleet.route(body.model)
+        streamed = body.stream is True
         translated = summary_request(body, default_model=named.name, history=history, stream=streamed)
-        model, prepared = self.upstream.prepare(request, translated.chat, "chat")
+        model, prepared = self.upstream.prepare(request, translated.chat)
         base = base_response(translated, new_id("resp"), int(time.time()))
         if streamed:
-            account = self.upstream.accountant(request, "chat", prepared.body)
+            account = self.upstream.accountant(request, Key.CHAT, prepared.body)
             return await self.upstream.stream(request, model, prepared, CompactionStream(base, on_usage=account))
         doc = await self.upstream.complete(request, model, prepared)
         message = doc["choices"][0].get("message") or {}

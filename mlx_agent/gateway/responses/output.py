@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mlx_agent.api_errors import Code
 from mlx_agent.gateway.responses.request import ResponsesRequest
 from mlx_agent.gateway.tools import ToolSet
 
@@ -155,7 +156,7 @@ def finished(
 
 def failed(base: Mapping[str, Any], output: list[dict[str, Any]], message: str) -> dict[str, Any]:
     """Return the Response object of an answer the worker broke off."""
-    return {**base, "status": "failed", "error": {"code": "server_error", "message": message}, "output": output}
+    return {**base, "status": "failed", "error": {"code": Code.SERVER_ERROR, "message": message}, "output": output}
 
 
 def response_from_chat(

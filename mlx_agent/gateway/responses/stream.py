@@ -35,7 +35,7 @@ from mlx_agent.gateway.responses.output import (
     output_text,
     reasoning_item,
 )
-from mlx_agent.gateway.sse import KEEPALIVE, KEEPALIVE_S, Accountant, ChunkTranslator, first_choice, sse
+from mlx_agent.gateway.sse import KEEPALIVE, KEEPALIVE_S, Accountant, ChunkTranslator, sse
 from mlx_agent.gateway.tools import ToolSet
 
 COMMENT = KEEPALIVE + b"\n\n"
@@ -68,8 +68,6 @@ class ResponsesStream(ChunkTranslator):
         self.arguments: list[str] = []  # the open call's arguments so far
         self.tool_keys: set[object] = set()
         self.open_key: object = None  # the worker's index of the open call
-        self.finish_reason: object = None
-        self.usage: object = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = sse(kind, {"type": kind, "sequence_number": self.sequence, **fields})
@@ -93,24 +91,17 @@ class ResponsesStream(ChunkTranslator):
         """Give the Response object the reply limit granted as its ``max_output_tokens`` (``limit_notice``)."""
         self.base["max_output_tokens"] = granted
 
-    def chunk(self, doc: dict[str, Any]) -> bytes:
-        """Return the events for one chat-completion chunk."""
-        if isinstance(doc.get("usage"), dict):
-            self.usage = doc["usage"]
-        out: list[bytes] = []
-        for delta, finish_reason in first_choice(doc):
-            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
-                self._text_delta("reasoning", reasoning, out)
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._text_delta("message", content, out)
-            for position, call in enumerate(delta.get("tool_calls") or []):
-                if isinstance(call, dict):
-                    self._call_delta(call, position, out)
-            if finish_reason is not None:
-                self.finish_reason = finish_reason
-        return b"".join(out)
+    def reasoning(self, text: str, out: list[bytes]) -> None:
+        """Add to the reasoning item (opened if need be)."""
+        self._text_delta("reasoning", text, out)
+
+    def content(self, text: str, out: list[bytes]) -> None:
+        """Add to the message item (opened if need be)."""
+        self._text_delta("message", text, out)
+
+    def tool_call(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
+        """Add to the call's item (opened if need be)."""
+        self._call_delta(call, position, out)
 
     def finish(self) -> bytes:
         """Return the last item's closing events and ``response.completed`` (or ``response.incomplete``)."""

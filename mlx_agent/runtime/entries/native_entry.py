@@ -1,7 +1,8 @@
 """Run a runtime's own server script from another environment so that only its front can use it.
 
 ``INTERPRETER native_entry.py SCRIPT [ARGS...]``: the front starts this file by path under the other
-environment's interpreter, which has no mlx_agent installed, so it imports the standard library only. It
+environment's interpreter, which has no mlx_agent installed, so it imports the standard library only (and
+``mlx_agent/api_errors.py`` beside it, by path, for its one error answer: that module imports nothing else). It
 
 * takes the worker's port from ``PORT_ENV`` and appends ``--port N`` to the script's argv in-process, so no
   port is in any process's command line;
@@ -22,12 +23,25 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import http.server
+    from typing import Any
 
 PORT_ENV = "MLX_AGENT_WORKER_PORT"
 KEY_ENV = "MLX_AGENT_WORKER_KEY"
 # A refused request's body is read (up to this much) before the connection closes: closing a socket with
 # unread data sends a reset, which can destroy the 401 before the client reads it.
 DRAIN_LIMIT = 1 << 16
+
+
+def _api_errors() -> Any:
+    """Return ``mlx_agent/api_errors.py`` (stdlib only), loaded by path: no ``mlx_agent`` is installed here."""
+    import importlib.util
+
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("mlx_agent_api_errors", os.path.join(package, "api_errors.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def require_key(key: str) -> None:
@@ -38,15 +52,9 @@ def require_key(key: str) -> None:
 
     original = http.server.BaseHTTPRequestHandler.parse_request
     expected = f"Bearer {key}".encode()
+    api = _api_errors()
     body = json.dumps(
-        {
-            "error": {
-                "message": "this worker answers only its mlx-agent front",
-                "type": "authentication_error",
-                "param": None,
-                "code": "invalid_api_key",
-            }
-        }
+        api.error_body(api.Family.OPENAI, api.Code.INVALID_API_KEY, "this worker answers only its mlx-agent front")
     ).encode()
 
     def parse_request(self: http.server.BaseHTTPRequestHandler) -> bool:

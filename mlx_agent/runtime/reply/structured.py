@@ -23,6 +23,7 @@ import numpy as np
 from llguidance import LLMatcher, LLTokenizer
 from numpy.typing import NDArray
 
+from mlx_agent.api_errors import Code
 from mlx_agent.runtime.serving.errors_http import bad_request
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def grammar_for(response_format: object) -> str | None:
         raise bad_request(
             f"The JSON schema cannot be enforced: {messages[0] if messages else 'invalid'}",
             param="response_format",
-            code="invalid_schema",
+            code=Code.INVALID_SCHEMA,
         )
     return grammar
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import mlx_lm.server as server
 
+from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import load_json
 from mlx_agent.errors import BodyInvalid, ClientGone, HttpError
 from mlx_agent.runtime.reply.tool_calls import MARKER, as_written, split_calls
-from mlx_agent.runtime.serving.errors_http import bad_request, from_upstream_validation
+from mlx_agent.runtime.serving.errors_http import api_error, bad_request, from_upstream_validation
 from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.runtime.serving.request_options import RequestOptions, prepare_body
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
@@ -68,16 +69,14 @@ class WrappedHandler(server.APIHandler):
 
     def _prepare(self) -> None:
         if self.path not in CHAT_PATHS + TEXT_PATHS:
-            raise HttpError(
-                404, f"There is no POST endpoint {self.path!r}.", type_="not_found_error", code="unknown_endpoint"
-            )
+            raise api_error(Code.UNKNOWN_ENDPOINT, f"There is no POST endpoint {self.path!r}.")
         length = self.headers.get("Content-Length")
         if length is None:
-            raise HttpError(411, "A Content-Length header is required.", code="length_required")
+            raise api_error(Code.LENGTH_REQUIRED, "A Content-Length header is required.")
         try:
             raw = self.rfile.read(int(length))
         except ValueError:
-            raise bad_request("Content-Length is not a number.", code="invalid_json") from None
+            raise bad_request("Content-Length is not a number.", code=Code.INVALID_JSON) from None
         chat = self.path in CHAT_PATHS
         try:
             body = load_json(raw)
@@ -208,16 +207,8 @@ class WrappedHandler(server.APIHandler):
         if code == 501:  # a method with no do_ handler
             code, allow = 405, "GET, POST"
             message = f"{self.command} is not allowed; use GET or POST."
-        body = json.dumps(
-            {
-                "error": {
-                    "message": message or explain or "bad request",
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": "method_not_allowed" if allow else "bad_request",
-                }
-            }
-        ).encode()
+        kind = Code.METHOD_NOT_ALLOWED if allow else Code.BAD_REQUEST
+        body = json.dumps(error_body(Family.OPENAI, kind, message or explain or "bad request", status=code)).encode()
         self.log_error("code %d, message %s", code, message)
         self.send_response(code, message)
         self.send_header("Content-Type", "application/json")

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_agent.bodies import check
+from mlx_agent.api_errors import Code
+from mlx_agent.bodies import ChatBody, CompletionBody, check
 from mlx_agent.errors import BodyInvalid
 from mlx_agent.runtime.reply.structured import format_is_enforced, grammar_for
 from mlx_agent.runtime.serving.errors_http import bad_request, model_not_found
@@ -52,7 +53,7 @@ class Served:
 def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tuple[dict[str, Any], RequestOptions]:
     """Check ``body`` and return the body mlx_lm should see, with this request's options."""
     try:
-        check("chat" if chat else "completions", dict(body))  # types and bounds: the endpoint's declaration
+        check(ChatBody if chat else CompletionBody, dict(body))  # types and bounds: the endpoint's declaration
     except BodyInvalid as error:
         raise bad_request(error.message, param=error.param, code=error.code) from None
     body = dict(body)
@@ -64,7 +65,7 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
             raise bad_request(
                 f"{name} is fixed when the server starts; this server cannot switch it per request.",
                 param=name,
-                code="unsupported_parameter",
+                code=Code.UNSUPPORTED_PARAMETER,
             )
     if chat:
         turns = served.system_turns
@@ -101,7 +102,7 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
             "tool_choice 'required' or a named tool forces a tool call, which the local runtime cannot "
             "enforce; use 'auto' or 'none'.",
             param="tool_choice",
-            code="unsupported_tool_choice",
+            code=Code.UNSUPPORTED_TOOL_CHOICE,
         )
     parallel = body.pop("parallel_tool_calls", None)
     if parallel is not None and not isinstance(parallel, bool):

@@ -1,0 +1,177 @@
+"""The HTTP API's error codes, each with its status and type, and the one builder of an error body per API family.
+
+Standard library only and no import from ``mlx_agent``: the front (``gateway/``), the wrapped worker
+(``runtime/``) and the native entry, which runs by path under another environment's interpreter (Python 3.9
+or later) with no ``mlx_agent`` installed, all build their error answers here. So the module keeps to syntax
+that interpreter reads (``str``-mixed ``Enum``, not ``StrEnum``).
+
+Two families share the codes and differ in shape:
+
+* ``openai``: ``{"error": {"message", "type", "param", "code", ...}}``, answered by chat and text completions,
+  the Responses API, the listings, the control endpoints and every worker;
+* ``anthropic``: ``{"type": "error", "error": {"type", "message", "code", "param", ...}}`` on the Messages
+  paths, its ``type`` following the status as Anthropic's does (``anthropic_type``) and null fields left out.
+
+A code is stable and snake_case; docs/gateway.md and docs/wrapped-server.md list when each is answered. A
+code that also names an ``mlx_agent.errors`` class (``unload_blocked``, ``adapter_changed``, ...) is spelled
+the same here; tests/unit/test_api_errors.py holds the two together.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+# OpenAI's error types. TYPE_ keeps them apart from Code's members: in its body a bare NOT_FOUND is the member.
+TYPE_INVALID_REQUEST = "invalid_request_error"
+TYPE_AUTHENTICATION = "authentication_error"
+TYPE_PERMISSION = "permission_error"
+TYPE_NOT_FOUND = "not_found_error"
+TYPE_CONFLICT = "conflict_error"
+TYPE_SERVER = "server_error"
+
+
+# Anthropic's error type by status; any other status below 500 is invalid_request_error, from 500 api_error.
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+class Family(str, Enum):  # noqa: UP042 (StrEnum is 3.11+: the native entry may run under 3.9)
+    """The shape an API answers its errors in."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+class Code(str, Enum):  # noqa: UP042 (as Family)
+    """An API error code, with the HTTP status and the OpenAI ``type`` it is answered with.
+
+    A member is its code string (``Code.WORKER_FAILED == "worker_failed"``; ``str()`` and JSON give the code).
+    The status is the usual one: a few codes carry another where the answer says so (``bad_request`` takes
+    aiohttp's status, ``worker_error`` the worker's).
+    """
+
+    status: int
+    kind: str
+
+    def __new__(cls, value: str, status: int, kind: str) -> Code:
+        """Make a member from its ``(code, status, kind)`` row."""
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.status = status
+        member.kind = kind
+        return member
+
+    def __str__(self) -> str:
+        """Return the code (a ``str``-mixed ``Enum`` would give ``Code.NAME``)."""
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        """Format the code, as ``str`` would."""
+        return format(str(self.value), spec)
+
+    # 400: the request's own fault
+    INVALID_VALUE = "invalid_value", 400, TYPE_INVALID_REQUEST
+    INVALID_TYPE = "invalid_type", 400, TYPE_INVALID_REQUEST
+    MISSING_PARAMETER = "missing_parameter", 400, TYPE_INVALID_REQUEST
+    INVALID_JSON = "invalid_json", 400, TYPE_INVALID_REQUEST
+    INVALID_BODY = "invalid_body", 400, TYPE_INVALID_REQUEST
+    UNSUPPORTED_PARAMETER = "unsupported_parameter", 400, TYPE_INVALID_REQUEST
+    UNSUPPORTED_CONTENT = "unsupported_content", 400, TYPE_INVALID_REQUEST
+    UNSUPPORTED_TOOL = "unsupported_tool", 400, TYPE_INVALID_REQUEST
+    UNSUPPORTED_TOOL_CHOICE = "unsupported_tool_choice", 400, TYPE_INVALID_REQUEST
+    PREVIOUS_RESPONSE_NOT_FOUND = "previous_response_not_found", 400, TYPE_INVALID_REQUEST
+    TEMPLATE_ERROR = "template_error", 400, TYPE_INVALID_REQUEST
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded", 400, TYPE_INVALID_REQUEST
+    EMPTY_PROMPT = "empty_prompt", 400, TYPE_INVALID_REQUEST
+    INVALID_SCHEMA = "invalid_schema", 400, TYPE_INVALID_REQUEST
+    POLICY_REJECTED = "policy_rejected", 400, TYPE_INVALID_REQUEST
+    BAD_REQUEST = "bad_request", 400, TYPE_INVALID_REQUEST
+    # 401, 403: who is asking
+    UNAUTHORIZED = "unauthorized", 401, TYPE_AUTHENTICATION
+    INVALID_API_KEY = "invalid_api_key", 401, TYPE_AUTHENTICATION
+    FORBIDDEN_HOST = "forbidden_host", 403, TYPE_PERMISSION
+    FORBIDDEN_ORIGIN = "forbidden_origin", 403, TYPE_PERMISSION
+    # 404 to 415: what was asked of which path
+    MODEL_NOT_FOUND = "model_not_found", 404, TYPE_NOT_FOUND
+    NOT_FOUND = "not_found", 404, TYPE_INVALID_REQUEST
+    UNKNOWN_ENDPOINT = "unknown_endpoint", 404, TYPE_NOT_FOUND
+    METHOD_NOT_ALLOWED = "method_not_allowed", 405, TYPE_INVALID_REQUEST
+    UNLOAD_BLOCKED = "unload_blocked", 409, TYPE_CONFLICT
+    LENGTH_REQUIRED = "length_required", 411, TYPE_INVALID_REQUEST
+    BODY_TOO_LARGE = "body_too_large", 413, TYPE_INVALID_REQUEST
+    UNSUPPORTED_CONTENT_ENCODING = "unsupported_content_encoding", 415, TYPE_INVALID_REQUEST
+    # 5xx: the server's own trouble
+    INTERNAL_ERROR = "internal_error", 500, TYPE_SERVER
+    GENERATION_FAILED = "generation_failed", 500, TYPE_SERVER
+    POLICY_NOT_SAVED = "policy_not_saved", 500, TYPE_SERVER
+    SERVER_ERROR = "server_error", 500, TYPE_SERVER  # a failed Response object's error (OpenAI's own code)
+    WORKER_FAILED = "worker_failed", 502, TYPE_SERVER
+    WORKER_ERROR = "worker_error", 502, TYPE_SERVER  # a worker's error that named no code of its own
+    COMPACTION_FAILED = "compaction_failed", 502, TYPE_SERVER
+    GENERATION_UNAVAILABLE = "generation_unavailable", 503, TYPE_SERVER
+    LOAD_FAILED = "load_failed", 503, TYPE_SERVER
+    ADAPTER_CHANGED = "adapter_changed", 503, TYPE_SERVER
+    MODEL_CHANGED = "model_changed", 503, TYPE_SERVER
+    RUNTIME_CHANGED = "runtime_changed", 503, TYPE_SERVER
+    TOO_MANY_LOADED = "too_many_loaded", 503, TYPE_SERVER
+    INSUFFICIENT_HEADROOM = "insufficient_headroom", 503, TYPE_SERVER
+    MEMORY_UNKNOWN = "memory_unknown", 503, TYPE_SERVER
+
+
+_LISTED: dict[str, Code] = {member.value: member for member in Code}
+
+
+def anthropic_type(status: int) -> str:
+    """Return Anthropic's error type for an HTTP status."""
+    if status in ANTHROPIC_TYPES:
+        return ANTHROPIC_TYPES[status]
+    return "invalid_request_error" if status < 500 else "api_error"
+
+
+def known(code: object) -> Code | None:
+    """Return the ``Code`` a string names, or None for a code this module does not list (a worker's own)."""
+    return _LISTED.get(code) if isinstance(code, str) else None
+
+
+def error_body(
+    family: Family,
+    code: str | None,
+    message: str,
+    *,
+    status: int | None = None,
+    type_: str | None = None,
+    param: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Return the error body ``family`` answers for ``code``.
+
+    ``status`` defaults to the code's and ``type_`` (the OpenAI type) to the code's kind; ``extra`` fields ride
+    along in ``error``. An Anthropic body is typed by the status and carries no null field.
+    """
+    listed = known(code)
+    if status is None:
+        status = listed.status if listed is not None else 500
+    if type_ is None:
+        type_ = listed.kind if listed is not None else TYPE_INVALID_REQUEST if status < 500 else TYPE_SERVER
+    inner = {"message": message, "type": type_, "param": param, "code": None if code is None else str(code), **extra}
+    body = {"error": inner}
+    return body if family is Family.OPENAI else anthropic_body(status, body)
+
+
+def anthropic_body(status: int, body: object) -> dict[str, Any]:
+    """Return an OpenAI-style error body (a worker's, the front door's) in Anthropic's shape."""
+    inner = body.get("error") if isinstance(body, dict) else None
+    details = dict(inner) if isinstance(inner, dict) else {"message": str(inner)}
+    message = str(details.pop("message", None) or f"request failed with status {status}")
+    details.pop("type", None)
+    fields = {k: v for k, v in details.items() if v is not None}
+    return {"type": "error", "error": {"type": anthropic_type(status), "message": message, **fields}}

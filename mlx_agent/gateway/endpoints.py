@@ -1,0 +1,163 @@
+"""Every path the front answers, one record each, registered by one loop (``app.build_app``).
+
+A ``Route`` is a path whose handler takes the request alone (listings, health, metrics, control). An
+``Endpoint`` is a model API path with a body: the body is read and checked against its declaration
+(``bodies.py``: its fields are the endpoint's whitelist and bounds) before the handler runs, and the handler
+gets the parsed body. Any ``RequestRefused`` raised on the way is answered in the endpoint's API family's
+shape (``api_errors``), with the retry advice every refusal gets (``http_errors``).
+
+To add an endpoint: a declaration in ``bodies.py``, a handler (and translator) in its family's package, one
+row here, and its rows in docs/gateway.md (docs/contributing.md, "Add an endpoint").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from aiohttp import web
+
+from mlx_agent.api_errors import Family
+from mlx_agent.bodies import (
+    Body,
+    ChatBody,
+    CompletionBody,
+    MessagesBody,
+    PromptBody,
+    ResponsesBody,
+    check,
+    load_json,
+)
+from mlx_agent.errors import BodyInvalid, RequestRefused
+from mlx_agent.gateway.http_errors import refusal_response
+from mlx_agent.wire import CONTROL_PREFIX
+
+if TYPE_CHECKING:
+    from mlx_agent.gateway.anthropic.api import AnthropicApi
+    from mlx_agent.gateway.control import Control
+    from mlx_agent.gateway.openai.passthrough import OpenAiApi
+    from mlx_agent.gateway.responses.api import ResponsesApi
+
+B = TypeVar("B", bound=Body)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BodyHandler = Callable[[web.Request, B], Awaitable[web.StreamResponse]]
+ANTHROPIC_PREFIX = "/v1/messages"  # every error under it, the front door's too, has Anthropic's shape
+
+
+class Key(StrEnum):
+    """The name of an endpoint in code (``Upstream`` and ``cache_privacy`` are told which a body is for)."""
+
+    ROOT = "root"
+    HEALTH = "health"
+    METRICS = "metrics"
+    MODELS = "models"
+    MODEL = "model"
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+    MESSAGES = "messages"
+    COUNT_TOKENS = "count_tokens"
+    RESPONSES = "responses"
+    COMPACT = "compact"
+    RESPONSE = "response"
+    CONTROL_STATUS = "control_status"
+    CONTROL_UNLOAD = "control_unload"
+    CONTROL_POLICY = "control_policy"
+
+
+@dataclass(frozen=True)
+class Apis:
+    """The handler objects a front builds once its upstream exists (``app.build_app``'s lifespan)."""
+
+    openai: OpenAiApi
+    anthropic: AnthropicApi
+    responses: ResponsesApi
+    control: Control
+    metrics: Handler
+
+
+def parse(declaration: type[B], doc: dict[str, Any]) -> B:
+    """Return ``doc`` parsed by ``declaration``; a refusal is the 400 naming the field (``bodies.check``)."""
+    try:
+        return check(declaration, doc)
+    except BodyInvalid as error:
+        raise RequestRefused(400, error.message, code=error.code, param=error.param) from None
+
+
+async def read_body(request: web.Request, declaration: type[B]) -> B:
+    """Return the request's JSON body parsed by ``declaration``; 400 ``invalid_json`` or the field's refusal."""
+    raw = await request.read()
+    try:
+        doc = load_json(raw)
+    except BodyInvalid as error:
+        raise RequestRefused(400, error.message, code=error.code, param=error.param) from None
+    return parse(declaration, doc)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A path whose handler takes the request alone; ``GET`` routes answer ``HEAD`` too."""
+
+    key: Key
+    method: str
+    path: str
+    handler: Callable[[Apis], Handler]
+
+    def bind(self, apis: Apis) -> Handler:
+        """Return the aiohttp handler of this route."""
+        return self.handler(apis)
+
+
+@dataclass(frozen=True)
+class Endpoint(Generic[B]):
+    """A model API path: ``body`` declares what it accepts, ``handler`` gets it parsed."""
+
+    key: Key
+    method: str
+    path: str
+    body: type[B]
+    handler: Callable[[Apis], BodyHandler[B]]
+    family: Family = Family.OPENAI
+
+    def bind(self, apis: Apis) -> Handler:
+        """Return the aiohttp handler: read and check the body, run the handler, answer refusals in shape."""
+        handle = self.handler(apis)
+
+        async def serve(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handle(request, await read_body(request, self.body))
+            except RequestRefused as refusal:
+                return refusal_response(refusal, self.family)
+
+        return serve
+
+
+# In this order: /v1/responses/compact comes before /v1/responses/{response_id}, which would take
+# "compact" for an id (and answer 405).
+ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
+    Route(Key.ROOT, "GET", "/", lambda apis: apis.openai.root),
+    Route(Key.HEALTH, "GET", "/health", lambda apis: apis.openai.health),
+    Route(Key.METRICS, "GET", "/metrics", lambda apis: apis.metrics),
+    Route(Key.MODELS, "GET", "/v1/models", lambda apis: apis.openai.models),
+    Route(Key.MODEL, "GET", "/v1/models/{model_id:.+}", lambda apis: apis.openai.model),
+    Endpoint(Key.CHAT, "POST", "/v1/chat/completions", ChatBody, lambda apis: apis.openai.chat),
+    Endpoint(Key.COMPLETIONS, "POST", "/v1/completions", CompletionBody, lambda apis: apis.openai.completions),
+    Endpoint(
+        Key.MESSAGES, "POST", "/v1/messages", MessagesBody, lambda apis: apis.anthropic.messages, Family.ANTHROPIC
+    ),
+    Endpoint(
+        Key.COUNT_TOKENS,
+        "POST",
+        "/v1/messages/count_tokens",
+        PromptBody,
+        lambda apis: apis.anthropic.count_tokens,
+        Family.ANTHROPIC,
+    ),
+    Endpoint(Key.RESPONSES, "POST", "/v1/responses", ResponsesBody, lambda apis: apis.responses.create),
+    Endpoint(Key.COMPACT, "POST", "/v1/responses/compact", ResponsesBody, lambda apis: apis.responses.compact),
+    Route(Key.RESPONSE, "GET", "/v1/responses/{response_id}", lambda apis: apis.responses.retrieve),
+    Route(Key.CONTROL_STATUS, "GET", CONTROL_PREFIX + "status", lambda apis: apis.control.status),
+    Route(Key.CONTROL_UNLOAD, "POST", CONTROL_PREFIX + "unload", lambda apis: apis.control.unload),
+    Route(Key.CONTROL_POLICY, "PUT", CONTROL_PREFIX + "policy", lambda apis: apis.control.policy),
+)
