@@ -32,6 +32,7 @@ from mlx_agent.bodies import (
 )
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.http_errors import refusal_response
+from mlx_agent.gateway.security import Handler
 from mlx_agent.wire import CONTROL_PREFIX
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from mlx_agent.gateway.responses.api import ResponsesApi
 
 B = TypeVar("B", bound=Body)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BodyHandler = Callable[[web.Request, B], Awaitable[web.StreamResponse]]
 ANTHROPIC_PREFIX = "/v1/messages"  # every error under it, the front door's too, has Anthropic's shape
 
