@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     Plan = TypeVar("Plan", bound=Mapping[str, Any])
 
 MISSING = "<absent>"  # what a diff shows for a field one side lacks
+NAME_KEYS = ("name", "served_model_name")  # what names a record in a list, so a diff reads models[NAME].field
 
 
 def canonical_json(obj: Any) -> str:
@@ -32,14 +33,23 @@ def with_hash(plan: Plan) -> Plan:
     return hashed
 
 
+def _name_key(value: list[Any]) -> str | None:
+    """Return the key naming every record of a list (a file's ``name``, a model's ``served_model_name``)."""
+    for key in NAME_KEYS:
+        if value and all(isinstance(v, dict) and key in v for v in value):
+            return key
+    return None
+
+
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    key = _name_key(value) if isinstance(value, list) else None
     if isinstance(value, dict) and value:
-        for key, sub in value.items():
-            _flatten(sub, f"{prefix}.{key}" if prefix else str(key), out)
-    elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
-        # Lists of named records (files) diff by name, so one changed file reads as one change.
+        for field, sub in value.items():
+            _flatten(sub, f"{prefix}.{field}" if prefix else str(field), out)
+    elif key is not None:
+        # Lists of named records (files, models) diff by name, so one changed file reads as one change.
         for item in value:
-            _flatten({k: v for k, v in item.items() if k != "name"}, f"{prefix}[{item['name']}]", out)
+            _flatten({k: v for k, v in item.items() if k != key}, f"{prefix}[{item[key]}]", out)
     else:
         out[prefix] = value
 

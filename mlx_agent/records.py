@@ -248,10 +248,10 @@ class DraftRecord(TypedDict):
 
 @with_config(STRICT)
 class KvCacheRecord(TypedDict):
-    """mlx_lm's KV-cache quantization."""
+    """mlx_lm's KV-cache quantization, keyed as its flags (``--kv-bits``, ``--kv-group-size``) are named."""
 
-    bits: Literal[2, 3, 4, 5, 6, 8]
-    group_size: Literal[32, 64, 128]
+    kv_bits: Literal[2, 3, 4, 5, 6, 8]
+    kv_group_size: Literal[32, 64, 128]
 
 
 @with_config(STRICT)
@@ -289,15 +289,15 @@ class PromptCacheRecord(TypedDict):
     """Where a wrapped worker keeps its prompt cache across unloads (``kept_cache``: one directory per identity)."""
 
     root: AbsPath  # $MLX_AGENT_HOME/prompt-cache; the front names the model's directory in it at each spawn
-    disk_limit_bytes: Annotated[int, Field(ge=1)]  # for every saved entry of the home together
+    disk_gb: Annotated[float, Field(gt=0, allow_inf_nan=False)]  # --prompt-cache-disk-gb: the home's saved entries
 
 
 @with_config(STRICT)
 class ModelPlan(TypedDict):
-    """One served model of a plan: its names, files, runtime, options and worker."""
+    """One served model of a plan: its names, files, runtime, options and worker (keys named as the flags)."""
 
-    name: str
-    aliases: list[str]
+    served_model_name: str  # --served-model-name: what clients send as ``model``
+    alias: list[str]  # every --alias (a glob such as 'claude-*' too)
     source: SourceRecord
     requested_runtime: str
     runtime_reason: str
@@ -400,8 +400,8 @@ class ProcessIdentity(TypedDict):
 class ReceiptModel(TypedDict):
     """One model as its receipt lists it for status: names, runtime, where its files are, what was reviewed."""
 
-    name: str
-    aliases: list[str]
+    served_model_name: str
+    alias: list[str]
     runtime: str
     model: str  # the model's directory
     repo: str | None
@@ -486,10 +486,10 @@ Receipt = ServeReceipt | OlderReceipt
 
 @with_config(STRICT)
 class FrontModelConfig(TypedDict):
-    """One model as the front reads it from its config."""
+    """One model as the front reads it from its config (its names keyed as the plan's and the flags)."""
 
-    name: Annotated[str, Field(min_length=1)]
-    aliases: list[Annotated[str, Field(min_length=1)]]
+    served_model_name: Annotated[str, Field(min_length=1)]
+    alias: list[Annotated[str, Field(min_length=1)]]
     hidden_names: list[str]
     max_tokens: Positive | None
     max_tokens_ceiling: Positive | None

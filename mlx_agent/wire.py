@@ -91,4 +91,4 @@ def front_proof(token: str, challenge: str) -> str:
 # every saved entry of the home within the byte limit (least recently used first out).
 PROMPT_CACHE_FLAG = "--mlx-agent-prompt-cache"
 PROMPT_CACHE_PLACEHOLDER = "{prompt_cache}"  # the front puts the model's directory here at each spawn
-PROMPT_CACHE_LIMIT_FLAG = "--mlx-agent-prompt-cache-limit"
+PROMPT_CACHE_DISK_GB_FLAG = "--mlx-agent-prompt-cache-disk-gb"  # --prompt-cache-disk-gb, as the plan reviewed it

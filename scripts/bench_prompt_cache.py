@@ -137,7 +137,7 @@ def main() -> int:
     ):
         rounds = ", ".join(f"{t * 1e3:.0f}" for t in times[name])
         print(f"  {label:<28} {statistics.median(times[name]) * 1e3:8.1f} ms  ({rounds})")
-    size, limit = kept["bytes"] / 1e6, kept["limit_bytes"] / 1e9
+    size, limit = kept["bytes"] / 1e6, kept["disk_gb"]
     print(f"saved on disk: {kept['entries']} entries, {size:.1f} MB (limit {limit:.0f} GB)")
     print(f"ratio restored/warm = {restored / warm:.3f}  target <= {TARGET}  {verdict(restored / warm <= TARGET)}")
     print(f"ratio cold/restored = {cold_s / restored:.3f}  (information: what the saved cache spares)")

@@ -145,8 +145,8 @@ def real_worker_argv(model: Path, max_tokens: int) -> list[str]:
 
 
 MODEL_KEYS = (
-    "name",
-    "aliases",
+    "served_model_name",
+    "alias",
     "hidden_names",
     "max_tokens",
     "max_tokens_ceiling",
@@ -172,8 +172,8 @@ def gateway_config(
     policy = {"idle_timeout": 0, "keep_loaded": False, "min_headroom_gb": None, **overrides.pop("policy", {})}
     transport = "unix" if any("{socket}" in a for a in argv) else "tcp"
     model: dict[str, Any] = {
-        "name": "org/tiny",
-        "aliases": [],
+        "served_model_name": "org/tiny",
+        "alias": [],
         "hidden_names": ["default_model", str(model_path)],
         "max_tokens": 16,
         "max_tokens_ceiling": None,

@@ -96,7 +96,7 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
     for model in plan["models"]:
         source, runtime = model["source"], model["runtime"]
         where = source["path"] if source["kind"] == "path" else f"{source['repo']}@{source['revision']}"
-        names = ", ".join([model["name"], *model["aliases"]])
+        names = ", ".join([model["served_model_name"], *model["alias"]])
         table.add_row("model", escape(f"{names}: {where}"))
         total = sum(f["size"] for f in source["files"])
         hashed = all("sha256" in f for f in source["files"])
@@ -119,7 +119,7 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
             )
         kv = model["kv_cache"]
         if kv is not None:
-            table.add_row("kv cache", f"{kv['bits']}-bit, groups of {kv['group_size']}")
+            table.add_row("kv cache", f"{kv['kv_bits']}-bit, groups of {kv['kv_group_size']}")
         lookup, kernel = model["decode_profile"], model["prefill_kernel"]
         for label, asked, fits, reasons in (
             ("prompt lookup", lookup["requested"], lookup["applied"], lookup["reasons"]),

@@ -136,7 +136,7 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
         )
         print(refusal_line(taken), file=sys.stderr, flush=True)
         return EXIT_REFUSED
-    names = ", ".join(m["name"] for m in config["models"])
+    names = ", ".join(m["served_model_name"] for m in config["models"])
     log.info("listening on http://%s:%d for %s (%s)", config["host"], config["port"], names, config["mode"])
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

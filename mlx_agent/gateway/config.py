@@ -40,11 +40,12 @@ def parse_config(doc: object) -> FrontConfig:
         placeholder = PLACEHOLDERS[worker["transport"]]
         in_env = worker["transport"] == "tcp" and bool(worker.get("port_env"))  # a native entry reads its port there
         if not in_env and not any(placeholder in arg for arg in worker["argv"]):
-            raise FrontConfigInvalid(f"models[{model['name']}].worker.argv must contain {placeholder}")
-        for name in (model["name"], *model["aliases"]):
+            raise FrontConfigInvalid(f"models[{model['served_model_name']}].worker.argv must contain {placeholder}")
+        for name in (model["served_model_name"], *model["alias"]):
             if name in names:
-                raise FrontConfigInvalid(f"the name {name!r} is given to {names[name]!r} and {model['name']!r}")
-            names[name] = model["name"]
+                served = model["served_model_name"]
+                raise FrontConfigInvalid(f"the name {name!r} is given to {names[name]!r} and {served!r}")
+            names[name] = model["served_model_name"]
     return config
 
 

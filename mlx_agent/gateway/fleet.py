@@ -54,7 +54,7 @@ class Fleet:
         self.metrics = FrontMetrics(self)
         self.models: list[Lifecycle] = []
         for index, model in enumerate(config["models"]):
-            policy = (policies or {}).get(model["name"]) or Policy(
+            policy = (policies or {}).get(model["served_model_name"]) or Policy(
                 model["policy"]["idle_timeout"], model["policy"]["keep_loaded"]
             )
             self.models.append(Lifecycle(index, model, policy, self.admission, self.socket_path, self.loaded))
@@ -82,7 +82,7 @@ class Fleet:
     @property
     def names(self) -> list[str]:
         """Return every served name and alias, in the plan's order (what an unknown-model error lists)."""
-        return [n for m in self.models for n in (m.name, *m.model["aliases"])]
+        return [n for m in self.models for n in (m.name, *m.model["alias"])]
 
     def route(self, name: object) -> Lifecycle:
         """Return the model a request names (the first one when it names none); 404 for an unknown name."""
@@ -94,7 +94,7 @@ class Fleet:
             if name == model.name or name in model.model["hidden_names"]:
                 return model
         for model in self.models:
-            if matches(name, model.model["aliases"]):
+            if matches(name, model.model["alias"]):
                 return model
         raise refused(
             Code.MODEL_NOT_FOUND,

@@ -56,7 +56,7 @@ class Lifecycle:
     ) -> None:
         self.index = index
         self.model = model
-        self.name = model["name"]
+        self.name = model["served_model_name"]
         self.policy = policy
         # The fleet's one cold load at a time, entered once it has made room; raises RequestRefused to refuse.
         self._admission = admission
@@ -362,7 +362,7 @@ class Lifecycle:
         state: Any = self.state
         return {
             "name": self.name,
-            "aliases": self.model["aliases"],
+            "aliases": self.model["alias"],
             "model_state": state,
             "worker": None
             if worker is None

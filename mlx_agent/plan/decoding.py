@@ -11,8 +11,9 @@ from pathlib import Path
 
 from mlx_agent.errors import DraftModelMismatch, UnsupportedRuntime
 from mlx_agent.identity import with_digests
+from mlx_agent.plan.requests import DEFAULT_KV_GROUP_SIZE
 from mlx_agent.plan.source import REPO_ID, resolve_path_source, resolve_repo_source
-from mlx_agent.wire import PROMPT_CACHE_FLAG, PROMPT_CACHE_LIMIT_FLAG, PROMPT_CACHE_PLACEHOLDER
+from mlx_agent.wire import PROMPT_CACHE_DISK_GB_FLAG, PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER
 
 PROMPT_CACHE_DIR = "prompt-cache"  # under $MLX_AGENT_HOME: one 0700 directory per model identity
 
@@ -71,7 +72,8 @@ def kv_cache_plan(spec: ModelRequest, recipe: Recipe) -> KvCacheRecord | None:
     if spec.kv_bits is None:
         return None
     _refuse_unless(recipe, "kv_bits", "--kv-bits")
-    record = {"bits": spec.kv_bits, "group_size": spec.kv_group_size or 64}  # both checked in validate_spec
+    # Both checked in validate_spec; without --kv-group-size, mlx_lm's own default, recorded.
+    record = {"kv_bits": spec.kv_bits, "kv_group_size": spec.kv_group_size or DEFAULT_KV_GROUP_SIZE}
     return record  # type: ignore[return-value]
 
 
@@ -83,7 +85,7 @@ def decoding_args(draft: DraftRecord | None, kv_cache: KvCacheRecord | None) -> 
         if draft["num_draft_tokens"] is not None:
             args += ["--num-draft-tokens", str(draft["num_draft_tokens"])]
     if kv_cache is not None:
-        args += ["--kv-bits", str(kv_cache["bits"]), "--kv-group-size", str(kv_cache["group_size"])]
+        args += ["--kv-bits", str(kv_cache["kv_bits"]), "--kv-group-size", str(kv_cache["kv_group_size"])]
     return args
 
 
@@ -97,14 +99,11 @@ def prompt_cache_plan(spec: ModelRequest, recipe: Recipe, runtime: Mapping[str, 
         return None
     from mlx_agent.home import agent_home
 
-    return {
-        "root": str(agent_home() / PROMPT_CACHE_DIR),
-        "disk_limit_bytes": max(1, int(spec.prompt_cache_disk_gb * 1e9)),
-    }
+    return {"root": str(agent_home() / PROMPT_CACHE_DIR), "disk_gb": spec.prompt_cache_disk_gb}
 
 
 def prompt_cache_args(record: PromptCacheRecord | None) -> list[str]:
     """Return the wrapped entry's flags for keeping the prompt cache (its directory filled in by the front)."""
     if record is None:
         return []
-    return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER, PROMPT_CACHE_LIMIT_FLAG, str(record["disk_limit_bytes"])]
+    return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER, PROMPT_CACHE_DISK_GB_FLAG, repr(float(record["disk_gb"]))]

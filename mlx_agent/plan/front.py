@@ -139,14 +139,14 @@ def hidden_names(model: ModelPlan) -> list[str]:
     names = [WORKER_MODEL_NAME, source["path"]]
     if source.get("repo"):
         names.append(source["repo"])
-    return [n for n in names if n != model["name"]]
+    return [n for n in names if n != model["served_model_name"]]
 
 
 def model_config(model: ModelPlan) -> FrontModelConfig:
     """Return one model of the front's config, as the front reads it."""
     return {
-        "name": model["name"],
-        "aliases": model["aliases"],
+        "served_model_name": model["served_model_name"],
+        "alias": model["alias"],
         "hidden_names": hidden_names(model),
         "max_tokens": model["max_tokens"],
         "max_tokens_ceiling": model["max_tokens_ceiling"],

@@ -345,8 +345,8 @@ def build_model_plan(
     if group is not None and loaded is not None:
         loaded //= group["ranks"]  # each rank holds its share (tensor slices, or its run of layers)
     return {
-        "name": spec.served_model_name or default_name(source, trained),
-        "aliases": list(spec.alias),
+        "served_model_name": spec.served_model_name or default_name(source, trained),
+        "alias": list(spec.alias),
         "source": source,
         "requested_runtime": spec.runtime,
         "runtime_reason": reason,

@@ -20,6 +20,7 @@ DEFAULT_READY_TIMEOUT = 120.0
 # What MLX's quantization accepts for a KV cache (mx.quantize bits and group sizes).
 KV_BITS = (2, 3, 4, 5, 6, 8)
 KV_GROUP_SIZES = (32, 64, 128)
+DEFAULT_KV_GROUP_SIZE = 64  # mlx_lm's, written into the plan when --kv-bits comes without --kv-group-size
 PORT = {"minimum": 1, "maximum": 65535}
 
 JSON = Opt("--json", "flag", "Print one JSON envelope on stdout.", default=False)

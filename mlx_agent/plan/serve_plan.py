@@ -139,7 +139,7 @@ def model_ids(plan: ServePlan) -> set[str]:
     ids: set[str] = set()
     for model in plan["models"]:
         source = model["source"]
-        ids |= {source["path"], model["name"]}
+        ids |= {source["path"], model["served_model_name"]}
         if source.get("repo"):
             ids.add(source["repo"])
     return ids

@@ -121,7 +121,7 @@ def front_status(receipt: ServeReceipt) -> dict[str, Any]:
         return {"model_state": None, "gateway_error": f"status answered HTTP {code}", "models": []}
     models = [m for m in state.get("models") or [] if isinstance(m, dict)]
     first = models[0] if models else {}
-    kept = {m["name"]: m for m in receipt["plan"]["models"]}
+    kept = {m["served_model_name"]: m for m in receipt["plan"]["models"]}
     return {
         "mode": state.get("mode"),
         "max_loaded": state.get("max_loaded"),
@@ -153,7 +153,7 @@ def prompt_cache_use(model: ModelPlan | None) -> dict[str, Any] | None:
         "dir": str(directory),
         "entries": len(sizes),
         "bytes": sum(sizes),
-        "limit_bytes": config["prompt_cache"]["disk_limit_bytes"],
+        "disk_gb": config["prompt_cache"]["disk_gb"],
     }
 
 

@@ -63,7 +63,7 @@ def sources(directory: Path, port: int, model: str | None) -> list[LogSource]:
         receipt = read_receipt(path)
         if has_front(receipt):
             models = receipt["plan"]["models"]
-            names = [m["name"] for m in models]
+            names = [m["served_model_name"] for m in models]
             if model is not None and model not in names:
                 raise InvalidArguments(
                     f"--model {model} is not served on port {port}; it serves {', '.join(names)}",
@@ -71,9 +71,9 @@ def sources(directory: Path, port: int, model: str | None) -> list[LogSource]:
                 )
             found = [LogSource(FRONT_SOURCE, Path(receipt["log_path"]), model)]
             found += [
-                LogSource(m["name"], Path(m["worker"]["log_path"]))
+                LogSource(m["served_model_name"], Path(m["worker"]["log_path"]))
                 for m in models
-                if model is None or m["name"] == model
+                if model is None or m["served_model_name"] == model
             ]
             return found
         return [LogSource(FRONT_SOURCE, Path(receipt["log_path"]))]

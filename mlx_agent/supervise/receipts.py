@@ -23,9 +23,17 @@ PROCESS_FIELDS = ("pid", "pgid", "create_time", "argv")
 UNIT_SUPERVISORS = ("launchd", "systemd")
 
 
-# Receipts written by 0.2.0 named the two acceleration records after their options; readers see
-# the seed's names (``decode_profile``, ``prefill_kernel``) whichever wrote the receipt.
-RENAMED_MODEL_KEYS = {"prompt_lookup": "decode_profile", "m5_prefill": "prefill_kernel"}
+# Receipts written by 0.2.0 named the two acceleration records after their options, and a model's names
+# otherwise than the flags; readers see the seed's names (``decode_profile``, ``prefill_kernel``) and the
+# flags' (``served_model_name``, ``alias``) whichever wrote the receipt.
+RENAMED_MODEL_KEYS = {
+    "prompt_lookup": "decode_profile",
+    "m5_prefill": "prefill_kernel",
+    "name": "served_model_name",
+    "aliases": "alias",
+}
+# 0.2.0's kept prompt cache recorded its limit in bytes; it is --prompt-cache-disk-gb's GB now (status reads it).
+OLD_DISK_LIMIT = "disk_limit_bytes"
 
 # Readers accept these major versions: 3 (the seed's record names, a null max_tokens), 2 (every server has a
 # front) and 1 (a plain server or a JIT gateway).
@@ -58,8 +66,8 @@ def plan_receipt(plan: ServePlan, supervisor: str, log: str) -> ServeReceipt:
         "base_url": plan["base_url"],
         "models": [
             {
-                "name": m["name"],
-                "aliases": m["aliases"],
+                "served_model_name": m["served_model_name"],
+                "alias": m["alias"],
                 "runtime": m["runtime"]["name"],
                 "model": m["source"]["path"],
                 "repo": m["source"].get("repo"),
@@ -129,13 +137,19 @@ def _front_shaped(receipt: ServeReceipt) -> bool:
 
 
 def _current_names(data: dict[str, Any]) -> None:
-    """Rename an older receipt's model keys (``RENAMED_MODEL_KEYS``) in place, in its models and its plan's."""
+    """Rename an older receipt's model keys (``RENAMED_MODEL_KEYS``, the prompt cache's limit) in place.
+
+    Both the receipt's models and its plan's are renamed.
+    """
     plan = data.get("plan")
     lists = [data.get("models"), plan.get("models") if isinstance(plan, dict) else None]
     for model in (m for models in lists if isinstance(models, list) for m in models if isinstance(m, dict)):
         for old, new in RENAMED_MODEL_KEYS.items():
             if old in model and new not in model:
                 model[new] = model.pop(old)
+        kept = model.get("prompt_cache")
+        if isinstance(kept, dict) and isinstance(kept.get(OLD_DISK_LIMIT), int) and "disk_gb" not in kept:
+            kept["disk_gb"] = kept.pop(OLD_DISK_LIMIT) / 1e9
 
 
 def read_receipt(path: Path) -> Receipt:

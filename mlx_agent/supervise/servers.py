@@ -75,7 +75,7 @@ def model_fields(receipt: Receipt) -> ModelFields:
         return {"name": None, "runtime": None, "model": None, "repo": None}
     first = receipt["models"][0]
     return {
-        "name": first.get("name"),
+        "name": first.get("served_model_name"),
         "runtime": first.get("runtime"),
         "model": first.get("model"),
         "repo": first.get("repo"),
@@ -152,7 +152,7 @@ def _problems(receipt: Receipt, path: Path, front: dict[str, Any]) -> list[dict[
                     "free_bytes": free,
                 }
             )
-    groups = {m["name"]: m.get("group") for m in receipt["plan"]["models"]} if has_front(receipt) else {}
+    groups = {m["served_model_name"]: m.get("group") for m in receipt["plan"]["models"]} if has_front(receipt) else {}
     for model in front.get("models") or []:
         error = model.get("last_error") or {}
         exited = error.get("code") in ("worker_exited", "generation_died")

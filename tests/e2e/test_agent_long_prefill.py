@@ -85,7 +85,7 @@ def front_inside(namespace: Namespace, tmp_path: Path, model: Path) -> Iterator[
     argv = [sys.executable, str(script), *real_worker_argv(model, 256)[3:]]  # the entry's own arguments
     port = free_port()
     config = gateway_config(
-        tmp_path, port, argv, model_path=model, aliases=["claude-*", "gpt-*"], max_tokens=256, log_prompts=True
+        tmp_path, port, argv, model_path=model, alias=["claude-*", "gpt-*"], max_tokens=256, log_prompts=True
     )
     config["models"][0]["worker"]["env"].update(SLOW_PREFILL_S=str(SLOW_PREFILL_S), PYTHONPATH=str(REPO_ROOT))
     private_file(Path(config["control_token_path"]), CONTROL_TOKEN + "\n")

@@ -399,8 +399,8 @@ def test_the_models_listing_names_concrete_models_with_their_window(tiny_model: 
         tmp_path,
         real_worker_argv(tiny_model, MAX_TOKENS),
         model_path=tiny_model,
-        name="local-coder",
-        aliases=["claude-local", "claude-*"],
+        served_model_name="local-coder",
+        alias=["claude-local", "claude-*"],
         context_window=32768,
         max_tokens_ceiling=4096,
     ) as gateway:

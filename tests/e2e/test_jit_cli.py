@@ -71,7 +71,7 @@ def test_jit_lifecycle(agent: Agent, tiny_model: Path) -> None:
     saved = json.loads(policy_path.read_text())
     assert (saved["min_headroom_gb"], saved["models"]) == (
         0.5,
-        {model["name"]: {"idle_timeout": 0, "keep_loaded": True}},
+        {model["served_model_name"]: {"idle_timeout": 0, "keep_loaded": True}},
     )
     assert stat.S_IMODE(policy_path.stat().st_mode) == 0o600
     assert agent.run("serve", "status").data["servers"][0]["policy"]["keep_loaded"] is True

@@ -60,7 +60,7 @@ def test_repo_from_the_hf_cache(agent: Agent, tiny_model: Path) -> None:
     assert isinstance(plan, dict)
     assert plan["models"][0]["source"]["revision"] == snapshot.name
     assert receipt["models"][0]["repo"] == "mlx-community/tiny-llama"
-    assert plan["models"][0]["name"] == "mlx-community/tiny-llama"  # the served name is the repo id
+    assert plan["models"][0]["served_model_name"] == "mlx-community/tiny-llama"  # the served name is the repo id
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local")
     reply = client.chat.completions.create(
         model="default_model", max_tokens=4, messages=[{"role": "user", "content": "hi"}]

@@ -35,7 +35,7 @@ def fleet_config(tmp_path: Path, names: list[str], **front: Any) -> dict[str, An
     config["models"] = []
     for index, name in enumerate(names):
         model = copy.deepcopy(first)
-        model.update(name=name, hidden_names=[])
+        model.update(served_model_name=name, hidden_names=[])
         model["worker"]["log_path"] = str(tmp_path / f"worker-{index}.log")
         config["models"].append(model)
     config.update(front)

@@ -170,7 +170,7 @@ def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypa
     monkeypatch.setattr(plan_runtime, "sha256_file", changed)
     after = whole_plan()
     fields = {c["field"] for c in plan_diff(before, after)}
-    name = before["models"][0]["name"]
+    name = before["models"][0]["served_model_name"]
     assert f"models[{name}].prefill_kernel.sources.runtime/accel/kernels/m5_q4_prefill.metal" in fields
     assert f"models[{name}].runtime.entry_sources.runtime/accel/kernels/m5_q4_prefill.metal" in fields
     assert before.get("preview_hash") != after.get("preview_hash")

@@ -62,10 +62,10 @@ def test_a_draft_of_another_vocabulary_is_refused(tiny_model: Path, tmp_path: Pa
 def test_kv_bits_reach_mlx_lm_and_the_record(tiny_model: Path) -> None:
     """--kv-bits and --kv-group-size are recorded and passed; the group size defaults to mlx_lm's 64."""
     model = plan_for(tiny_model, kv_bits=4, kv_group_size=32)["models"][0]
-    assert model["kv_cache"] == {"bits": 4, "group_size": 32}
+    assert model["kv_cache"] == {"kv_bits": 4, "kv_group_size": 32}
     argv = model["worker"]["argv"]
     assert argv[argv.index("--kv-bits") + 1] == "4" and argv[argv.index("--kv-group-size") + 1] == "32"
-    assert plan_for(tiny_model, kv_bits=8)["models"][0]["kv_cache"] == {"bits": 8, "group_size": 64}
+    assert plan_for(tiny_model, kv_bits=8)["models"][0]["kv_cache"] == {"kv_bits": 8, "kv_group_size": 64}
     assert plan_for(tiny_model)["models"][0]["kv_cache"] is None
 
 

@@ -30,7 +30,10 @@ def test_example_config_is_schema_valid_and_loads(tmp_path: Path) -> None:
     config = load_config(path)
     model = config["models"][0]
     assert config["port"] == 8080 and config["mode"] == "jit" and model["max_tokens"] == 16
-    assert model["name"] == "org/tiny" and model["hidden_names"] == ["default_model", str(tmp_path / "model")]
+    assert model["served_model_name"] == "org/tiny" and model["hidden_names"] == [
+        "default_model",
+        str(tmp_path / "model"),
+    ]
     assert model["worker"]["env"]["HF_HUB_OFFLINE"] == "1"
 
 
@@ -63,7 +66,7 @@ def test_bad_configs_are_refused_by_name(tmp_path: Path, change: dict[str, Any],
         ({"max_tokens": True}, "max_tokens"),
         ({"policy": {"idle_timeout": -1, "keep_loaded": False, "preload": False}}, "idle_timeout"),
         ({"file_checks": [{"path": "/a", "sha256": "xyz", "size": 1}]}, "sha256"),
-        ({"name": ""}, "name"),
+        ({"served_model_name": ""}, "served_model_name"),
     ],
 )
 def test_bad_model_fields_are_refused_by_name(tmp_path: Path, change: dict[str, Any], words: str) -> None:
@@ -95,7 +98,7 @@ def test_a_tcp_worker_may_take_its_port_from_its_environment(tmp_path: Path) -> 
 def test_two_models_may_not_share_a_name(tmp_path: Path) -> None:
     """An alias that is another model's name is refused at load, naming both models."""
     doc = example(tmp_path)
-    second = {**doc["models"][0], "name": "org/small", "aliases": ["org/tiny"]}
+    second = {**doc["models"][0], "served_model_name": "org/small", "alias": ["org/tiny"]}
     with pytest.raises(FrontConfigInvalid, match="org/tiny"):
         parse_config({**doc, "models": [doc["models"][0], second]})
 

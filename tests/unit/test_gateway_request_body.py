@@ -44,12 +44,12 @@ def refused(body: Any, declaration: type[Body] = ChatBody) -> RequestRefused | B
 def fleet(tmp_path: Path) -> Fleet:
     """Return a fleet of two models: org/tiny (alias claude-*) and org/small (aliases gpt-4o, gpt-*)."""
     config = gateway_config(
-        tmp_path, 8080, ["python", "w.py", "--port", "{port}"], model_path=tmp_path / "tiny", aliases=["claude-*"]
+        tmp_path, 8080, ["python", "w.py", "--port", "{port}"], model_path=tmp_path / "tiny", alias=["claude-*"]
     )
     second = {
         **config["models"][0],
-        "name": "org/small",
-        "aliases": ["gpt-4o", "gpt-*"],
+        "served_model_name": "org/small",
+        "alias": ["gpt-4o", "gpt-*"],
         "hidden_names": [str(tmp_path / "small")],
     }
     config["models"].append(second)

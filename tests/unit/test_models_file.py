@@ -58,12 +58,16 @@ def test_a_fleet_is_one_plan_binding_the_file_and_every_model(fleet_dir: Path) -
     plan = plan_of(fleet_dir, TWO, jit=True, max_loaded=1)
     assert_valid("serve_plan", plan)
     main, small = plan["models"]
-    assert (main["name"], main["aliases"], main["source"]["path"]) == (
+    assert (main["served_model_name"], main["alias"], main["source"]["path"]) == (
         "main",
         ["claude-sonnet-*", "claude-opus-*"],
         str(fleet_dir / "a"),
     )
-    assert (small["name"], small["max_tokens"], small["source"]["path"]) == ("small", 64, str(fleet_dir / "b"))
+    assert (small["served_model_name"], small["max_tokens"], small["source"]["path"]) == (
+        "small",
+        64,
+        str(fleet_dir / "b"),
+    )
     assert main["worker"]["log_path"] != small["worker"]["log_path"]
     assert plan["models_file"]["path"] == str(fleet_dir / "models.toml") and plan["models_file"]["size"] == len(TWO)
     assert plan["front"]["max_loaded"] == 1 and plan["front"]["mode"] == "jit"

@@ -81,23 +81,39 @@ def test_receipt_files_are_ordered_by_port(tmp_path: Path) -> None:
 
 
 def test_an_older_receipt_is_read_under_the_seed_names(tmp_path: Path) -> None:
-    """A 0.2.0 receipt's prompt_lookup and m5_prefill (flat and in its plan) read as the seed's two names."""
+    """A 0.2.0 receipt's prompt_lookup, m5_prefill, name and aliases (flat and in its plan) read as today's names."""
     lookup = {"requested": True, "applied": False, "reasons": ["r1"]}
     prefill = {"requested": True, "eligible": False, "reasons": ["r2"]}
-    model = {"name": "m", "prompt_lookup": lookup, "m5_prefill": prefill}
+    model = {"name": "m", "aliases": ["a"], "prompt_lookup": lookup, "m5_prefill": prefill}
     path = tmp_path / "8080.json"
     plan = {"front": {}, "models": [{**model, "source": {}}]}
     path.write_text(json.dumps({**RECEIPT, "models": [model], "plan": plan}))
     receipt = read_receipt(path)
     assert has_front(receipt)
-    assert receipt["models"] == [{"name": "m", "decode_profile": lookup, "prefill_kernel": prefill}]
-    planned: Any = {"name": "m", "source": {}, "decode_profile": lookup, "prefill_kernel": prefill}
+    current = {"served_model_name": "m", "alias": ["a"], "decode_profile": lookup, "prefill_kernel": prefill}
+    assert receipt["models"] == [current]
+    planned: Any = {**current, "source": {}}
     assert receipt["plan"]["models"] == [planned]
 
 
+def test_an_older_receipts_prompt_cache_limit_reads_in_gb(tmp_path: Path) -> None:
+    """A 0.2.0 plan's prompt_cache.disk_limit_bytes reads as --prompt-cache-disk-gb's disk_gb, as status shows it."""
+    kept = {"root": "/home/prompt-cache", "disk_limit_bytes": 2_500_000_000}
+    models = [{"served_model_name": "m", "prompt_cache": kept}, {"served_model_name": "n", "prompt_cache": None}]
+    plan = {"front": {}, "models": models}
+    path = tmp_path / "8080.json"
+    path.write_text(json.dumps({**RECEIPT, "models": [], "plan": plan}))
+    receipt = read_receipt(path)
+    assert has_front(receipt)
+    assert [m["prompt_cache"] for m in receipt["plan"]["models"]] == [
+        {"root": "/home/prompt-cache", "disk_gb": 2.5},
+        None,
+    ]
+
+
 def test_a_current_receipt_keeps_its_names(tmp_path: Path) -> None:
-    """A receipt that already has decode_profile is read unchanged, even beside a stray older key."""
-    model = {"name": "m", "decode_profile": {"requested": False}, "prompt_lookup": "stray"}
+    """A receipt that already has today's names is read unchanged, even beside stray older keys."""
+    model = {"served_model_name": "m", "decode_profile": {"requested": False}, "prompt_lookup": "stray", "name": "x"}
     receipt: Any = {**RECEIPT, "models": [model], "plan": {"front": {}, "models": []}}
     path = write_receipt(tmp_path, receipt)
     read = read_receipt(path)

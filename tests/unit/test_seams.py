@@ -13,6 +13,7 @@ import pytest
 from mlx_agent.errors import SeamChanged
 from mlx_agent.runtime.entries import mlx_lm_server, seams
 from mlx_agent.runtime.serving.limits import Limits
+from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -122,3 +123,14 @@ def test_the_front_flags_are_taken_out_before_mlx_lm_parses() -> None:
         ["--model", "m", "--mlx-agent-socket", "/s/0-1.sock", "--mlx-agent-context-window", "4096"]
     )
     assert rest == ["--model", "m"] and listening == mlx_lm_server.Listening("/s/0-1.sock", 4096)
+
+
+def test_the_kept_prompt_cache_arrives_with_its_reviewed_disk_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    """The worker takes --prompt-cache-disk-gb's value as the plan gave it; a cache directory alone is refused."""
+    flags = ["--mlx-agent-prompt-cache", "/c/id", "--mlx-agent-prompt-cache-disk-gb", "1.5"]
+    listening, rest = mlx_lm_server.split_front_flags(["--model", "m", *flags])
+    assert (listening.prompt_cache_dir, listening.prompt_cache_disk_gb, rest) == ("/c/id", 1.5, ["--model", "m"])
+    with pytest.raises(SystemExit) as exited:
+        mlx_lm_server.split_front_flags(flags[:2])
+    assert exited.value.code == EXIT_REFUSED
+    assert capsys.readouterr().err.startswith(REFUSAL_PREFIX + '{"code": "invalid_arguments"')

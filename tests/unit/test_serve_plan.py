@@ -56,12 +56,12 @@ def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
         "{socket}",
         "--mlx-agent-prompt-cache",
         "{prompt_cache}",
-        "--mlx-agent-prompt-cache-limit",
-        "4000000000",
+        "--mlx-agent-prompt-cache-disk-gb",
+        "4.0",
         "--mlx-agent-context-window",
         str(window),
     ]
-    assert model["worker"]["transport"] == "unix" and model["name"] == tiny_model.name
+    assert model["worker"]["transport"] == "unix" and model["served_model_name"] == tiny_model.name
     assert plan["argv"] == [sys.executable, "-m", "mlx_agent.gateway", "--config", plan["front"]["config_path"]]
     for env in (plan["env"], model["worker"]["env"]):
         assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"

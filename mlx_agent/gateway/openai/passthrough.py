@@ -132,7 +132,7 @@ class OpenAiApi:
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))
         entries = []
         for model in self.upstream.fleet.models:
-            aliases: list[str] = model.model["aliases"]
+            aliases: list[str] = model.model["alias"]
             for name in (model.name, *(a for a in aliases if not is_pattern(a))):
                 entry: dict[str, Any] = {
                     "id": name,

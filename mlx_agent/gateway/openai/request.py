@@ -90,6 +90,6 @@ def prepare(body: dict[str, Any], *, model: FrontModelConfig, force_usage: bool 
     name = (
         client_model
         if isinstance(client_model, str) and client_model and client_model != WORKER_MODEL_NAME
-        else model["name"]
+        else model["served_model_name"]
     )
     return PreparedRequest(out, stream, name, model["worker"]["model_name"], usage_requested, requested)

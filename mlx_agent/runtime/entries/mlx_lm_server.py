@@ -36,8 +36,8 @@ from mlx_agent.runtime.serving.limits import Limits, split_server_flags
 from mlx_agent.wire import (
     CONTEXT_WINDOW_FLAG,
     EXIT_REFUSED,
+    PROMPT_CACHE_DISK_GB_FLAG,
     PROMPT_CACHE_FLAG,
-    PROMPT_CACHE_LIMIT_FLAG,
     SOCKET_FLAG,
 )
 
@@ -51,7 +51,7 @@ class Listening:
     socket: str | None = None
     context_window: int | None = None
     prompt_cache_dir: str | None = None  # where entries are restored from and saved to (named by the identity)
-    prompt_cache_limit: int | None = None  # bytes every saved entry of the home may take together
+    prompt_cache_disk_gb: float = 0.0  # what every saved entry of the home may take together (given with the dir)
 
 
 def split_front_flags(argv: list[str]) -> tuple[Listening, list[str]]:
@@ -59,7 +59,7 @@ def split_front_flags(argv: list[str]) -> tuple[Listening, list[str]]:
     socket_path: str | None = None
     window: int | None = None
     cache_dir: str | None = None
-    cache_limit: int | None = None
+    cache_gb = 0.0
     rest: list[str] = []
     words = iter(argv)
     for word in words:
@@ -69,11 +69,15 @@ def split_front_flags(argv: list[str]) -> tuple[Listening, list[str]]:
             window = int(next(words, "0")) or None
         elif word == PROMPT_CACHE_FLAG:
             cache_dir = next(words, None)
-        elif word == PROMPT_CACHE_LIMIT_FLAG:
-            cache_limit = int(next(words, "0")) or None
+        elif word == PROMPT_CACHE_DISK_GB_FLAG:
+            cache_gb = float(next(words, "0"))
         else:
             rest.append(word)
-    return Listening(socket_path, window, cache_dir, cache_limit), rest
+    if cache_dir is not None and cache_gb <= 0:  # the plan gives both or neither: no second default here
+        from mlx_agent.errors import InvalidArguments
+
+        exit_refused(InvalidArguments(f"{PROMPT_CACHE_FLAG} needs {PROMPT_CACHE_DISK_GB_FLAG} above 0"))
+    return Listening(socket_path, window, cache_dir, cache_gb), rest
 
 
 def _interrupt(*_: Any) -> None:
@@ -107,7 +111,7 @@ def save_prompt_cache(where: Listening, store: Any, model_key: Any) -> None:
     directory = Path(where.prompt_cache_dir)
     started = time.monotonic()
     count = save_entries(store, model_key, store.held_keys(model_key), directory, directory.name)
-    total = enforce_limit(directory.parent, where.prompt_cache_limit or 1 << 62)
+    total = enforce_limit(directory.parent, int(where.prompt_cache_disk_gb * 1e9))
     logging.info(
         "mlx-agent: saved %d prompt cache entries in %.2f s (%d bytes kept in all)",
         count,
