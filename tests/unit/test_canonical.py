@@ -38,3 +38,13 @@ def test_diff_of_named_files_names_the_file() -> None:
     old = {"source": {"files": [{"name": "a.json", "sha256": "1"}, {"name": "w.safetensors", "size": 3}]}}
     new = {"source": {"files": [{"name": "a.json", "sha256": "2"}, {"name": "w.safetensors", "size": 3}]}}
     assert plan_diff(old, new) == [{"field": "source.files[a.json].sha256", "old": "1", "new": "2"}]
+
+
+def test_diff_of_served_models_names_the_model() -> None:
+    """A fleet's models are addressed by their served_model_name, and a list of unnamed records is one value."""
+    old = {"models": [{"served_model_name": "coder", "max_tokens": 64}, {"served_model_name": "small", "alias": []}]}
+    new = {"models": [{"served_model_name": "coder", "max_tokens": 128}, {"served_model_name": "small", "alias": []}]}
+    assert plan_diff(old, new) == [{"field": "models[coder].max_tokens", "old": 64, "new": 128}]
+    assert plan_diff({"hosts": [{"ips": ["a"]}]}, {"hosts": [{"ips": ["b"]}]}) == [
+        {"field": "hosts", "old": [{"ips": ["a"]}], "new": [{"ips": ["b"]}]}
+    ]
