@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from mlx_agent.cli.output import Result
+    from mlx_agent.cli.output import Result, TrainingStarted
     from mlx_agent.plan.requests import TrainRequest, TrainStatusRequest
 
 
@@ -37,7 +37,7 @@ def lora_train(req: TrainRequest, flags: dict[str, Any]) -> None:
         plan, warnings = build_preview(req)
         return {"plan": plan, "requires_confirmation": True}, warnings
 
-    def confirm() -> Result:
+    def confirm() -> tuple[TrainingStarted, list[str]]:
         from mlx_agent.supervise.training import confirm as start
 
         receipt, path, warnings = start(req, flags["preview_hash"])

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, NoReturn, TypedDict, TypeVar
 
-    from mlx_agent.records import ServePlan, ServeReceipt
+    from mlx_agent.records import ServePlan, ServeReceipt, TrainingReceipt
 
     Result = tuple[dict[str, Any], list[str]]
     Data = TypeVar("Data", bound=Mapping[str, Any])  # what one command's action returns and its renderer reads
@@ -29,6 +29,13 @@ if TYPE_CHECKING:
         """``serve start --confirm``: the receipt of what was launched or installed, and where it is."""
 
         receipt: ServeReceipt
+        receipt_path: str
+        requires_confirmation: bool
+
+    class TrainingStarted(TypedDict):
+        """``lora train --confirm``: the receipt of the training started detached, and where it is."""
+
+        receipt: TrainingReceipt
         receipt_path: str
         requires_confirmation: bool
 

@@ -18,7 +18,7 @@ from mlx_agent.supervise.readiness import Tick
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.cli.output import Launched, Previewed
+    from mlx_agent.cli.output import Launched, Previewed, TrainingStarted
 
 out = Console()
 err = Console(stderr=True)
@@ -296,7 +296,7 @@ def render_train_preview(data: dict[str, Any], warnings: list[str]) -> None:
     _finish_plan(table, plan, warnings, "To start it")
 
 
-def render_train_started(data: dict[str, Any], warnings: list[str]) -> None:
+def render_train_started(data: TrainingStarted, warnings: list[str]) -> None:
     """Print that a training started detached, where its receipt and log are, and how to follow it."""
     receipt = data["receipt"]
     _warnings(warnings)

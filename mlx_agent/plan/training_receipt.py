@@ -25,7 +25,10 @@ from mlx_agent.wire import TRAINING_VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
+
+    from mlx_agent.records import TrainingReceipt
 
 # plan.adapter's CONFIG and WEIGHTS; spelled out so that reading a receipt (lora status) imports nothing more.
 ADAPTER_FILES = ("adapter_config.json", "adapters.safetensors")
@@ -42,10 +45,10 @@ def _corrupt(path: Path, why: str) -> ReceiptCorrupt:
     )
 
 
-def parse_training_receipt(path: Path, raw: bytes) -> dict[str, Any]:
+def parse_training_receipt(path: Path, raw: bytes) -> TrainingReceipt:
     """Return the receipt in ``raw``, refusing one that is not JSON, not a training receipt, or too new."""
     try:
-        data = json.loads(raw)
+        data = parsed = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _corrupt(path, f"not valid JSON ({exc})") from exc
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
@@ -60,7 +63,8 @@ def parse_training_receipt(path: Path, raw: bytes) -> dict[str, Any]:
         )
     if not isinstance(data["plan"], dict):
         raise _corrupt(path, "its plan is not an object")
-    return data
+    receipt: TrainingReceipt = parsed  # typed once here; readers of older receipts still use .get for the rest
+    return receipt
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -74,12 +78,12 @@ def _read_bytes(path: Path) -> bytes:
         raise _corrupt(path, f"unreadable ({exc.strerror or exc})") from exc
 
 
-def read_training_receipt(path: Path) -> dict[str, Any]:
+def read_training_receipt(path: Path) -> TrainingReceipt:
     """Return the training receipt at ``path`` (see ``parse_training_receipt`` for the refusals)."""
     return parse_training_receipt(path, _read_bytes(path))
 
 
-def load_training_receipt(path: str) -> tuple[dict[str, Any], str]:
+def load_training_receipt(path: str) -> tuple[TrainingReceipt, str]:
     """Return the parsed training receipt at ``path`` and the sha256 hex of its exact bytes.
 
     A relative ``path`` resolves from the current working directory. Raises ``receipt_not_found``,
@@ -96,7 +100,7 @@ def _absolute(raw: str) -> Path:
     return Path(raw).expanduser().absolute()
 
 
-def _base_now(pinned: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _base_now(pinned: Mapping[str, Any], receipt_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 
     try:
@@ -115,7 +119,7 @@ def _base_now(pinned: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, Any]
         ) from exc
 
 
-def _check_base(receipt: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _check_base(receipt: TrainingReceipt, receipt_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     pinned = receipt.get("base") or receipt["plan"].get("base")
     if not isinstance(pinned, dict) or "path" not in pinned:
         raise _corrupt(receipt_dir / f"{receipt.get('id', '?')}.json", "it records no base model identity")
@@ -135,7 +139,7 @@ def _check_base(receipt: dict[str, Any], receipt_dir: Path) -> tuple[dict[str, A
     return now, config
 
 
-def _check_adapter(receipt: dict[str, Any], receipt_dir: Path) -> dict[str, Any]:
+def _check_adapter(receipt: TrainingReceipt, receipt_dir: Path) -> dict[str, Any]:
     adapter: Any = receipt.get("adapter")
     files = adapter.get("files") if isinstance(adapter, dict) else None
     if not isinstance(files, dict) or any(not isinstance(files.get(n), dict) for n in ADAPTER_FILES):
@@ -167,7 +171,7 @@ def _check_adapter(receipt: dict[str, Any], receipt_dir: Path) -> dict[str, Any]
     return {"path": str(directory), "files": now}
 
 
-def check_training_receipt(receipt: dict[str, Any], receipt_dir: Path) -> dict[str, Any]:
+def check_training_receipt(receipt: TrainingReceipt, receipt_dir: Path) -> dict[str, Any]:
     """Return the base and adapter a completed training receipt vouches for, re-derived and re-hashed now.
 
     ``receipt_dir`` is the directory the receipt was read from; it is named in error details. Relative paths

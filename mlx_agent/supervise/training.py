@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.requests import TrainRequest
+    from mlx_agent.records import TrainedProcess, TrainingReceipt
 
 LOCK_SECONDS = 30.0
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -45,13 +46,13 @@ def receipt_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name))
 
 
-def _alive(record: dict[str, Any] | None) -> bool:
+def _alive(record: TrainedProcess | None) -> bool:
     if not record or not isinstance(record.get("pid"), int) or record.get("create_time") is None:
         return False
     return process.classify(record) == "running"
 
 
-def live_state(receipt: dict[str, Any]) -> str:
+def live_state(receipt: TrainingReceipt) -> str:
     """Return ``running``, ``completed``, ``failed`` or ``interrupted`` (the watcher died before recording)."""
     state = str(receipt.get("state"))
     if state != "running":
@@ -106,7 +107,7 @@ def preview(req: TrainRequest) -> tuple[dict[str, Any], list[str]]:
     return plan, warnings
 
 
-def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
+def _start(plan: dict[str, Any], path: Path, log: Path) -> TrainingReceipt:
     """Spawn the watcher, write the receipt naming it, then let it start the trainer.
 
     Interrupts are blocked from before the spawn until the watcher has its go, so the CLI cannot be stopped
@@ -137,7 +138,7 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
                     f"the training watcher exited with status {code} at once",
                     details={"exit_code": code, "log_path": str(log), "log_tail": log_tail(log)},
                 ) from None
-            receipt = {
+            receipt: TrainingReceipt = {
                 "format_version": TRAINING_VERSION,
                 "kind": "train",
                 "id": path.stem,
@@ -166,7 +167,7 @@ def _start(plan: dict[str, Any], path: Path, log: Path) -> dict[str, Any]:
     return receipt
 
 
-def confirm(req: TrainRequest, preview_hash: str | None) -> tuple[dict[str, Any], Path, list[str]]:
+def confirm(req: TrainRequest, preview_hash: str | None) -> tuple[TrainingReceipt, Path, list[str]]:
     """Start the reviewed training detached and return its receipt at once."""
     plan = reviewed_plan(lambda: _build(req), preview_hash)
     directory = Path(plan["receipts_dir"])
@@ -194,7 +195,7 @@ def status_entry(path: Path) -> dict[str, Any]:
     progress = read_progress(Path(receipt.get("log_path") or path.with_suffix(".log")))
     total = (plan.get("hyperparameters") or {}).get("iters")
     done = progress["train"]["iteration"] if progress["train"] else 0
-    trainer = receipt.get("trainer") or {}
+    trainer, watcher = receipt.get("trainer"), receipt.get("watcher")  # .get: an older or broken receipt may lack one
     base = plan.get("base") or {}
     return {
         "id": receipt.get("id", path.stem),
@@ -211,8 +212,8 @@ def status_entry(path: Path) -> dict[str, Any]:
         "adapter_path": plan.get("adapter_path"),
         "adapter": receipt.get("adapter"),
         "base": {k: base.get(k) for k in ("kind", "path", "repo", "revision")},
-        "watcher_pid": (receipt.get("watcher") or {}).get("pid"),
-        "trainer_pid": trainer.get("pid"),
+        "watcher_pid": watcher.get("pid") if watcher else None,
+        "trainer_pid": trainer.get("pid") if trainer else None,
         "trainer_alive": _alive(trainer) if state in ("running", "interrupted") else False,
         "preview_hash": receipt.get("preview_hash"),
         "started_at": receipt.get("started_at"),

@@ -110,6 +110,7 @@ def test_training_completes_with_a_truthful_receipt(trainer_agent: Agent, model_
     assert digest == hashlib.sha256(Path(receipt_path).read_bytes()).hexdigest()
     assert_valid("training_receipt", receipt)
     assert receipt["exit_code"] == 0 and receipt["state"] == "completed"
+    assert receipt["base"] is not None and receipt["adapter"] is not None and receipt["trainer"] is not None
     assert receipt["base"] == receipt["plan"]["base"] and receipt["base"]["path"] == str(model_copy)
     for name, record in receipt["adapter"]["files"].items():
         raw = (adapter / name).read_bytes()

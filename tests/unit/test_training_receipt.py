@@ -69,7 +69,7 @@ def test_progress_reads_only_the_tail_of_a_long_log(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def completed(model_copy: Path, tmp_path: Path) -> dict[str, Any]:
+def completed(model_copy: Path, tmp_path: Path) -> Any:
     """Return a completed receipt pinning the private model copy and an adapter directory of two files."""
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -96,7 +96,7 @@ def write(path: Path, receipt: Any) -> Path:
     return path
 
 
-def test_load_returns_receipt_and_the_sha256_of_its_bytes(completed: dict[str, Any], tmp_path: Path) -> None:
+def test_load_returns_receipt_and_the_sha256_of_its_bytes(completed: Any, tmp_path: Path) -> None:
     """The receipt comes back parsed, with the sha256 of the exact bytes read."""
     path = write(tmp_path / "r.json", completed)
     receipt, digest = load_training_receipt(str(path))
@@ -123,7 +123,7 @@ def test_load_refusals(tmp_path: Path, content: str | None, error: type[Exceptio
         load_training_receipt(str(path))
 
 
-def test_check_returns_base_and_adapter(completed: dict[str, Any], tmp_path: Path) -> None:
+def test_check_returns_base_and_adapter(completed: Any, tmp_path: Path) -> None:
     """A completed receipt over unchanged files yields the base identity, its config and the adapter files."""
     result = check_training_receipt(completed, tmp_path)
     assert result["base"] == completed["base"] and result["base_config"]["model_type"] == "llama"
@@ -131,14 +131,15 @@ def test_check_returns_base_and_adapter(completed: dict[str, Any], tmp_path: Pat
 
 
 @pytest.mark.parametrize("state", ["running", "failed"])
-def test_check_refuses_an_incomplete_training(completed: dict[str, Any], tmp_path: Path, state: str) -> None:
+def test_check_refuses_an_incomplete_training(completed: Any, tmp_path: Path, state: str) -> None:
     """Only a completed training vouches for an adapter."""
+    incomplete: Any = {**completed, "state": state}
     with pytest.raises(TrainingIncomplete) as info:
-        check_training_receipt({**completed, "state": state}, tmp_path)
+        check_training_receipt(incomplete, tmp_path)
     assert info.value.details["state"] == state
 
 
-def test_check_refuses_a_changed_adapter_byte(completed: dict[str, Any], tmp_path: Path) -> None:
+def test_check_refuses_a_changed_adapter_byte(completed: Any, tmp_path: Path) -> None:
     """One flipped byte of adapters.safetensors is adapter_changed, a kind of stale preview."""
     weights = Path(completed["adapter"]["path"]) / "adapters.safetensors"
     weights.write_bytes(b"\x01" + b"\x00" * 63)
@@ -148,7 +149,7 @@ def test_check_refuses_a_changed_adapter_byte(completed: dict[str, Any], tmp_pat
     assert [c["field"] for c in info.value.details["changes"]] == ["adapters.safetensors.sha256"]
 
 
-def test_check_refuses_a_missing_adapter_file(completed: dict[str, Any], tmp_path: Path) -> None:
+def test_check_refuses_a_missing_adapter_file(completed: Any, tmp_path: Path) -> None:
     """A deleted adapter file is adapter_changed too."""
     (Path(completed["adapter"]["path"]) / "adapter_config.json").unlink()
     with pytest.raises(AdapterChanged) as info:
@@ -157,7 +158,7 @@ def test_check_refuses_a_missing_adapter_file(completed: dict[str, Any], tmp_pat
     assert info.value.details["changes"][0]["new"] == "<absent>"  # recorded, and now gone
 
 
-def test_check_refuses_a_touched_base_weight(completed: dict[str, Any], model_copy: Path, tmp_path: Path) -> None:
+def test_check_refuses_a_touched_base_weight(completed: Any, model_copy: Path, tmp_path: Path) -> None:
     """A base weight file with a new mtime is base_model_changed, with the field that changed."""
     weights = model_copy / "model.safetensors"
     st = weights.stat()
@@ -170,9 +171,7 @@ def test_check_refuses_a_touched_base_weight(completed: dict[str, Any], model_co
     ]
 
 
-def test_an_older_receipt_without_ctime_still_checks(
-    completed: dict[str, Any], model_copy: Path, tmp_path: Path
-) -> None:
+def test_an_older_receipt_without_ctime_still_checks(completed: Any, model_copy: Path, tmp_path: Path) -> None:
     """A receipt written before ctime_ns was bound pins its weights without it, and still checks as unchanged."""
     for record in completed["base"]["files"]:
         record.pop("ctime_ns", None)
@@ -180,7 +179,7 @@ def test_an_older_receipt_without_ctime_still_checks(
     assert result["base"]["path"] == str(model_copy) and result["adapter"] == completed["adapter"]
 
 
-def test_check_refuses_a_base_that_is_gone(completed: dict[str, Any], model_copy: Path, tmp_path: Path) -> None:
+def test_check_refuses_a_base_that_is_gone(completed: Any, model_copy: Path, tmp_path: Path) -> None:
     """A base directory that no longer holds a model is base_model_changed, with the underlying cause."""
     (model_copy / "config.json").unlink()
     with pytest.raises(BaseModelChanged) as info:
@@ -189,7 +188,7 @@ def test_check_refuses_a_base_that_is_gone(completed: dict[str, Any], model_copy
 
 
 def test_relative_paths_in_older_receipts_resolve_from_the_cwd(
-    completed: dict[str, Any], model_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    completed: Any, model_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Relative base and adapter paths resolve from the working directory and must still match by content."""
     older = copy.deepcopy(completed)
@@ -204,7 +203,7 @@ def test_relative_paths_in_older_receipts_resolve_from_the_cwd(
 
 
 def test_repo_base_is_rederived_from_the_cache(
-    tiny_model: Path, tmp_path: Path, completed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    tiny_model: Path, tmp_path: Path, completed: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A base from the HF cache is re-derived by repo; a moved refs/main is base_model_changed."""
     hf = tmp_path / "hf"
@@ -214,7 +213,7 @@ def test_repo_base_is_rederived_from_the_cache(
     from mlx_agent.plan.source import resolve_repo_source
 
     base = resolve_repo_source("org/tiny")[0]
-    receipt = {**completed, "base": base}
+    receipt: Any = {**completed, "base": base}
     assert check_training_receipt(receipt, tmp_path)["base"] == base
     build_hf_cache_repo(hf, "org/tiny", tiny_model, revision="f" * 40)
     with pytest.raises(BaseModelChanged) as info:
@@ -222,3 +221,20 @@ def test_repo_base_is_rederived_from_the_cache(
     changes = {c["field"]: c for c in info.value.details["changes"]}
     assert sorted(changes) == ["path", "revision"]  # a new revision is a new snapshot directory
     assert (changes["revision"]["old"], changes["revision"]["new"]) == (base["revision"], "f" * 40)
+
+
+def test_the_training_receipt_record_has_the_keys_of_its_schema() -> None:
+    """records.TrainingReceipt, which readers are typed by, names what the hand-written schema names and requires."""
+    from pydantic import TypeAdapter
+
+    from mlx_agent.records import TrainedProcess, TrainingReceipt
+
+    schema = json.loads((Path(__file__).parents[2] / "schemas" / "training_receipt.json").read_text())
+    record = TypeAdapter(TrainingReceipt).json_schema()
+    assert (set(record["properties"]), set(record["required"])) == (set(schema["properties"]), set(schema["required"]))
+    process = TypeAdapter(TrainedProcess).json_schema()
+    watcher = schema["properties"]["watcher"]
+    assert (set(process["properties"]), set(process["required"])) == (
+        set(watcher["properties"]),
+        set(watcher["required"]),
+    )
