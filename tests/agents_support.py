@@ -59,7 +59,7 @@ def scripted_agent_model(directory: Path, tool: str, arguments: dict[str, Any], 
     Its context window is widened to 131072 tokens: agents send long system prompts, and the scripted
     weights read only the last token, whatever the position.
     """
-    from tests.e2e.test_wrapped_support import scripted_model
+    from tests.e2e.test_wrapped_support import LEAN, scripted_model
 
     call = json.dumps({"name": tool, "arguments": arguments})
     chain = {
@@ -78,6 +78,7 @@ def scripted_agent_model(directory: Path, tool: str, arguments: dict[str, Any], 
         special=["<tool_call>", "</tool_call>"],
         plain=[call, "Result:", "Plainly:", answer],
         template=AGENT_TEMPLATE,
+        shape=LEAN,
         tokenizer_config={"tool_parser_type": "json_tools"},
     )
     config = json.loads((model / "config.json").read_text())
@@ -123,7 +124,7 @@ def session_model(directory: Path, calls: list[tuple[str, dict[str, Any]]], answ
     then ``</tool_call>``; after the last call the marker leads to the answer. ``window`` is the context window
     written in config.json (the scripted weights read only the last token, whatever the position).
     """
-    from tests.e2e.test_wrapped_support import scripted_model
+    from tests.e2e.test_wrapped_support import LEAN, scripted_model
 
     steps = [f"Step{k}:" for k in range(len(calls) + 1)]
     made = ["<tool_call>" + json.dumps({"name": name, "arguments": arguments}) for name, arguments in calls]
@@ -138,6 +139,7 @@ def session_model(directory: Path, calls: list[tuple[str, dict[str, Any]]], answ
         special=["<tool_call>", "</tool_call>"],
         plain=[*steps, *made, "Plainly:", answer],
         template=SESSION_TEMPLATE,
+        shape=LEAN,
         tokenizer_config={"tool_parser_type": "json_tools"},
     )
     config = json.loads((model / "config.json").read_text())
@@ -499,7 +501,7 @@ def compacting_model(
     It works out where it is from the files named so far (``COMPACTING_TEMPLATE``), and answers a compaction
     request with a summary naming the last file read. ``window`` is its context window.
     """
-    from tests.e2e.test_wrapped_support import scripted_model
+    from tests.e2e.test_wrapped_support import LEAN, scripted_model
 
     reads = [f"Read{k}:" for k in range(count + 1)]
     summarize = [f"Summarize{k}:" for k in range(count + 1)]
@@ -522,6 +524,7 @@ def compacting_model(
         special=["<tool_call>", "</tool_call>"],
         plain=[*reads, *summarize, *calls, *summaries, "Plainly:", answer],
         template=COMPACTING_TEMPLATE,
+        shape=LEAN,
         tokenizer_config={"tool_parser_type": "json_tools"},
     )
     config = json.loads((model / "config.json").read_text())

@@ -31,6 +31,10 @@ from tests.conftest import free_port
 from tests.fixtures.tiny_model import CHAT_TEMPLATE, build_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# One layer with one narrow head: a scripted model's layers add nothing to its residual stream, and on MLX's
+# CPU backend attention is most of a long prefill (an agent's first turn is 20-30k tokens), so this shape
+# prefills several times faster than the default one and still runs every step of the real model class.
+LEAN: dict[str, Any] = {"num_layers": 1, "heads": (1, 1), "head_dim": 16}
 
 # ChatML whose generation prompt opens a thinking block, as thinking models' templates do.
 THINKING_TEMPLATE = CHAT_TEMPLATE.replace(
@@ -182,6 +186,7 @@ def variant(
     template: str | None = None,
     tokenizer_config: Mapping[str, Any] | None = None,
     seed: int = 0,
+    shape: Mapping[str, Any] | None = None,
 ) -> Any:
     """Build a tiny model with extra tokens (ids at the end of the vocabulary); return its ``tokenizers`` object.
 
@@ -192,7 +197,7 @@ def variant(
     from tokenizers import AddedToken, Tokenizer
 
     extra = len(special) + len(plain)
-    build_tiny_model(out_dir, seed=seed, vocab_size=512 - extra)
+    build_tiny_model(out_dir, seed=seed, vocab_size=512 - extra, **(shape or {}))
     tokenizer = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in plain])
@@ -240,11 +245,17 @@ def scripted_model(
     plain: Sequence[str] = (),
     template: str | None = None,
     tokenizer_config: Mapping[str, Any] | None = None,
+    shape: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Build a model whose greedy next token is ``chain[token]``, or ``default`` (module docstring)."""
+    """Build a model whose greedy next token is ``chain[token]``, or ``default`` (module docstring).
+
+    ``shape`` passes layer and head counts to ``build_tiny_model`` (``LEAN``: the layers add nothing here).
+    """
     import mlx.core as mx
 
-    tokenizer = variant(out_dir, special=special, plain=plain, template=template, tokenizer_config=tokenizer_config)
+    tokenizer = variant(
+        out_dir, special=special, plain=plain, template=template, tokenizer_config=tokenizer_config, shape=shape
+    )
 
     def token_id(text: str) -> int:
         found: list[int] = tokenizer.encode(text, add_special_tokens=False).ids
