@@ -27,7 +27,8 @@ import pytest
 from tests.conftest import FAKE_SERVER, Agent, fake_runtime, free_port
 from tests.gateway_support import squatting
 
-ATTACKER = "mlxattacker"
+# Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
+ATTACKER = "mlxattacker" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,8 @@ def attacker() -> Iterator[pwd.struct_passwd]:
     try:
         pwd.getpwnam(ATTACKER)
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER], check=True)
+        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER], check=False)
+        assert made.returncode in (0, 9), f"useradd {ATTACKER} failed with {made.returncode}"  # 9: made meanwhile
     yield pwd.getpwnam(ATTACKER)
 
 

@@ -1,0 +1,55 @@
+"""Parallel test workers cannot collide: each takes ports from its own block, below the kernel's ephemeral range."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import PORT_BLOCK, REPO_ROOT
+
+PICK = "import json; from tests.conftest import free_port; print(json.dumps([free_port() for _ in range(40)]))"
+
+
+def ports_of(worker: str | None) -> list[int]:
+    """Return 40 ports that a fresh test process picks as xdist worker ``worker`` (None: a serial run)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    if worker is not None:
+        env["PYTEST_XDIST_WORKER"] = worker
+    done = subprocess.run(
+        [sys.executable, "-c", PICK], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
+    ports: list[int] = json.loads(done.stdout)
+    return ports
+
+
+def ephemeral_floor() -> int:
+    """Return the lowest port the kernel hands out for port 0 and outgoing connections."""
+    text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text() if sys.platform == "linux" else "49152 65535"
+    return int(text.split()[0])
+
+
+def test_workers_pick_ports_from_disjoint_blocks_below_the_ephemeral_range() -> None:
+    """Two workers' ports never meet, each stays in its block, and none is one the kernel may give away."""
+    first, second = ports_of("gw0"), ports_of("gw1")
+    assert not set(first) & set(second)
+    assert all(20000 <= p < 20000 + PORT_BLOCK for p in first)
+    assert all(20000 + PORT_BLOCK <= p < 20000 + 2 * PORT_BLOCK for p in second)
+    assert max(first + second + ports_of(None)) < ephemeral_floor()
+    assert len(set(first)) == len(first)  # one process never hands out a port twice in a row of picks
+
+
+def test_a_port_in_use_is_skipped() -> None:
+    """A port some other process listens on is never returned."""
+    import socket
+
+    from tests.conftest import free_port
+
+    taken = free_port()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", taken))
+        listener.listen()
+        picks = {free_port() for _ in range(PORT_BLOCK)}
+    assert taken not in picks
