@@ -34,13 +34,29 @@ ENTRY_DIR = PACKAGE_DIR / "runtime"
 NATIVE_ENTRY = ENTRY_DIR / "entries" / "native_entry.py"  # run by path under another environment's interpreter
 
 
+# The package's bottom modules the worker runs besides runtime/ (what it imports at any depth; the list is
+# checked against the imports by tests/unit/test_layers.py), bound and rechecked like runtime/ itself.
+WORKER_MODULES = (
+    "accel_rules.py",
+    "api_errors.py",
+    "bodies.py",
+    "errors.py",
+    "files.py",
+    "identity.py",
+    "installed.py",
+    "resources.py",
+    "wire.py",
+)
+
+
 def entry_sources() -> dict[str, str]:
     """Return the sha256 of each source file of the wrapped entry, keyed by its package-relative name.
 
-    These are its Python modules (at any depth) and its bundled kernel files (``runtime/accel/kernels/``), so a
-    changed kernel source makes a plan stale.
+    These are its Python modules (runtime/ at any depth, and ``WORKER_MODULES``) and its bundled kernel files
+    (``runtime/accel/kernels/``), so a changed kernel source or error table makes a plan stale.
     """
     files = [*ENTRY_DIR.rglob("*.py"), *(p for p in (ENTRY_DIR / "accel" / "kernels").rglob("*") if p.is_file())]
+    files += [PACKAGE_DIR / name for name in WORKER_MODULES]
     return {
         p.relative_to(ENTRY_DIR.parent).as_posix(): sha256_file(p)
         for p in sorted(set(files))

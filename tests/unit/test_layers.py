@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlx_agent.plan.front import FRONT_MODULES
+from mlx_agent.plan.runtime import WORKER_MODULES, entry_sources
 from mlx_agent.resources import PACKAGE_DIR
 
 # The package's top-level modules are the bottom (records, errors, files, wire, identity, canonical...). plan/ is
@@ -100,19 +101,29 @@ def test_the_wire_module_imports_nothing_of_the_package(name: str) -> None:
     assert graph()[name] == set()
 
 
-def test_the_front_binds_every_module_it_runs() -> None:
-    """Each bottom module the front imports (at any depth) is among the sources its plan binds by content."""
+def bottom_modules_run_by(process: str) -> set[str]:
+    """Return the bottom modules (as file names) that a layer's modules import, at any depth."""
     edges = graph()
     seen: set[str] = set()
-    todo = [name for name in edges if layer(name) == "gateway"]
+    todo = [name for name in edges if layer(name) == process]
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
         todo.extend(target for target in edges.get(name, ()) if target in edges)
-    bottom = {name.removeprefix("mlx_agent.") + ".py" for name in seen if layer(name) == "bottom"} - {"mlx_agent.py"}
-    assert sorted(bottom - set(FRONT_MODULES)) == []
+    return {name.removeprefix("mlx_agent.") + ".py" for name in seen if layer(name) == "bottom"} - {"mlx_agent.py"}
+
+
+def test_the_front_binds_every_module_it_runs() -> None:
+    """Each bottom module the front imports (at any depth) is among the sources its plan binds by content."""
+    assert sorted(bottom_modules_run_by("gateway") - set(FRONT_MODULES)) == []
+
+
+def test_the_worker_binds_every_module_it_runs() -> None:
+    """Each bottom module the worker imports is among its entry's sources, rechecked before every load."""
+    assert sorted(bottom_modules_run_by("runtime") - set(WORKER_MODULES)) == []
+    assert set(WORKER_MODULES) <= set(entry_sources())
 
 
 def test_the_native_entry_spells_the_wire_names_it_cannot_import() -> None:
