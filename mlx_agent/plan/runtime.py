@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 ENTRY_DIR = PACKAGE_DIR / "runtime"
 NATIVE_ENTRY = ENTRY_DIR / "entries" / "native_entry.py"  # run by path under another environment's interpreter
+NATIVE_LOADS = "api_errors.py"  # the one package module the native entry loads (by path, stdlib only)
 
 
 # The package's bottom modules the worker runs besides runtime/ (what it imports at any depth; the list is
@@ -186,6 +187,8 @@ def _native(recipe: Recipe, raw: str, source: str) -> dict[str, Any]:
         "executable_from": source,
         "executable_sha256": sha256_file(exe),
         "native_entry_sha256": sha256_file(NATIVE_ENTRY),
+        # The native entry loads api_errors.py beside it by path for its error answers: bound like the entry.
+        "entry_sources": {NATIVE_LOADS: sha256_file(PACKAGE_DIR / NATIVE_LOADS)},
         "interpreter": str(interpreter) if interpreter else None,
         "argv_prefix": prefix,
         "versions": versions,

@@ -185,6 +185,10 @@ def test_a_native_worker_gets_its_port_and_key_in_its_environment(tiny_model: Pa
         "sha256": runtime.get("native_entry_sha256"),
         "size": NATIVE_ENTRY.stat().st_size,
     } in model["runtime_checks"]
+    loaded = NATIVE_ENTRY.parents[2] / "api_errors.py"  # what the entry loads beside it, bound as it is
+    with open(loaded, "rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    assert {"path": str(loaded), "sha256": digest, "size": loaded.stat().st_size} in model["runtime_checks"]
     wrapped = plan_for(tiny_model)["models"][0]["worker"]
     assert (wrapped["port_env"], wrapped["secret_env"], wrapped["transport"]) == (None, None, "unix")
 
