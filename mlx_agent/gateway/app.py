@@ -69,7 +69,8 @@ def read_secrets(config: FrontConfig) -> Secrets:
 
 def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
     """Return the front's application; its fleet starts with it and stops with it."""
-    guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys)
+    methods = {endpoint.method for endpoint in ENDPOINTS}
+    guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys, methods)
     fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
     # observe is outermost, so its request line has the status the client got; errors_middleware then gives
     # the front door's refusals on /v1/messages Anthropic's shape (an endpoint's own: endpoints.Endpoint).

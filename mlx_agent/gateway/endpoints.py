@@ -4,7 +4,8 @@ A ``Route`` is a path whose handler takes the request alone (listings, health, m
 ``Endpoint`` is a model API path with a body: the body is read and checked against its declaration
 (``bodies.py``: its fields are the endpoint's whitelist and bounds) before the handler runs, and the handler
 gets the parsed body. Any ``RequestRefused`` raised on the way is answered in the endpoint's API family's
-shape (``api_errors``), with the retry advice every refusal gets (``http_errors``).
+shape (``api_errors``), with the retry advice every refusal gets (``http_errors``); one a ``Route``'s handler
+raises (a bad query parameter) is answered too, in OpenAI's shape.
 
 To add an endpoint: a declaration in ``bodies.py``, a handler (and translator) in its family's package, one
 row here, and its rows in docs/gateway.md (docs/contributing.md, "Add an endpoint").
@@ -61,6 +62,8 @@ class Key(StrEnum):
     RESPONSES = "responses"
     COMPACT = "compact"
     RESPONSE = "response"
+    DELETE_RESPONSE = "delete_response"
+    INPUT_ITEMS = "input_items"
     CONTROL_STATUS = "control_status"
     CONTROL_UNLOAD = "control_unload"
     CONTROL_POLICY = "control_policy"
@@ -105,8 +108,16 @@ class Route:
     handler: Callable[[Apis], Handler]
 
     def bind(self, apis: Apis) -> Handler:
-        """Return the aiohttp handler of this route."""
-        return self.handler(apis)
+        """Return the aiohttp handler of this route: a ``RequestRefused`` it raises is answered (OpenAI's shape)."""
+        handle = self.handler(apis)
+
+        async def serve(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handle(request)
+            except RequestRefused as refusal:
+                return refusal_response(refusal)
+
+        return serve
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,8 @@ ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     Endpoint(Key.RESPONSES, "POST", "/v1/responses", ResponsesBody, lambda apis: apis.responses.create),
     Endpoint(Key.COMPACT, "POST", "/v1/responses/compact", ResponsesBody, lambda apis: apis.responses.compact),
     Route(Key.RESPONSE, "GET", "/v1/responses/{response_id}", lambda apis: apis.responses.retrieve),
+    Route(Key.DELETE_RESPONSE, "DELETE", "/v1/responses/{response_id}", lambda apis: apis.responses.delete),
+    Route(Key.INPUT_ITEMS, "GET", "/v1/responses/{response_id}/input_items", lambda apis: apis.responses.input_items),
     Route(Key.CONTROL_STATUS, "GET", CONTROL_PREFIX + "status", lambda apis: apis.control.status),
     Route(Key.CONTROL_UNLOAD, "POST", CONTROL_PREFIX + "unload", lambda apis: apis.control.unload),
     Route(Key.CONTROL_POLICY, "PUT", CONTROL_PREFIX + "policy", lambda apis: apis.control.policy),

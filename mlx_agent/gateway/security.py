@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -67,10 +67,19 @@ def key_id(key: str) -> str:
 
 
 class Guard:
-    """The middleware's settings: port, body cap, the control token and the API keys (or None)."""
+    """The middleware's settings: port, body cap, the control token, the API keys (or None), the methods served."""
 
-    def __init__(self, port: int, max_body_bytes: int, control_token: str, api_keys: list[str] | None) -> None:
+    def __init__(
+        self,
+        port: int,
+        max_body_bytes: int,
+        control_token: str,
+        api_keys: list[str] | None,
+        methods: Iterable[str],
+    ) -> None:
         self.hosts = allowed_hosts(port)
+        # what a preflight allows: the route table's methods (app.py passes them), so a new one is never left out
+        self.preflight_methods = ", ".join([*sorted(set(methods) - {"OPTIONS"}), "OPTIONS"])
         self.max_body_bytes = max_body_bytes
         self._control_token = control_token.encode()
         self._api_keys = [k.encode() for k in api_keys] if api_keys else None
@@ -117,7 +126,7 @@ class Guard:
             return web.Response(
                 status=204,
                 headers={
-                    "Access-Control-Allow-Methods": "GET, POST, PUT, OPTIONS",
+                    "Access-Control-Allow-Methods": self.preflight_methods,
                     "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version, "
                     "anthropic-beta, openai-beta",
                     "Access-Control-Max-Age": "600",

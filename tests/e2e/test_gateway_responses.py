@@ -365,3 +365,45 @@ def test_compact_is_not_taken_for_a_stored_response_id(tiny: Gateway) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.post("/responses/compact", body={"model": "org/tiny", "input": 5}, cast_to=object)
     assert info.value.body is not None and "input" in json.dumps(info.value.body)
+
+
+ITEMS_INPUT: Any = [
+    {"role": "developer", "content": "Be brief."},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": ASK}]},
+    {"type": "function_call", "id": "fc_mine", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "Sunny"},
+]
+
+
+def test_input_items_are_listed_and_a_response_deleted_by_its_key_only(tmp_path: Path) -> None:
+    """The SDK pages through a response's input items and deletes it; another key and unknown ids get 404."""
+    with stand_in_gateway(tmp_path, api_keys=["alice-key", "bob-key"]) as gateway:
+        alice, bob = client_for(gateway, "alice-key"), client_for(gateway, "bob-key")
+        response = alice.responses.create(model="org/tiny", input=ITEMS_INPUT, tools=[WEATHER])
+        first = alice.responses.input_items.list(response.id)
+        assert [item.type for item in first.data] == ["function_call_output", "function_call", "message", "message"]
+        assert first.data[1].id == "fc_mine" and all(item.id for item in first.data) and not first.has_more
+        walked = list(alice.responses.input_items.list(response.id, limit=1, order="asc"))  # follows `after`
+        assert [item.model_dump()["id"] for item in walked] == [item.id for item in reversed(first.data)]
+        assert walked[0].model_dump()["role"] == "developer"
+        included = alice.responses.input_items.list(response.id, include=["reasoning.encrypted_content"])
+        assert [item.id for item in included.data] == [item.id for item in first.data]
+        for bad in ({"limit": 0}, {"limit": 101}, {"order": "sideways"}, {"after": "msg_never"}):
+            with pytest.raises(openai.BadRequestError) as info:
+                alice.responses.input_items.list(response.id, **bad)
+            assert info.value.code == "invalid_value", bad
+        with pytest.raises(openai.BadRequestError) as typed:
+            alice.responses.input_items.list(response.id, extra_query={"limit": "many"})
+        assert typed.value.code == "invalid_type"
+        for attempt in (bob.responses.input_items.list, bob.responses.delete, alice.responses.delete):
+            with pytest.raises(openai.NotFoundError):
+                attempt("resp_never_made")
+        for foreign in (bob.responses.input_items.list, bob.responses.delete, bob.responses.retrieve):
+            with pytest.raises(openai.NotFoundError) as other:
+                foreign(response.id)
+            assert other.value.code == "not_found"
+        deleted = alice.responses.with_raw_response.delete(response.id)  # the SDK's delete() reads no body
+        assert json.loads(deleted.text) == {"id": response.id, "object": "response", "deleted": True}
+        for gone in (alice.responses.retrieve, alice.responses.input_items.list, alice.responses.delete):
+            with pytest.raises(openai.NotFoundError):
+                gone(response.id)

@@ -1,11 +1,13 @@
-"""``POST /v1/responses`` and ``GET /v1/responses/{id}``: the OpenAI Responses API over the worker.
+"""``POST /v1/responses`` and the stored responses' paths: the OpenAI Responses API over the worker.
 
 Requests are translated (``openai_responses``), checked and clamped like chat completions, sent to the
 worker's chat completions through the proxy (load on demand, open-request accounting, per-key
 ``cached_tokens``), and the reply translated back (``responses_output``, ``responses_stream``). A
 ``background`` request is answered when it is complete, with ``status`` completed (or incomplete). Responses
 are stored (``responses_store``) unless the request said ``store: false``. A request whose input holds a
-``compaction_trigger`` is a compaction (``compact.py``), as is ``POST /v1/responses/compact``.
+``compaction_trigger`` is a compaction (``compact.py``), as is ``POST /v1/responses/compact``. A stored
+response is read (``GET /v1/responses/{id}``), deleted (``DELETE``) and its input listed (``.../input_items``,
+``items.py``) by the key that made it; to any other key it is an unknown id (404).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mlx_agent.gateway.http_errors import error_response, json_response, refused
 from mlx_agent.gateway.limit_notice import with_granted_output
 from mlx_agent.gateway.observe import exchange_of
 from mlx_agent.gateway.responses.compact import Compactor, is_trigger
+from mlx_agent.gateway.responses.items import ItemsQuery, items_of, page
 from mlx_agent.gateway.responses.output import base_response, conversation_of, new_id, response_from_chat
 from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -52,14 +55,14 @@ class ResponsesApi:
         if translated.stream:
 
             def keep(final: dict[str, Any]) -> None:
-                self._keep(translated, final, owner)
+                self._keep(translated, body, final, owner)
 
             account = self.upstream.accountant(request, Key.CHAT, prepared.body)
             stream = ResponsesStream(base, keep, on_usage=account, tools=translated.tools)
             return await self.upstream.stream(request, model, prepared, stream, headers=headers)
         doc = await self.upstream.complete(request, model, prepared)
         response = with_granted_output(response_from_chat(doc, base, tools=translated.tools), exchange_of(request))
-        self._keep(translated, response, owner)
+        self._keep(translated, body, response, owner)
         return json_response(response, headers=headers)
 
     async def compact(self, request: web.Request, body: ResponsesBody) -> web.Response:
@@ -80,9 +83,11 @@ class ResponsesApi:
             )
         return conversation
 
-    def _keep(self, translated: ResponsesRequest, response: dict[str, Any], owner: str | None) -> None:
+    def _keep(
+        self, translated: ResponsesRequest, body: ResponsesBody, response: dict[str, Any], owner: str | None
+    ) -> None:
         if translated.store:
-            self.store.put(response, owner, conversation_of(translated, response))
+            self.store.put(response, owner, conversation_of(translated, response), items_of(body.input))
 
     async def retrieve(self, request: web.Request) -> web.Response:
         """Return a stored response."""
@@ -95,10 +100,30 @@ class ResponsesApi:
             )
         found = self.store.get(response_id, request.get(API_KEY_ID))
         if found is None:
-            return error_response(
-                Code.NOT_FOUND,
-                f"No response with id '{response_id}' is stored here (the gateway keeps "
-                "the most recent 64 until it stops)",
-                param="response_id",
-            )
+            return self._not_found(response_id)
         return json_response(found)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        """Delete a stored response: ``{"id", "object": "response", "deleted": true}``."""
+        response_id = request.match_info["response_id"]
+        if not self.store.delete(response_id, request.get(API_KEY_ID)):
+            return self._not_found(response_id)
+        return json_response({"id": response_id, "object": "response", "deleted": True})
+
+    async def input_items(self, request: web.Request) -> web.Response:
+        """Return a page of the input items a stored response was made from (``items.page``)."""
+        response_id = request.match_info["response_id"]
+        query = ItemsQuery.parse(request.query)  # a refusal: the record answers it (endpoints.Route)
+        items = self.store.input_items(response_id, request.get(API_KEY_ID))
+        if items is None:
+            return self._not_found(response_id)
+        return json_response(page(items, query))
+
+    def _not_found(self, response_id: str) -> web.Response:
+        """Answer an id that is not stored here, or not for this key: 404 ``not_found`` either way."""
+        return error_response(
+            Code.NOT_FOUND,
+            f"No response with id '{response_id}' is stored here (the gateway keeps "
+            f"the most recent {self.store.capacity} until it stops)",
+            param="response_id",
+        )
