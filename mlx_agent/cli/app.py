@@ -95,3 +95,7 @@ def lora() -> None:
 GROUPS = {"serve": serve, "lora": lora}
 for _key in COMMANDS:
     _command(GROUPS[_key[0]], _key)
+
+from mlx_agent.cli.agents import wire  # noqa: E402  (the agent commands)
+
+cli.add_command(wire)

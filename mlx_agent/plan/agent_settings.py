@@ -1,0 +1,291 @@
+"""What each coding agent needs to use a served model, from the live server's facts: one pinned table of names.
+
+Pure: no I/O. The caller reads the live server (``supervise/agent_run.py``) and passes its ``ServedFacts``;
+``mlx-agent run`` puts these settings in the agent's environment and argv, ``mlx-agent wire env`` prints them,
+and ``mlx-agent wire`` writes them into the agent's own config file.
+
+Every variable and config key below was read in the client named, at the version in ``CHECKED``:
+
+- Claude Code: its settings docs (code.claude.com/docs/en/settings, "Environment variables") and the names
+  the pinned bundle reads (``.cache/agents/node_modules/@anthropic-ai/claude-code/bin/claude.exe``: each name
+  below occurs in its env-var registry). ``CLAUDE_CODE_ATTRIBUTION_HEADER=0`` stops the per-turn
+  ``x-anthropic-billing-header`` block (it changes every turn, so it would bust the prompt cache; the front
+  also drops it); ``CLAUDE_CODE_TOTAL_TOKENS_REMINDER=off`` stops the token countdown reminder (one of
+  ``off|infinite|fixed|countdown|padded-countdown`` in the bundle), which also changes every turn.
+- Codex CLI: its config reference (developers.openai.com/codex/config-reference: ``model_providers.<id>``
+  with ``name``, ``base_url``, ``wire_api``, ``env_key``; ``model_context_window``,
+  ``model_auto_compact_token_limit``) and ``codex --help`` of the pinned binary (``-c key=value`` parses the
+  value as TOML; ``-p/--profile NAME`` layers ``$CODEX_HOME/NAME.config.toml`` on the base config).
+- opencode: its config docs (opencode.ai/docs/providers, "Custom provider"; schema opencode.ai/config.json):
+  ``provider.<id>`` with ``npm: "@ai-sdk/openai-compatible"``, ``name``, ``options.baseURL``,
+  ``options.apiKey`` (which takes ``{env:VAR}`` and ``{file:PATH}`` substitutions), ``models.<id>.limit``
+  ``{context, output}``.
+- Any client: the OpenAI SDKs read ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, the Anthropic SDKs
+  ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``.
+
+The key: the value goes in an environment variable, never in a file or argv where the client can read a
+variable instead (Codex ``env_key``, opencode ``{env:...}``/``{file:...}``); ``KEY_VARS`` names every variable
+that holds it, so a printer can show a reference instead of the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+AGENTS: tuple[str, ...] = ("claude", "codex", "opencode")
+# `wire env --agent` also takes the two generic client kinds.
+CLIENTS: tuple[str, ...] = (*AGENTS, "openai", "anthropic")
+
+# The client versions the names in this module were checked against (tests/agents_support.py pins the first two).
+# opencode's names were checked in its docs for 1.18.33 (the registry's current release); it is not installed here.
+CHECKED: dict[str, str] = {"claude": "2.1.332", "codex": "0.171.0", "opencode": "1.18.33"}
+
+# Claude Code's environment variables (CHECKED["claude"]).
+CLAUDE_BASE_URL = "ANTHROPIC_BASE_URL"
+CLAUDE_TOKEN = "ANTHROPIC_AUTH_TOKEN"  # sent as `Authorization: Bearer`; the front takes it; no key prompt
+CLAUDE_MODEL = "ANTHROPIC_MODEL"
+CLAUDE_OPUS = "ANTHROPIC_DEFAULT_OPUS_MODEL"
+CLAUDE_SONNET = "ANTHROPIC_DEFAULT_SONNET_MODEL"
+CLAUDE_HAIKU = "ANTHROPIC_DEFAULT_HAIKU_MODEL"
+CLAUDE_SMALL_FAST = "ANTHROPIC_SMALL_FAST_MODEL"  # the older name of the haiku slot, still read
+CLAUDE_SUBAGENT = "CLAUDE_CODE_SUBAGENT_MODEL"
+CLAUDE_MAX_OUTPUT = "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
+CLAUDE_COMPACT_WINDOW = "CLAUDE_CODE_AUTO_COMPACT_WINDOW"  # read as at least 100000
+CLAUDE_COMPACT_PCT = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"  # percent of the 200000 it assumes for an unknown model
+CLAUDE_ATTRIBUTION = "CLAUDE_CODE_ATTRIBUTION_HEADER"
+CLAUDE_TOKENS_REMINDER = "CLAUDE_CODE_TOTAL_TOKENS_REMINDER"
+CLAUDE_QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+# Variables that would send Claude Code elsewhere or with another credential: `run` removes them from the
+# inherited environment, `wire env` unsets them.
+CLAUDE_UNSET: tuple[str, ...] = (
+    "ANTHROPIC_API_KEY",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+    "CLAUDE_CODE_USE_FOUNDRY",
+)
+CLAUDE_ASSUMED_WINDOW = 200000  # what Claude Code assumes for a model name it does not know
+CLAUDE_MIN_COMPACT_WINDOW = 100000
+CLAUDE_DEFAULT_OUTPUT = 32000  # what it asks by default; more than a small window can spare
+
+# Codex CLI's config keys (CHECKED["codex"]).
+CODEX_PROVIDER_ID = "mlx_agent"  # a dotted `-c` path splits on '.', so no dot; '_' is a bare TOML key
+CODEX_PROVIDER_NAME = "mlx-agent"  # any name but "OpenAI": Codex then compacts by itself (README, Codex)
+CODEX_PROFILE = "mlx-agent"  # `codex -p mlx-agent` layers $CODEX_HOME/mlx-agent.config.toml
+CODEX_KEY_VAR = "MLX_AGENT_API_KEY"  # the provider's env_key
+CODEX_WIRE_API = "responses"
+CODEX_COMPACT_FRACTION = 0.9  # compact at 90% of the window unless the reply ceiling needs more room
+
+# opencode's config (CHECKED["opencode"]).
+OPENCODE_PROVIDER_ID = "mlx-agent"
+OPENCODE_NPM = "@ai-sdk/openai-compatible"
+OPENCODE_SCHEMA = "https://opencode.ai/config.json"
+OPENCODE_CONFIG_VAR = "OPENCODE_CONFIG_CONTENT"  # inline config JSON, merged over the files: how `run` needs none
+# A custom model without ``limit`` gets a reply limit of 0 and fails (opencode issue 22587): always give one.
+OPENCODE_FALLBACK_WINDOW = 32768
+
+# Generic clients.
+OPENAI_BASE_URL = "OPENAI_BASE_URL"
+OPENAI_API_KEY = "OPENAI_API_KEY"
+ANTHROPIC_BASE_URL = "ANTHROPIC_BASE_URL"
+ANTHROPIC_API_KEY = "ANTHROPIC_API_KEY"
+
+NO_KEY = "unused"  # a server without keys takes any; clients refuse an empty one
+# Every variable any function here fills with the API key.
+KEY_VARS: frozenset[str] = frozenset({CLAUDE_TOKEN, CODEX_KEY_VAR, OPENAI_API_KEY, ANTHROPIC_API_KEY})
+KEY_ENV_REF = "{env:" + CODEX_KEY_VAR + "}"  # opencode's reference to the key variable
+
+
+@dataclass(frozen=True)
+class ServedFacts:
+    """What a live server of ours offers: where, under which names, behind which key, with which limits."""
+
+    base_url: str  # "http://127.0.0.1:8080", no trailing slash
+    port: int
+    models: tuple[str, ...]  # served names, the first is the main model
+    aliases: tuple[str, ...]  # every alias, globs (``claude-*``) too
+    api_key: str | None  # the first key of the key file, None when the server takes any
+    key_file: str | None
+    context_window: int | None  # the main model's
+    max_output_tokens: int | None  # the main model's reply ceiling (window-bounded), None when unset
+    single_key: bool = True  # the key file holds one key, so a client may read the whole file as the key
+
+
+def is_pattern(name: str) -> bool:
+    """Say whether an alias is a glob, which no client can send as a model id."""
+    return any(c in name for c in "*?[")
+
+
+def names(facts: ServedFacts) -> tuple[str, ...]:
+    """Return every model id a client may send: the served names, then the literal aliases."""
+    return (*facts.models, *(a for a in facts.aliases if not is_pattern(a)))
+
+
+def main_model(facts: ServedFacts, model: str | None) -> str:
+    """Return the model an agent should use: ``model`` when given (the caller checked it), else the main one."""
+    return model if model is not None else facts.models[0]
+
+
+def _key(facts: ServedFacts) -> str:
+    return facts.api_key if facts.api_key is not None else NO_KEY
+
+
+def _small(facts: ServedFacts, main: str) -> str:
+    """Return the model for Claude Code's haiku slot: a served id naming haiku if there is one, else ``main``."""
+    return next((n for n in names(facts) if "haiku" in n.lower()), main)
+
+
+def claude_output(facts: ServedFacts) -> int | None:
+    """Return the reply limit Claude Code should ask: the ceiling, else a quarter of the window, at most 32000."""
+    if facts.max_output_tokens is not None:
+        return min(facts.max_output_tokens, CLAUDE_DEFAULT_OUTPUT)
+    if facts.context_window is not None:
+        return min(max(facts.context_window // 4, 1), CLAUDE_DEFAULT_OUTPUT)
+    return None
+
+
+def claude_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
+    """Return the environment Claude Code needs for this server (its settings file's ``env`` block takes it too)."""
+    main = main_model(facts, model)
+    small = _small(facts, main) if model is None else main
+    env = {
+        CLAUDE_BASE_URL: facts.base_url,
+        CLAUDE_TOKEN: _key(facts),
+        CLAUDE_MODEL: main,
+        CLAUDE_OPUS: main,
+        CLAUDE_SONNET: main,
+        CLAUDE_HAIKU: small,
+        CLAUDE_SMALL_FAST: small,
+        CLAUDE_SUBAGENT: main,
+        CLAUDE_ATTRIBUTION: "0",
+        CLAUDE_TOKENS_REMINDER: "off",
+        **CLAUDE_QUIET,
+    }
+    output = claude_output(facts)
+    if output is not None:
+        env[CLAUDE_MAX_OUTPUT] = str(output)
+    window = facts.context_window
+    if window is not None and window >= CLAUDE_MIN_COMPACT_WINDOW:
+        env[CLAUDE_COMPACT_WINDOW] = str(window)
+    elif window is not None:
+        # Compact before the real window is full: the percent of the assumed window that leaves the reply room.
+        room = window - (output or 0)
+        env[CLAUDE_COMPACT_PCT] = str(max(1, room * 100 // CLAUDE_ASSUMED_WINDOW))
+    return env
+
+
+def codex_compact_limit(facts: ServedFacts) -> int | None:
+    """Return where Codex should compact: 90% of the window, lower when the reply ceiling needs more room."""
+    window = facts.context_window
+    if window is None:
+        return None
+    limit = int(window * CODEX_COMPACT_FRACTION)
+    if facts.max_output_tokens is not None:
+        limit = min(limit, window - facts.max_output_tokens)
+    return max(limit, 1)
+
+
+def codex_provider(facts: ServedFacts, model: str | None) -> dict[str, Any]:
+    """Return the config.toml settings that point Codex at this server (top-level keys and the provider table).
+
+    The key is named by ``env_key`` (``codex_env`` gives its value), never written; a server without keys
+    gets no ``env_key``, so Codex sends no credential and needs no variable.
+    """
+    provider: dict[str, Any] = {
+        "name": CODEX_PROVIDER_NAME,
+        "base_url": facts.base_url + "/v1",
+        "wire_api": CODEX_WIRE_API,
+    }
+    if facts.api_key is not None:
+        provider["env_key"] = CODEX_KEY_VAR
+    settings: dict[str, Any] = {
+        "model": main_model(facts, model),
+        "model_provider": CODEX_PROVIDER_ID,
+        "model_providers": {CODEX_PROVIDER_ID: provider},
+    }
+    if facts.context_window is not None:
+        settings["model_context_window"] = facts.context_window
+    limit = codex_compact_limit(facts)
+    if limit is not None:
+        settings["model_auto_compact_token_limit"] = limit
+    return settings
+
+
+def codex_env(facts: ServedFacts) -> dict[str, str]:
+    """Return the environment Codex needs beside its config: the provider's key variable, when there is a key."""
+    return {CODEX_KEY_VAR: facts.api_key} if facts.api_key is not None else {}
+
+
+def codex_overrides(facts: ServedFacts, model: str | None) -> list[str]:
+    """Return ``codex_provider`` as Codex's ``-c key=value`` arguments (values in TOML), so no file is written."""
+    import json
+
+    def toml(value: Any) -> str:
+        # A JSON string of printable text is a TOML basic string; ints are the same in both.
+        return json.dumps(value, ensure_ascii=True) if isinstance(value, str) else str(int(value))
+
+    args: list[str] = []
+
+    def flatten(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                flatten(f"{prefix}.{key}" if prefix else key, inner)
+        else:
+            args.extend(["-c", f"{prefix}={toml(value)}"])
+
+    flatten("", codex_provider(facts, model))
+    return args
+
+
+def opencode_provider(facts: ServedFacts, model: str | None, *, key_in_env: bool = False) -> dict[str, Any]:
+    """Return opencode.json's ``provider`` entry for this server (``{OPENCODE_PROVIDER_ID: {...}}``).
+
+    The key is a reference, never the key: ``{file:PATH}`` to the server's key file when it holds one key
+    (opencode reads it at start), else (or with ``key_in_env``) ``{env:MLX_AGENT_API_KEY}`` (``codex_env``).
+    """
+    window = facts.context_window or OPENCODE_FALLBACK_WINDOW
+    output = min(facts.max_output_tokens or window, window)
+    chosen = main_model(facts, model)
+    ids = [chosen, *(n for n in names(facts) if n != chosen)]
+    models = {n: {"name": n, "limit": {"context": window, "output": output}} for n in ids}
+    options: dict[str, Any] = {"baseURL": facts.base_url + "/v1"}
+    if facts.api_key is not None:
+        use_file = facts.key_file is not None and facts.single_key and not key_in_env
+        options["apiKey"] = "{file:" + str(facts.key_file) + "}" if use_file else KEY_ENV_REF
+    return {
+        OPENCODE_PROVIDER_ID: {
+            "npm": OPENCODE_NPM,
+            "name": CODEX_PROVIDER_NAME,
+            "options": options,
+            "models": models,
+        }
+    }
+
+
+def opencode_model(facts: ServedFacts, model: str | None) -> str:
+    """Return opencode's ``model`` setting (``provider/model``) for this server."""
+    return f"{OPENCODE_PROVIDER_ID}/{main_model(facts, model)}"
+
+
+def opencode_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
+    """Return the environment that points opencode at this server with no file: its inline config and the key."""
+    import json
+
+    config = {
+        "$schema": OPENCODE_SCHEMA,
+        "provider": opencode_provider(facts, model, key_in_env=True),
+        "model": opencode_model(facts, model),
+    }
+    return {OPENCODE_CONFIG_VAR: json.dumps(config, sort_keys=True), **codex_env(facts)}
+
+
+def client_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
+    """Return the variables any OpenAI- or Anthropic-compatible client (the SDKs and most tools) reads."""
+    del model  # the SDKs read no model variable; kept for the table's one signature
+    return {
+        OPENAI_BASE_URL: facts.base_url + "/v1",
+        OPENAI_API_KEY: _key(facts),
+        ANTHROPIC_BASE_URL: facts.base_url,
+        ANTHROPIC_API_KEY: _key(facts),
+    }
