@@ -66,6 +66,18 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── InsufficientHeadroom ............ insufficient_headroom
     │   ├── MemoryUnknown ................... memory_unknown
     │   └── TooManyLoaded ................... too_many_loaded
+    ├── WiringError
+    │   ├── UnknownAgent .................... unknown_agent
+    │   ├── WireScopeUnsupported ............ wire_scope_unsupported
+    │   ├── AgentConfigUnparsable ........... agent_config_unparsable
+    │   ├── ConfigSymlinkEscapes ............ config_symlink_escapes
+    │   ├── AlreadyWired .................... already_wired
+    │   ├── NotWired ........................ not_wired
+    │   └── WiredServerMismatch ............. wired_server_mismatch
+    ├── AgentRunError
+    │   ├── NoServer ........................ no_server
+    │   ├── ModelNotServed .................. model_not_served
+    │   └── AgentNotFound ................... agent_not_found
     ├── RequestRefused ...................... (its own code: an HTTP error answer of the front or a worker)
     ├── SeamChanged ......................... seam_changed
     ├── OwnershipMismatch ................... ownership_mismatch
@@ -517,6 +529,70 @@ class MemoryUnknown(GatewayError):
 class TooManyLoaded(GatewayError):
     code = "too_many_loaded"
     remediation = "Wait for the busy models in details.held_by to finish, or raise --max-loaded."
+
+
+class WiringError(MlxAgentError):
+    """An agent config file could not be wired to a server or unwired."""
+
+
+class UnknownAgent(WiringError):
+    code = "unknown_agent"
+    exit_code = 2
+    remediation = "Name one of the agents in details.agents (claude, codex, opencode)."
+
+
+class WireScopeUnsupported(WiringError):
+    code = "wire_scope_unsupported"
+    exit_code = 2
+    remediation = "Wire this agent with --scope user; it reads no project file for these settings."
+
+
+class AgentConfigUnparsable(WiringError):
+    code = "agent_config_unparsable"
+    remediation = "Fix the file at details.path near details.line (or move it aside), then preview again."
+
+
+class ConfigSymlinkEscapes(WiringError):
+    code = "config_symlink_escapes"
+    remediation = "Edit the link's target yourself, or replace the link with a regular file, then preview again."
+
+
+class AlreadyWired(WiringError):
+    code = "already_wired"
+    remediation = "Run mlx-agent unwire for this agent and scope first (details.record), then wire again."
+
+
+class NotWired(WiringError):
+    code = "not_wired"
+    remediation = "Run mlx-agent wire status to see what is wired; nothing was changed."
+
+
+class WiredServerMismatch(WiringError):
+    code = "wired_server_mismatch"
+    remediation = "Start a server of ours on that port (mlx-agent serve start), or name the port of one that runs."
+
+
+class AgentRunError(MlxAgentError):
+    """An agent could not be pointed at a server (``run``, ``wire env``): no server, no such model or agent."""
+
+
+class NoServer(AgentRunError):
+    code = "no_server"
+    remediation = (
+        "Start one with `mlx-agent serve start --port N ... --confirm`, or name the port of a running one "
+        "(`mlx-agent serve status` lists them; use the same --receipts-dir)."
+    )
+
+
+class ModelNotServed(AgentRunError):
+    code = "model_not_served"
+    exit_code = 2
+    remediation = "Name one of details.served (a served name or a literal alias), or leave --model out for the first."
+
+
+class AgentNotFound(AgentRunError):
+    code = "agent_not_found"
+    remediation = "Install the agent so its command is on PATH, or give its executable with --agent-bin PATH."
 
 
 class RequestRefused(MlxAgentError):
