@@ -96,6 +96,7 @@ GROUPS = {"serve": serve, "lora": lora}
 for _key in COMMANDS:
     _command(GROUPS[_key[0]], _key)
 
-from mlx_agent.cli.agents import wire  # noqa: E402  (the agent commands)
+from mlx_agent.cli.agents import run_agent, wire  # noqa: E402  (the agent commands)
 
+cli.add_command(run_agent)
 cli.add_command(wire)

@@ -289,3 +289,59 @@ def client_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
         ANTHROPIC_BASE_URL: facts.base_url,
         ANTHROPIC_API_KEY: _key(facts),
     }
+
+
+def wire_settings(
+    facts: ServedFacts, client: str | None, model: str | None
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """Return what ``wire env`` prints for ``client`` (None: any OpenAI or Anthropic client): env, unset, argv.
+
+    The argv is what the client needs on its command line besides (Codex's ``-c`` overrides).
+    """
+    if client == "claude":
+        return claude_env(facts, model), list(CLAUDE_UNSET), []
+    if client == "codex":
+        return codex_env(facts), [], codex_overrides(facts, model)
+    if client == "opencode":
+        return opencode_env(facts, model), [], []
+    env = client_env(facts, model)
+    if client == "openai":
+        env = {k: v for k, v in env.items() if k.startswith("OPENAI_")}
+    elif client == "anthropic":
+        env = {k: v for k, v in env.items() if k.startswith("ANTHROPIC_")}
+    return env, [], []
+
+
+# Prints the key file's first key as the front reads it: the first line that is neither blank nor a comment.
+KEY_COMMAND = "grep -m1 -v -E '^[[:space:]]*(#|$)' "
+
+
+def _fish_quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def shell_text(
+    env: dict[str, str], unset: list[str], argv: list[str], shell: str, key_file: str | None, hide: frozenset[str]
+) -> str:
+    """Return ``env`` as ``sh`` or ``fish`` lines; a variable in ``hide`` reads the key from ``key_file`` instead.
+
+    Codex's overrides (``argv``) become a comment showing the command line, since no variable carries them.
+    """
+    import shlex
+
+    quote = shlex.quote if shell == "sh" else _fish_quote
+    lines: list[str] = []
+    for name in unset:
+        lines.append(f"unset {name}" if shell == "sh" else f"set -e {name}")
+    for name, value in env.items():
+        if name in hide and key_file is not None:
+            command = KEY_COMMAND + quote(key_file)
+            lines.append(f'export {name}="$({command})"' if shell == "sh" else f"set -gx {name} ({command})")
+        elif shell == "sh":
+            lines.append(f"export {name}={quote(value)}")
+        else:
+            lines.append(f"set -gx {name} {quote(value)}")
+    if argv:
+        lines.append("# Codex takes its provider on the command line (or from config.toml: mlx-agent wire codex):")
+        lines.append("# codex " + " ".join(quote(a) for a in argv))
+    return "\n".join(lines) + "\n"

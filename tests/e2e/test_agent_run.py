@@ -1,0 +1,253 @@
+"""`mlx-agent run claude|codex` and `mlx-agent wire env`: the real pinned agents reach a served model, no file edited.
+
+Each test serves a scripted session model (tests/agents_support.py) with a key and ``--log-prompts`` inside a
+network namespace with only loopback, gives the agent a temporary HOME holding realistic configs of its own
+(comments, unrelated settings, another provider), and runs it through `mlx-agent run` with no setting of
+ours in its environment: the agent must finish its tool turns on the model's answer (exit 0), the front's
+request lines must show the prompt cache reused from turn 2 and no billing block in any prompt, every file
+that was under HOME before must be byte-identical after, and no agent config file may appear (the agents'
+own state, which they write as they run, may).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents_support import (
+    Namespace,
+    agent_binary,
+    assert_cache_reuse,
+    cat_call,
+    clean_env,
+    inside,
+    loopback_namespace,
+    read_call,
+    serve,
+    session_model,
+    tool_results,
+    wait_for_lines,
+)
+from tests.conftest import LAUNCHER, Agent
+
+pytestmark = pytest.mark.e2e
+
+ANSWER = "Basil"
+KEY = "sk-local-run-key"
+CLAUDE_SETTINGS = {
+    "$schema": "https://json.schemastore.org/claude-code-settings.json",
+    "permissions": {"allow": ["Bash(git status)"], "deny": ["Read(./.env)"]},
+    "env": {"EDITOR_HINT": "vim"},
+    "includeCoAuthoredBy": False,
+}
+CODEX_CONFIG = """# my Codex settings
+approval_policy = "on-request"  # ask before running anything
+
+[model_providers.elsewhere]
+name = "Elsewhere"
+base_url = "http://127.0.0.1:9/v1"
+wire_api = "responses"
+env_key = "ELSEWHERE_KEY"
+
+[tui]
+notifications = true
+"""
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    """Make a network namespace with only loopback, for one test."""
+    with loopback_namespace() as made:
+        yield made
+
+
+def user_home(directory: Path) -> Path:
+    """Make a HOME with Claude Code's and Codex's own configs, as a user's machine has them; return it."""
+    (directory / ".claude").mkdir(parents=True)
+    (directory / ".claude" / "settings.json").write_text(json.dumps(CLAUDE_SETTINGS, indent=2) + "\n")
+    (directory / ".codex").mkdir()
+    (directory / ".codex" / "config.toml").write_text(CODEX_CONFIG)
+    (directory / ".profile").write_text("export PATH=$HOME/bin:$PATH\n")
+    return directory
+
+
+def tree(directory: Path) -> dict[str, str]:
+    """Return every file under ``directory`` by its relative path, with its sha256."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+    }
+
+
+# The files through which an agent is configured (what `mlx-agent wire` edits): none may appear or change. The
+# agents write much state of their own while they run (session records, sqlite stores, skills, backups of
+# ~/.claude.json), which is theirs, not a setting of ours.
+CONFIG_FILES = re.compile(
+    r"^(\.claude/settings(\.local)?\.json|\.codex/([^/]+\.)?config\.toml|\.config/opencode/.*\.jsonc?)$"
+)
+
+
+def assert_unchanged(before: dict[str, str], after: dict[str, str]) -> None:
+    """Check that every file there before is byte-identical, and that no agent config file appeared."""
+    changed = sorted(p for p in before if after.get(p) != before[p])
+    assert not changed, f"files under HOME changed: {changed}"
+    configs = sorted(p for p in after.keys() - before.keys() if CONFIG_FILES.match(p))
+    assert not configs, f"new agent config files under HOME: {configs}"
+
+
+def mlx_agent(*args: str) -> list[str]:
+    """Return the command line of ``mlx-agent ARGS`` (no --json: the agent owns stdout)."""
+    return [sys.executable, str(LAUNCHER), *args]
+
+
+def cli_env(cli: Agent, home: Path) -> dict[str, str]:
+    """Return the environment `mlx-agent run` gets: a user's (HOME, PATH), our state dir, nothing of the agent's."""
+    return clean_env(home, MLX_AGENT_HOME=str(cli.home))
+
+
+def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
+    """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200."""
+
+    def turns(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            line
+            for line in lines
+            if any(m.get("role") == "user" and marker in str(m.get("content")) for m in line.get("prompt") or [])
+        ]
+
+    lines = wait_for_lines(cli, port, lambda lines: len(turns(lines)) >= count)
+    found = turns(lines)
+    assert [tool_results(t) for t in found] == list(range(count)), lines
+    assert all(line["status"] == 200 for line in lines), [(line["endpoint"], line["status"]) for line in lines]
+    billed = [line for line in lines if "x-anthropic-billing-header" in json.dumps(line.get("prompt"))]
+    assert not billed, billed  # no billing block reached the template
+    return found
+
+
+def test_run_claude_reads_files_and_changes_no_file(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """`mlx-agent run claude -- -p ...` finishes two Read turns on a keyed server, cache reused, HOME untouched."""
+    work = tmp_path / "work"
+    work.mkdir()
+    notes = [work / "a.txt", work / "b.txt"]
+    for note in notes:
+        note.write_text(f"{note.stem} says basil\n")
+    model = session_model(tmp_path / "model", [read_call(n) for n in notes], ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--log-prompts"], KEY, tmp_path)
+    home = user_home(tmp_path / "user")
+    before = tree(home)
+    prompt = "Read a.txt and b.txt, then tell me the word."
+    claude = ["--bare", "-p", prompt, "--output-format", "json", "--tools", "Read", "--allowedTools", "Read"]
+    claude += ["--system-prompt", "You read files for the user."]
+    argv = mlx_agent("run", "claude", "--port", str(port), "--agent-bin", str(agent_binary("claude")))
+    done = namespace.run([*argv, "--", *claude], cli_env(cli, home), work, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["is_error"] is False and result["result"] == ANSWER, result
+    assert result["num_turns"] == len(notes) + 1, result
+    turns = session_turns(cli, port, prompt, len(notes) + 1)
+    assert {t["model"] for t in turns} == {"local-coder"}  # ANTHROPIC_MODEL: the served name, no --model
+    assert_cache_reuse(turns)
+    assert_unchanged(before, tree(home))
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_run_codex_runs_commands_and_changes_no_file(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """`mlx-agent run codex -- exec ...` finishes two exec_command turns on a keyed server, HOME's config untouched."""
+    work = tmp_path / "work"
+    work.mkdir()
+    notes = [work / "a.txt", work / "b.txt"]
+    for note in notes:
+        note.write_text(f"{note.stem} says basil\n")
+    model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, ["--log-prompts"], KEY, tmp_path)
+    home = user_home(tmp_path / "user")
+    before = tree(home)
+    prompt = "Cat a.txt and b.txt, then tell me the word."
+    codex = ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", prompt]
+    argv = mlx_agent("run", "codex", "--port", str(port), "--agent-bin", str(agent_binary("codex")))
+    done = namespace.run([*argv, "--", *codex], cli_env(cli, home), work, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
+    turns = session_turns(cli, port, prompt, len(notes) + 1)
+    assert {t["model"] for t in turns} == {"local-coder"}
+    assert_cache_reuse(turns)
+    assert_unchanged(before, tree(home))
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_run_passes_the_agents_exit_status_through(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """`mlx-agent run` exits with the agent's own status, and the agent sees the server's settings, key in env only."""
+    model = session_model(tmp_path / "model", [], ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, [], KEY, tmp_path)
+    home = user_home(tmp_path / "user")
+    fake = tmp_path / "fake-agent"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$HOME/../argv"\nenv > "$HOME/../env"\nexit 7\n')
+    fake.chmod(0o755)
+    argv = mlx_agent("run", "codex", "--port", str(port), "--agent-bin", str(fake), "--", "exec", "hi")
+    done = namespace.run(argv, cli_env(cli, home), tmp_path, timeout=120)
+    assert done.returncode == 7, done.stdout + done.stderr
+    seen = (tmp_path / "argv").read_text().splitlines()
+    assert seen[-2:] == ["exec", "hi"] and f'model_providers.mlx_agent.base_url="http://127.0.0.1:{port}/v1"' in seen
+    assert KEY not in " ".join(seen)  # never in argv
+    assert f"MLX_AGENT_API_KEY={KEY}" in (tmp_path / "env").read_text().splitlines()
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_wire_env_sh_gives_plain_claude_what_it_needs(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """`wire env --shell sh` output, sourced by sh, lets a plain `claude -p` finish a Read turn; the key read live."""
+    work = tmp_path / "work"
+    work.mkdir()
+    note = work / "a.txt"
+    note.write_text("a says basil\n")
+    model = session_model(tmp_path / "model", [read_call(note)], ANSWER)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, [], KEY, tmp_path)
+    printed = cli.run("wire", "env", "--port", str(port), "--agent", "claude", "--shell", "sh", check_json=False)
+    assert printed.rc == 0, printed.stderr
+    assert KEY not in printed.stdout and str(tmp_path / "keys") in printed.stdout  # a reference, not the key
+    home = user_home(tmp_path / "user")
+    settings = tmp_path / "claude.sh"
+    settings.write_text(printed.stdout)
+    claude = [str(agent_binary("claude")), "--bare", "-p", "Read a.txt, then tell me the word.", "--tools", "Read"]
+    claude += ["--allowedTools", "Read", "--output-format", "json", "--system-prompt", "You read files."]
+    script = f". {shlex.quote(str(settings))} && exec {shlex.join(claude)}"
+    done = namespace.run(["sh", "-c", script], clean_env(home), work, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["is_error"] is False and result["result"] == ANSWER, result
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_wire_env_json_and_fish(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """`wire env --json` gives the live server's names, window and key file; fish lines set the same variables."""
+    model = session_model(tmp_path / "model", [], ANSWER, window=65536)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, [], KEY, tmp_path)
+    shown = cli.run("wire", "env", "--port", str(port), "--agent", "codex")
+    assert shown.rc == 0, shown.stdout + shown.stderr
+    data = shown.data
+    assert data["env"] == {"MLX_AGENT_API_KEY": None} and data["key"]["vars"] == ["MLX_AGENT_API_KEY"]
+    assert "-c" in data["args"] and "model_context_window=65536" in data["args"]
+    assert f'model_providers.mlx_agent.base_url="http://127.0.0.1:{port}/v1"' in data["args"]
+    keyed = cli.run("wire", "env", "--port", str(port), "--show-key")
+    assert keyed.data["env"]["OPENAI_API_KEY"] == KEY and keyed.data["env"]["OPENAI_BASE_URL"].endswith(f":{port}/v1")
+    fish = cli.run("wire", "env", "--port", str(port), "--agent", "anthropic", "--shell", "fish", check_json=False)
+    assert fish.stdout.splitlines()[0] == f"set -gx ANTHROPIC_BASE_URL 'http://127.0.0.1:{port}'"
+    unknown = cli.run("wire", "env", "--port", str(port), "--model", "nope")
+    assert unknown.rc == 2 and unknown.code == "model_not_served"
+    assert "local-coder" in unknown.doc["error"]["details"]["served"]
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    gone = cli.run("wire", "env", "--port", str(port))
+    assert gone.rc == 1 and gone.code == "no_server"
