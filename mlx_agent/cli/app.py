@@ -100,3 +100,7 @@ from mlx_agent.cli.agents import run_agent, wire  # noqa: E402  (the agent comma
 
 cli.add_command(run_agent)
 cli.add_command(wire)
+
+from mlx_agent.cli.wiring import unwire  # noqa: E402  (wire AGENT, wire status: on the wire group)
+
+cli.add_command(unwire)

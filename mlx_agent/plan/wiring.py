@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from mlx_agent.errors import AgentConfigUnparsable, ConfigSymlinkEscapes, UnknownAgent, WireScopeUnsupported
+from mlx_agent.plan.agent_settings import AGENTS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-AGENTS = ("claude", "codex", "opencode")
+    from mlx_agent.plan.agent_settings import ServedFacts
+
 SCOPES = ("user", "project")
 WIRED_FORMAT = "1.0"
 Key = tuple[str, ...]
@@ -39,8 +41,13 @@ class ConfigFile:
     root: Path
 
 
-def config_files(agent: str, scope: str, env: Mapping[str, str], cwd: Path) -> list[ConfigFile]:
-    """Return the files wiring ``agent`` at ``scope`` edits (one today for each agent)."""
+def config_files(agent: str, scope: str, env: Mapping[str, str], cwd: Path, default: bool = False) -> list[ConfigFile]:
+    """Return the files wiring ``agent`` at ``scope`` edits.
+
+    Codex gets two unless ``default``: its provider goes in ``config.toml`` and the profile that selects it
+    in ``mlx-agent.config.toml`` (Codex 0.171 layers ``--profile NAME`` from ``NAME.config.toml``; its
+    ``[profiles.*]`` tables are legacy there); with ``default`` the top-level keys of ``config.toml`` select it.
+    """
     if agent not in AGENTS:
         raise UnknownAgent(f"unknown agent {agent!r}", details={"agent": agent, "agents": list(AGENTS)})
     home = Path(env.get("HOME") or Path.home()).absolute()
@@ -54,7 +61,12 @@ def config_files(agent: str, scope: str, env: Mapping[str, str], cwd: Path) -> l
                 details={"agent": agent, "scope": scope},
             )
         codex_home = Path(env["CODEX_HOME"]).absolute() if env.get("CODEX_HOME") else home / ".codex"
-        return [ConfigFile(codex_home / "config.toml", "toml", codex_home)]
+        from mlx_agent.plan.agent_settings import CODEX_PROFILE
+
+        main = ConfigFile(codex_home / "config.toml", "toml", codex_home)
+        if default:
+            return [main]
+        return [main, ConfigFile(codex_home / f"{CODEX_PROFILE}.config.toml", "toml", codex_home)]
     if scope == "project":
         return [ConfigFile(cwd.absolute() / "opencode.json", "json", cwd.absolute())]
     xdg = Path(env["XDG_CONFIG_HOME"]).absolute() if env.get("XDG_CONFIG_HOME") else home / ".config"
@@ -62,8 +74,8 @@ def config_files(agent: str, scope: str, env: Mapping[str, str], cwd: Path) -> l
 
 
 def record_stem(agent: str, scope: str, files: Sequence[ConfigFile]) -> str:
-    """Return the wired record's name for this agent, scope and files: the same wiring, the same name."""
-    digest = hashlib.sha256("\0".join(str(f.path) for f in files).encode()).hexdigest()[:12]
+    """Return the wired record's name for this agent, scope and main file: one wiring of a file at a time."""
+    digest = hashlib.sha256(str(files[0].path).encode()).hexdigest()[:12]
     return f"{agent}-{scope}-{digest}"
 
 
@@ -385,3 +397,51 @@ def file_drift(entry: Mapping[str, Any]) -> dict[str, Any]:
     except AgentConfigUnparsable as exc:
         return {"path": entry["path"], "state": "unreadable", "error": exc.code, "sha256": digest, "drift": []}
     return {"path": entry["path"], "state": "edited", "sha256": digest, "drift": drifted}
+
+
+def _leaves(prefix: Key, value: Mapping[str, Any]) -> list[Edit]:
+    """Return a nested table as one edit per leaf key, so undoing leaves the user's own keys beside them."""
+    out: list[Edit] = []
+    for name, inner in value.items():
+        out.extend(_leaves((*prefix, name), inner) if isinstance(inner, dict) else [((*prefix, name), inner)])
+    return out
+
+
+def agent_edits(
+    agent: str, files: Sequence[ConfigFile], facts: ServedFacts, model: str | None, default: bool
+) -> tuple[list[tuple[ConfigFile, list[Edit]]], list[str]]:
+    """Return the edits of each file that point ``agent`` at the server (agent_settings' table), and warnings.
+
+    Claude Code: its settings' ``env`` block takes ``claude_env``, except that a server's key is read from its
+    key file by ``apiKeyHelper`` rather than written. Codex: the provider table, and the selecting keys in the
+    profile file (or at the top, ``default``). opencode: the ``provider`` entry (and ``model``, ``default``).
+    """
+    from mlx_agent.plan import agent_settings as settings
+
+    warnings: list[str] = []
+    if agent == "claude":
+        env = settings.claude_env(facts, model)
+        edits: list[Edit] = []
+        if facts.api_key is not None and facts.key_file is not None:
+            import shlex
+
+            del env[settings.CLAUDE_TOKEN]  # the helper's output is sent as the token; the file holds no key
+            edits.append((("apiKeyHelper",), settings.KEY_COMMAND + shlex.quote(facts.key_file)))
+        edits += [(("env", name), value) for name, value in env.items()]
+        return [(files[0], edits)], warnings
+    if agent == "codex":
+        provider = settings.codex_provider(facts, model)
+        tables = {"model_providers": provider.pop("model_providers")}
+        if facts.api_key is not None:
+            warnings.append(
+                f"Codex reads the server's key from ${settings.CODEX_KEY_VAR} (its provider's env_key): set it "
+                "where Codex runs (`mlx-agent wire env --agent codex` prints it); the key is in no file"
+            )
+        if default:
+            return [(files[0], _leaves((), {**provider, **tables}))], warnings
+        return [(files[0], _leaves((), tables)), (files[1], _leaves((), provider))], warnings
+    entry = settings.opencode_provider(facts, model)
+    edits = [(("provider", name), value) for name, value in entry.items()]
+    if default:
+        edits.append((("model",), settings.opencode_model(facts, model)))
+    return [(files[0], edits)], warnings

@@ -13,7 +13,15 @@ import os
 from pathlib import Path
 
 from mlx_agent.canonical import with_hash
-from mlx_agent.errors import AlreadyWired, NotWired, PreviewHashRequired, PreviewStale, ReceiptCorrupt
+from mlx_agent.errors import (
+    AlreadyWired,
+    NoServer,
+    NotWired,
+    PreviewHashRequired,
+    PreviewStale,
+    ReceiptCorrupt,
+    WiredServerMismatch,
+)
 from mlx_agent.files import NOFOLLOW, open_private, private_dir, sha256_file, utc_now, write_json_atomic
 from mlx_agent.home import previews_dir
 from mlx_agent.plan.wiring import (
@@ -31,6 +39,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
+
+    from mlx_agent.plan.agent_settings import ServedFacts
 
 
 def _record_path(wired: Path, agent: str, scope: str, files: Sequence[ConfigFile]) -> Path:
@@ -74,6 +84,16 @@ def reviewed(build: Callable[[], tuple[dict[str, Any], Any]], preview_hash: str 
         for f in plan["files"]
         if f["path"] not in before or before[f["path"]] != f.get("sha256_before", f.get("sha256_current"))
     ]
+    if (
+        not changed
+        and old is not None
+        and old.get("server", {}).get("identity") != plan.get("server", {}).get("identity")
+    ):
+        server = plan["server"]
+        raise WiredServerMismatch(
+            f"the server on port {server['port']} is not the one previewed (it was restarted or replaced)",
+            details={"port": server["port"], "previewed": old["server"].get("identity"), "now": server["identity"]},
+        )
     if changed:
         summary = f"{', '.join(changed)} changed since the preview"
     elif old is not None:
@@ -218,3 +238,62 @@ def confirm_unwire(plan: dict[str, Any], new_bytes: Mapping[str, bytes | None]) 
             Path(entry["backup"]).unlink(missing_ok=True)
     Path(plan["record"]).unlink()
     return {"record": plan["record"], "files": plan["files"]}
+
+
+def served_server(directory: Path, port: int, model: str | None) -> tuple[ServedFacts, dict[str, Any]]:
+    """Return the live server's facts (``no_server`` when none of ours answers) and what a record names of it.
+
+    The identity is the receipt's process (pid, create time, process group): a restarted server is another.
+    """
+    from mlx_agent.supervise.agent_run import check_model, served_facts
+    from mlx_agent.supervise.receipts import read_receipt, receipt_path
+
+    facts = served_facts(directory, port)
+    check_model(facts, model)
+    path = receipt_path(directory, port)
+    receipt: Any = read_receipt(path)
+    chosen = model if model in facts.models else facts.models[0]
+    runtime = next((m["runtime"]["name"] for m in receipt["plan"]["models"] if m["served_model_name"] == chosen), None)
+    server = {
+        "port": port,
+        "base_url": facts.base_url,
+        "runtime": runtime,
+        "model": chosen,
+        "served": list(facts.models),
+        "aliases": list(facts.aliases),
+        "receipt": str(path),
+        "identity": {k: receipt.get(k) for k in ("pid", "pgid", "create_time")},
+    }
+    return facts, server
+
+
+def wiring_status(wired: Path, directory: Path) -> list[dict[str, Any]]:
+    """Return each wiring: its files' drift and whether its server is up and still the process wired."""
+    from mlx_agent.plan.wiring import file_drift
+
+    out: list[dict[str, Any]] = []
+    for path, record in wiring_records(wired):
+        server = record.get("server") or {}
+        try:
+            _, live = served_server(directory, int(record["port"]), None)
+        except NoServer as exc:
+            state, now = "down", {"error": exc.code, "message": exc.message}
+        else:
+            state = "up" if live["identity"] == server.get("identity") else "replaced"
+            now = {"identity": live["identity"]}
+        files = [file_drift(entry) for entry in record["files"]]
+        out.append(
+            {
+                "record": str(path),
+                "agent": record["agent"],
+                "scope": record["scope"],
+                "port": record["port"],
+                "base_url": record["base_url"],
+                "model": record.get("model"),
+                "wired_at": record.get("wired_at"),
+                "server": {"state": state, "wired": server.get("identity"), **now},
+                "files": files,
+                "drifted": any(f["state"] != "unchanged" for f in files),
+            }
+        )
+    return out

@@ -99,7 +99,7 @@ def claude_file(home: Path, text: str | None = CLAUDE_SETTINGS) -> ConfigFile:
 
 def codex_file(home: Path, text: str = CODEX_CONFIG) -> ConfigFile:
     """Write Codex's config.toml under CODEX_HOME and return its config file."""
-    [cf] = config_files("codex", "user", {"HOME": str(home), "CODEX_HOME": str(home / "codex")}, home)
+    [cf] = config_files("codex", "user", {"HOME": str(home), "CODEX_HOME": str(home / "codex")}, home, default=True)
     cf.path.parent.mkdir(parents=True)
     cf.path.write_text(text)
     return cf
@@ -359,3 +359,50 @@ def test_a_wired_record_claims_its_port_for_its_server(home: Path) -> None:
     assert claim["base_url"] == SERVER["base_url"] and claim["model"] == "local-coder"
     assert claims_on_port(configs, PORT + 1, {"mlx_lm"}, {"other-model"}) == []
     assert os.stat(wired_dir(home)).st_mode & 0o777 == 0o700
+
+
+def facts(key: str | None) -> Any:
+    """Return the facts of a served model behind ``key`` (None: a server that takes any)."""
+    from mlx_agent.plan.agent_settings import ServedFacts
+
+    return ServedFacts(
+        base_url=f"http://127.0.0.1:{PORT}",
+        port=PORT,
+        models=("local-coder",),
+        aliases=("claude-*",),
+        api_key=key,
+        key_file="/keys/it's here" if key else None,
+        context_window=32768,
+        max_output_tokens=4096,
+    )
+
+
+def test_claude_reads_a_servers_key_from_its_key_file_not_the_settings(home: Path) -> None:
+    """A keyed server's key is read by apiKeyHelper from its key file; the settings hold no key, only a command."""
+    from mlx_agent.plan import agent_settings as settings
+    from mlx_agent.plan.wiring import agent_edits
+
+    files = config_files("claude", "user", {"HOME": str(home)}, home)
+    [(_, edits)], warnings = agent_edits("claude", files, facts("sk-secret"), None, False)
+    keys = dict(edits)
+    assert "sk-secret" not in json.dumps(list(keys.values())) and warnings == []
+    assert keys[("apiKeyHelper",)] == settings.KEY_COMMAND + "'/keys/it'\"'\"'s here'"
+    assert ("env", settings.CLAUDE_TOKEN) not in keys and keys[("env", settings.CLAUDE_BASE_URL)] == SERVER["base_url"]
+    [(_, keyless)], _ = agent_edits("claude", files, facts(None), None, False)
+    assert dict(keyless)[("env", settings.CLAUDE_TOKEN)] == settings.NO_KEY and ("apiKeyHelper",) not in dict(keyless)
+
+
+def test_codex_gets_a_provider_and_a_profile_file_or_defaults(home: Path) -> None:
+    """Codex: the provider in config.toml and the selecting keys in mlx-agent.config.toml, or all at the top."""
+    from mlx_agent.plan.wiring import agent_edits
+
+    env = {"HOME": str(home), "CODEX_HOME": str(home / "codex")}
+    files = config_files("codex", "user", env, home)
+    assert [f.path.name for f in files] == ["config.toml", "mlx-agent.config.toml"]
+    (main, provider), (profile, selecting) = agent_edits("codex", files, facts("k"), None, False)[0]
+    assert (main, profile) == (files[0], files[1])
+    assert {k[:2] for k, _ in provider} == {("model_providers", "mlx_agent")}
+    assert dict(selecting)[("model_provider",)] == "mlx_agent" and dict(selecting)[("model",)] == "local-coder"
+    [(only, everything)], warnings = agent_edits("codex", files[:1], facts("k"), None, True)
+    assert only == files[0] and {k[0] for k, _ in everything} >= {"model", "model_provider", "model_providers"}
+    assert "MLX_AGENT_API_KEY" in warnings[0]  # Codex reads the key from a variable: the reply says so

@@ -1,0 +1,214 @@
+"""`mlx-agent wire` edits the real agents' own config files so that the agents, run plainly, use a served model.
+
+Claude Code and Codex CLI (the pinned ones) run in a loopback-only namespace with HOME (and CODEX_HOME) in a
+temporary directory holding realistic existing configs. After `wire ... --confirm`, the agent is run with no
+setting of ours in its environment or argv, finishes a tool round trip on the scripted model (exit 0), and
+`unwire` then leaves every wired file byte-identical to before; `wire status` sees a hand edit as drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlx_agent.plan.agent_settings import CHECKED
+from tests.agents_support import (
+    Namespace,
+    agent_binary,
+    clean_env,
+    codex_exec,
+    inside,
+    loopback_namespace,
+    scripted_agent_model,
+    serve,
+)
+from tests.conftest import REPO_ROOT, Agent
+
+pytestmark = pytest.mark.e2e
+
+ANSWER = "Basil"
+KEY = "sk-local-wire-key"
+CLAUDE_SETTINGS = {
+    "permissions": {"allow": ["Read"], "defaultMode": "default"},
+    "env": {"EDITOR": "vim", "DISABLE_TELEMETRY": "1"},
+    "includeCoAuthoredBy": False,
+}
+CODEX_CONFIG = """# Codex, set up by hand.
+model = "o3"  # the hosted default, replaced by --default while wired
+approval_policy = "never"
+
+# Checkouts Codex trusts.
+[projects."/srv/app"]
+trust_level = "trusted"
+
+[model_providers.azure]
+name = "Azure"  # the work account
+base_url = "https://example.openai.azure.com/openai"
+env_key = "AZURE_OPENAI_API_KEY"
+wire_api = "responses"
+"""
+
+
+@pytest.fixture
+def namespace() -> Iterator[Namespace]:
+    """Make a network namespace with only loopback, for one test."""
+    with loopback_namespace() as made:
+        yield made
+
+
+def sha(path: Path) -> str:
+    """Return a file's sha256."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def wired(cli: Agent, *args: str) -> dict[str, Any]:
+    """Preview `wire ARGS`, confirm it with the preview's hash, and return the confirm's data."""
+    preview = cli.run("wire", *args)
+    assert preview.rc == 0, preview.stdout + preview.stderr
+    assert preview.data["requires_confirmation"] is True
+    done = cli.run("wire", *args, "--confirm", "--preview-hash", preview.data["plan"]["preview_hash"])
+    assert done.rc == 0, done.stdout + done.stderr
+    return dict(done.data)
+
+
+def unwired(cli: Agent, agent: str) -> dict[str, Any]:
+    """Preview and confirm `unwire AGENT`; return the confirm's data."""
+    preview = cli.run("unwire", agent)
+    assert preview.rc == 0, preview.stdout + preview.stderr
+    done = cli.run("unwire", agent, "--confirm", "--preview-hash", preview.data["plan"]["preview_hash"])
+    assert done.rc == 0, done.stdout + done.stderr
+    return dict(done.data)
+
+
+def status_of(cli: Agent) -> dict[str, Any]:
+    """Return the only wiring `wire status` lists."""
+    result = cli.run("wire", "status")
+    assert result.rc == 0, result.stdout + result.stderr
+    [wiring] = result.data["wirings"]
+    return dict(wiring)
+
+
+def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
+    agent: Agent, tmp_path: Path, namespace: Namespace
+) -> None:
+    """`claude -p` with only HOME set reads a file on the model's word via its wired settings; unwire undoes it."""
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
+    port = serve(inside(agent, namespace), model, [], KEY, tmp_path)
+    home = tmp_path / "claude-home"
+    settings = home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps(CLAUDE_SETTINGS, indent=2) + "\n")
+    before = sha(settings)
+    cli = inside(Agent(agent.home, {**agent.env, "HOME": str(home)}), namespace)
+
+    done = wired(cli, "claude", "--port", str(port))
+    written = json.loads(settings.read_text())
+    assert list(written) == [*CLAUDE_SETTINGS, "apiKeyHelper"]  # the user's keys first, in their order
+    assert written["env"]["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{port}" and written["env"]["EDITOR"] == "vim"
+    assert KEY not in settings.read_text()  # the key is read from the server's key file by apiKeyHelper
+    assert done["files"][0]["sha256_before"] == before
+
+    argv = [str(agent_binary("claude")), "-p", f"Read {note} and tell me the word.", "--output-format", "json"]
+    ran = namespace.run(argv, clean_env(home), tmp_path, timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    result = json.loads(ran.stdout)
+    assert result["is_error"] is False and result["result"] == ANSWER, result
+    assert result["num_turns"] >= 2  # the answer comes only after the Read tool's result went back
+
+    assert status_of(cli)["server"]["state"] == "up" and not status_of(cli)["drifted"]
+    wired_text = settings.read_text()
+    edited = json.loads(wired_text)
+    edited["env"]["ANTHROPIC_MODEL"] = "something-else"
+    settings.write_text(json.dumps(edited, indent=2) + "\n")
+    drifted = status_of(cli)
+    assert drifted["drifted"] is True
+    [entry] = drifted["files"]
+    assert entry["state"] == "edited" and [d["key"] for d in entry["drift"]] == [["env", "ANTHROPIC_MODEL"]]
+    settings.write_text(wired_text)  # the hand edit undone: the file is again what the wire wrote
+
+    undone = unwired(cli, "claude")
+    assert [f["action"] for f in undone["files"]] == ["restore"]
+    assert sha(settings) == before
+    assert cli.run("wire", "status").data["wirings"] == []
+
+
+def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
+    agent: Agent, tmp_path: Path, namespace: Namespace
+) -> None:
+    """`codex exec` with only HOME and CODEX_HOME set runs cat on the model's word; unwire gives the bytes back."""
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(tmp_path / "model", "exec_command", {"cmd": f"cat {note}"}, ANSWER)
+    port = serve(inside(agent, namespace), model, [], None, tmp_path)
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    config = codex_home / "config.toml"
+    config.write_text(CODEX_CONFIG)
+    before = sha(config)
+    env = {"CODEX_HOME": str(codex_home)}
+    cli = inside(Agent(agent.home, {**agent.env, **env, "HOME": str(tmp_path / "home-dir")}), namespace)
+
+    wired(cli, "codex", "--port", str(port), "--default")
+    text = config.read_text()
+    assert "# Checkouts Codex trusts." in text and '[model_providers.azure]\nname = "Azure"  # the work account' in text
+    assert 'model_provider = "mlx_agent"' in text.split("\n[", 1)[0]  # a top-level default, above the tables
+
+    ran = namespace.run(codex_exec(f"Run cat {note} and tell me the word."), clean_env(tmp_path, **env), tmp_path, 600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.strip().splitlines()[-1] == ANSWER, ran.stdout
+
+    wired_text = config.read_text()
+    config.write_text(wired_text.replace("model_context_window = ", "model_context_window = 1"))
+    [entry] = status_of(cli)["files"]
+    assert entry["state"] == "edited" and [d["key"] for d in entry["drift"]] == [["model_context_window"]]
+    config.write_text(wired_text)
+
+    undone = unwired(cli, "codex")
+    assert [f["action"] for f in undone["files"]] == ["restore"]
+    assert sha(config) == before
+
+
+OPENCODE = REPO_ROOT / ".cache" / "opencode" / "node_modules" / ".bin" / "opencode"
+OPENCODE_SETTINGS = {
+    "$schema": "https://opencode.ai/config.json",
+    "theme": "opencode",
+    "autoupdate": False,
+    "share": "disabled",
+}
+
+
+def test_wired_opencode_config_passes_opencodes_own_validation(
+    agent: Agent, tmp_path: Path, namespace: Namespace
+) -> None:
+    """The written opencode.json passes `opencode debug config` (its own schema) and names the served models."""
+    if not OPENCODE.exists():
+        pytest.skip(f"{OPENCODE} is missing: npm install --prefix .cache/opencode opencode-ai@{CHECKED['opencode']}")
+    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": "/dev/null"}, ANSWER)
+    port = serve(inside(agent, namespace), model, [], KEY, tmp_path)
+    home = tmp_path / "oc-home"
+    config = home / ".config" / "opencode" / "opencode.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(OPENCODE_SETTINGS, indent=2) + "\n")
+    before = sha(config)
+    cli = inside(Agent(agent.home, {**agent.env, "HOME": str(home)}), namespace)
+
+    wired(cli, "opencode", "--port", str(port), "--default")
+    written = json.loads(config.read_text())
+    assert KEY not in config.read_text() and written["provider"]["mlx-agent"]["options"]["apiKey"].startswith("{file:")
+    shown = namespace.run([str(OPENCODE), "debug", "config"], clean_env(home), tmp_path, timeout=120)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    merged = json.loads(shown.stdout)
+    provider = merged["provider"]["mlx-agent"]
+    assert provider["options"]["baseURL"] == f"http://127.0.0.1:{port}/v1"
+    assert list(provider["models"]) == ["local-coder"] and merged["model"] == "mlx-agent/local-coder"
+
+    undone = unwired(cli, "opencode")
+    assert [f["action"] for f in undone["files"]] == ["restore"]
+    assert sha(config) == before
