@@ -317,6 +317,10 @@ KEY_COMMAND = "grep -m1 -v -E '^[[:space:]]*(#|$)' "
 
 
 def _fish_quote(text: str) -> str:
+    import re
+
+    if re.fullmatch(r"[\w@%+=:,./-]+", text, flags=re.ASCII):
+        return text  # nothing fish would read specially
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 

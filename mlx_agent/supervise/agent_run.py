@@ -2,7 +2,7 @@
 
 The facts come from the port's serve receipt, trusted only once ``servers.status`` has matched the live
 process against it and the front has proved it holds the receipt's control token (as ``serve status`` does);
-the names are the live front's own list. The key is read from the front's key file, as the front reads it.
+the names are the live front's own list. The key is read from the front's key file by the front's own rule.
 """
 
 from __future__ import annotations
@@ -69,14 +69,23 @@ def served_facts(directory: Path, port: int) -> ServedFacts:
 
 
 def _key(key_file: str | None) -> tuple[str | None, bool]:
-    """Return the front's first key (read as the front reads the file) and whether the file holds only it."""
+    """Return the front's first key and whether the file holds only it, read by the front's rule.
+
+    The rule (``gateway.config.read_private_lines``): the stripped lines that are neither blank nor a comment.
+    """
     if key_file is None:
         return None, True
-    from mlx_agent.gateway.config import read_private_lines
+    from mlx_agent.errors import FrontConfigInvalid
 
-    path = Path(key_file)
-    lines = read_private_lines(path, "API key file")
-    return lines[0], path.read_text(encoding="utf-8").strip() == lines[0]
+    try:
+        text = Path(key_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FrontConfigInvalid(f"cannot read the API key file {key_file}: {exc}", details={"path": key_file}) from exc
+    lines = [line.strip() for line in text.splitlines()]
+    keys = [line for line in lines if line and not line.startswith("#")]
+    if not keys:
+        raise FrontConfigInvalid(f"the API key file {key_file} holds no key", details={"path": key_file})
+    return keys[0], text.strip() == keys[0]
 
 
 def check_agent(agent: str, known: tuple[str, ...] = AGENTS) -> None:

@@ -244,7 +244,7 @@ def test_wire_env_json_and_fish(agent: Agent, tmp_path: Path, namespace: Namespa
     keyed = cli.run("wire", "env", "--port", str(port), "--show-key")
     assert keyed.data["env"]["OPENAI_API_KEY"] == KEY and keyed.data["env"]["OPENAI_BASE_URL"].endswith(f":{port}/v1")
     fish = cli.run("wire", "env", "--port", str(port), "--agent", "anthropic", "--shell", "fish", check_json=False)
-    assert fish.stdout.splitlines()[0] == f"set -gx ANTHROPIC_BASE_URL 'http://127.0.0.1:{port}'"
+    assert fish.stdout.splitlines()[0] == f"set -gx ANTHROPIC_BASE_URL http://127.0.0.1:{port}"
     unknown = cli.run("wire", "env", "--port", str(port), "--model", "nope")
     assert unknown.rc == 2 and unknown.code == "model_not_served"
     assert "local-coder" in unknown.doc["error"]["details"]["served"]
