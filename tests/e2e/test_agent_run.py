@@ -22,10 +22,13 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.plan import agent_settings as settings
+from mlx_agent.plan.agent_settings import ServedFacts
 from tests.agents_support import (
     Namespace,
     agent_binary,
     assert_cache_reuse,
+    capture,
     cat_call,
     clean_env,
     inside,
@@ -36,7 +39,7 @@ from tests.agents_support import (
     tool_results,
     wait_for_lines,
 )
-from tests.conftest import LAUNCHER, Agent
+from tests.conftest import LAUNCHER, Agent, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -251,3 +254,29 @@ def test_wire_env_json_and_fish(agent: Agent, tmp_path: Path, namespace: Namespa
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0
     gone = cli.run("wire", "env", "--port", str(port))
     assert gone.rc == 1 and gone.code == "no_server"
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["settings", "without"])
+def test_claude_settings_stop_the_billing_block_at_the_source(
+    tmp_path: Path, namespace: Namespace, pinned: bool
+) -> None:
+    """With ``claude_env``'s settings Claude Code sends no per-turn billing block at all; without them it does."""
+    port = free_port()
+    facts = ServedFacts(f"http://127.0.0.1:{port}", port, ("local-coder",), (), None, None, 131072, None)
+    ours = settings.claude_env(facts, None)
+    if not pinned:
+        ours.pop(settings.CLAUDE_ATTRIBUTION)
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = [str(agent_binary("claude")), "-p", "Say hi.", "--output-format", "json"]
+    sent = capture(namespace, port, argv, clean_env(home, **ours), tmp_path)
+    bodies = [r["body"] for r in sent if r["path"].startswith("/v1/messages")]
+    assert bodies, sent
+    assert {b["model"] for b in bodies} <= {"local-coder"}
+    billed = [
+        block
+        for body in bodies
+        for block in (body.get("system") if isinstance(body.get("system"), list) else [])
+        if str(block.get("text", "")).startswith("x-anthropic-billing-header")
+    ]
+    assert bool(billed) is not pinned, billed
