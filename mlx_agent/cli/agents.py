@@ -103,7 +103,13 @@ def run_agent(
     default=None,
     help=f"Whose settings: {', '.join(CLIENTS)} (any client of that API) [both APIs].",
 )
-@click.option("--shell", type=click.Choice(["sh", "fish", "json"]), default="sh", show_default=True)
+@click.option(
+    "--shell",
+    type=click.Choice(["sh", "fish", "json"]),
+    default="sh",
+    show_default=True,
+    help="sh: export lines; fish: set -gx lines; json: the JSON envelope.",
+)
 @click.option("--show-key", is_flag=True, help="Print the key itself, not a command that reads it from its file.")
 @_RECEIPTS
 @click.option("--json", "as_json", is_flag=True, help="The JSON envelope (the same as --shell json).")
