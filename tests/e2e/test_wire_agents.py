@@ -20,14 +20,19 @@ from mlx_agent.plan.agent_settings import CHECKED
 from tests.agents_support import (
     Namespace,
     agent_binary,
+    assert_cache_reuse,
+    cat_call,
     clean_env,
     codex_exec,
     inside,
     loopback_namespace,
+    read_call,
     scripted_agent_model,
     serve,
+    session_model,
 )
 from tests.conftest import REPO_ROOT, Agent
+from tests.e2e.test_agent_run import session_turns
 
 pytestmark = pytest.mark.e2e
 
@@ -96,11 +101,14 @@ def status_of(cli: Agent) -> dict[str, Any]:
 def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     agent: Agent, tmp_path: Path, namespace: Namespace
 ) -> None:
-    """`claude -p` with only HOME set reads a file on the model's word via its wired settings; unwire undoes it."""
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
-    port = serve(inside(agent, namespace), model, [], KEY, tmp_path)
+    """Plain `claude -p` (only HOME set) reads two files via its wired settings, cache reused; unwire undoes it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    notes = [work / "a.txt", work / "b.txt"]
+    for note in notes:
+        note.write_text(f"{note.stem} says basil\n")
+    model = session_model(tmp_path / "model", [read_call(n) for n in notes], ANSWER)
+    port = serve(inside(agent, namespace), model, ["--log-prompts"], KEY, tmp_path)
     home = tmp_path / "claude-home"
     settings = home / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True)
@@ -115,12 +123,17 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     assert KEY not in settings.read_text()  # the key is read from the server's key file by apiKeyHelper
     assert done["files"][0]["sha256_before"] == before
 
-    argv = [str(agent_binary("claude")), "-p", f"Read {note} and tell me the word.", "--output-format", "json"]
-    ran = namespace.run(argv, clean_env(home), tmp_path, timeout=600)
+    prompt = "Read a.txt and b.txt, then tell me the word."
+    ran = namespace.run(
+        [str(agent_binary("claude")), "-p", prompt, "--output-format", "json"], clean_env(home), work, timeout=600
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     result = json.loads(ran.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
-    assert result["num_turns"] >= 2  # the answer comes only after the Read tool's result went back
+    assert result["num_turns"] == len(notes) + 1, result  # the answer comes only after both Reads went back
+    turns = session_turns(cli, port, prompt, len(notes) + 1)  # also: no billing block reached the template
+    assert {t["model"] for t in turns} == {"local-coder"}
+    assert_cache_reuse(turns)
 
     assert status_of(cli)["server"]["state"] == "up" and not status_of(cli)["drifted"]
     wired_text = settings.read_text()
@@ -139,14 +152,18 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     assert cli.run("wire", "status").data["wirings"] == []
 
 
+@pytest.mark.parametrize("default", [True, False], ids=["default", "profile"])
 def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
-    agent: Agent, tmp_path: Path, namespace: Namespace
+    agent: Agent, tmp_path: Path, namespace: Namespace, default: bool
 ) -> None:
-    """`codex exec` with only HOME and CODEX_HOME set runs cat on the model's word; unwire gives the bytes back."""
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "exec_command", {"cmd": f"cat {note}"}, ANSWER)
-    port = serve(inside(agent, namespace), model, [], None, tmp_path)
+    """`codex exec` (only HOME, CODEX_HOME; `-p mlx-agent` for the profile) runs cat twice; unwire gives bytes back."""
+    work = tmp_path / "work"
+    work.mkdir()
+    notes = [work / "a.txt", work / "b.txt"]
+    for note in notes:
+        note.write_text(f"{note.stem} says basil\n")
+    model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER)
+    port = serve(inside(agent, namespace), model, ["--log-prompts"], None, tmp_path)
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     config = codex_home / "config.toml"
@@ -155,15 +172,29 @@ def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     env = {"CODEX_HOME": str(codex_home)}
     cli = inside(Agent(agent.home, {**agent.env, **env, "HOME": str(tmp_path / "home-dir")}), namespace)
 
-    wired(cli, "codex", "--port", str(port), "--default")
+    wired(cli, "codex", "--port", str(port), *(["--default"] if default else []))
     text = config.read_text()
     assert "# Checkouts Codex trusts." in text and '[model_providers.azure]\nname = "Azure"  # the work account' in text
-    assert 'model_provider = "mlx_agent"' in text.split("\n[", 1)[0]  # a top-level default, above the tables
+    assert ('model_provider = "mlx_agent"' in text.split("\n[", 1)[0]) is default  # top-level only as the default
+    profile = codex_home / "mlx-agent.config.toml"
+    assert profile.exists() is not default
 
-    ran = namespace.run(codex_exec(f"Run cat {note} and tell me the word."), clean_env(tmp_path, **env), tmp_path, 600)
+    prompt = "Run cat on a.txt and b.txt, then tell me the word."
+    argv = codex_exec(prompt)
+    if not default:
+        argv[2:2] = ["-p", "mlx-agent"]
+    ran = namespace.run(argv, clean_env(tmp_path, **env), work, 600)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.strip().splitlines()[-1] == ANSWER, ran.stdout
+    turns = session_turns(cli, port, prompt, len(notes) + 1)
+    assert {t["model"] for t in turns} == {"local-coder"}
+    assert_cache_reuse(turns)
 
+    if not default:
+        undone = unwired(cli, "codex")
+        assert [f["action"] for f in undone["files"]] == ["restore", "delete"]
+        assert sha(config) == before and not profile.exists()
+        return
     wired_text = config.read_text()
     config.write_text(wired_text.replace("model_context_window = ", "model_context_window = 1"))
     [entry] = status_of(cli)["files"]
