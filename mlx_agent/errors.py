@@ -569,7 +569,10 @@ class NotWired(WiringError):
 
 class WiredServerMismatch(WiringError):
     code = "wired_server_mismatch"
-    remediation = "Start a server of ours on that port (mlx-agent serve start), or name the port of one that runs."
+    remediation = (
+        "Preview again against the server now on the port (mlx-agent serve status shows it), "
+        "or start the one you meant."
+    )
 
 
 class AgentRunError(MlxAgentError):

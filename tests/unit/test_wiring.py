@@ -406,3 +406,16 @@ def test_codex_gets_a_provider_and_a_profile_file_or_defaults(home: Path) -> Non
     [(only, everything)], warnings = agent_edits("codex", files[:1], facts("k"), None, True)
     assert only == files[0] and {k[0] for k, _ in everything} >= {"model", "model_provider", "model_providers"}
     assert "MLX_AGENT_API_KEY" in warnings[0]  # Codex reads the key from a variable: the reply says so
+
+
+def test_a_server_restarted_after_the_preview_is_wired_server_mismatch(home: Path) -> None:
+    """Confirm against another server process than the one previewed is wired_server_mismatch; nothing is written."""
+    cf = claude_file(home)
+    planned = wiring.preview(wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))[0])
+    restarted = {**SERVER, "identity": {"pid": 5151, "create_time": 1700000200.0}}
+    with pytest.raises(errors.WiredServerMismatch) as caught:
+        wiring.reviewed(
+            lambda: wiring.plan_wire("claude", "user", restarted, [(cf, CLAUDE_EDITS)], wired_dir(home)),
+            planned["preview_hash"],
+        )
+    assert caught.value.details["now"] == restarted["identity"] and cf.path.read_text() == CLAUDE_SETTINGS
