@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from mlx_agent.cli.agents import WIRE_AGENT, wire
+from mlx_agent.errors import PreviewHashRequired
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -109,8 +110,12 @@ def wire_agent(
         if not confirm:
             plan = wiring.preview(build()[0])
             return {"plan": plan, "requires_confirmation": True}, warned
-        plan, new = wiring.reviewed(build, preview_hash)
-        record = wiring.confirm_wire(plan, new)
+        if not preview_hash:
+            raise PreviewHashRequired("--confirm needs the --preview-hash of a reviewed preview")
+        files = config_files(agent, scope, os.environ, Path.cwd(), default=as_default)
+        with wiring.wiring_lock(_dirs(receipts_dir)[1], agent, scope, files):
+            plan, new = wiring.reviewed(build, preview_hash)
+            record = wiring.confirm_wire(plan, new)
         return {
             "record": plan["record"],
             "wired": record,
@@ -170,7 +175,11 @@ def unwire(agent: str, scope: str, confirm: bool, preview_hash: str | None, as_j
     def action() -> tuple[dict[str, Any], list[str]]:
         if not confirm:
             return {"plan": wiring.preview(build()[0]), "requires_confirmation": True}, []
-        plan, new = wiring.reviewed(build, preview_hash)
-        return {**wiring.confirm_unwire(plan, new), "requires_confirmation": False}, []
+        if not preview_hash:
+            raise PreviewHashRequired("--confirm needs the --preview-hash of a reviewed preview")
+        files = config_files(agent, scope, os.environ, Path.cwd())
+        with wiring.wiring_lock(wired_dir(), agent, scope, files):
+            plan, new = wiring.reviewed(build, preview_hash)
+            return {**wiring.confirm_unwire(plan, new), "requires_confirmation": False}, []
 
     run("unwire", as_json, action, _render_plan)

@@ -297,3 +297,13 @@ def wiring_status(wired: Path, directory: Path) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def wiring_lock(wired: Path, agent: str, scope: str, files: Sequence[ConfigFile]) -> Any:
+    """Return the lock that serialises confirms of one wiring (two at once would both keep an "original")."""
+    from mlx_agent.errors import LockTimeout
+    from mlx_agent.supervise.locks import file_lock
+
+    stem = record_stem(agent, scope, files)
+    busy = LockTimeout(f"another mlx-agent command is wiring {agent} ({scope})", details={"agent": agent})
+    return file_lock(wired / "locks" / f"{stem}.lock", timeout=10, busy=busy)

@@ -218,7 +218,7 @@ OPENCODE_SETTINGS = {
 def test_wired_opencode_config_passes_opencodes_own_validation(
     agent: Agent, tmp_path: Path, namespace: Namespace
 ) -> None:
-    """The written opencode.json passes `opencode debug config` (its own schema) and names the served models."""
+    """The written opencode.json passes opencode's own validation and names the served models; it claims its port."""
     if not OPENCODE.exists():
         pytest.skip(f"{OPENCODE} is missing: npm install --prefix .cache/opencode opencode-ai@{CHECKED['opencode']}")
     model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": "/dev/null"}, ANSWER)
@@ -239,6 +239,12 @@ def test_wired_opencode_config_passes_opencodes_own_validation(
     provider = merged["provider"]["mlx-agent"]
     assert provider["options"]["baseURL"] == f"http://127.0.0.1:{port}/v1"
     assert list(provider["models"]) == ["local-coder"] and merged["model"] == "mlx-agent/local-coder"
+
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert status_of(cli)["server"]["state"] == "down"
+    other = cli.run("serve", "start", "--path", str(model), "--port", str(port), "--served-model-name", "other")
+    assert other.code == "port_claimed", other.stdout  # the wiring expects local-coder on this port
+    assert other.doc["error"]["details"]["claims"][0]["model"] == "local-coder"
 
     undone = unwired(cli, "opencode")
     assert [f["action"] for f in undone["files"]] == ["restore"]
