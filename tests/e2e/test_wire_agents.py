@@ -116,6 +116,9 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     before = sha(settings)
     cli = inside(Agent(agent.home, {**agent.env, "HOME": str(home)}), namespace)
 
+    shown = cli.run("wire", "claude", "--port", str(port), check_json=False)  # what a person reads
+    assert shown.rc == 0 and f"+++ {settings}" in shown.stdout and "preview_hash: " in shown.stdout, shown.stdout
+    assert '+    "ANTHROPIC_BASE_URL": ' in shown.stdout and "# the original is kept as " in shown.stdout
     done = wired(cli, "claude", "--port", str(port))
     written = json.loads(settings.read_text())
     assert list(written) == [*CLAUDE_SETTINGS, "apiKeyHelper"]  # the user's keys first, in their order
@@ -141,6 +144,8 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     edited["env"]["ANTHROPIC_MODEL"] = "something-else"
     settings.write_text(json.dumps(edited, indent=2) + "\n")
     drifted = status_of(cli)
+    listed = cli.run("wire", "status", check_json=False).stdout
+    assert f"{settings}: edited" in listed and "env.ANTHROPIC_MODEL: changed" in listed, listed
     assert drifted["drifted"] is True
     [entry] = drifted["files"]
     assert entry["state"] == "edited" and [d["key"] for d in entry["drift"]] == [["env", "ANTHROPIC_MODEL"]]
