@@ -302,7 +302,10 @@ def file_edit(cf: ConfigFile, edits: Sequence[Edit]) -> tuple[dict[str, Any], by
     """Plan one file's edit: its record for the plan (hashes, diff, keys) and the bytes it would hold."""
     current = read_current(cf)
     doc = load(cf, current)
-    keys, created = apply_edits(doc, edits)
+    try:
+        keys, created = apply_edits(doc, edits)
+    except ValueError as exc:  # "env": "..." where a table must be: the file is not what the agent reads either
+        raise _unparsable(cf, str(exc), None) from None
     new = doc.dumps().encode("utf-8")
     target = write_target(cf)
     entry = {

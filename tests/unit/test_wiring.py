@@ -419,3 +419,11 @@ def test_a_server_restarted_after_the_preview_is_wired_server_mismatch(home: Pat
             planned["preview_hash"],
         )
     assert caught.value.details["now"] == restarted["identity"] and cf.path.read_text() == CLAUDE_SETTINGS
+
+
+def test_a_key_where_a_table_must_be_is_refused(home: Path) -> None:
+    """A settings file whose ``env`` is not an object is agent_config_unparsable naming the key; nothing written."""
+    cf = claude_file(home, '{\n  "env": "EDITOR=vim"\n}\n')
+    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+        wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
+    assert "env.ANTHROPIC_BASE_URL" in caught.value.message and cf.path.read_text() == '{\n  "env": "EDITOR=vim"\n}\n'
