@@ -27,7 +27,11 @@ import pytest
 from tests.conftest import REPO_ROOT, Agent, free_port
 
 AGENTS_DIR = REPO_ROOT / ".cache" / "agents"
-AGENT_PACKAGES = {"claude": "@anthropic-ai/claude-code@2.1.332", "codex": "@openai/codex@0.171.0"}
+AGENT_PACKAGES = {
+    "claude": "@anthropic-ai/claude-code@2.1.332",
+    "codex": "@openai/codex@0.171.0",
+    "opencode": "opencode-ai@1.18.33",
+}
 AGENT_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' }}"

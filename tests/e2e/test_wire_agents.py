@@ -18,6 +18,7 @@ import pytest
 
 from mlx_agent.plan.agent_settings import CHECKED
 from tests.agents_support import (
+    AGENT_PACKAGES,
     Namespace,
     agent_binary,
     assert_cache_reuse,
@@ -31,7 +32,7 @@ from tests.agents_support import (
     serve,
     session_model,
 )
-from tests.conftest import REPO_ROOT, Agent
+from tests.conftest import Agent
 from tests.e2e.test_agent_run import session_turns
 
 pytestmark = pytest.mark.e2e
@@ -211,7 +212,6 @@ def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     assert sha(config) == before
 
 
-OPENCODE = REPO_ROOT / ".cache" / "opencode" / "node_modules" / ".bin" / "opencode"
 OPENCODE_SETTINGS = {
     "$schema": "https://opencode.ai/config.json",
     "theme": "opencode",
@@ -224,8 +224,7 @@ def test_wired_opencode_config_passes_opencodes_own_validation(
     agent: Agent, tmp_path: Path, namespace: Namespace
 ) -> None:
     """The written opencode.json passes opencode's own validation and names the served models; it claims its port."""
-    if not OPENCODE.exists():
-        pytest.skip(f"{OPENCODE} is missing: npm install --prefix .cache/opencode opencode-ai@{CHECKED['opencode']}")
+    assert AGENT_PACKAGES["opencode"].endswith("@" + CHECKED["opencode"])  # the version the table was checked on
     model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": "/dev/null"}, ANSWER)
     port = serve(inside(agent, namespace), model, [], KEY, tmp_path)
     home = tmp_path / "oc-home"
@@ -238,7 +237,7 @@ def test_wired_opencode_config_passes_opencodes_own_validation(
     wired(cli, "opencode", "--port", str(port), "--default")
     written = json.loads(config.read_text())
     assert KEY not in config.read_text() and written["provider"]["mlx-agent"]["options"]["apiKey"].startswith("{file:")
-    shown = namespace.run([str(OPENCODE), "debug", "config"], clean_env(home), tmp_path, timeout=120)
+    shown = namespace.run([str(agent_binary("opencode")), "debug", "config"], clean_env(home), tmp_path, timeout=120)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     merged = json.loads(shown.stdout)
     provider = merged["provider"]["mlx-agent"]

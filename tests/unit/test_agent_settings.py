@@ -16,7 +16,7 @@ from mlx_agent.plan import agent_settings as settings
 from mlx_agent.plan.agent_settings import ServedFacts
 from mlx_agent.supervise import agent_run
 from tests.agents_support import AGENT_PACKAGES
-from tests.conftest import LAUNCHER
+from tests.conftest import LAUNCHER, REPO_ROOT
 
 BASE = "http://127.0.0.1:8123"
 
@@ -38,10 +38,12 @@ def facts(**changes: object) -> ServedFacts:
 
 
 def test_checked_versions_are_the_pinned_agents() -> None:
-    """The table names the Claude Code and Codex versions the real-agent tests install."""
-    for agent in ("claude", "codex"):
+    """The table names the agent versions the real-agent tests install, which are what scripts/install installs."""
+    for agent in settings.AGENTS:
         assert AGENT_PACKAGES[agent].endswith("@" + settings.CHECKED[agent])
     assert set(settings.CHECKED) == set(settings.AGENTS)
+    install = (REPO_ROOT / "scripts" / "install").read_text()
+    assert f'wanted="{" ".join(AGENT_PACKAGES.values())}"' in install
 
 
 def test_claude_env_points_every_model_slot_at_the_server() -> None:
