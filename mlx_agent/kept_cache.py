@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from mlx_agent.canonical import canonical_json
+from mlx_agent.wire import PROMPT_CACHE_QUARANTINE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,3 +37,32 @@ def cache_dir(model: FrontModelConfig) -> Path | None:
     """Return the directory of ``model``'s saved prompt cache, or None when it keeps none."""
     record = model["prompt_cache"]
     return None if record is None else Path(record["root"]) / cache_identity(model)
+
+
+def kept_cache_health(directory: Path) -> dict[str, Any]:
+    """Return what ``serve status`` adds about a kept cache: entries quarantined, and why none can be restored.
+
+    ``quarantined`` counts the entries a worker refused (damaged, or not this model's) and moved aside;
+    ``refused`` is why the directory (or the prompt-cache root) is not private, so that the next worker starts
+    without the kept cache, else None.
+    """
+    from mlx_agent.errors import MlxAgentError
+    from mlx_agent.files import check_private_dir
+
+    refused = None
+    for path in (directory.parent, directory):
+        try:
+            check_private_dir(path)
+        except MlxAgentError as exc:
+            refused = exc.message
+            break
+    return {"quarantined": quarantined_count(directory), "refused": refused}
+
+
+def quarantined_count(directory: Path) -> int:
+    """Return how many entries of ``directory`` are in its quarantine folder."""
+    where = directory / PROMPT_CACHE_QUARANTINE
+    try:
+        return sum(1 for p in where.iterdir() if p.name.endswith(".safetensors")) if where.is_dir() else 0
+    except OSError:
+        return 0

@@ -3,7 +3,7 @@
 Per model: requests by endpoint and status, prompt, completion and cached prompt tokens, time to first token
 and tokens/s (histograms), loads and load seconds, evictions, open requests and streams, whether it is
 loaded, and admission refusals by reason. Counts the lifecycles already keep (loads, evictions, open work)
-are read from them at scrape time rather than kept twice.
+are read from them at scrape time rather than kept twice; so are the kept prompt-cache entries quarantined.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from mlx_agent.kept_cache import cache_dir, quarantined_count
 
 if TYPE_CHECKING:
     from mlx_agent.gateway.fleet import Fleet
@@ -41,6 +43,11 @@ class FleetCollector(Collector):
             "mlx_agent_open_requests", "Non-streamed requests open now, per model.", labels=["model"]
         )
         loaded = GaugeMetricFamily("mlx_agent_model_loaded", "1 while the model's worker is ready.", labels=["model"])
+        quarantined = GaugeMetricFamily(
+            "mlx_agent_prompt_cache_quarantined",
+            "Saved prompt-cache entries a worker refused to restore (damaged or not this model's), per model.",
+            labels=["model"],
+        )
         for model in self.fleet.models:
             labels = [model.name]
             loads.add_metric(labels, model.loads)
@@ -48,7 +55,9 @@ class FleetCollector(Collector):
             streams.add_metric(labels, model.open_streams)
             requests.add_metric(labels, model.open_requests)
             loaded.add_metric(labels, 1 if model.state == "loaded" else 0)
-        yield from (loads, evictions, streams, requests, loaded)
+            if (kept := cache_dir(model.model)) is not None:
+                quarantined.add_metric(labels, quarantined_count(kept))
+        yield from (loads, evictions, streams, requests, loaded, quarantined)
 
 
 class FrontMetrics:

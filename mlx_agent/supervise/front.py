@@ -142,7 +142,7 @@ def prompt_cache_use(model: ModelPlan | None) -> dict[str, Any] | None:
     """Return what a model's kept prompt cache holds on disk now: entries, bytes, and the home's limit."""
     if model is None or not model.get("prompt_cache"):
         return None  # none kept, or a plan from before prompt caches were kept
-    from mlx_agent.kept_cache import cache_dir
+    from mlx_agent.kept_cache import cache_dir, kept_cache_health
     from mlx_agent.plan.front import model_config
 
     config = model_config(model)
@@ -154,6 +154,7 @@ def prompt_cache_use(model: ModelPlan | None) -> dict[str, Any] | None:
         "entries": len(sizes),
         "bytes": sum(sizes),
         "disk_gb": config["prompt_cache"]["disk_gb"],
+        **kept_cache_health(directory),  # quarantined entries, and why a directory is refused
     }
 
 

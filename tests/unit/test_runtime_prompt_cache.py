@@ -9,6 +9,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
+from mlx_agent.runtime.serving.cache_entry_check import ExpectedLayout
 from mlx_agent.runtime.serving.prompt_cache import (
     AlignedPromptCache,
     align,
@@ -24,6 +25,9 @@ def filled(positions: int) -> KVCache:
     keys = mx.zeros((1, 2, positions, 4))
     layer.update_and_fetch(keys, keys)  # type: ignore[no-untyped-call]
     return layer
+
+
+LAYOUT = ExpectedLayout(lambda: [filled(1)])  # one KV layer of 2 heads of dim 4, as ``filled`` makes
 
 
 def test_layers_that_ran_ahead_are_cut_back_to_the_key() -> None:
@@ -57,11 +61,11 @@ def test_saved_entries_come_back_for_the_same_identity_only(tmp_path: Path) -> N
     assert save_entries(store, "m", store.held_keys("m"), directory, "identity-a") == 2
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in directory.iterdir())
     fresh = AlignedPromptCache(max_size=4)
-    assert restore_entries(fresh, "m", directory, "identity-a") == 2
+    assert restore_entries(fresh, "m", directory, "identity-a", LAYOUT).restored == 2
     cache, rest = fresh.fetch_nearest_cache("m", [*range(10), 42])
     assert cache is not None and cache[0].offset == 10 and rest == [42]
     other = AlignedPromptCache(max_size=4)
-    assert restore_entries(other, "m", directory, "identity-b") == 0
+    assert restore_entries(other, "m", directory, "identity-b", LAYOUT).restored == 0
     assert other.fetch_nearest_cache("m", [*range(10), 42]) == (None, [*range(10), 42])
 
 

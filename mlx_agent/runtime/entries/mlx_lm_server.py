@@ -86,17 +86,33 @@ def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
 
 
-def restore_prompt_cache(where: Listening, store: Any, model_key: Any) -> None:
-    """Restore the entries a previous worker of this identity saved, before serving."""
+def restore_prompt_cache(where: Listening, store: Any, model_key: Any, model_provider: Any) -> None:
+    """Restore the entries a previous worker of this identity saved, before serving; never fail the start.
+
+    The generation thread already runs (and is no daemon): whatever escaped here would leave a process that
+    never listens, so the worker starts without the kept cache instead.
+    """
     if where.prompt_cache_dir is None:
         return
     from pathlib import Path
 
-    from mlx_agent.runtime.serving.prompt_cache import restore_entries
+    from mlx_agent.runtime.serving.prompt_cache import probe_layout, restore_entries
 
     directory = Path(where.prompt_cache_dir)
-    count = restore_entries(store, model_key, directory, directory.name)
-    logging.info("mlx-agent: restored %d saved prompt cache entries", count)
+    args = model_provider.cli_args
+    kv_bits = getattr(args, "kv_bits", None)
+    quantized = None if kv_bits is None else (int(getattr(args, "kv_group_size", 64)), int(kv_bits))
+    models = [m for m in (model_provider.model, model_provider.draft_model) if m is not None]
+    try:
+        result = restore_entries(store, model_key, directory, directory.name, probe_layout(models, quantized))
+    except Exception:
+        logging.exception("mlx-agent: starting without the kept prompt cache: its restore failed")
+    else:
+        logging.info(
+            "mlx-agent: restored %d saved prompt cache entries (%d quarantined)",
+            result.restored,
+            len(result.quarantined),
+        )
     signal.signal(signal.SIGTERM, _interrupt)
 
 
@@ -245,7 +261,7 @@ def serving_run(
         keeps = size == 1  # a group's ranks would each save a part: its prompt cache is not kept
         model_key = getattr(model_provider, "model_key", None)  # stopping the generator forgets it
         if keeps:
-            restore_prompt_cache(where, prompt_cache, model_key)
+            restore_prompt_cache(where, prompt_cache, model_key, model_provider)
         if listener is not None:
             listener.serve(generator, WrappedHandler)
         else:

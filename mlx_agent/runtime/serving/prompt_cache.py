@@ -11,17 +11,32 @@ names, so a reused entry is always aligned.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache
 
-from mlx_agent.files import check_private_dir, private_dir
+from mlx_agent.errors import MlxAgentError
+from mlx_agent.files import check_private_dir, open_private, private_dir
+from mlx_agent.runtime.serving.cache_entry_check import (
+    ENTRY_FORMAT,
+    EntryLabel,
+    EntryRejected,
+    ExpectedLayout,
+    binding,
+    check_label,
+    check_layout,
+    entry_name,
+    read_header,
+)
+from mlx_agent.wire import PROMPT_CACHE_QUARANTINE
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +85,10 @@ class AlignedPromptCache(LRUPromptCache):
 # -- kept across unloads ---------------------------------------------------------------------------------------
 # A worker that is unloaded or stopped saves its entries (mlx_lm's save_prompt_cache format) into a private
 # directory named by the model's reviewed identity; the next worker of that identity restores them before it
-# serves, so the first turn after an unload does not prefill the whole conversation again.
+# serves, so the first turn after an unload does not prefill the whole conversation again. Each entry is checked
+# before it is used (``cache_entry_check``); one that fails is moved to the private quarantine folder beside
+# the entries, logged and counted, and the worker starts without it. A directory that is not private (a link,
+# another user's, writable by others) is neither read nor written: the worker starts without the kept cache.
 
 SUFFIX = ".safetensors"
 
@@ -80,10 +98,30 @@ def _saved(paths: Iterable[Path]) -> list[Path]:
     return [p for p in paths if not p.name.startswith(".")]
 
 
-def _entry_name(tokens: list[int]) -> str:
-    import hashlib
+def _mtime(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mtime_ns
+    except OSError:
+        return 0
 
-    return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:32] + SUFFIX
+
+@dataclass
+class Restored:
+    """What a restore did: entries restored, those quarantined (name and reason), or why none were read."""
+
+    restored: int = 0
+    quarantined: list[tuple[str, str]] = field(default_factory=list)
+    refused: str | None = None  # the kept cache's directory is not private: nothing was read
+
+
+def unsafe_reason(directory: Path) -> str | None:
+    """Return why ``directory`` (or the prompt-cache root above it) may not hold a kept cache, or None."""
+    for path in (directory.parent, directory):
+        try:
+            check_private_dir(path)
+        except MlxAgentError as exc:
+            return exc.message
+    return None
 
 
 def save_entries(
@@ -92,15 +130,24 @@ def save_entries(
     """Write the entries of ``keys`` (newest last) still in ``store`` into ``directory``; return how many."""
     from mlx_lm.models.cache import save_prompt_cache
 
+    if (why := unsafe_reason(directory)) is not None:
+        log.warning("mlx-agent: not saving the prompt cache: %s", why)
+        return 0
     private_dir(directory)
     saved = 0
     for tokens, cache_type in keys:
         cache, rest = store.fetch_nearest_cache(model_key, tokens)
         if cache is None or rest:
             continue  # evicted meanwhile: only exact entries are kept
-        path = directory / _entry_name(tokens)
+        path = directory / entry_name(tokens)
         partial = path.with_name(f".partial-{os.getpid()}-{path.name}")  # mlx keeps the .safetensors suffix
-        metadata = {"identity": identity, "tokens": json.dumps(tokens), "cache_type": cache_type}
+        metadata = {
+            "identity": identity,
+            "tokens": json.dumps(tokens),
+            "cache_type": cache_type,
+            "format": ENTRY_FORMAT,
+            "binding": binding(identity, tokens, cache_type),
+        }
         previous = os.umask(0o077)
         try:
             save_prompt_cache(str(partial), cache, metadata)
@@ -111,35 +158,104 @@ def save_entries(
     return saved
 
 
-def restore_entries(store: AlignedPromptCache, model_key: Any, directory: Path, identity: str) -> int:
-    """Insert the saved entries of ``directory`` made for ``identity`` into ``store``, oldest first."""
+def restore_entries(
+    store: AlignedPromptCache, model_key: Any, directory: Path, identity: str, expected: ExpectedLayout
+) -> Restored:
+    """Insert the saved entries of ``directory`` that pass every check into ``store``, oldest first.
+
+    ``expected`` is this model's cache layout; an entry failing a check is quarantined, never loaded into use.
+    """
+    result = Restored()
+    if not os.path.lexists(directory):
+        return result  # nothing kept yet
+    if (why := unsafe_reason(directory)) is not None:
+        log.warning("mlx-agent: starting without the kept prompt cache: %s", why)
+        result.refused = why
+        return result
+    if not directory.is_dir():
+        return result
+    for partial in directory.glob(".partial-*"):  # a save its worker did not finish (killed): never complete
+        with contextlib.suppress(OSError):
+            partial.unlink()
+    for path in sorted(_saved(directory.glob(f"*{SUFFIX}")), key=_mtime):
+        try:
+            cache, label = _checked_entry(path, identity, expected)
+        except EntryRejected as exc:
+            _quarantine(path, exc.reason)
+            result.quarantined.append((path.name, exc.reason))
+            continue
+        store.insert_cache(model_key, label.tokens, cache, cache_type=label.cache_type)
+        os.utime(path)  # restored: the most recently used, for the disk limit
+        result.restored += 1
+    return result
+
+
+def _checked_entry(path: Path, identity: str, expected: ExpectedLayout) -> tuple[list[Any], EntryLabel]:
+    """Return the entry at ``path``, loaded, and its label, once its file, header and layout pass."""
     from mlx_lm.models.cache import load_prompt_cache
 
-    if not directory.is_dir():
-        return 0
-    check_private_dir(directory)
-    for partial in directory.glob(".partial-*"):  # a save its worker did not finish (killed): never complete
-        partial.unlink(missing_ok=True)
-    restored = 0
-    for path in sorted(_saved(directory.glob(f"*{SUFFIX}")), key=lambda p: p.stat().st_mtime_ns):
-        try:
-            cache, metadata = load_prompt_cache(str(path), return_metadata=True)  # type: ignore[no-untyped-call]
-            if metadata.get("identity") != identity:
-                continue  # made for another model, adapter or template: never served from
-            tokens = json.loads(metadata["tokens"])
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning("mlx-agent: skipping the saved prompt cache %s (%s)", path.name, exc)
-            continue
-        store.insert_cache(model_key, tokens, cache, cache_type=metadata.get("cache_type", "assistant"))
-        os.utime(path)  # restored: the most recently used, for the disk limit
-        restored += 1
-    return restored
+    try:
+        fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)  # never a link, a FIFO's wait or another's file
+    except MlxAgentError as exc:
+        raise EntryRejected(exc.message) from None
+    except OSError as exc:
+        raise EntryRejected(f"cannot be opened: {exc.strerror or exc}") from None
+    try:
+        header = read_header(fd)
+    except OSError as exc:
+        raise EntryRejected(f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    label = check_label(header, path.name, identity, expected.classes, expected.quantized is not None)
+    try:
+        cache = load_prompt_cache(str(path))  # type: ignore[no-untyped-call]
+    except Exception as exc:  # the header passed: what mlx or mlx_lm still refuses is this entry's damage
+        raise EntryRejected(f"mlx could not load it: {str(exc)[:200]}") from None
+    check_layout(cache, label, expected)
+    return cache, label
+
+
+def _quarantine(path: Path, reason: str) -> None:
+    """Move a refused entry into the private quarantine folder beside it (else delete it), with one log line."""
+    where = path.parent / PROMPT_CACHE_QUARANTINE
+    try:
+        private_dir(where)
+        os.replace(path, where / path.name)
+    except (OSError, MlxAgentError) as exc:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        log.warning("mlx-agent: deleted the saved prompt cache %s (%s; quarantine failed: %s)", path.name, reason, exc)
+        return
+    log.warning("mlx-agent: quarantined the saved prompt cache %s: %s", path.name, reason)
+
+
+def probe_layout(models: list[Any], quantized: tuple[int, int] | None) -> ExpectedLayout:
+    """Return the layout of ``models``' prompt cache (mlx_lm's order: the model's layers, then the draft's)."""
+
+    def probe() -> list[Any]:
+        from mlx_lm.models.cache import make_prompt_cache
+
+        layers: list[Any] = []
+        for model in models:
+            cache = make_prompt_cache(model)
+            model(mx.array([[0]]), cache=cache)
+            layers += cache
+        mx.eval([layer.state for layer in layers])
+        return layers
+
+    return ExpectedLayout(probe, quantized)
 
 
 def enforce_limit(root: Path, limit_bytes: int) -> int:
-    """Delete the least recently used saved entries under ``root`` until they fit ``limit_bytes``; return bytes."""
-    files = sorted(_saved(root.glob(f"*/*{SUFFIX}")), key=lambda p: p.stat().st_mtime_ns) if root.is_dir() else []
-    sizes = {p: p.stat().st_size for p in files}
+    """Delete saved entries under ``root`` until they fit ``limit_bytes``; return the bytes left.
+
+    Quarantined entries go first (never used again), then the least recently used.
+    """
+    if not root.is_dir():
+        return 0
+    quarantined = sorted(root.glob(f"*/{PROMPT_CACHE_QUARANTINE}/*{SUFFIX}"), key=_mtime)
+    files = quarantined + sorted(_saved(root.glob(f"*/*{SUFFIX}")), key=_mtime)
+    sizes = {p: os.lstat(p).st_size for p in files}
     total = sum(sizes.values())
     for path in files:
         if total <= limit_bytes:
