@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,31 +15,13 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from mlx_agent.supervise.ports import port_is_free
 from tests.fixtures.tiny_model import build_tiny_model
+from tests.ports import PORT_BLOCK as PORT_BLOCK  # re-exported: the tests import them from here
+from tests.ports import free_port as free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO_ROOT / "scripts" / "mlx-agent"
 SCHEMAS = REPO_ROOT / "schemas"
-
-
-# Each pytest-xdist worker takes its ports from its own block below the kernel's ephemeral range (32768 and
-# up on Linux, where the product's own port picks and every outgoing connection land): a port one test chose
-# cannot be chosen by a test on another worker, nor taken by a connection, before its server binds it.
-PORT_BLOCK = 1500
-_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 8
-_PORTS = itertools.cycle(range(20000 + _WORKER * PORT_BLOCK, 20000 + (_WORKER + 1) * PORT_BLOCK))
-for _ in range(random.randrange(PORT_BLOCK)):  # a run started right after another does not reuse its ports first
-    next(_PORTS)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a loopback port that is free now, from this test worker's own block of ports."""
-    for _ in range(PORT_BLOCK):
-        port = next(_PORTS)
-        if port_is_free(port, host):
-            return port
-    raise RuntimeError(f"no free port in this worker's block of {PORT_BLOCK}")
 
 
 def _registry() -> Registry:

@@ -53,3 +53,12 @@ def test_a_port_in_use_is_skipped() -> None:
         listener.listen()
         picks = {free_port() for _ in range(PORT_BLOCK)}
     assert taken not in picks
+
+
+def test_a_run_of_ports_is_consecutive_free_and_inside_the_block() -> None:
+    """``free_ports(2)`` (a ring group's two link ports) gives P and P+1, both free, both in this worker's block."""
+    from tests.ports import _LOW, free_ports
+
+    for _ in range(PORT_BLOCK):  # a full turn of the block, so a run never crosses its end
+        first = free_ports(2)
+        assert first >= _LOW and first + 1 < _LOW + PORT_BLOCK

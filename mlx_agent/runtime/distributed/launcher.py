@@ -45,6 +45,7 @@ class Ranks:
     def __init__(self) -> None:
         self.processes: list[Any] = []
         self.statuses: list[tuple[int, int, bool]] = []  # (rank, status, whether we stopped it)
+        self.signalled: int | None = None  # the signal that told this launcher to stop its ranks, if one did
         self.lock = threading.Lock()
 
     def exit_status(self) -> int:
@@ -55,7 +56,10 @@ class Ranks:
         # A refusal (a bind failure, a changed model) explains a peer's plain failure, whichever ended first:
         # a rank still joining the group fails with status 1 when its peer refused and left.
         refusals = [status for status in causes if status in REFUSALS]
-        chosen = refusals or causes or [status for status, _ in failures]
+        # Told to stop, the launcher ends as the signal says: a rank that lost its peer to the stop (it may be
+        # seen to exit first) is a consequence of it, never the reason.
+        signalled = [128 + self.signalled] if self.signalled is not None else []
+        chosen = refusals or causes or signalled or [status for status, _ in failures]
         return chosen[0] if chosen else 0
 
     def stop_all(self) -> None:
@@ -113,6 +117,7 @@ def rank_process_class(base: Any) -> Any:
 
 
 def _on_signal(signum: int, _: FrameType | None) -> None:
+    RANKS.signalled = RANKS.signalled or signum
     print(f"mlx-agent launcher: signal {signum}; stopping every rank", file=sys.stderr, flush=True)
     threading.Thread(target=RANKS.stop_all, name="mlx-agent-stop-ranks", daemon=True).start()
 
