@@ -2,10 +2,12 @@
 
 * ``sha256_file`` reads in 4 MiB chunks into one reused buffer.
 * ``changed_files`` rechecks files a plan bound by content (adapter files, a training receipt): the one
-  place that decides whether a reviewed file is still what was reviewed.
+  place that decides whether a reviewed file is still what was reviewed; ``changed_links`` whether the links
+  to one (a venv's interpreter) still lead there.
 * ``private_dir`` / ``check_private_dir`` / ``open_private`` keep state to the user's own directories and
   files: created 0700/0600 whatever the umask, refused (``state_dir_unsafe``) when another user owns them,
-  group or others can write them, or they are symbolic links (opened with ``O_NOFOLLOW``).
+  group or others can write them, or they are symbolic links (opened with ``O_NOFOLLOW``); ``closed_dir``
+  also makes an existing one 0700 without following a link.
 * ``write_json_atomic`` writes a private file readers see whole or not at all.
 * ``log_tail`` reads the last lines of a log leniently.
 * ``utc_now`` / ``utc_iso`` are the one timestamp format: ISO 8601, UTC, milliseconds, ``Z``.
@@ -20,7 +22,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
     from typing import Any
 
 CHUNK = 4 * 1024 * 1024
@@ -67,6 +69,24 @@ def private_dir(path: Path) -> Path:
         else:
             os.chmod(directory, 0o700)
     return check_private_dir(path)
+
+
+def closed_dir(path: Path) -> Path:
+    """Return ``private_dir(path)`` made 0700 through a descriptor opened without following a link.
+
+    For a directory only its owner may even enter (a front's socket directory); a link planted there is
+    refused before anything is changed, and one swapped in after the check is not followed by the chmod.
+    """
+    private_dir(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
+    except OSError as exc:
+        raise _unsafe(path, f"cannot be opened as a directory of yours ({exc.strerror or exc})") from None
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return path
 
 
 def open_private(path: Path, flags: int) -> int:
@@ -127,6 +147,23 @@ def changed_files(checks: Iterable[tuple[Path, str, int]]) -> list[dict[str, Any
             continue
         if actual != digest:
             changed.append({**entry, "sha256": actual, "reason": "content_changed"})
+    return changed
+
+
+def changed_links(checks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Return one record per check with a ``via`` whose links no longer lead to its ``path`` (``link_changed``).
+
+    ``via`` is the path a worker's argv[0] gives (a venv's ``bin/python``): a link replaced by a script, or
+    pointed at another interpreter, is refused even though the bound file itself is unchanged.
+    """
+    changed: list[dict[str, Any]] = []
+    for check in checks:
+        via = check.get("via")
+        if via is None:
+            continue
+        target = os.path.realpath(via)
+        if target != check["path"]:
+            changed.append({"path": via, "expected_target": check["path"], "target": target, "reason": "link_changed"})
     return changed
 
 

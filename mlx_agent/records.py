@@ -204,11 +204,12 @@ class Recipe(TypedDict):
 
 @with_config(STRICT)
 class FileCheck(TypedDict):
-    """A file a worker load rechecks by content (adapter files, a training receipt)."""
+    """A file a worker load rechecks by content (adapter files, a training receipt, the interpreter)."""
 
     path: AbsPath
     sha256: Sha256
     size: Count
+    via: NotRequired[AbsPath]  # the path argv[0] gives (a venv's bin/python), whose links must still lead to path
 
 
 @with_config(STRICT)
@@ -221,6 +222,7 @@ class WorkerRecord(TypedDict):
     port_env: NotRequired[str | None]  # a TCP worker that reads its port from this variable, not from argv
     model_name: str  # what the worker calls its one model in requests and replies
     argv: Annotated[list[str], Field(min_length=1)]
+    executable: NotRequired[AbsPath]  # the file argv[0] led to at review: the worker is started by it, argv[0] kept
     env: dict[str, str]
     cwd: AbsPath
     readiness: ReadinessRecord

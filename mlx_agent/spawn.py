@@ -4,6 +4,15 @@ The supervisor starts fronts with it, a front starts its workers with it, ``lora
 training watcher with it and the watcher its trainer. A worker and a trainer also ask Linux to kill them when
 their parent dies (``die_with_parent``), so a front or watcher killed with SIGKILL leaves no loaded model and
 no unrecorded training behind.
+
+A worker is started by the file its plan reviewed (``executable``, what argv[0]'s links resolved to at preview),
+with argv[0] kept: a venv's interpreter still finds its ``pyvenv.cfg`` beside argv[0], and a link swapped since
+is never followed. The Linux wrapper itself runs this process's own binary (``/proc/self/exe``), not whatever
+``sys.executable`` names now.
+
+A child started with ``awaits_word`` (a front at confirm) does nothing until its parent says ``go`` on its stdin
+(``await_word``), which the parent does once it has recorded the child; a parent that dies first closes the pipe
+and the child ends, so no process runs that no record names.
 """
 
 from __future__ import annotations
@@ -26,19 +35,54 @@ _DIE_WITH_PARENT = (
     "    sys.exit(1)\n"
     "if sys.argv[2] != '-':\n"
     "    os.set_inheritable(int(sys.argv[2]), False)\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+    "if sys.argv[3] == '-':\n"
+    "    os.execvp(sys.argv[4], sys.argv[4:])\n"
+    "os.execv(sys.argv[3], sys.argv[4:])\n"  # the reviewed file, argv[0] kept
 )
+# The running interpreter's own binary, which a link swapped under sys.executable cannot change.
+SELF_EXE = "/proc/self/exe"
+# Set in the environment of a child that waits for its parent's word before it does anything (``await_word``).
+AWAIT_WORD_ENV = "MLX_AGENT_AWAIT_WORD"
+WORD = b"go"
 
 
-def with_parent_death_signal(argv: list[str], exec_fd: int | None = None) -> list[str]:
+def with_parent_death_signal(argv: list[str], exec_fd: int | None = None, executable: str | None = None) -> list[str]:
     """Return the argv that starts ``argv`` so that, on Linux, it dies with this process.
 
-    ``exec_fd``, a pipe's write end passed to the child, is closed when ``argv`` is exec'd.
+    ``exec_fd``, a pipe's write end passed to the child, is closed when ``argv`` is exec'd. ``executable`` is
+    the file exec'd with ``argv`` (None: ``argv[0]`` looked up as a command).
     """
     if not sys.platform.startswith("linux"):
         return argv
     fd = "-" if exec_fd is None else str(exec_fd)
-    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), fd, *argv]
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), fd, executable or "-", *argv]
+
+
+def await_word() -> bool:
+    """In a child started with ``awaits_word``: wait for the parent's ``go``; False when it ended without one.
+
+    A child started without it returns True at once. The variable is dropped so this child's own children do
+    not wait.
+    """
+    if os.environ.pop(AWAIT_WORD_ENV, None) is None:
+        return True
+    word = b""
+    while len(word) < len(WORD):
+        chunk = os.read(0, len(WORD) - len(word))
+        if not chunk:
+            return False  # end of file: the parent died or gave up before it recorded this process
+        word += chunk
+    return word == WORD
+
+
+def send_word(child: subprocess.Popen[bytes]) -> None:
+    """Tell a child started with ``awaits_word`` to go on; one that has already ended is left to its waiter."""
+    assert child.stdin is not None
+    try:
+        child.stdin.write(WORD)
+        child.stdin.close()
+    except OSError:  # it ended (a broken pipe): whoever waits for its readiness reads why from its log
+        pass
 
 
 def open_log(log_path: Path) -> int:
@@ -61,6 +105,8 @@ def spawn(
     header: str | None = None,
     stdin: int = subprocess.DEVNULL,
     until_exec: bool = False,
+    executable: str | None = None,
+    awaits_word: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session, stdout and stderr appended to ``log_path`` (after ``header``, if given).
 
@@ -68,7 +114,9 @@ def spawn(
     parent-death signal to the forking thread: call this from the thread that lives as long as the parent (a
     front's event loop), not from an executor. ``until_exec`` (with ``die_with_parent``) returns only once
     the child runs ``argv`` itself, or has ended, so the identity read next (pid, birth, command line) is the
-    program's and not the Linux wrapper's; a front's event loop does not wait for that.
+    program's and not the Linux wrapper's; a front's event loop does not wait for that. ``executable`` is the
+    reviewed file to run as ``argv[0]``. ``awaits_word`` gives the child a pipe on stdin and tells it to wait
+    for ``send_word`` before it does anything.
     """
     fd = open_log(log_path)
     wait = until_exec and die_with_parent and sys.platform.startswith("linux")
@@ -76,13 +124,22 @@ def spawn(
     try:
         if header is not None:
             os.write(fd, header.encode() + b"\n")
-        command = with_parent_death_signal(argv, exec_fd if wait else None) if die_with_parent else argv
+        wrapped = die_with_parent and sys.platform.startswith("linux")
+        if wrapped:
+            command = with_parent_death_signal(argv, exec_fd if wait else None, executable)
+            executable = SELF_EXE if os.path.exists(SELF_EXE) else None
+        else:
+            command = argv
+        env = {**os.environ, **env_add}
+        if awaits_word:
+            env[AWAIT_WORD_ENV] = "1"
         child = subprocess.Popen(
             command,
-            stdin=stdin,
+            executable=executable,
+            stdin=subprocess.PIPE if awaits_word else stdin,
             stdout=fd,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **env_add},
+            env=env,
             cwd=cwd,
             start_new_session=True,
             pass_fds=(exec_fd,) if wait else (),

@@ -1,7 +1,8 @@
 """``python -m mlx_agent.gateway --config /abs/front.json``: run a server's front until SIGTERM.
 
-Exit status: 0 after a clean stop, 2 for an unusable config, token, key file or policy, 3 (with a refusal
-line) when it cannot listen (``port_in_use``) or an eager front cannot load one of its models.
+Exit status: 0 after a clean stop, 1 when the confirm that started it ended before recording it, 2 for an
+unusable config, token, key file or policy, 3 (with a refusal line) when it cannot listen (``port_in_use``),
+its socket directory is unsafe (``state_dir_unsafe``) or an eager front cannot load one of its models.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ def main(argv: list[str]) -> int:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s mlx-agent front: %(message)s"
     )
 
+    from mlx_agent.spawn import await_word
+
+    if not await_word():  # started at confirm: nothing before its receipt exists, and nothing if it never will
+        print("mlx-agent front: its supervisor ended before recording it; not starting", file=sys.stderr)
+        return 1
     from mlx_agent.errors import FrontConfigInvalid
     from mlx_agent.gateway.app import read_secrets, serve
     from mlx_agent.gateway.config import load_config
@@ -34,7 +40,14 @@ def main(argv: list[str]) -> int:
     # uvloop's event loop halves the front's CPU per streamed event, which the worker's own decode shares.
     import uvloop
 
-    return uvloop.run(serve(config, secrets))
+    from mlx_agent.errors import MlxAgentError, refusal_line
+    from mlx_agent.wire import EXIT_REFUSED
+
+    try:
+        return uvloop.run(serve(config, secrets))
+    except MlxAgentError as exc:  # a refusal before it listens (an unsafe socket directory): its supervisor says so
+        print(refusal_line(exc), file=sys.stderr, flush=True)
+        return EXIT_REFUSED
 
 
 if __name__ == "__main__":

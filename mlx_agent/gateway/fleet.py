@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import MlxAgentError, RequestRefused, UnloadBlocked
-from mlx_agent.files import utc_iso
+from mlx_agent.files import closed_dir, utc_iso
 from mlx_agent.gateway.admission import RETRY_AFTER_S, available_memory, memory_check
 from mlx_agent.gateway.config import matches
 from mlx_agent.gateway.http_errors import refused
@@ -68,10 +68,7 @@ class Fleet:
         raw = self.config["socket_dir"]
         if not raw:
             return Path(tempfile.mkdtemp(prefix="mlx-agent-"))
-        path = Path(raw)
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
-        return path
+        return closed_dir(Path(raw))  # a link planted there is refused, never followed and chmodded
 
     def socket_path(self, index: int, load: int) -> Path:
         """Return the socket of a model's ``load``-th worker."""

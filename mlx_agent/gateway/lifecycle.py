@@ -24,7 +24,7 @@ from mlx_agent.errors import (
     RuntimeChanged,
     UnloadBlocked,
 )
-from mlx_agent.files import changed_files, log_tail, utc_iso
+from mlx_agent.files import changed_files, changed_links, log_tail, utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.worker import WorkerProcess, rank_exits
@@ -201,7 +201,7 @@ class Lifecycle:
                     )
                     raise self._fail(error, error.code)
             runtime = self.model["runtime_checks"]
-            changed_runtime = await asyncio.to_thread(
+            changed_runtime = changed_links(runtime) + await asyncio.to_thread(
                 changed_files, [(Path(c["path"]), c["sha256"], c["size"]) for c in runtime]
             )
             if changed_runtime:

@@ -117,6 +117,7 @@ class WorkerProcess:
             spec["cwd"],
             die_with_parent=True,
             header=f"mlx-agent front: worker load {load_number} on {where}",
+            executable=spec.get("executable"),  # the file reviewed, not whatever argv[0]'s links name now
         )
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False, headers=headers)
         return cls(proc=proc, spec=spec, address=address, session=session)

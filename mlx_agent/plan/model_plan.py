@@ -22,7 +22,7 @@ from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, pr
 from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
-from mlx_agent.plan.runtime import resolve_runtime, runtime_checks
+from mlx_agent.plan.runtime import resolve_runtime, reviewed_executable, runtime_checks
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
@@ -374,6 +374,7 @@ def build_model_plan(
             "port_env": PORT_ENV if native else None,
             "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
             "argv": argv,
+            "executable": reviewed_executable(argv[0]),
             "env": env,
             "cwd": "/",
             "readiness": readiness,

@@ -80,16 +80,28 @@ def interpreter_sha256(interpreter: str) -> str:
     return sha256_file(Path(interpreter).resolve())
 
 
+def reviewed_executable(argv0: str) -> str:
+    """Return the file a worker's argv[0] leads to now, through every link: what the front will start it by.
+
+    A venv's ``bin/python`` is a link; the worker is started by the file it resolved to at review with argv[0]
+    kept (the venv is found from argv[0]), so a link swapped after confirm is never followed, and each load
+    rechecks that the links still lead there (``runtime_checks``' ``via``).
+    """
+    return os.path.realpath(argv0)
+
+
 def runtime_checks(runtime: RuntimeRecord) -> list[FileCheck]:
     """Return the files every worker load rechecks by content.
 
-    These are the interpreter, our entry, the runtime's modules, and for an executable from another environment
-    the executable and the native entry it runs under.
+    These are the interpreter (with the links that lead to it), our entry, the runtime's modules, and for an
+    executable from another environment the executable and the native entry it runs under.
     """
     checks: list[FileCheck] = []
     named: list[tuple[Path, str]] = []
-    if runtime.get("interpreter_sha256") and runtime.get("interpreter"):
-        named.append((Path(str(runtime["interpreter"])).resolve(), str(runtime["interpreter_sha256"])))
+    interpreter = runtime.get("interpreter")
+    via = interpreter if runtime.get("interpreter_sha256") and interpreter else None
+    if via:
+        named.append((Path(reviewed_executable(via)), str(runtime["interpreter_sha256"])))
     if runtime.get("executable_sha256") and runtime.get("executable"):
         named.append((Path(str(runtime["executable"])), str(runtime["executable_sha256"])))
     if runtime.get("native_entry_sha256"):
@@ -106,6 +118,8 @@ def runtime_checks(runtime: RuntimeRecord) -> list[FileCheck]:
         except OSError:
             size = -1
         checks.append({"path": str(path), "sha256": digest, "size": max(size, 0)})
+    if via:
+        checks[0]["via"] = via  # the interpreter's check: its links must still lead to the bound file
     return checks
 
 
@@ -181,7 +195,7 @@ def _native(recipe: Recipe, raw: str, source: str) -> dict[str, Any]:
             f"{exe} does not come with {recipe['distribution']} installed beside its interpreter",
             details={"executable": str(exe), "interpreter": str(interpreter) if interpreter else None},
         )
-    return {
+    record: dict[str, Any] = {
         "launcher": "native",
         "executable": str(exe),
         "executable_from": source,
@@ -194,6 +208,15 @@ def _native(recipe: Recipe, raw: str, source: str) -> dict[str, Any]:
         "versions": versions,
         "adapter_enabled": False,
     }
+    if interpreter is not None:  # bound like ours: the worker runs it, by the file it leads to now
+        try:
+            record["interpreter_sha256"] = interpreter_sha256(str(interpreter))
+        except OSError as exc:
+            raise RuntimeNotInstalled(
+                f"{exe} runs {interpreter}, which cannot be read: {exc.strerror or exc}",
+                details={"executable": str(exe), "interpreter": str(interpreter)},
+            ) from None
+    return record
 
 
 def runtime_site_paths(name: str, executable: str | None) -> list[str] | None:

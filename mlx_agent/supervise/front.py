@@ -19,9 +19,10 @@ from mlx_agent.errors import (
     OwnershipMismatch,
     PolicyRejected,
     ReceiptNotFound,
+    StateWriteFailed,
     UnloadBlocked,
 )
-from mlx_agent.files import NOFOLLOW, open_private, private_dir, write_json_atomic
+from mlx_agent.files import NOFOLLOW, check_private_dir, open_private, private_dir, write_json_atomic
 from mlx_agent.plan.front import front_config
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
@@ -57,15 +58,41 @@ STATUS_KEYS = (
 )
 
 
+def check_front_paths(plan: ServePlan) -> None:
+    """Refuse a front's socket directory that is a link, another user's, or open to others (``state_dir_unsafe``).
+
+    The front creates it and binds its workers' sockets inside; a link planted there beforehand would have it
+    chmod and bind in whatever directory the link names. The other front files are replaced, never followed.
+    """
+    if plan["front"]["socket_dir"]:
+        check_private_dir(Path(plan["front"]["socket_dir"]))
+
+
 def write_front_files(plan: ServePlan) -> None:
-    """Write a fresh control token and the reviewed config; drop a policy left by an earlier front."""
+    """Write a fresh control token and the reviewed config; drop a policy left by an earlier front.
+
+    On any failure (a full disk) every file written so far is removed again, the token first of all.
+    """
+    try:
+        _write_front_files(plan)
+    except BaseException:
+        remove_front_files(plan)
+        raise
+
+
+def _write_front_files(plan: ServePlan) -> None:
     front = plan["front"]
     token_path = Path(front["token_path"])
     private_dir(token_path.parent)
     token_path.unlink(missing_ok=True)
-    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_urlsafe(32) + "\n")
+    try:
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32) + "\n")
+    except OSError as exc:
+        raise StateWriteFailed(
+            f"cannot write {token_path}: {exc.strerror or exc}", details={"path": str(token_path), "errno": exc.errno}
+        ) from exc
     Path(front["policy_path"]).unlink(missing_ok=True)  # the reviewed policy, not a previous front's
     for model in plan["models"]:
         if model["group"] is not None:  # the reviewed host list, which the group's launcher reads

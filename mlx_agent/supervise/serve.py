@@ -19,9 +19,9 @@ from mlx_agent.files import open_private, private_dir, utc_now
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.serve_plan import build_serve_plan, model_ids
 from mlx_agent.plan.wired import claims_on_port, read_wired
-from mlx_agent.spawn import spawn
+from mlx_agent.spawn import send_word, spawn
 from mlx_agent.supervise import process
-from mlx_agent.supervise.front import remove_front_files, write_front_files
+from mlx_agent.supervise.front import check_front_paths, remove_front_files, write_front_files
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.supervise.previews import reviewed_plan, save_preview
@@ -75,6 +75,7 @@ def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:
         from mlx_agent.supervise.units import check_unit_path
 
         check_unit_path(plan)
+    check_front_paths(plan)
     if not port_is_free(port, plan["host"]):
         raise PortInUse(f"port {port} on {plan['host']} is already bound by another program", details={"port": port})
     return warnings
@@ -151,19 +152,21 @@ def _receipt(plan: ServePlan, identity: ProcessIdentity, log: Path) -> ServeRece
 def _launch(plan: ServePlan, directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> ServeReceipt:
     """Spawn, record, wait; on any failure stop the child and remove its receipt (we hold the port lock)."""
     log = log_path(directory, plan["port"])
-    private_dir(log.parent)
-    os.close(open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))  # a fresh log; a planted link is refused
     child: subprocess.Popen[bytes] | None = None
     try:
+        private_dir(log.parent)
+        os.close(open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))  # a fresh log; a planted link is refused
         with interrupts.held():
-            child = spawn(plan["argv"], plan["env"], log, plan["cwd"])
+            # The front waits for our word before it reads a file or listens, and we give it only once its receipt
+            # is on disk: a CLI killed before that closes the pipe and the front ends, so no front runs unnamed.
+            child = spawn(plan["argv"], plan["env"], log, plan["cwd"], awaits_word=True)
             try:
                 identity = process.identity(child.pid)
             except ProcessLookupError:
                 raise launch_failed(child.wait(), log) from None
             receipt = _receipt(plan, identity, log)
-            # The receipt exists from the moment the process does, so even a killed CLI leaves nothing unowned.
             write_receipt(directory, receipt)
+            send_word(child)
         wait_ready(child, plan, log, on_tick, tick_log=Path(plan["models"][0]["worker"]["log_path"]))
         receipt["ready_at"] = utc_now()
         write_receipt(directory, receipt)
@@ -191,7 +194,11 @@ def confirm(
         with port_lock(directory, plan["port"], timeout=0, busy=PortInUse):
             warnings = gates(plan, directory, cleanup=True)
             write_front_files(plan)  # the unit runs the same front, which reads them at every start
-            return units.install(plan, directory, utc_now()), warnings
+            try:
+                return units.install(plan, directory, utc_now()), warnings
+            except BaseException:
+                remove_front_files(plan)
+                raise
     interrupts = _Interrupts()
     with port_lock(directory, plan["port"], timeout=0, busy=PortInUse), interrupts.installed():
         warnings = gates(plan, directory, cleanup=True)
