@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -25,10 +26,17 @@ from mlx_agent.runtime.serving.cache_entry_check import entry_name
 from mlx_agent.runtime.serving.prompt_cache import AlignedPromptCache, save_entries
 from mlx_agent.wire import PROMPT_CACHE_QUARANTINE
 from tests.conftest import Agent, free_port
+from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.e2e
 
 READY_TIMEOUT = "30"  # well under the 120 s default, and above the tiny model's start on this machine
+
+
+@pytest.fixture(scope="module")
+def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build a one-layer tiny model with the tiny model's tokenizer, to draft for it."""
+    return build_tiny_model(tmp_path_factory.mktemp("draft") / "tiny-draft", seed=7, num_layers=1)
 
 
 def plant_entry(agent: Agent, model: Path, args: list[str], tokens: list[int]) -> Path:
@@ -49,11 +57,11 @@ def plant_entry(agent: Agent, model: Path, args: list[str], tokens: list[int]) -
     return directory / entry_name(tokens)
 
 
-def answers(port: int, model: str) -> int:
+def answers(port: int, model: str, content: str = "hello there") -> int:
     """Send one greedy chat turn and return the prompt tokens the worker had cached."""
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", timeout=120, max_retries=0)
     reply = client.chat.completions.create(
-        model=model, max_tokens=4, temperature=0, messages=[{"role": "user", "content": "hello there"}]
+        model=model, max_tokens=4, temperature=0, messages=[{"role": "user", "content": content}]
     )
     assert reply.choices[0].message.content is not None and reply.usage is not None
     details = reply.usage.prompt_tokens_details
@@ -153,3 +161,23 @@ def test_a_directory_others_can_write_is_not_restored_and_the_server_starts(agen
     log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text()
     assert "starting without the kept prompt cache" in log and "not saving the prompt cache" in log
     assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]  # nothing saved into it either
+
+
+def test_entries_of_a_drafted_quantized_worker_pass_the_checks(
+    agent: Agent, model_copy: Path, tiny_draft: Path
+) -> None:
+    """What a worker with a draft model and KV bits saves (both models' layers) is restored after an unload."""
+    port = free_port()
+    args = ["--path", str(model_copy), "--port", str(port), "--jit", "--draft-model", str(tiny_draft)]
+    receipt = agent.launch(*args, "--kv-bits", "8")
+    long = "Keep this in mind: " + " ".join(f"line{i}" for i in range(150))
+    assert answers(port, model_copy.name, long) == 0
+    assert agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(receipt["pid"])).rc == 0
+    deadline = time.monotonic() + 30  # the worker saves while it stops, after unload has answered
+    while agent.run("serve", "status").data["servers"][0]["models"][0]["prompt_cache"]["entries"] < 1:
+        assert time.monotonic() < deadline, "the unloaded worker saved no prompt cache"
+        time.sleep(0.2)
+    assert answers(port, model_copy.name, long) >= 150, "the reloaded worker restored the saved entry"
+    kept = agent.run("serve", "status").data["servers"][0]["models"][0]["prompt_cache"]
+    assert kept["quarantined"] == 0 and kept["refused"] is None
+    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
