@@ -15,7 +15,13 @@ Every variable and config key below was read in the client named, at the version
 - Codex CLI: its config reference (developers.openai.com/codex/config-reference: ``model_providers.<id>``
   with ``name``, ``base_url``, ``wire_api``, ``env_key``; ``model_context_window``,
   ``model_auto_compact_token_limit``) and ``codex --help`` of the pinned binary (``-c key=value`` parses the
-  value as TOML; ``-p/--profile NAME`` layers ``$CODEX_HOME/NAME.config.toml`` on the base config).
+  value as TOML; ``-p/--profile NAME`` layers ``$CODEX_HOME/NAME.config.toml`` on the base config). The
+  provider's ``auth`` table (``command``, ``args``, ``timeout_ms``, ``refresh_interval_ms``, ``cwd``: the
+  command's trimmed stdout is sent as ``Authorization: Bearer``, cached 300000 ms and rerun after a 401;
+  not combinable with ``env_key``) is in the pinned binary's messages ("provider auth.command must not be
+  empty", "provider auth cannot be combined with ...") and openai/codex's ``ModelProviderAuthInfo``
+  (PR 16288); the real binary was seen sending the key file's first key that way, from config.toml and from
+  ``-c``. Its ``credential_file`` belongs to the Vertex AI provider (a Google credential), not to this one.
 - opencode: its config docs (opencode.ai/docs/providers, "Custom provider"; schema opencode.ai/config.json):
   ``provider.<id>`` with ``npm: "@ai-sdk/openai-compatible"``, ``name``, ``options.baseURL``,
   ``options.apiKey`` (which takes ``{env:VAR}`` and ``{file:PATH}`` substitutions), ``models.<id>.limit``
@@ -23,9 +29,10 @@ Every variable and config key below was read in the client named, at the version
 - Any client: the OpenAI SDKs read ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, the Anthropic SDKs
   ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``.
 
-The key: the value goes in an environment variable, never in a file or argv where the client can read a
-variable instead (Codex ``env_key``, opencode ``{env:...}``/``{file:...}``); ``KEY_VARS`` names every variable
-that holds it, so a printer can show a reference instead of the value.
+The key: never written into a file or argv. Where the client can read the server's key file itself it is
+given a reference to that file (Claude Code ``apiKeyHelper``, Codex ``auth.command``, opencode
+``{file:...}``); otherwise the value goes in an environment variable; ``KEY_VARS`` names every variable that
+holds it, so a printer can show a reference instead of the value.
 """
 
 from __future__ import annotations
@@ -73,7 +80,6 @@ CLAUDE_DEFAULT_OUTPUT = 32000  # what it asks by default; more than a small wind
 CODEX_PROVIDER_ID = "mlx_agent"  # a dotted `-c` path splits on '.', so no dot; '_' is a bare TOML key
 CODEX_PROVIDER_NAME = "mlx-agent"  # any name but "OpenAI": Codex then compacts by itself (README, Codex)
 CODEX_PROFILE = "mlx-agent"  # `codex -p mlx-agent` layers $CODEX_HOME/mlx-agent.config.toml
-CODEX_KEY_VAR = "MLX_AGENT_API_KEY"  # the provider's env_key
 CODEX_WIRE_API = "responses"
 CODEX_COMPACT_FRACTION = 0.9  # compact at 90% of the window unless the reply ceiling needs more room
 
@@ -92,9 +98,14 @@ ANTHROPIC_BASE_URL = "ANTHROPIC_BASE_URL"
 ANTHROPIC_API_KEY = "ANTHROPIC_API_KEY"
 
 NO_KEY = "unused"  # a server without keys takes any; clients refuse an empty one
+# The variable a client reads the key from when it cannot read the key file (opencode run from an inline config).
+KEY_VAR = "MLX_AGENT_API_KEY"
 # Every variable any function here fills with the API key.
-KEY_VARS: frozenset[str] = frozenset({CLAUDE_TOKEN, CODEX_KEY_VAR, OPENAI_API_KEY, ANTHROPIC_API_KEY})
-KEY_ENV_REF = "{env:" + CODEX_KEY_VAR + "}"  # opencode's reference to the key variable
+KEY_VARS: frozenset[str] = frozenset({CLAUDE_TOKEN, KEY_VAR, OPENAI_API_KEY, ANTHROPIC_API_KEY})
+KEY_ENV_REF = "{env:" + KEY_VAR + "}"  # opencode's reference to the key variable
+# Prints the key file's first key as the front reads it: the first line that is neither blank nor a comment
+# (the front strips each line; Claude Code and Codex trim the output). An argv, so Codex runs it with no shell.
+KEY_READER: tuple[str, ...] = ("grep", "-m1", "-v", "-E", "^[[:space:]]*(#|$)")
 
 
 @dataclass(frozen=True)
@@ -186,19 +197,32 @@ def codex_compact_limit(facts: ServedFacts) -> int | None:
     return max(limit, 1)
 
 
+def codex_auth(facts: ServedFacts) -> dict[str, Any] | None:
+    """Return the provider's ``auth`` table: Codex runs ``KEY_READER`` on the key file and sends what it prints.
+
+    None for a server without keys, or for facts without a key file (then ``env_key`` names ``KEY_VAR``).
+    """
+    if facts.api_key is None or facts.key_file is None:
+        return None
+    return {"command": KEY_READER[0], "args": [*KEY_READER[1:], facts.key_file]}
+
+
 def codex_provider(facts: ServedFacts, model: str | None) -> dict[str, Any]:
     """Return the config.toml settings that point Codex at this server (top-level keys and the provider table).
 
-    The key is named by ``env_key`` (``codex_env`` gives its value), never written; a server without keys
-    gets no ``env_key``, so Codex sends no credential and needs no variable.
+    A keyed server's key is read from its key file by the provider's ``auth`` command, so the settings hold
+    no key and Codex needs no variable; a server without keys gets neither, and Codex sends no credential.
     """
     provider: dict[str, Any] = {
         "name": CODEX_PROVIDER_NAME,
         "base_url": facts.base_url + "/v1",
         "wire_api": CODEX_WIRE_API,
     }
-    if facts.api_key is not None:
-        provider["env_key"] = CODEX_KEY_VAR
+    auth = codex_auth(facts)
+    if auth is not None:
+        provider["auth"] = auth
+    elif facts.api_key is not None:
+        provider["env_key"] = KEY_VAR  # no file to read: ``codex_env`` gives the variable
     settings: dict[str, Any] = {
         "model": main_model(facts, model),
         "model_provider": CODEX_PROVIDER_ID,
@@ -212,9 +236,14 @@ def codex_provider(facts: ServedFacts, model: str | None) -> dict[str, Any]:
     return settings
 
 
+def key_env(facts: ServedFacts) -> dict[str, str]:
+    """Return ``KEY_VAR`` holding the key, for a client that reads it from there (none without a key)."""
+    return {KEY_VAR: facts.api_key} if facts.api_key is not None else {}
+
+
 def codex_env(facts: ServedFacts) -> dict[str, str]:
-    """Return the environment Codex needs beside its config: the provider's key variable, when there is a key."""
-    return {CODEX_KEY_VAR: facts.api_key} if facts.api_key is not None else {}
+    """Return the environment Codex needs beside its config: nothing when its ``auth`` command reads the key file."""
+    return {} if codex_auth(facts) is not None else key_env(facts)
 
 
 def codex_overrides(facts: ServedFacts, model: str | None) -> list[str]:
@@ -222,7 +251,9 @@ def codex_overrides(facts: ServedFacts, model: str | None) -> list[str]:
     import json
 
     def toml(value: Any) -> str:
-        # A JSON string of printable text is a TOML basic string; ints are the same in both.
+        # A JSON string of printable text is a TOML basic string; ints are the same in both; so is an array.
+        if isinstance(value, list):
+            return "[" + ", ".join(toml(item) for item in value) + "]"
         return json.dumps(value, ensure_ascii=True) if isinstance(value, str) else str(int(value))
 
     args: list[str] = []
@@ -242,7 +273,7 @@ def opencode_provider(facts: ServedFacts, model: str | None, *, key_in_env: bool
     """Return opencode.json's ``provider`` entry for this server (``{OPENCODE_PROVIDER_ID: {...}}``).
 
     The key is a reference, never the key: ``{file:PATH}`` to the server's key file when it holds one key
-    (opencode reads it at start), else (or with ``key_in_env``) ``{env:MLX_AGENT_API_KEY}`` (``codex_env``).
+    (opencode reads it at start), else (or with ``key_in_env``) ``{env:MLX_AGENT_API_KEY}`` (``key_env``).
     """
     window = facts.context_window or OPENCODE_FALLBACK_WINDOW
     output = min(facts.max_output_tokens or window, window)
@@ -277,7 +308,7 @@ def opencode_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
         "provider": opencode_provider(facts, model, key_in_env=True),
         "model": opencode_model(facts, model),
     }
-    return {OPENCODE_CONFIG_VAR: json.dumps(config, sort_keys=True), **codex_env(facts)}
+    return {OPENCODE_CONFIG_VAR: json.dumps(config, sort_keys=True), **key_env(facts)}
 
 
 def client_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
@@ -312,7 +343,8 @@ def wire_settings(
     return env, [], []
 
 
-# Prints the key file's first key as the front reads it: the first line that is neither blank nor a comment.
+# ``KEY_READER`` as a shell command line (``shlex.join``, a test holds them equal), the key file's quoted path to
+# follow: Claude Code's apiKeyHelper and the sh/fish lines.
 KEY_COMMAND = "grep -m1 -v -E '^[[:space:]]*(#|$)' "
 
 

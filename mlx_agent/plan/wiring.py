@@ -416,8 +416,9 @@ def agent_edits(
     """Return the edits of each file that point ``agent`` at the server (agent_settings' table), and warnings.
 
     Claude Code: its settings' ``env`` block takes ``claude_env``, except that a server's key is read from its
-    key file by ``apiKeyHelper`` rather than written. Codex: the provider table, and the selecting keys in the
-    profile file (or at the top, ``default``). opencode: the ``provider`` entry (and ``model``, ``default``).
+    key file by ``apiKeyHelper`` rather than written. Codex: the provider table (a keyed server's key read from
+    its key file by the provider's ``auth`` command), and the selecting keys in the profile file (or at the top,
+    ``default``). opencode: the ``provider`` entry (and ``model``, ``default``).
     """
     from mlx_agent.plan import agent_settings as settings
 
@@ -435,9 +436,9 @@ def agent_edits(
     if agent == "codex":
         provider = settings.codex_provider(facts, model)
         tables = {"model_providers": provider.pop("model_providers")}
-        if facts.api_key is not None:
+        if settings.codex_env(facts):  # only for facts without a key file: `served_facts` always has one
             warnings.append(
-                f"Codex reads the server's key from ${settings.CODEX_KEY_VAR} (its provider's env_key): set it "
+                f"Codex reads the server's key from ${settings.KEY_VAR} (its provider's env_key): set it "
                 "where Codex runs (`mlx-agent wire env --agent codex` prints it); the key is in no file"
             )
         if default:

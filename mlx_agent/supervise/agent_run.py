@@ -111,8 +111,9 @@ def agent_launch(
 ) -> tuple[list[str], dict[str, str]]:
     """Return the argv and environment that start ``agent`` against the server, given the inherited ``base``.
 
-    Codex gets its provider as ``-c`` overrides before the user's arguments (so ``-- exec ...`` still works);
-    the key only ever travels in the environment.
+    Codex gets its provider as ``-c`` overrides before the user's arguments (so ``-- exec ...`` still works),
+    whose ``auth`` command reads a keyed server's key from its key file: the key is in neither argv nor the
+    environment. Claude Code's and opencode's key travels in the environment, never in argv.
     """
     env = dict(base)
     argv = [binary]

@@ -190,7 +190,7 @@ def test_run_codex_runs_commands_and_changes_no_file(agent: Agent, tmp_path: Pat
 
 
 def test_run_passes_the_agents_exit_status_through(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
-    """`mlx-agent run` exits with the agent's own status, and the agent sees the server's settings, key in env only."""
+    """`mlx-agent run` exits with the agent's status; Codex gets the settings, the key in neither argv nor env."""
     model = session_model(tmp_path / "model", [], ANSWER)
     cli = inside(agent, namespace)
     port = serve(cli, model, [], KEY, tmp_path)
@@ -203,8 +203,10 @@ def test_run_passes_the_agents_exit_status_through(agent: Agent, tmp_path: Path,
     assert done.returncode == 7, done.stdout + done.stderr
     seen = (tmp_path / "argv").read_text().splitlines()
     assert seen[-2:] == ["exec", "hi"] and f'model_providers.mlx_agent.base_url="http://127.0.0.1:{port}/v1"' in seen
-    assert KEY not in " ".join(seen)  # never in argv
-    assert f"MLX_AGENT_API_KEY={KEY}" in (tmp_path / "env").read_text().splitlines()
+    assert KEY not in " ".join(seen)  # never in argv: the provider's auth command reads it from the key file
+    assert 'model_providers.mlx_agent.auth.command="grep"' in seen and str(tmp_path / "keys") in " ".join(seen)
+    seen_env = (tmp_path / "env").read_text()
+    assert KEY not in seen_env and "MLX_AGENT_API_KEY=" not in seen_env
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0
 
 
@@ -241,8 +243,10 @@ def test_wire_env_json_and_fish(agent: Agent, tmp_path: Path, namespace: Namespa
     shown = cli.run("wire", "env", "--port", str(port), "--agent", "codex")
     assert shown.rc == 0, shown.stdout + shown.stderr
     data = shown.data
-    assert data["env"] == {"MLX_AGENT_API_KEY": None} and data["key"]["vars"] == ["MLX_AGENT_API_KEY"]
-    assert "-c" in data["args"] and "model_context_window=65536" in data["args"]
+    assert data["env"] == {} and data["key"]["vars"] == []  # Codex reads the key file itself: no variable
+    assert "-c" in data["args"] and "model_context_window=65536" in data["args"] and KEY not in shown.stdout
+    reader = f'model_providers.mlx_agent.auth.args=["-m1", "-v", "-E", "^[[:space:]]*(#|$)", "{tmp_path}/keys"]'
+    assert reader in data["args"]  # the command that reads the key file, not the key
     assert f'model_providers.mlx_agent.base_url="http://127.0.0.1:{port}/v1"' in data["args"]
     keyed = cli.run("wire", "env", "--port", str(port), "--show-key")
     assert keyed.data["env"]["OPENAI_API_KEY"] == KEY and keyed.data["env"]["OPENAI_BASE_URL"].endswith(f":{port}/v1")

@@ -73,13 +73,13 @@ def sha(path: Path) -> str:
 
 
 def wired(cli: Agent, *args: str) -> dict[str, Any]:
-    """Preview `wire ARGS`, confirm it with the preview's hash, and return the confirm's data."""
+    """Preview `wire ARGS`, confirm it with the preview's hash, and return the confirm's data and warnings."""
     preview = cli.run("wire", *args)
     assert preview.rc == 0, preview.stdout + preview.stderr
     assert preview.data["requires_confirmation"] is True
     done = cli.run("wire", *args, "--confirm", "--preview-hash", preview.data["plan"]["preview_hash"])
     assert done.rc == 0, done.stdout + done.stderr
-    return dict(done.data)
+    return {**done.data, "warnings": [*preview.doc["warnings"], *done.doc["warnings"]]}
 
 
 def unwired(cli: Agent, agent: str) -> dict[str, Any]:
@@ -162,14 +162,14 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
 def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     agent: Agent, tmp_path: Path, namespace: Namespace, default: bool
 ) -> None:
-    """`codex exec` (only HOME, CODEX_HOME; `-p mlx-agent` for the profile) runs cat twice; unwire gives bytes back."""
+    """Plain `codex exec` (HOME, CODEX_HOME; `-p mlx-agent`) runs cat twice on a keyed server; unwire undoes it."""
     work = tmp_path / "work"
     work.mkdir()
     notes = [work / "a.txt", work / "b.txt"]
     for note in notes:
         note.write_text(f"{note.stem} says basil\n")
     model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER)
-    port = serve(inside(agent, namespace), model, ["--log-prompts"], None, tmp_path)
+    port = serve(inside(agent, namespace), model, ["--log-prompts"], KEY, tmp_path)
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     config = codex_home / "config.toml"
@@ -178,8 +178,11 @@ def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     env = {"CODEX_HOME": str(codex_home)}
     cli = inside(Agent(agent.home, {**agent.env, **env, "HOME": str(tmp_path / "home-dir")}), namespace)
 
-    wired(cli, "codex", "--port", str(port), *(["--default"] if default else []))
+    done = wired(cli, "codex", "--port", str(port), *(["--default"] if default else []))
+    assert done["warnings"] == []  # nothing for the user to set: Codex reads the key file itself
     text = config.read_text()
+    assert KEY not in text and "[model_providers.mlx_agent.auth]" in text  # a command reading the key file
+    assert f'"{tmp_path / "keys"}"]' in text and "env_key" not in text.split("[model_providers.mlx_agent]")[1]
     assert "# Checkouts Codex trusts." in text and '[model_providers.azure]\nname = "Azure"  # the work account' in text
     assert ('model_provider = "mlx_agent"' in text.split("\n[", 1)[0]) is default  # top-level only as the default
     profile = codex_home / "mlx-agent.config.toml"
@@ -189,10 +192,12 @@ def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     argv = codex_exec(prompt)
     if not default:
         argv[2:2] = ["-p", "mlx-agent"]
-    ran = namespace.run(argv, clean_env(tmp_path, **env), work, 600)
+    plain = clean_env(tmp_path, **env)  # no key in it: Codex runs the provider's auth command
+    assert KEY not in json.dumps(plain) and "MLX_AGENT_API_KEY" not in plain
+    ran = namespace.run(argv, plain, work, 600)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.strip().splitlines()[-1] == ANSWER, ran.stdout
-    turns = session_turns(cli, port, prompt, len(notes) + 1)
+    turns = session_turns(cli, port, prompt, len(notes) + 1)  # every request line 200: the key was accepted
     assert {t["model"] for t in turns} == {"local-coder"}
     assert_cache_reuse(turns)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -87,8 +88,8 @@ def test_claude_env_without_a_key_sends_a_placeholder() -> None:
     assert settings.claude_env(facts(api_key=None, key_file=None), None)["ANTHROPIC_AUTH_TOKEN"] == "unused"
 
 
-def test_codex_provider_names_the_key_by_variable() -> None:
-    """Codex's provider uses the Responses API and names the key's variable; the key is never in the settings."""
+def test_codex_provider_reads_the_key_from_its_file() -> None:
+    """Codex's provider uses the Responses API and reads the key by an auth command on the key file: no key, no var."""
     provider = settings.codex_provider(facts(), None)
     assert provider["model"] == "local-coder" and provider["model_provider"] == settings.CODEX_PROVIDER_ID
     table = provider["model_providers"][settings.CODEX_PROVIDER_ID]
@@ -96,20 +97,46 @@ def test_codex_provider_names_the_key_by_variable() -> None:
         "name": "mlx-agent",
         "base_url": BASE + "/v1",
         "wire_api": "responses",
-        "env_key": "MLX_AGENT_API_KEY",
+        "auth": {"command": "grep", "args": ["-m1", "-v", "-E", "^[[:space:]]*(#|$)", "/keys/front"]},
     }
+    assert "env_key" not in table  # Codex refuses auth combined with env_key
     assert provider["model_context_window"] == 32768
     assert provider["model_auto_compact_token_limit"] == 32768 - 4096  # the reply ceiling needs more than 10%
     assert "sk-test" not in json.dumps(provider)
-    assert settings.codex_env(facts()) == {"MLX_AGENT_API_KEY": "sk-test"}
+    assert settings.codex_env(facts()) == {}
+    # A file of several keys is fine too: the command prints the first, the one the other fields name.
+    assert settings.codex_auth(facts(single_key=False)) == table["auth"]
+
+
+def test_codex_auth_command_prints_the_key_the_front_reads(tmp_path: Path) -> None:
+    """The auth command, run as Codex runs it (an argv, no shell), prints the first key as the front reads it."""
+    from mlx_agent.gateway.config import read_private_lines
+
+    keys = tmp_path / "it's keys"
+    keys.write_text("# the front's keys\r\n\n   \n  # indented comment\n\t sk-first \r\nsk-second\n")
+    keys.chmod(0o600)
+    auth = settings.codex_auth(facts(key_file=str(keys)))
+    assert auth is not None
+    done = subprocess.run([auth["command"], *auth["args"]], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == read_private_lines(keys, "key file")[0] == "sk-first"  # Codex trims the output
+    assert shlex.join(settings.KEY_READER) + " " == settings.KEY_COMMAND  # apiKeyHelper runs the same command
 
 
 def test_codex_without_a_key_needs_no_variable() -> None:
-    """Without keys Codex gets no env_key (it would refuse to start with the variable unset) and no variable."""
+    """Without keys Codex gets no auth and no env_key (it would refuse to start with the variable unset)."""
     bare = facts(api_key=None, key_file=None, max_output_tokens=None)
-    assert "env_key" not in settings.codex_provider(bare, None)["model_providers"][settings.CODEX_PROVIDER_ID]
+    table = settings.codex_provider(bare, None)["model_providers"][settings.CODEX_PROVIDER_ID]
+    assert "env_key" not in table and "auth" not in table
     assert settings.codex_env(bare) == {}
     assert settings.codex_provider(bare, None)["model_auto_compact_token_limit"] == int(32768 * 0.9)
+
+
+def test_codex_key_without_a_file_falls_back_to_the_variable() -> None:
+    """Facts with a key but no key file to read name the key's variable by env_key, and give its value."""
+    fileless = facts(key_file=None)
+    table = settings.codex_provider(fileless, None)["model_providers"][settings.CODEX_PROVIDER_ID]
+    assert table["env_key"] == "MLX_AGENT_API_KEY" and "auth" not in table
+    assert settings.codex_env(fileless) == {"MLX_AGENT_API_KEY": "sk-test"}
 
 
 def test_codex_overrides_read_as_toml_give_the_provider() -> None:
@@ -118,6 +145,7 @@ def test_codex_overrides_read_as_toml_give_the_provider() -> None:
     assert args[::2] == ["-c"] * (len(args) // 2)
     parsed = tomllib.loads("\n".join(args[1::2]))
     assert parsed == settings.codex_provider(facts(), "claude-haiku-local")
+    assert "sk-test" not in " ".join(args) and 'model_providers.mlx_agent.auth.command="grep"' in args
 
 
 def test_opencode_provider_references_the_key() -> None:

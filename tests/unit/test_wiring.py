@@ -405,7 +405,29 @@ def test_codex_gets_a_provider_and_a_profile_file_or_defaults(home: Path) -> Non
     assert dict(selecting)[("model_provider",)] == "mlx_agent" and dict(selecting)[("model",)] == "local-coder"
     [(only, everything)], warnings = agent_edits("codex", files[:1], facts("k"), None, True)
     assert only == files[0] and {k[0] for k, _ in everything} >= {"model", "model_provider", "model_providers"}
-    assert "MLX_AGENT_API_KEY" in warnings[0]  # Codex reads the key from a variable: the reply says so
+    assert warnings == []  # the key is read from its file, so nothing is left for the user to set
+
+
+def test_codex_reads_a_servers_key_from_its_key_file_not_the_config(home: Path) -> None:
+    """A keyed server's key reaches Codex through the provider's auth command on the key file, never the file."""
+    import tomllib
+
+    from mlx_agent.plan import agent_settings as settings
+    from mlx_agent.plan.wiring import agent_edits, file_edit
+
+    env = {"HOME": str(home), "CODEX_HOME": str(home / "codex")}
+    files = config_files("codex", "user", env, home)
+    edits, warnings = agent_edits("codex", files, facts("sk-secret"), None, False)
+    provider = dict(edits[0][1])
+    auth = ("model_providers", "mlx_agent", "auth")
+    assert provider[(*auth, "command")] == "grep" and provider[(*auth, "args")][-1] == "/keys/it's here"
+    assert ("model_providers", "mlx_agent", "env_key") not in provider and warnings == []
+    written = file_edit(files[0], edits[0][1])[1].decode()
+    assert "sk-secret" not in written and "[model_providers.mlx_agent.auth]" in written
+    table = tomllib.loads(written)["model_providers"]["mlx_agent"]
+    assert table["auth"] == settings.codex_auth(facts("sk-secret"))
+    [(_, keyless)], _ = agent_edits("codex", files[:1], facts(None), None, True)
+    assert not any(k[:3] == auth or k[-1] == "env_key" for k, _ in keyless)
 
 
 def test_a_server_restarted_after_the_preview_is_wired_server_mismatch(home: Path) -> None:
