@@ -200,16 +200,21 @@ def test_a_cli_killed_during_confirm_leaves_no_front_that_status_does_not_name(
         time.sleep(float(when))
         cli_proc.send_signal(signal.SIGKILL)
     cli_proc.communicate(timeout=60)
-    settled(config_path, port)
-    listening = listeners(port)
-    named = {s["pid"] for s in agent.run("serve", "status").data["servers"] if s["port"] == port}
-    assert listening <= named, f"fronts {listening - named} listen on {port} with no receipt naming them"
-    stopped = agent.run("serve", "stop", "--port", str(port))
-    assert stopped.rc == 0 or stopped.code == "receipt_not_found", stopped.stdout
-    deadline = time.monotonic() + SETTLE_S
-    while (front_processes(config_path) or listeners(port)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not front_processes(config_path) and not listeners(port)
+    try:
+        settled(config_path, port)
+        listening = listeners(port)
+        named = {s["pid"] for s in agent.run("serve", "status").data["servers"] if s["port"] == port}
+        assert listening <= named, f"fronts {listening - named} listen on {port} with no receipt naming them"
+        stopped = agent.run("serve", "stop", "--port", str(port))
+        assert stopped.rc == 0 or stopped.code == "receipt_not_found", stopped.stdout
+        deadline = time.monotonic() + SETTLE_S
+        while (front_processes(config_path) or listeners(port)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not front_processes(config_path) and not listeners(port)
+    finally:  # a front no receipt names is this test's to end (stop cannot): by its own process group
+        for proc in front_processes(config_path):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_a_sockets_link_planted_before_confirm_is_refused_and_not_chmodded(
@@ -252,9 +257,12 @@ def test_a_front_refuses_a_sockets_link_before_it_listens(tmp_path: Path) -> Non
         tmp_path, free_port(), fake_worker_argv(tmp_path), model_path=tmp_path / "model", socket_dir=str(link)
     )
     gateway = start_gateway(tmp_path, config, wait=False)
-    assert gateway.proc.wait(timeout=60) == 3
-    assert '"code": "state_dir_unsafe"' in gateway.log_path.read_text()
-    assert (victim.stat().st_mode & 0o777, list(victim.iterdir())) == (0o755, [])
+    try:
+        assert gateway.proc.wait(timeout=60) == 3
+        assert '"code": "state_dir_unsafe"' in gateway.log_path.read_text()
+        assert (victim.stat().st_mode & 0o777, list(victim.iterdir())) == (0o755, [])
+    finally:
+        gateway.stop()
 
 
 def test_a_disk_full_during_confirm_leaves_no_token(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
