@@ -83,6 +83,7 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     INVALID_TYPE = "invalid_type", 400, TYPE_INVALID_REQUEST
     MISSING_PARAMETER = "missing_parameter", 400, TYPE_INVALID_REQUEST
     INVALID_JSON = "invalid_json", 400, TYPE_INVALID_REQUEST
+    INVALID_ENCODING = "invalid_encoding", 400, TYPE_INVALID_REQUEST
     INVALID_BODY = "invalid_body", 400, TYPE_INVALID_REQUEST
     UNSUPPORTED_PARAMETER = "unsupported_parameter", 400, TYPE_INVALID_REQUEST
     UNSUPPORTED_CONTENT = "unsupported_content", 400, TYPE_INVALID_REQUEST
@@ -105,6 +106,7 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     NOT_FOUND = "not_found", 404, TYPE_INVALID_REQUEST
     UNKNOWN_ENDPOINT = "unknown_endpoint", 404, TYPE_NOT_FOUND
     METHOD_NOT_ALLOWED = "method_not_allowed", 405, TYPE_INVALID_REQUEST
+    BODY_TIMEOUT = "body_timeout", 408, TYPE_INVALID_REQUEST
     UNLOAD_BLOCKED = "unload_blocked", 409, TYPE_CONFLICT
     LENGTH_REQUIRED = "length_required", 411, TYPE_INVALID_REQUEST
     BODY_TOO_LARGE = "body_too_large", 413, TYPE_INVALID_REQUEST

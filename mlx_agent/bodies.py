@@ -1,6 +1,7 @@
 r"""What every endpoint accepts, declared once: the JSON a body may be, and each endpoint's fields.
 
-``load_json`` reads a body: JSON, an object, at most ``MAX_DEPTH`` levels deep, no string that is not valid
+``load_json`` reads a body: UTF-8 without a byte order mark (the APIs say so; ``json`` would read UTF-16, UTF-32
+and a BOM: ``invalid_encoding``), JSON, an object, at most ``MAX_DEPTH`` levels deep, no string that is not valid
 UTF-8 (a lone surrogate, which ``json`` accepts as ``\udc00``), at most ``MAX_ITEMS`` items in any array or
 object. ``check`` then validates it against its endpoint's declaration and returns the parsed body, which
 translators read: every number that reaches mlx is bounded to what mlx and the models can use (a temperature
@@ -15,6 +16,7 @@ a worker defends itself whoever calls it.
 
 from __future__ import annotations
 
+import codecs
 import json
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -30,6 +32,7 @@ MAX_TOKENS = 2**31 - 1  # the largest reply limit a request may ask for (the cei
 MAX_STOP = 16  # stop sequences
 MAX_BIAS = 1024  # logit_bias entries
 MAX_TOOLS = 1024
+BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32's begin with UTF-16's or a NUL
 
 Float = Annotated[float, Field(allow_inf_nan=False)]
 Unit = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -66,14 +69,25 @@ def _walk(value: Any, path: str, depth: int) -> None:
 
 
 def load_json(raw: bytes) -> dict[str, Any]:
-    """Return the body's JSON object; raise ``BodyInvalid`` (``invalid_json``) for anything else."""
+    """Return the body's JSON object; raise ``BodyInvalid`` (``invalid_encoding``, ``invalid_json``) otherwise."""
+    # JSON text never holds a raw NUL, so one means UTF-16 or UTF-32 (which are valid UTF-8 when ASCII).
+    if raw.startswith(BOMS) or b"\x00" in raw:
+        raise BodyInvalid(
+            "the request body must be UTF-8 JSON without a byte order mark", param="body", code=Code.INVALID_ENCODING
+        )
     try:
-        doc = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyInvalid(
+            f"the request body is not valid UTF-8 (byte {exc.start})", param="body", code=Code.INVALID_ENCODING
+        ) from None
+    try:
+        doc = json.loads(text)
     except RecursionError:
         raise BodyInvalid(
             f"the body is nested more than {MAX_DEPTH} levels deep", param="body", code=Code.INVALID_JSON
         ) from None
-    except ValueError as exc:  # bad UTF-8 and bad JSON alike
+    except ValueError as exc:
         raise BodyInvalid(f"the request body is not valid JSON: {exc}", param="body", code=Code.INVALID_JSON) from None
     if not isinstance(doc, dict):
         raise BodyInvalid("the request body must be a JSON object", param="body", code=Code.INVALID_JSON)

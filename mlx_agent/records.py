@@ -337,6 +337,9 @@ class FrontRecord(TypedDict):
     max_connections: int  # open at once; more are closed at once
     header_timeout: float  # seconds a connection may take to send its first request's headers
     keepalive_timeout: float  # seconds an idle keep-alive connection stays open
+    body_timeout: float  # seconds a request's body may take once its headers are in
+    body_min_rate: float  # bytes/s a body must average once body_grace has passed (0: no rate)
+    body_grace: float  # seconds before body_min_rate applies
     socket_dir: str  # "" means a private temporary directory the front makes at start
     max_loaded: int | None  # how many models may be loaded at once (None: as many as memory allows)
     log_prompts: bool  # the front's request lines carry the prompt text
@@ -574,6 +577,9 @@ class FrontConfig(TypedDict):
     max_connections: Annotated[int, Field(ge=1)]
     header_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     keepalive_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    body_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    body_min_rate: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    body_grace: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     socket_dir: Annotated[str, Field(pattern=r"^(/.*)?$")]  # "" means a private temporary directory
     max_loaded: Positive | None
     log_prompts: bool

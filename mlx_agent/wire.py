@@ -37,6 +37,11 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_CONNECTIONS = 512
 HEADER_TIMEOUT_S = 30.0
 KEEPALIVE_TIMEOUT_S = 60.0
+# How long a request's body may take once its headers are in, and the least average rate (bytes/s) it must keep
+# once a grace has passed (a body of a few kB is never cut): past either the front answers 408 and closes.
+BODY_TIMEOUT_S = 60.0
+BODY_MIN_RATE = 1024.0
+BODY_GRACE_S = 5.0
 
 # Our worker's reply header giving the reply limit it applied when the room the prompt leaves in the context
 # cut the ``max_tokens`` it was sent; the front tells the client (``gateway.limit_notice``).

@@ -24,7 +24,7 @@ from mlx_agent.gateway.admission import read_policy_file
 from mlx_agent.gateway.anthropic.api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
 from mlx_agent.gateway.config import read_private_lines, read_secret_file
-from mlx_agent.gateway.connections import GuardedConnections
+from mlx_agent.gateway.connections import ConnectionCollector, GuardedConnections, Limits, track_requests
 from mlx_agent.gateway.control import Control
 from mlx_agent.gateway.endpoints import ENDPOINTS, Apis
 from mlx_agent.gateway.fleet import Fleet
@@ -72,10 +72,16 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
     methods = {endpoint.method for endpoint in ENDPOINTS}
     guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys, methods)
     fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
-    # observe is outermost, so its request line has the status the client got; errors_middleware then gives
-    # the front door's refusals on /v1/messages Anthropic's shape (an endpoint's own: endpoints.Endpoint).
+    # track_requests is outermost, to see each request's whole life on its connection; observe next, so its
+    # request line has the status the client got; errors_middleware then gives the front door's refusals on
+    # /v1/messages Anthropic's shape (an endpoint's own: endpoints.Endpoint).
     app = web.Application(
-        middlewares=[observer(fleet.metrics, config["log_prompts"]), errors_middleware, guard.middleware()],
+        middlewares=[
+            track_requests,
+            observer(fleet.metrics, config["log_prompts"]),
+            errors_middleware,
+            guard.middleware(),
+        ],
         client_max_size=config["max_body_bytes"],
     )
     app.on_response_prepare.append(add_cors_headers)
@@ -121,10 +127,14 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
         handler_cancellation=True,
         keepalive_timeout=config["keepalive_timeout"],
         auto_decompress=False,  # a compressed body is refused (415) by the guard, never inflated
+        # aiohttp reads (and drops) a body its handler left unread for 10 s before it closes: a body refused from
+        # its headers (401, 403, 413) or cut off (408) is never read, its connection closes after the answer.
+        lingering_time=0,
     )
     await runner.setup()
     loop = asyncio.get_running_loop()
-    guarded = GuardedConnections(runner.server, config["max_connections"], config["header_timeout"])  # type: ignore[arg-type]
+    guarded = GuardedConnections(runner.server, Limits.of(config))  # type: ignore[arg-type]
+    app[FLEET].metrics.registry.register(ConnectionCollector(guarded))
     try:
         listener = await loop.create_server(guarded, config["host"], config["port"], reuse_address=True)
     except OSError as exc:

@@ -5,6 +5,10 @@
   name. An ``Origin``, when sent, must be a loopback origin (any port, http or https), else 403.
 * CORS: a loopback ``Origin`` is echoed back with ``Vary: Origin``; ``*`` is never sent.
 * Bodies larger than ``max_body_bytes`` get 413.
+* Every check above and the keys below use the headers alone: a refused request's body is never read
+  (``connections.track_requests`` closes the connection after the answer). A body cut off for arriving too
+  slowly (``connections.BodyTimeout``) is 408 ``body_timeout``; a client that hangs up mid-body is not an error
+  of ours, so it is left to ``observe``, which logs 499.
 * ``/mlx-agent/...`` (control: status, unload, policy) needs ``Authorization: Bearer <control token>``.
 * ``/v1/...`` and ``/metrics`` need an API key, as ``Authorization: Bearer KEY`` or ``x-api-key: KEY``, when
   the config names an API key file; ``/health`` is always open and tells only liveness and the model state.
@@ -22,6 +26,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mlx_agent.api_errors import Code
+from mlx_agent.gateway.connections import BodyTimeout
 from mlx_agent.gateway.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX, front_proof
 
@@ -157,6 +162,10 @@ class Guard:
             request[API_KEY_ID] = key_id(key)
         try:
             return await handler(request)
+        except BodyTimeout as exc:
+            return error_response(Code.BODY_TIMEOUT, f"{exc}; send the whole body at once")
+        except ConnectionResetError:  # the client hung up (mid-body): no answer to give, and not a bug
+            raise
         except web.HTTPRequestEntityTooLarge:
             return _too_large(self.max_body_bytes)
         except web.HTTPMethodNotAllowed as exc:

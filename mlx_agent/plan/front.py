@@ -14,6 +14,9 @@ from pathlib import Path
 from mlx_agent.errors import InvalidArguments
 from mlx_agent.files import sha256_file
 from mlx_agent.wire import (
+    BODY_GRACE_S,
+    BODY_MIN_RATE,
+    BODY_TIMEOUT_S,
     FRONT_CONFIG_VERSION,
     FRONT_MODULE,
     HEADER_TIMEOUT_S,
@@ -95,6 +98,9 @@ def front_record(
         "max_connections": MAX_CONNECTIONS,
         "header_timeout": HEADER_TIMEOUT_S,
         "keepalive_timeout": KEEPALIVE_TIMEOUT_S,
+        "body_timeout": BODY_TIMEOUT_S,
+        "body_min_rate": BODY_MIN_RATE,
+        "body_grace": BODY_GRACE_S,
         "socket_dir": socket_dir(serve_dir, port),
         "max_loaded": max_loaded,
         "log_prompts": log_prompts,
@@ -179,6 +185,9 @@ def front_config(plan: ServePlan) -> FrontConfig:
         "max_connections": front["max_connections"],
         "header_timeout": front["header_timeout"],
         "keepalive_timeout": front["keepalive_timeout"],
+        "body_timeout": front["body_timeout"],
+        "body_min_rate": front["body_min_rate"],
+        "body_grace": front["body_grace"],
         "socket_dir": front["socket_dir"],
         "max_loaded": front["max_loaded"],
         "log_prompts": front["log_prompts"],

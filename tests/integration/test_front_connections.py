@@ -74,17 +74,43 @@ def test_a_client_that_hangs_up_ends_its_non_streamed_request(tmp_path: Path) ->
         assert gateway.control("POST", "unload").status == 200  # nothing open blocks an unload
 
 
-def test_connections_past_the_limit_are_refused_and_the_open_ones_served(tmp_path: Path) -> None:
-    """With max_connections 3, a fourth connection is closed at once; the three open ones still get answers."""
+def test_a_connection_past_the_limit_closes_the_longest_waiting_one(tmp_path: Path) -> None:
+    """With max_connections 3 held by silent clients, a fourth closes the oldest of them and is served."""
     with running_gateway(tmp_path, max_connections=3) as gateway:
         held = [connect(gateway) for _ in range(3)]
         time.sleep(0.3)
+        newcomer = connect(gateway)
+        newcomer.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
+        newcomer.settimeout(10)
+        assert b" 200 " in newcomer.recv(4096).split(b"\r\n")[0]
+        assert closed_within(held[0], 5)  # the oldest waiting one made room
+        for sock in held[1:]:
+            sock.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
+            sock.settimeout(10)
+            assert b" 200 " in sock.recv(4096).split(b"\r\n")[0]
+            sock.close()
+
+
+def test_connections_past_the_limit_are_refused_when_every_open_one_is_busy(tmp_path: Path) -> None:
+    """With max_connections 3 all streaming replies, a fourth is closed at once; the three streams still end."""
+    with running_gateway(tmp_path, max_connections=3) as gateway:
+        assert gateway.chat().status == 200  # loaded
+        busy = [connect(gateway) for _ in range(3)]
+        for sock in busy:
+            sock.sendall(stream_request(gateway, x_chunks=100, x_delay=0.05))
+            received = b""
+            while b"data: " not in received:  # its request is whole and answered: busy
+                received += sock.recv(65536)
         extra = connect(gateway)
         assert closed_within(extra, 5)
-        for sock in held:
-            sock.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
-            sock.settimeout(5)
-            assert b" 200 " in sock.recv(4096).split(b"\r\n")[0]
+        for sock in busy:
+            sock.settimeout(60)
+            received = b""
+            while not received.endswith(b"0\r\n\r\n"):  # the stream's last chunk
+                piece = sock.recv(65536)
+                assert piece, "the front closed a busy connection"
+                received += piece
+            assert b"data: [DONE]" in received
             sock.close()
         time.sleep(0.3)
         assert gateway.request("GET", "/health").status == 200  # room again once they closed
