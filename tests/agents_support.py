@@ -535,3 +535,32 @@ def compacting_model(
     config["max_position_embeddings"] = window
     (model / "config.json").write_text(json.dumps(config))
     return model
+
+
+def notes_to_read(directory: Path, count: int = 2) -> tuple[Path, list[Path]]:
+    """Make ``directory``/work holding ``count`` notes that each say basil; return it and the notes, in order."""
+    work = directory / "work"
+    work.mkdir()
+    notes = [work / f"{chr(ord('a') + k)}.txt" for k in range(count)]
+    for note in notes:
+        note.write_text(f"{note.stem} says basil\n")
+    return work, notes
+
+
+def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
+    """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200."""
+
+    def turns(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            line
+            for line in lines
+            if any(m.get("role") == "user" and marker in str(m.get("content")) for m in line.get("prompt") or [])
+        ]
+
+    lines = wait_for_lines(cli, port, lambda lines: len(turns(lines)) >= count)
+    found = turns(lines)
+    assert [tool_results(t) for t in found] == list(range(count)), lines
+    assert all(line["status"] == 200 for line in lines), [(line["endpoint"], line["status"]) for line in lines]
+    billed = [line for line in lines if "x-anthropic-billing-header" in json.dumps(line.get("prompt"))]
+    assert not billed, billed  # no billing block reached the template
+    return found

@@ -18,7 +18,6 @@ import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,11 +32,11 @@ from tests.agents_support import (
     clean_env,
     inside,
     loopback_namespace,
+    notes_to_read,
     read_call,
     serve,
     session_model,
-    tool_results,
-    wait_for_lines,
+    session_turns,
 )
 from tests.conftest import LAUNCHER, Agent, free_port
 
@@ -117,32 +116,9 @@ def cli_env(cli: Agent, home: Path) -> dict[str, str]:
     return clean_env(home, MLX_AGENT_HOME=str(cli.home))
 
 
-def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
-    """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200."""
-
-    def turns(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [
-            line
-            for line in lines
-            if any(m.get("role") == "user" and marker in str(m.get("content")) for m in line.get("prompt") or [])
-        ]
-
-    lines = wait_for_lines(cli, port, lambda lines: len(turns(lines)) >= count)
-    found = turns(lines)
-    assert [tool_results(t) for t in found] == list(range(count)), lines
-    assert all(line["status"] == 200 for line in lines), [(line["endpoint"], line["status"]) for line in lines]
-    billed = [line for line in lines if "x-anthropic-billing-header" in json.dumps(line.get("prompt"))]
-    assert not billed, billed  # no billing block reached the template
-    return found
-
-
 def test_run_claude_reads_files_and_changes_no_file(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
     """`mlx-agent run claude -- -p ...` finishes two Read turns on a keyed server, cache reused, HOME untouched."""
-    work = tmp_path / "work"
-    work.mkdir()
-    notes = [work / "a.txt", work / "b.txt"]
-    for note in notes:
-        note.write_text(f"{note.stem} says basil\n")
+    work, notes = notes_to_read(tmp_path)
     model = session_model(tmp_path / "model", [read_call(n) for n in notes], ANSWER)
     cli = inside(agent, namespace)
     port = serve(cli, model, ["--log-prompts"], KEY, tmp_path)
@@ -166,11 +142,7 @@ def test_run_claude_reads_files_and_changes_no_file(agent: Agent, tmp_path: Path
 
 def test_run_codex_runs_commands_and_changes_no_file(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
     """`mlx-agent run codex -- exec ...` finishes two exec_command turns on a keyed server, HOME's config untouched."""
-    work = tmp_path / "work"
-    work.mkdir()
-    notes = [work / "a.txt", work / "b.txt"]
-    for note in notes:
-        note.write_text(f"{note.stem} says basil\n")
+    work, notes = notes_to_read(tmp_path)
     model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER)
     cli = inside(agent, namespace)
     port = serve(cli, model, ["--log-prompts"], KEY, tmp_path)

@@ -27,13 +27,14 @@ from tests.agents_support import (
     codex_exec,
     inside,
     loopback_namespace,
+    notes_to_read,
     read_call,
     scripted_agent_model,
     serve,
     session_model,
+    session_turns,
 )
 from tests.conftest import Agent
-from tests.e2e.test_agent_run import session_turns
 
 pytestmark = pytest.mark.e2e
 
@@ -103,11 +104,7 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     agent: Agent, tmp_path: Path, namespace: Namespace
 ) -> None:
     """Plain `claude -p` (only HOME set) reads two files via its wired settings, cache reused; unwire undoes it."""
-    work = tmp_path / "work"
-    work.mkdir()
-    notes = [work / "a.txt", work / "b.txt"]
-    for note in notes:
-        note.write_text(f"{note.stem} says basil\n")
+    work, notes = notes_to_read(tmp_path)
     model = session_model(tmp_path / "model", [read_call(n) for n in notes], ANSWER)
     port = serve(inside(agent, namespace), model, ["--log-prompts"], KEY, tmp_path)
     home = tmp_path / "claude-home"
@@ -163,11 +160,7 @@ def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     agent: Agent, tmp_path: Path, namespace: Namespace, default: bool
 ) -> None:
     """Plain `codex exec` (HOME, CODEX_HOME; `-p mlx-agent`) runs cat twice on a keyed server; unwire undoes it."""
-    work = tmp_path / "work"
-    work.mkdir()
-    notes = [work / "a.txt", work / "b.txt"]
-    for note in notes:
-        note.write_text(f"{note.stem} says basil\n")
+    work, notes = notes_to_read(tmp_path)
     model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER)
     port = serve(inside(agent, namespace), model, ["--log-prompts"], KEY, tmp_path)
     codex_home = tmp_path / "codex-home"
