@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mlx_agent.gateway")
 FLEET = web.AppKey("fleet", Fleet)
 SHUTDOWN_TIMEOUT_S = 5.0
+LINGER_S = 2.0  # how long an unread body is drained after its answer (see the runner below)
 
 
 @dataclass(frozen=True)
@@ -127,9 +128,12 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
         handler_cancellation=True,
         keepalive_timeout=config["keepalive_timeout"],
         auto_decompress=False,  # a compressed body is refused (415) by the guard, never inflated
-        # aiohttp reads (and drops) a body its handler left unread for 10 s before it closes: a body refused from
-        # its headers (401, 403, 413) or cut off (408) is never read, its connection closes after the answer.
-        lingering_time=0,
+        # aiohttp drains (and drops) a body its handler left unread before it closes, 10 s by default. A body
+        # refused from its headers (401, 403, 413) or cut off (408) is never read by a handler; 2 s of draining
+        # lets an honest client finish sending it and read the answer (with none, a client still writing a large
+        # body gets a broken pipe instead of its 413, and SDKs retry that), while a slow sender holds its
+        # connection 2 s at most.
+        lingering_time=LINGER_S,
     )
     await runner.setup()
     loop = asyncio.get_running_loop()
