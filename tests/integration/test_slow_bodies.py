@@ -266,7 +266,7 @@ def test_a_client_that_hangs_up_mid_body_is_logged_499(tmp_path: Path, how: str)
 
 def test_a_client_that_sends_a_refused_body_whole_reads_its_answer(tmp_path: Path) -> None:
     """A body refused from its headers but sent in full (too large, or without the key) is answered, not reset."""
-    with running_gateway(tmp_path, api_keys=[KEY]) as gateway:
+    with running_gateway(tmp_path, api_keys=[KEY], max_body_bytes=16 * 1024 * 1024) as gateway:
         too_large = b"x" * (gateway.config["max_body_bytes"] + 1)
         for _ in range(5):  # a close without draining breaks the client's pipe most times, not every time
             keyed = gateway.request(
