@@ -167,29 +167,37 @@ def changed_links(checks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return changed
 
 
+def replace_atomically(path: Path, data: bytes, mode: int) -> None:
+    """Replace ``path`` with ``data`` (file mode ``mode``): readers see the old file or the new one, never a half.
+
+    The bytes go to a private temporary file beside it (O_EXCL on a random name, as tempfile.mkstemp does,
+    without its import cost), are synced, renamed over ``path``, and the directory is synced too.
+    """
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` (mode 0600) so readers see the old file or the new one, never a half."""
     private_dir(path.parent)
-    # O_EXCL on a random name in the same directory, as tempfile.mkstemp does, without its import cost.
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_atomically(path, text.encode("utf-8"), 0o600)
     except OSError as exc:  # a full disk, a read-only file system: an error of ours, never a traceback
         from mlx_agent.errors import StateWriteFailed
 

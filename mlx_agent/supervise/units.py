@@ -8,11 +8,10 @@ has the content that receipt recorded.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from mlx_agent.errors import UnitModified, UnitNotOwned
-from mlx_agent.files import private_dir
+from mlx_agent.files import private_dir, replace_atomically
 from mlx_agent.supervise.readiness import probe
 from mlx_agent.supervise.receipts import has_front, plan_receipt, write_receipt
 
@@ -39,17 +38,7 @@ def check_unit_path(plan: ServePlan) -> None:
 def _write_unit(path: Path, content: str) -> None:
     """Write the unit atomically, readable by the session manager (0644)."""
     private_dir(path.parent)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(content)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_atomically(path, content.encode("utf-8"), 0o644)
 
 
 def install(plan: ServePlan, directory: Path, now: str) -> ServeReceipt:

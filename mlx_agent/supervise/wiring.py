@@ -22,7 +22,14 @@ from mlx_agent.errors import (
     ReceiptCorrupt,
     WiredServerMismatch,
 )
-from mlx_agent.files import NOFOLLOW, open_private, private_dir, sha256_file, utc_now, write_json_atomic
+from mlx_agent.files import (
+    open_private,
+    private_dir,
+    replace_atomically,
+    sha256_file,
+    utc_now,
+    write_json_atomic,
+)
 from mlx_agent.home import previews_dir
 from mlx_agent.plan.wiring import (
     ConfigFile,
@@ -117,23 +124,7 @@ def write_config(target: Path, data: bytes, mode: int | None) -> None:
     """Replace ``target`` with ``data`` so readers see the old file or the new one (same mode; 0600 if new)."""
     if not target.parent.exists():
         os.makedirs(target.parent, mode=0o700)
-    tmp = target.parent / f".{target.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o600 if mode is None else mode)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_atomically(target, data, 0o600 if mode is None else mode)
 
 
 def _keep_original(path: Path, data: bytes) -> None:
