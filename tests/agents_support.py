@@ -547,18 +547,19 @@ def notes_to_read(directory: Path, count: int = 2) -> tuple[Path, list[Path]]:
     return work, notes
 
 
+def prompt_turns(lines: list[dict[str, Any]], marker: str) -> list[dict[str, Any]]:
+    """Return the request lines whose logged prompt holds the user's ``marker`` (side requests do not), in order."""
+    return [
+        line
+        for line in lines
+        if any(m.get("role") == "user" and marker in str(m.get("content")) for m in line.get("prompt") or [])
+    ]
+
+
 def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
     """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200."""
-
-    def turns(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [
-            line
-            for line in lines
-            if any(m.get("role") == "user" and marker in str(m.get("content")) for m in line.get("prompt") or [])
-        ]
-
-    lines = wait_for_lines(cli, port, lambda lines: len(turns(lines)) >= count)
-    found = turns(lines)
+    lines = wait_for_lines(cli, port, lambda lines: len(prompt_turns(lines, marker)) >= count)
+    found = prompt_turns(lines, marker)
     assert [tool_results(t) for t in found] == list(range(count)), lines
     assert all(line["status"] == 200 for line in lines), [(line["endpoint"], line["status"]) for line in lines]
     billed = [line for line in lines if "x-anthropic-billing-header" in json.dumps(line.get("prompt"))]

@@ -32,6 +32,7 @@ from tests.agents_support import (
     inside,
     loopback_namespace,
     numbered_file,
+    prompt_turns,
     request_lines,
     serve,
     session_model,
@@ -105,16 +106,8 @@ def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[s
     Side requests (a title, a count of tokens) do not carry the user's prompt as a user message. Every
     request line must be a 200: Claude Code, refused, sends the request again without what was refused.
     """
-
-    def turns(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [
-            line
-            for line in lines
-            if any(m.get("role") == "user" and marker in str(m.get("content")) for m in line.get("prompt") or [])
-        ]
-
-    lines = wait_for_lines(cli, port, lambda lines: len(turns(lines)) >= count)
-    found = turns(lines)
+    lines = wait_for_lines(cli, port, lambda lines: len(prompt_turns(lines, marker)) >= count)
+    found = prompt_turns(lines, marker)
     assert [tool_results(t) for t in found] == list(range(count)), summary(lines)
     # Every request is answered: a refused one that the agent retried in another form still fails the session.
     assert all(line["status"] == 200 for line in lines), summary(lines)
