@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -113,6 +112,8 @@ def open_private(path: Path, flags: int) -> int:
 
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
     """Return the sha256 hex of a file, read in 4 MiB chunks into one reused buffer; ``progress`` gets each count."""
+    import hashlib  # imported here: loading OpenSSL costs ``serve status``, which never hashes, a few ms
+
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as fh:
         buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size)))  # small files: small buffer

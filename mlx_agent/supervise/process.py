@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 
 TYPE_CHECKING = False
@@ -118,6 +117,7 @@ def stop_group(pid: int, pgid: int, *, grace: float = 10.0, child: subprocess.Po
     Only call this after the caller has matched the process against its receipt. Returns how it ended:
     ``terminated`` or ``killed``.
     """
+    import signal
     import subprocess
 
     import psutil
