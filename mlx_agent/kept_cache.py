@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_agent.canonical import canonical_json
-from mlx_agent.wire import PROMPT_CACHE_QUARANTINE
+from mlx_agent.wire import PROMPT_CACHE_QUARANTINE, PROMPT_CACHE_REPORT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,6 +57,22 @@ def kept_cache_health(directory: Path) -> dict[str, Any]:
             refused = exc.message
             break
     return {"quarantined": quarantined_count(directory), "refused": refused}
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """Return the save report at ``path`` (``runtime.serving.prompt_cache.write_report``), or {} if none."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def last_save(directory: Path) -> dict[str, Any] | None:
+    """Return what the last save into ``directory`` did (saved, skipped at the floor, failed), or None."""
+    return read_report(directory / PROMPT_CACHE_REPORT) or None
 
 
 def quarantined_count(directory: Path) -> int:

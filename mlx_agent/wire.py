@@ -98,3 +98,4 @@ PROMPT_CACHE_FLAG = "--mlx-agent-prompt-cache"
 PROMPT_CACHE_PLACEHOLDER = "{prompt_cache}"  # the front puts the model's directory here at each spawn
 PROMPT_CACHE_DISK_GB_FLAG = "--mlx-agent-prompt-cache-disk-gb"  # --prompt-cache-disk-gb, as the plan reviewed it
 PROMPT_CACHE_QUARANTINE = "quarantine"  # beside a model's kept entries: those the worker refused to restore
+PROMPT_CACHE_REPORT = "last-save.json"  # beside them too: what the last save did (saved, skipped, failed)

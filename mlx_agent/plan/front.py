@@ -114,6 +114,7 @@ FRONT_MODULES = (
     "api_errors.py",
     "bodies.py",
     "canonical.py",
+    "disk.py",
     "errors.py",
     "files.py",
     "identity.py",

@@ -41,6 +41,7 @@ WORKER_MODULES = (
     "accel_rules.py",
     "api_errors.py",
     "bodies.py",
+    "disk.py",
     "errors.py",
     "files.py",
     "identity.py",

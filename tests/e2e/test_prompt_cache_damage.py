@@ -53,7 +53,7 @@ def plant_entry(agent: Agent, model: Path, args: list[str], tokens: list[int]) -
     loaded[0](mx.array([tokens]), cache=cache)
     store = AlignedPromptCache(max_size=2)
     store.insert_cache("m", tokens, cache)
-    assert save_entries(store, "m", store.held_keys("m"), directory, directory.name) == 1
+    assert save_entries(store, "m", store.held_keys("m"), directory, directory.name).saved == 1
     return directory / entry_name(tokens)
 
 

@@ -50,7 +50,7 @@ def saved(tmp_path: Path, tokens: list[int] = TOKENS, layers: list[Any] | None =
     store = AlignedPromptCache(max_size=4)
     store.insert_cache("m", tokens, layers or [filled(len(tokens)), filled(len(tokens))])
     directory = tmp_path / "prompt-cache" / IDENTITY
-    assert save_entries(store, "m", store.held_keys("m"), directory, IDENTITY) == 1
+    assert save_entries(store, "m", store.held_keys("m"), directory, IDENTITY).saved == 1
     return directory / entry_name(tokens)
 
 
@@ -242,7 +242,7 @@ def test_an_unsafe_directory_is_neither_restored_nor_written(tmp_path: Path) -> 
         assert path.is_file()
         store = AlignedPromptCache(max_size=4)
         store.insert_cache("m", [1, 2, 3], [filled(3), filled(3)])
-        assert save_entries(store, "m", store.held_keys("m"), path.parent, IDENTITY) == 0
+        assert save_entries(store, "m", store.held_keys("m"), path.parent, IDENTITY).saved == 0
         health = kept_cache_health(path.parent)
         assert health["quarantined"] == 0 and "writable by group or others" in health["refused"]
         os.chmod(unsafe, 0o700)

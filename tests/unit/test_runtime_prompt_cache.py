@@ -58,7 +58,7 @@ def test_saved_entries_come_back_for_the_same_identity_only(tmp_path: Path) -> N
     store.insert_cache("m", list(range(10)), [filled(10)])
     store.insert_cache("m", [5, 6, 7], [filled(3)], cache_type="user")
     directory = tmp_path / "identity-a"
-    assert save_entries(store, "m", store.held_keys("m"), directory, "identity-a") == 2
+    assert save_entries(store, "m", store.held_keys("m"), directory, "identity-a").saved == 2
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in directory.iterdir())
     fresh = AlignedPromptCache(max_size=4)
     assert restore_entries(fresh, "m", directory, "identity-a", LAYOUT).restored == 2

@@ -96,9 +96,11 @@ def restore_prompt_cache(where: Listening, store: Any, model_key: Any, model_pro
         return
     from pathlib import Path
 
-    from mlx_agent.runtime.serving.prompt_cache import probe_layout, restore_entries
+    from mlx_agent.runtime.serving.prompt_cache import fit_to_disk, probe_layout, restore_entries
 
     directory = Path(where.prompt_cache_dir)
+    with contextlib.suppress(OSError):  # the disk may have shrunk since the last save: the limit shrinks with it
+        fit_to_disk(directory.parent, int(where.prompt_cache_disk_gb * 1e9))
     args = model_provider.cli_args
     kv_bits = getattr(args, "kv_bits", None)
     quantized = None if kv_bits is None else (int(getattr(args, "kv_group_size", 64)), int(kv_bits))
@@ -122,17 +124,17 @@ def save_prompt_cache(where: Listening, store: Any, model_key: Any) -> None:
         return
     from pathlib import Path
 
-    from mlx_agent.runtime.serving.prompt_cache import enforce_limit, save_entries
+    from mlx_agent.runtime.serving.prompt_cache import keep_entries
 
     directory = Path(where.prompt_cache_dir)
     started = time.monotonic()
-    count = save_entries(store, model_key, store.held_keys(model_key), directory, directory.name)
-    total = enforce_limit(directory.parent, int(where.prompt_cache_disk_gb * 1e9))
+    result = keep_entries(store, model_key, directory, int(where.prompt_cache_disk_gb * 1e9))
     logging.info(
-        "mlx-agent: saved %d prompt cache entries in %.2f s (%d bytes kept in all)",
-        count,
+        "mlx-agent: saved %d prompt cache entries in %.2f s (%d skipped at the free-space floor, %d failed)",
+        result.saved,
         time.monotonic() - started,
-        total,
+        result.skipped,
+        result.failed,
     )
 
 

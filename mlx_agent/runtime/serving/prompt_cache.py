@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +24,9 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache
 
+from mlx_agent.disk import DiskSpace, cache_limit, disk_space, is_full, room_for
 from mlx_agent.errors import MlxAgentError
-from mlx_agent.files import check_private_dir, open_private, private_dir
+from mlx_agent.files import check_private_dir, open_private, private_dir, utc_now, write_json_atomic
 from mlx_agent.runtime.serving.cache_entry_check import (
     ENTRY_FORMAT,
     EntryLabel,
@@ -36,7 +38,7 @@ from mlx_agent.runtime.serving.cache_entry_check import (
     entry_name,
     read_header,
 )
-from mlx_agent.wire import PROMPT_CACHE_QUARANTINE
+from mlx_agent.wire import PROMPT_CACHE_QUARANTINE, PROMPT_CACHE_REPORT
 
 log = logging.getLogger(__name__)
 
@@ -124,38 +126,179 @@ def unsafe_reason(directory: Path) -> str | None:
     return None
 
 
+@dataclass
+class Saved:
+    """What a save did: entries written, those left out at the free-space floor, and writes that failed."""
+
+    saved: int = 0
+    skipped: int = 0  # each would have left less than the floor free: not written
+    failed: int = 0  # a write that failed (a disk filled by someone else meanwhile); its partial file removed
+    stopped: str | None = None  # why the save ended before its last entry (a full disk), else None
+
+
+def entry_bytes(cache: list[Any], tokens: list[int]) -> int:
+    """Return about what the entry's file will take: its arrays, and a header naming its tokens."""
+    from mlx.utils import tree_flatten
+
+    size = 16 * len(tokens) + 64 * 1024
+    for layer in cache:
+        leaves: Any = tree_flatten(layer.state)
+        size += sum(int(v.nbytes) for _, v in leaves if isinstance(v, mx.array))
+    return size
+
+
 def save_entries(
     store: AlignedPromptCache, model_key: Any, keys: list[tuple[list[int], str]], directory: Path, identity: str
-) -> int:
-    """Write the entries of ``keys`` (newest last) still in ``store`` into ``directory``; return how many."""
-    from mlx_lm.models.cache import save_prompt_cache
+) -> Saved:
+    """Write the entries of ``keys`` (newest last) still in ``store`` into ``directory``, newest first.
 
+    An entry that would leave less than the disk's floor free is skipped (``disk.room_for``). Each is written
+    to a dot-named partial file, checked, synced and renamed, so no partial entry is ever left under its name;
+    a write that fails (a full disk) removes its partial file and ends the save with one log line.
+    """
+    result = Saved()
     if (why := unsafe_reason(directory)) is not None:
         log.warning("mlx-agent: not saving the prompt cache: %s", why)
-        return 0
-    private_dir(directory)
-    saved = 0
-    for tokens, cache_type in keys:
+        return result
+    try:
+        private_dir(directory)
+    except OSError as exc:  # a full disk cannot even hold the directory
+        result.failed, result.stopped = len(keys), f"cannot create {directory}: {exc.strerror or exc}"
+        log.warning("mlx-agent: not saving the prompt cache: %s", result.stopped)
+        return result
+    stamp = time.time_ns()
+    low: DiskSpace | None = None
+    for order, (tokens, cache_type) in enumerate(reversed(keys)):  # the newest first: the likeliest reused
         cache, rest = store.fetch_nearest_cache(model_key, tokens)
         if cache is None or rest:
             continue  # evicted meanwhile: only exact entries are kept
-        path = directory / entry_name(tokens)
-        partial = path.with_name(f".partial-{os.getpid()}-{path.name}")  # mlx keeps the .safetensors suffix
-        metadata = {
-            "identity": identity,
-            "tokens": json.dumps(tokens),
-            "cache_type": cache_type,
-            "format": ENTRY_FORMAT,
-            "binding": binding(identity, tokens, cache_type),
-        }
-        previous = os.umask(0o077)
+        space = disk_space(directory)
+        if space is not None and not room_for(space.free_bytes, space.floor_bytes, entry_bytes(cache, tokens)):
+            result.skipped += 1
+            low = space
+            continue
         try:
-            save_prompt_cache(str(partial), cache, metadata)
+            _write_entry(directory, tokens, cache_type, cache, identity, stamp - order)
+        except (OSError, RuntimeError, EntryRejected) as exc:  # mlx's own write errors are RuntimeErrors
+            result.failed += 1
+            space = disk_space(directory)
+            if is_full(exc) or (space is not None and space.low):
+                result.stopped = f"the disk is full: {space.describe() if space else exc}"
+                break
+            log.warning("mlx-agent: a prompt cache entry was not saved: %s", str(exc)[:200])
+        else:
+            result.saved += 1
+    _sync_dir(directory)
+    if low is not None:
+        log.warning("mlx-agent: %d prompt cache entries not saved: %s", result.skipped, low.describe())
+    if result.stopped is not None:
+        log.warning("mlx-agent: the prompt cache save stopped (%s); no partial file is left", result.stopped)
+    return result
+
+
+def _write_entry(
+    directory: Path, tokens: list[int], cache_type: str, cache: list[Any], identity: str, mtime_ns: int
+) -> None:
+    """Write one entry whole under its name, or leave nothing: partial file, header check, fsync, rename."""
+    from mlx_lm.models.cache import save_prompt_cache
+
+    path = directory / entry_name(tokens)
+    partial = path.with_name(f".partial-{os.getpid()}-{path.name}")  # mlx keeps the .safetensors suffix
+    metadata = {
+        "identity": identity,
+        "tokens": json.dumps(tokens),
+        "cache_type": cache_type,
+        "format": ENTRY_FORMAT,
+        "binding": binding(identity, tokens, cache_type),
+    }
+    previous = os.umask(0o077)
+    try:
+        save_prompt_cache(str(partial), cache, metadata)
+        fd = os.open(partial, os.O_RDONLY)
+        try:
+            read_header(fd)  # the whole file is there: every tensor's bytes tile the data written
+            os.fsync(fd)
         finally:
-            os.umask(previous)
+            os.close(fd)
+        os.utime(partial, ns=(mtime_ns, mtime_ns))  # the newest entry is the most recently used (the limit)
         os.replace(partial, path)
-        saved += 1
-    return saved
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+    finally:
+        os.umask(previous)
+
+
+def _sync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def kept_bytes(root: Path) -> int:
+    """Return what the saved entries under the prompt-cache ``root`` take (quarantined ones included)."""
+    total = 0
+    for path in [*root.glob(f"*/{PROMPT_CACHE_QUARANTINE}/*{SUFFIX}"), *_saved(root.glob(f"*/*{SUFFIX}"))]:
+        with contextlib.suppress(OSError):
+            total += os.lstat(path).st_size
+    return total
+
+
+def fit_to_disk(root: Path, configured_bytes: int) -> tuple[int, int]:
+    """Hold the saved entries under ``root`` to the effective limit (``disk.cache_limit``); return it, and what is left.
+
+    Called when a worker starts (before it restores) and after it saves, so the cache shrinks with its disk.
+    """
+    space = disk_space(root)
+    limit = configured_bytes if space is None else cache_limit(configured_bytes, space.free_bytes, kept_bytes(root))
+    return limit, enforce_limit(root, limit)
+
+
+def keep_entries(store: AlignedPromptCache, model_key: Any, directory: Path, configured_bytes: int) -> Saved:
+    """Save the entries still held, hold the home's entries to the effective limit, and report it beside them."""
+    result = save_entries(store, model_key, store.held_keys(model_key), directory, directory.name)
+    limit, total = fit_to_disk(directory.parent, configured_bytes)
+    write_report(directory, result, limit, total)
+    return result
+
+
+def write_report(directory: Path, result: Saved, limit: int, total: int) -> None:
+    """Write what the save did, with running totals of skipped and failed entries, for ``serve status``."""
+    path = directory / PROMPT_CACHE_REPORT
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))  # the running totals so far
+    except (OSError, ValueError):
+        before = {}
+    before = before if isinstance(before, dict) else {}
+    space = disk_space(directory)
+    report = {
+        "at": utc_now(),
+        "saved": result.saved,
+        "skipped": result.skipped,
+        "failed": result.failed,
+        "stopped": result.stopped,
+        "skipped_total": _total(before, "skipped_total") + result.skipped,
+        "failed_total": _total(before, "failed_total") + result.failed,
+        "limit_bytes": limit,
+        "kept_bytes": total,
+        "free_bytes": None if space is None else space.free_bytes,
+        "floor_bytes": None if space is None else space.floor_bytes,
+    }
+    if not os.path.isdir(directory):
+        return
+    try:
+        write_json_atomic(path, report)
+    except (OSError, MlxAgentError) as exc:  # the disk is full: the log line says it, status reads the old one
+        log.warning("mlx-agent: the prompt cache's save report was not written: %s", getattr(exc, "message", exc))
+
+
+def _total(report: dict[str, Any], key: str) -> int:
+    value = report.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def restore_entries(
