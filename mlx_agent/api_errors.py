@@ -96,6 +96,12 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     INVALID_SCHEMA = "invalid_schema", 400, TYPE_INVALID_REQUEST
     POLICY_REJECTED = "policy_rejected", 400, TYPE_INVALID_REQUEST
     BAD_REQUEST = "bad_request", 400, TYPE_INVALID_REQUEST
+    IMAGE_INVALID = "image_invalid", 400, TYPE_INVALID_REQUEST  # not a decodable base64 image, or a remote URL
+    TOO_MANY_IMAGES = "too_many_images", 400, TYPE_INVALID_REQUEST
+    IMAGE_TOO_LARGE = "image_too_large", 400, TYPE_INVALID_REQUEST  # too many pixels (too many bytes: 413)
+    MODEL_NOT_VISION = "model_not_vision", 400, TYPE_INVALID_REQUEST  # an image sent to a text-only model
+    MODEL_NOT_EMBEDDING = "model_not_embedding", 400, TYPE_INVALID_REQUEST  # embeddings asked of a chat model
+    MODEL_NOT_CHAT = "model_not_chat", 400, TYPE_INVALID_REQUEST  # chat asked of an embedding model
     # 401, 403: who is asking
     UNAUTHORIZED = "unauthorized", 401, TYPE_AUTHENTICATION
     INVALID_API_KEY = "invalid_api_key", 401, TYPE_AUTHENTICATION

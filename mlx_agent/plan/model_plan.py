@@ -23,7 +23,7 @@ from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, reviewed_executable, runtime_checks
-from mlx_agent.plan.runtime_select import select_runtime
+from mlx_agent.plan.runtime_select import MLX_VLM, select_runtime, vision_markers
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
 from mlx_agent.wire import (
@@ -40,7 +40,7 @@ from mlx_agent.wire import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Literal
 
     from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import (
@@ -248,6 +248,17 @@ def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
     return source.get("repo") or Path(source["path"]).name
 
 
+def model_kind(recipe: Recipe, config: dict[str, Any]) -> Literal["text", "vision", "embedding"]:
+    """Return what the model serves: a recipe's own ``kind`` (embeddings), or chat that reads images or not.
+
+    A vision model is one mlx-vlm serves with a vision tower in its config.json (``runtime_select``); mlx-vlm
+    also serves text-only model types, and mlx_lm is never given a vision model.
+    """
+    if recipe.get("kind") == "embedding":
+        return "embedding"
+    return "vision" if recipe["name"] == MLX_VLM and vision_markers(config) else "text"
+
+
 class ResolvedModel:
     """A model's options with what its files decide first: its source, config and runtime (and so its port)."""
 
@@ -372,6 +383,7 @@ def build_model_plan(
             "cuts_to_context": cuts,
             "secret_env": worker_secret(recipe, runtime["launcher"]),
             "port_env": PORT_ENV if native else None,
+            "kind": model_kind(recipe, config),
             "model_name": source["path"] if recipe.get("model_field") == "path" else WORKER_MODEL_NAME,
             "argv": argv,
             "executable": reviewed_executable(argv[0]),

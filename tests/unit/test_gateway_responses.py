@@ -294,8 +294,8 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
     [
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,x"}]}]},
-            "input.0.content.0",
-            "unsupported_content",
+            "input.0.content.0.image_url",
+            "image_invalid",
         ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},

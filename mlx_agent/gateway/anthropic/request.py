@@ -28,7 +28,12 @@ The rules (docs/gateway.md, "Anthropic Messages API"), written for what Claude C
 * ``metadata``, ``service_tier``, ``context_management`` and ``cache_control`` (anywhere) are accepted and
   change nothing (the worker caches prompt prefixes by itself).
 
-Refused with a 400 ``invalid_request_error``: image, document and other non-text content, tools that need
+* An ``image`` block in a user turn (source ``base64``, or ``url`` holding a ``data:`` URL) becomes a chat
+  ``image_url`` part beside the turn's text parts, in their order (``images.py``: its limits; a remote URL is
+  refused, nothing is fetched).
+
+Refused with a 400 ``invalid_request_error``: document and other non-text content (an image inside a
+``tool_result`` too), images with a ``file`` source or a remote URL (``image_invalid``), tools that need
 what a text model lacks (computer use), forced ``tool_choice`` (``any``, ``tool``), and top-level parameters
 that ask for servers this machine does not have (``mcp_servers``, ``container``) or that it does not know.
 
@@ -47,6 +52,7 @@ from typing import Any
 from mlx_agent.api_errors import Code
 from mlx_agent.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.images import check_data_url, data_url, image_part
 from mlx_agent.gateway.tools import ToolSet, anthropic_tools, refuse
 
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -191,8 +197,32 @@ def _message(message: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
     return [_assistant_blocks(content, param)]
 
 
+def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Return the chat image part of an Anthropic ``image`` block, checked against the limits."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, Mapping) else None
+    if kind == "base64" and isinstance(source, Mapping):
+        media, data = source.get("media_type"), source.get("data")
+        if not isinstance(media, str) or not media.startswith("image/") or not isinstance(data, str):
+            raise refuse(
+                "a base64 image source needs an image/* media_type and string data",
+                f"{where}.source",
+                Code.IMAGE_INVALID,
+            )
+        return image_part(check_data_url(data_url(media, data), f"{where}.source.data"))
+    if kind == "url" and isinstance(source, Mapping):
+        return image_part(check_data_url(source.get("url"), f"{where}.source.url"))
+    raise refuse(
+        f"image source type {kind!r} is not supported here: send base64 data or a data: URL (nothing is fetched)",
+        f"{where}.source.type",
+        Code.IMAGE_INVALID,
+    )
+
+
 def _unsupported_block(kind: str, param: str) -> RequestRefused:
-    if kind in ("image", "document", "search_result", "container_upload"):
+    if kind == "image":
+        return refuse("an image is taken in a user turn's content only", param, Code.UNSUPPORTED_CONTENT)
+    if kind in ("document", "search_result", "container_upload"):
         return refuse(
             f"{kind} content is not supported: the local model reads text only", param, Code.UNSUPPORTED_CONTENT
         )
@@ -202,9 +232,19 @@ def _unsupported_block(kind: str, param: str) -> RequestRefused:
 def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []  # the turn's parts once it holds an image: texts joined between images
+
+    def text_part() -> None:
+        if texts:
+            parts.append({"type": "text", "text": BLOCK_JOIN.join(texts)})
+            texts.clear()
 
     def flush() -> None:
-        if texts:
+        if parts:
+            text_part()
+            out.append({"role": "user", "content": list(parts)})
+            parts.clear()
+        elif texts:
             out.append({"role": "user", "content": BLOCK_JOIN.join(texts)})
             texts.clear()
 
@@ -213,6 +253,9 @@ def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, 
         where = f"{param}.content.{index}"
         if kind == "text":
             texts.append(_text(block, where))
+        elif kind == "image":
+            text_part()
+            parts.append(_image(block, where))
         elif kind == "tool_result":
             flush()
             tool_use_id = block.get("tool_use_id")

@@ -2,12 +2,14 @@
 
 The front has already chosen the model (``Fleet.route``); the worker serves its one model only, so the
 body is sent on with ``model: default_model`` and the reply names the model as the client did (or by its
-served name when the request named none). Request-time adapters and draft models are refused. Reply
-limits: a request's own ``max_tokens`` / ``max_completion_tokens`` is honoured up to ``max_tokens_ceiling``
-when the plan sets one, and otherwise up to what the model's context leaves after the prompt (our worker
-knows the prompt's length and cuts there). A request that sets none gets the plan's ``--max-tokens`` when the
-plan has one, and otherwise the ceiling: agents that send no limit (Codex) are not cut at a small default,
-and the worker's own reply limits (repeats, hedging, the reasoning budget) keep a looping model in check.
+served name when the request named none). Request-time adapters and draft models are refused, and so is a
+chat request to an embedding model (``model_not_chat``); images are held to ``images``' limits, and refused by
+a text-only model (``model_not_vision``). Reply limits: a request's own ``max_tokens`` /
+``max_completion_tokens`` is honoured up to ``max_tokens_ceiling`` when the plan sets one, and otherwise up to
+what the model's context leaves after the prompt (our worker knows the prompt's length and cuts there). A
+request that sets none gets the plan's ``--max-tokens`` when the plan has one, and otherwise the ceiling:
+agents that send no limit (Codex) are not cut at a small default, and the worker's own reply limits (repeats,
+hedging, the reasoning budget) keep a looping model in check.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.images import check_request
 from mlx_agent.wire import WORKER_MODEL_NAME
 
 if TYPE_CHECKING:
@@ -69,6 +72,15 @@ def prepare(body: dict[str, Any], *, model: FrontModelConfig, force_usage: bool 
                 "preview a new serve plan to change adapters or draft models",
                 param=name,
             )
+    kind = model["worker"].get("kind")
+    if kind == "embedding":
+        raise refused(
+            Code.MODEL_NOT_CHAT,
+            f"the model '{model['served_model_name']}' is an embedding model: it answers POST /v1/embeddings "
+            "only; name a chat model here",
+            param="model",
+        )
+    check_request(body, model=model["served_model_name"], kind=kind)
     stream = bool(body.get("stream", False))
 
     out = dict(body)

@@ -21,7 +21,12 @@ The rules (docs/gateway.md, "OpenAI Responses API"), written for what Codex CLI 
   ``include`` values, ``text.verbosity``, ``truncation`` (a prompt longer than the context is refused, never
   cut), ``store``, ``background``, ``user``, ``safety_identifier``, ``service_tier``, ``prompt_cache_retention``.
 
-Refused with a 400 ``invalid_request_error``: image, file and audio content, ``tool_choice`` ``required`` or a
+* An ``input_image`` part of a message (``image_url`` a ``data:`` URL) becomes a chat ``image_url`` part beside
+  the message's text parts, in their order (``images.py``: its limits; a remote URL is refused, nothing is
+  fetched, and so is a ``file_id``).
+
+Refused with a 400 ``invalid_request_error``: file and audio content (an image in a call's output too),
+``tool_choice`` ``required`` or a
 named tool (the runtime cannot force a call), item types that refer to server-side objects
 (``item_reference``, ...), and parameters that need them (``conversation``, ``prompt``).
 
@@ -39,6 +44,7 @@ from typing import Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.bodies import ResponsesBody, Text
+from mlx_agent.gateway.images import check_data_url, image_part
 from mlx_agent.gateway.tools import ToolSet, refuse, responses_tools
 
 TEXT_PARTS = ("input_text", "output_text")
@@ -192,7 +198,40 @@ def _message(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise refuse("a message's role must be user, assistant, system or developer", f"{where}.role")
-    return {"role": "system" if role == "developer" else role, "content": _text(item.get("content"), where)}
+    content = item.get("content")
+    if isinstance(content, list) and any(isinstance(p, Mapping) and p.get("type") == "input_image" for p in content):
+        return {"role": "system" if role == "developer" else role, "content": _parts(content, where)}
+    return {"role": "system" if role == "developer" else role, "content": _text(content, where)}
+
+
+def _parts(content: list[Any], where: str) -> list[dict[str, Any]]:
+    """Return a message's content with images as chat parts: its text parts joined between the images."""
+    parts: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for index, part in enumerate(content):
+        inner = f"{where}.content.{index}"
+        if isinstance(part, Mapping) and part.get("type") == "input_image":
+            if texts:
+                parts.append({"type": "text", "text": BLOCK_JOIN.join(texts)})
+                texts = []
+            parts.append(_image(part, inner))
+        else:
+            texts.append(_part_text(part, inner))
+    if texts:
+        parts.append({"type": "text", "text": BLOCK_JOIN.join(texts)})
+    return parts
+
+
+def _image(part: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Return the chat image part of an ``input_image``, checked against the limits (``detail`` changes nothing)."""
+    if part.get("image_url") is None and part.get("file_id") is not None:
+        raise refuse(
+            "input_image file_id refers to an uploaded file, which this server does not keep; send image_url as a "
+            "data: URL",
+            f"{where}.file_id",
+            Code.IMAGE_INVALID,
+        )
+    return image_part(check_data_url(part.get("image_url"), f"{where}.image_url"))
 
 
 def _text(content: object, where: str) -> str:
@@ -201,23 +240,23 @@ def _text(content: object, where: str) -> str:
         return content or ""
     if not isinstance(content, list):
         raise refuse("content must be a string or a list of parts", f"{where}.content", Code.INVALID_TYPE)
-    texts = []
-    for index, part in enumerate(content):
-        inner = f"{where}.content.{index}"
-        if not isinstance(part, Mapping):
-            raise refuse("each content part must be an object", inner, Code.INVALID_TYPE)
-        kind = part.get("type")
-        if kind in TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise refuse(
-                f"{kind} content is not supported: the local model reads text only", inner, Code.UNSUPPORTED_CONTENT
-            )
-        else:
-            raise refuse(f"content parts of type {kind!r} are not supported here", inner, Code.UNSUPPORTED_CONTENT)
-    return BLOCK_JOIN.join(texts)
+    return BLOCK_JOIN.join(_part_text(part, f"{where}.content.{index}") for index, part in enumerate(content))
+
+
+def _part_text(part: object, inner: str) -> str:
+    """Return one text part's text; refuse any other part."""
+    if not isinstance(part, Mapping):
+        raise refuse("each content part must be an object", inner, Code.INVALID_TYPE)
+    kind = part.get("type")
+    if kind in TEXT_PARTS and isinstance(part.get("text"), str):
+        return str(part["text"])
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return str(part["refusal"])
+    if kind == "input_image":
+        raise refuse("an input_image is taken in a message's content only", inner, Code.UNSUPPORTED_CONTENT)
+    if kind in ("input_file", "input_audio"):
+        raise refuse(f"{kind} content is not supported here: send its text", inner, Code.UNSUPPORTED_CONTENT)
+    raise refuse(f"content parts of type {kind!r} are not supported here", inner, Code.UNSUPPORTED_CONTENT)
 
 
 def _call(item: Mapping[str, Any], where: str, out: list[dict[str, Any]], tools: ToolSet) -> None:

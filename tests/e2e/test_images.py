@@ -1,0 +1,180 @@
+"""End to end: images through Messages and Responses reach the real mlx-vlm worker as chat completions' do.
+
+A real front over the real wrapped mlx-vlm worker on the tiny Qwen2-VL model (its worker kind ``vision``, as
+the plan records it). The same question with the same picture, asked through chat completions, Messages
+(created and streamed) and Responses (created and streamed) by the official SDKs, makes one prompt: each
+reports the same prompt token count, and more tokens than the question without the picture. A second front
+over the tiny text model (kind ``text``) refuses the picture on every API with ``model_not_vision``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from mlx_agent.wire import SOCKET_FLAG
+from tests.conftest import free_port
+from tests.e2e.test_runtimes import png
+from tests.fixtures.tiny_vlm import build_tiny_vlm
+from tests.gateway_support import Gateway, gateway_config, real_worker_argv, start_gateway
+
+pytestmark = pytest.mark.e2e
+
+QUESTION = "What is in the picture?"
+IMAGE_URL = png()
+IMAGE_B64 = IMAGE_URL.partition(",")[2]
+
+
+def fronted(directory: Path, argv: list[str], model: Path, kind: str) -> Gateway:
+    """Start a front over ``argv`` whose worker is of ``kind``."""
+    config = gateway_config(directory, free_port(), argv, model_path=model, max_tokens=4)
+    config["models"][0]["worker"]["kind"] = kind
+    return start_gateway(directory, config)
+
+
+@pytest.fixture(scope="module")
+def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """One front over the wrapped mlx-vlm worker on a tiny Qwen2-VL model."""
+    model = build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
+    argv = [sys.executable, "-m", "mlx_agent.runtime", "mlx-vlm", "--model", str(model), "--max-tokens", "4"]
+    directory = tmp_path_factory.mktemp("vision-front")
+    config = gateway_config(directory, free_port(), [*argv, SOCKET_FLAG, "{socket}"], model_path=model, max_tokens=4)
+    worker = config["models"][0]["worker"]
+    worker.update(kind="vision", model_name=str(model))  # mlx_vlm serves its model under its path
+    worker["readiness"] = {"path": "/health", "status": 200, "json": {"status": "healthy"}, "nonnull": ["loaded_model"]}
+    gateway = start_gateway(directory, config)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def text_only(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
+    """One front over the wrapped mlx_lm worker on the tiny text model."""
+    gateway = fronted(tmp_path_factory.mktemp("text-front"), real_worker_argv(tiny_model, 4), tiny_model, "text")
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def oai(gateway: Gateway) -> openai.OpenAI:
+    """Return the official OpenAI client on the front (no retries)."""
+    return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="local", timeout=300, max_retries=0)
+
+
+def claude(gateway: Gateway) -> anthropic.Anthropic:
+    """Return the official Anthropic client on the front (no retries)."""
+    return anthropic.Anthropic(base_url=gateway.base_url, api_key="local", timeout=300, max_retries=0)
+
+
+CHAT_IMAGE: Any = [
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": IMAGE_URL}}],
+    }
+]
+MESSAGES_IMAGE: Any = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": QUESTION},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": IMAGE_B64}},
+        ],
+    }
+]
+RESPONSES_IMAGE: Any = [
+    {
+        "role": "user",
+        "content": [{"type": "input_text", "text": QUESTION}, {"type": "input_image", "image_url": IMAGE_URL}],
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def chat_prompt(vision: Gateway) -> int:
+    """Return the prompt tokens chat completions reports for the question with its picture."""
+    reply = oai(vision).chat.completions.create(model="org/tiny", messages=CHAT_IMAGE, max_tokens=2)
+    assert reply.usage is not None
+    text = oai(vision).chat.completions.create(
+        model="org/tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=2
+    )
+    assert text.usage is not None and reply.usage.prompt_tokens > text.usage.prompt_tokens + 2  # the image's tokens
+    return reply.usage.prompt_tokens
+
+
+def test_a_messages_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+    """messages.create with a base64 image block reports the prompt chat completions does."""
+    message = claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE)
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == chat_prompt
+
+
+def test_a_streamed_messages_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+    """messages.stream with the image ends with the same prompt count, and a text block."""
+    with claude(vision).messages.stream(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE) as stream:
+        final = stream.get_final_message()
+    assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) == chat_prompt
+    assert final.stop_reason in ("end_turn", "max_tokens")
+
+
+def test_a_responses_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+    """responses.create with an input_image reports the prompt chat completions does."""
+    response = oai(vision).responses.create(model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2)
+    assert response.status in ("completed", "incomplete")
+    assert response.usage is not None and response.usage.input_tokens == chat_prompt
+
+
+def test_a_streamed_responses_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+    """A streamed Response with an input_image ends with the same prompt count."""
+    events = list(
+        oai(vision).responses.create(model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2, stream=True)
+    )
+    final = events[-1]
+    assert final.type in ("response.completed", "response.incomplete")
+    assert final.response.usage is not None and final.response.usage.input_tokens == chat_prompt
+
+
+def test_a_remote_image_url_is_refused_not_fetched(vision: Gateway) -> None:
+    """A Messages url source with an http URL is 400 image_invalid before any worker or network is touched."""
+    remote = [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "http://127.0.0.1:9/a.png"}}]}
+    ]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=remote)  # type: ignore[arg-type]
+    body: Any = info.value.body
+    assert body["error"]["code"] == "image_invalid" and "not fetched" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "messages_stream", "responses", "responses_stream"])
+def test_a_text_only_model_refuses_an_image_on_every_api(text_only: Gateway, api: str) -> None:
+    """Each API answers 400 model_not_vision naming the model, in its own error shape."""
+    error: openai.BadRequestError | anthropic.BadRequestError
+    if api.startswith("messages"):
+        with pytest.raises(anthropic.BadRequestError) as claude_info:
+            if api == "messages":
+                claude(text_only).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE)
+            else:
+                with claude(text_only).messages.stream(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE) as s:
+                    s.get_final_message()
+        error = claude_info.value
+        body: Any = error.body
+        assert body["type"] == "error"
+        detail = body["error"]
+    else:
+        with pytest.raises(openai.BadRequestError) as openai_info:
+            if api == "chat":
+                oai(text_only).chat.completions.create(model="org/tiny", messages=CHAT_IMAGE, max_tokens=2)
+            else:
+                oai(text_only).responses.create(
+                    model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2, stream=api == "responses_stream"
+                )
+        error = openai_info.value
+        detail = error.body
+    assert detail["code"] == "model_not_vision" and "'org/tiny'" in detail["message"]

@@ -1,0 +1,250 @@
+"""Images on every chat API: the translators' one chat shape, the limits, and a text-only model's refusal."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlx_agent.bodies import MessagesBody, ResponsesBody
+from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway import images
+from mlx_agent.gateway.anthropic import request as anthropic
+from mlx_agent.gateway.config import parse_config
+from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.images import ImageLimits, check_request
+from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.gateway.responses import request as responses
+from mlx_agent.records import FrontModelConfig
+from tests.gateway_support import gateway_config
+
+
+def png_bytes(width: int, height: int, *, pixels: bool = True) -> bytes:
+    """Return a solid PNG of ``width`` x ``height`` (with ``pixels=False``, a valid header and no image data)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x10\x20\x30" * width for _ in range(height)) if pixels else b""
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+PNG = png_bytes(4, 3)
+PNG_B64 = base64.b64encode(PNG).decode()
+PNG_URL = "data:image/png;base64," + PNG_B64
+
+
+def model(kind: str | None) -> FrontModelConfig:
+    """Return a front's model whose worker is of ``kind`` (None: a config written before kinds)."""
+    config = gateway_config(Path("/tmp/x"), 8080, ["python", "w.py", "--port", "{port}"], model_path=Path("/m/tiny"))
+    if kind is not None:
+        config["models"][0]["worker"]["kind"] = kind
+    parsed: FrontModelConfig = parse_config(config)["models"][0]
+    return parsed
+
+
+def messages_body(*content: dict[str, Any]) -> dict[str, Any]:
+    """Return a Messages request with one user turn of ``content`` blocks."""
+    return {"model": "org/tiny", "max_tokens": 8, "messages": [{"role": "user", "content": list(content)}]}
+
+
+def anthropic_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """Return the chat body the Messages translator makes of ``body``."""
+    return anthropic.translate(parse(MessagesBody, body)).chat
+
+
+def responses_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """Return the chat body the Responses translator makes of ``body``."""
+    return responses.to_chat(parse(ResponsesBody, body), default_model="m").chat
+
+
+def refusal(call: Any, *args: Any, **kwargs: Any) -> RequestRefused:
+    """Return the refusal ``call`` raises."""
+    with pytest.raises(RequestRefused) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+def test_a_messages_image_becomes_the_chat_image_part_between_its_texts() -> None:
+    """Base64 and data-URL image blocks become image_url parts, the turn's texts joined between them in order."""
+    chat = anthropic_chat(
+        messages_body(
+            {"type": "text", "text": "one"},
+            {"type": "text", "text": "two"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
+            {"type": "image", "source": {"type": "url", "url": PNG_URL}},
+            {"type": "text", "text": "three"},
+        )
+    )
+    assert chat["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "one\n\ntwo"},
+                {"type": "image_url", "image_url": {"url": PNG_URL}},
+                {"type": "image_url", "image_url": {"url": PNG_URL}},
+                {"type": "text", "text": "three"},
+            ],
+        }
+    ]
+
+
+def test_a_text_only_messages_turn_keeps_its_string_content() -> None:
+    """Without an image a user turn's content stays one string, as before images were taken."""
+    chat = anthropic_chat(messages_body({"type": "text", "text": "a"}, {"type": "text", "text": "b"}))
+    assert chat["messages"] == [{"role": "user", "content": "a\n\nb"}]
+
+
+@pytest.mark.parametrize(
+    ("source", "param"),
+    [
+        ({"type": "url", "url": "https://example.com/cat.png"}, "messages.0.content.0.source.url"),
+        ({"type": "url", "url": "/etc/passwd"}, "messages.0.content.0.source.url"),
+        ({"type": "file", "file_id": "file_1"}, "messages.0.content.0.source.type"),
+        ({"type": "base64", "media_type": "text/plain", "data": PNG_B64}, "messages.0.content.0.source"),
+        ({"type": "base64", "media_type": "image/png", "data": "not base64!"}, "messages.0.content.0.source.data"),
+        ({"type": "base64", "media_type": "image/png", "data": "aGVsbG8="}, "messages.0.content.0.source.data"),
+    ],
+)
+def test_a_messages_image_that_is_remote_a_file_or_undecodable_is_refused(source: dict[str, Any], param: str) -> None:
+    """Remote URLs, paths, file sources, non-image types and bad data are 400 image_invalid; nothing is fetched."""
+    error = refusal(anthropic_chat, messages_body({"type": "image", "source": source}))
+    assert (error.status, error.code, error.param) == (400, "image_invalid", param)
+
+
+def test_an_image_in_a_tool_result_stays_refused() -> None:
+    """A tool_result's image has no place in a chat template: 400 unsupported_content."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
+    body = messages_body({"type": "tool_result", "tool_use_id": "t", "content": [image]})
+    error = refusal(anthropic_chat, body)
+    assert (error.code, error.param) == ("unsupported_content", "messages.0.content.0.content.0")
+
+
+def test_a_responses_input_image_becomes_the_chat_image_part() -> None:
+    """An input_image's data URL becomes an image_url part beside the message's text parts ("detail" ignored)."""
+    body = {
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "What is it?"},
+                    {"type": "input_image", "image_url": PNG_URL, "detail": "high"},
+                ],
+            }
+        ]
+    }
+    assert responses_chat(body)["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is it?"},
+                {"type": "image_url", "image_url": {"url": PNG_URL}},
+            ],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("part", "param"),
+    [
+        ({"type": "input_image", "file_id": "file-1"}, "input.0.content.1.file_id"),
+        ({"type": "input_image", "image_url": "http://example.com/a.png"}, "input.0.content.1.image_url"),
+        ({"type": "input_image", "image_url": "data:image/png;base64,AAAA"}, "input.0.content.1.image_url"),
+    ],
+)
+def test_a_responses_image_by_file_or_remote_url_is_refused(part: dict[str, Any], param: str) -> None:
+    """A file_id, a remote URL or unreadable data is 400 image_invalid naming the part."""
+    body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "x"}, part]}]}
+    error = refusal(responses_chat, body)
+    assert (error.status, error.code, error.param) == (400, "image_invalid", param)
+
+
+def chat_with(*urls: str) -> dict[str, Any]:
+    """Return a chat completions body with one user message holding an image part per URL."""
+    parts = [{"type": "text", "text": "Look."}, *({"type": "image_url", "image_url": {"url": u}} for u in urls)]
+    return {"messages": [{"role": "user", "content": parts}]}
+
+
+def test_the_limits_hold_size_count_and_pixels() -> None:
+    """Past the bytes it is 413, past the count or the header's pixels 400 (limits shrunk for the test)."""
+    limits = ImageLimits(max_bytes=len(PNG), max_images=2, max_pixels=12)
+    assert check_request(chat_with(PNG_URL, PNG_URL), model="m", kind="vision", limits=limits) == 2
+    error = refusal(check_request, chat_with(PNG_URL, PNG_URL, PNG_URL), model="m", kind="vision", limits=limits)
+    assert (error.status, error.code, error.param) == (400, "too_many_images", "messages")
+    big = "data:image/png;base64," + base64.b64encode(png_bytes(8, 8)).decode()
+    error = refusal(check_request, chat_with(big), model="m", kind="vision", limits=limits)
+    assert (error.status, error.code, error.param) == (413, "image_too_large", "messages.0.content.1")
+    wide = "data:image/png;base64," + base64.b64encode(png_bytes(5, 3, pixels=False)).decode()
+    error = refusal(check_request, chat_with(wide), model="m", kind="vision", limits=ImageLimits(max_pixels=12))
+    assert (error.status, error.code) == (400, "image_too_large") and "15 pixels" in error.message
+
+
+def test_the_pixel_limit_reads_the_header_of_a_huge_image_without_decoding_it() -> None:
+    """A 100000 x 100000 header with no pixel data is refused by its header alone, at the default limits."""
+    huge = "data:image/png;base64," + base64.b64encode(png_bytes(100_000, 100_000, pixels=False)).decode()
+    error = refusal(check_request, chat_with(huge), model="m", kind="vision")
+    assert (error.status, error.code) == (400, "image_too_large")
+
+
+def test_the_default_limits_are_the_documented_ones() -> None:
+    """8 MiB, 16 images and 8K UHD pixels, as docs/gateway.md's Images table says."""
+    docs = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text(encoding="utf-8")
+    assert (images.MAX_IMAGE_BYTES, images.MAX_IMAGES, images.MAX_IMAGE_PIXELS) == (8 << 20, 16, 33_177_600)
+    assert "8 MiB" in docs and "| 16 (`MAX_IMAGES`)" in docs and "33,177,600" in docs
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_a_text_only_model_refuses_an_image_on_every_api_naming_it(api: str) -> None:
+    """Whichever API sent it, the prepared chat body with an image is 400 model_not_vision naming the model."""
+    if api == "chat":
+        body = chat_with(PNG_URL)
+    elif api == "messages":
+        block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
+        body = anthropic_chat(messages_body(block))
+    else:
+        body = responses_chat({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": PNG_URL}]}]})
+    error = refusal(prepare, body, model=model("text"))
+    assert (error.status, error.code) == (400, "model_not_vision") and "'org/tiny'" in error.message
+    assert prepare(body, model=model("vision")).body["messages"] == body["messages"]
+
+
+def test_a_config_without_kinds_checks_images_and_passes_them() -> None:
+    """A front config written before kinds lets its worker judge images, still within the limits."""
+    assert prepare(chat_with(PNG_URL), model=model(None)).body["messages"][0]["content"][1]["type"] == "image_url"
+    error = refusal(prepare, chat_with("https://example.com/a.png"), model=model(None))
+    assert error.code == "image_invalid"
+
+
+def test_a_remote_url_is_refused_on_chat_completions_too() -> None:
+    """mlx_lm's server would fetch an http(s) image itself; the front refuses it first, on a vision model too."""
+    error = refusal(prepare, chat_with("https://example.com/cat.png"), model=model("vision"))
+    assert (error.code, error.param) == ("image_invalid", "messages.0.content.1")
+    assert "not fetched" in error.message
+
+
+def test_an_embedding_model_refuses_chat() -> None:
+    """A chat request naming an embedding model is 400 model_not_chat pointing at /v1/embeddings."""
+    error = refusal(prepare, {"messages": [{"role": "user", "content": "hi"}]}, model=model("embedding"))
+    assert (error.status, error.code, error.param) == (400, "model_not_chat", "model")
+    assert "/v1/embeddings" in error.message
+
+
+def test_the_plan_records_a_models_kind_from_its_runtime_and_config() -> None:
+    """mlx-vlm with a vision tower is vision; mlx-vlm without one, and mlx_lm, are text."""
+    from mlx_agent.plan.model_plan import model_kind
+    from mlx_agent.plan.recipes import load_recipe
+
+    vlm, _ = load_recipe("mlx-vlm")
+    lm, _ = load_recipe("mlx_lm")
+    assert model_kind(vlm, {"model_type": "qwen2_vl", "vision_config": {"depth": 1}}) == "vision"
+    assert model_kind(vlm, {"model_type": "gemma3_text"}) == "text"
+    assert model_kind(lm, {"model_type": "llama"}) == "text"
