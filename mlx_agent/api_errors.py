@@ -133,6 +133,7 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     TOO_MANY_LOADED = "too_many_loaded", 503, TYPE_SERVER
     INSUFFICIENT_HEADROOM = "insufficient_headroom", 503, TYPE_SERVER
     MEMORY_UNKNOWN = "memory_unknown", 503, TYPE_SERVER
+    DISK_FULL = "disk_full", 503, TYPE_SERVER  # the worker broke off while its log or cache disk is under its floor
 
 
 _LISTED: dict[str, Code] = {member.value: member for member in Code}

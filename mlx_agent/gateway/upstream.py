@@ -29,6 +29,7 @@ from aiohttp import web
 from mlx_agent.api_errors import TYPE_INVALID_REQUEST, TYPE_SERVER, Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
+from mlx_agent.gateway.disk_check import disk_full
 from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.http_errors import refused
@@ -118,11 +119,17 @@ class Upstream:
             model.request_finished(stream)
 
     async def notice_exit(self, model: Lifecycle, worker: WorkerProcess) -> None:
-        """Give a worker that just hung up a moment to be seen exiting, so the next request loads afresh."""
+        """Give a worker that just hung up a moment to be seen exiting, so the next request loads afresh.
+
+        A worker that hung up while its disk is full did so for that reason (its log cannot grow): this raises
+        503 ``disk_full`` (``disk_check``) for the caller's 502 ``worker_failed``.
+        """
         deadline = time.monotonic() + EXIT_NOTICE_S
         while worker.exited() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         model.check_worker()
+        if (full := disk_full(model)) is not None:
+            raise full
 
     async def read_body(self, model: Lifecycle, worker: WorkerProcess, reply: WorkerReply) -> bytes:
         """Return a non-streamed reply's whole body; a worker that breaks it off is 502 ``worker_failed``."""

@@ -71,7 +71,9 @@ def worker_pids_in_log(gateway: Gateway) -> list[int]:
 def test_health_and_models_answer_before_any_load(tmp_path: Path) -> None:
     """/health says ok and unloaded, /v1/models lists the model, and nothing has been loaded."""
     with running_gateway(tmp_path) as gateway:
-        assert gateway.request("GET", "/health").json() == {
+        health = gateway.request("GET", "/health").json()
+        assert [(d["place"], d["low"]) for d in health.pop("disk")] == [("state", False)]
+        assert health == {
             "status": "ok",
             "ready": True,
             "model_state": "unloaded",

@@ -19,6 +19,7 @@ from aiohttp import web
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import Body, ChatBody, CompletionBody
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.disk_check import add_disk
 from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.http_errors import json_response, refusal_response, retry_headers
 from mlx_agent.gateway.lifecycle import Lifecycle
@@ -121,6 +122,7 @@ class OpenAiApi:
             "model_state": fleet.models[0].state,
             "models": {m.name: m.state for m in fleet.models},
         }
+        add_disk(doc, fleet)
         challenge = request.query.get(CHALLENGE_PARAM)
         if challenge and len(challenge) <= MAX_CHALLENGE:
             doc["proof"] = self.prove(challenge)
