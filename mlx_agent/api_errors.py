@@ -5,12 +5,14 @@ Standard library only and no import from ``mlx_agent``: the front (``gateway/``)
 or later) with no ``mlx_agent`` installed, all build their error answers here. So the module keeps to syntax
 that interpreter reads (``str``-mixed ``Enum``, not ``StrEnum``).
 
-Two families share the codes and differ in shape:
+Three families share the codes and differ in shape:
 
 * ``openai``: ``{"error": {"message", "type", "param", "code", ...}}``, answered by chat and text completions,
   the Responses API, the listings, the control endpoints and every worker;
 * ``anthropic``: ``{"type": "error", "error": {"type", "message", "code", "param", ...}}`` on the Messages
   paths, its ``type`` following the status as Anthropic's does (``anthropic_type``) and null fields left out.
+* ``ollama``: ``{"error": "message", "code", "param"}`` on the Ollama paths (``/api/...``): Ollama's clients read
+  the string ``error``; the code (and param, when there is one) ride beside it (``ollama_body``).
 
 A code is stable and snake_case; docs/gateway.md and docs/wrapped-server.md list when each is answered. A
 code that also names an ``mlx_agent.errors`` class (``unload_blocked``, ``adapter_changed``, ...) is spelled
@@ -49,6 +51,7 @@ class Family(str, Enum):  # noqa: UP042 (StrEnum is 3.11+: the native entry may 
 
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    OLLAMA = "ollama"
 
 
 class Code(str, Enum):  # noqa: UP042 (as Family)
@@ -120,6 +123,8 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     # 5xx: the server's own trouble
     INTERNAL_ERROR = "internal_error", 500, TYPE_SERVER
     GENERATION_FAILED = "generation_failed", 500, TYPE_SERVER
+    # Ollama's pull, push, create, copy, delete and blobs: this server never downloads or changes a model
+    MODEL_MANAGEMENT_UNSUPPORTED = "model_management_unsupported", 501, TYPE_SERVER
     POLICY_NOT_SAVED = "policy_not_saved", 500, TYPE_SERVER
     SERVER_ERROR = "server_error", 500, TYPE_SERVER  # a failed Response object's error (OpenAI's own code)
     WORKER_FAILED = "worker_failed", 502, TYPE_SERVER
@@ -173,7 +178,9 @@ def error_body(
         type_ = listed.kind if listed is not None else TYPE_INVALID_REQUEST if status < 500 else TYPE_SERVER
     inner = {"message": message, "type": type_, "param": param, "code": None if code is None else str(code), **extra}
     body = {"error": inner}
-    return body if family is Family.OPENAI else anthropic_body(status, body)
+    if family is Family.ANTHROPIC:
+        return anthropic_body(status, body)
+    return ollama_body(status, body) if family is Family.OLLAMA else body
 
 
 def anthropic_body(status: int, body: object) -> dict[str, Any]:
@@ -184,3 +191,15 @@ def anthropic_body(status: int, body: object) -> dict[str, Any]:
     details.pop("type", None)
     fields = {k: v for k, v in details.items() if v is not None}
     return {"type": "error", "error": {"type": anthropic_type(status), "message": message, **fields}}
+
+
+def ollama_body(status: int, body: object) -> dict[str, Any]:
+    """Return an OpenAI-style error body (a worker's, the front door's) in Ollama's shape."""
+    inner = body.get("error") if isinstance(body, dict) else None
+    details = dict(inner) if isinstance(inner, dict) else {"message": inner}
+    message = str(details.get("message") or f"request failed with status {status}")
+    out: dict[str, Any] = {"error": message}
+    for name in ("code", "param"):
+        if details.get(name) is not None:
+            out[name] = str(details[name])
+    return out

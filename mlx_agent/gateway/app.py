@@ -29,6 +29,8 @@ from mlx_agent.gateway.control import Control
 from mlx_agent.gateway.endpoints import ENDPOINTS, Apis
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.observe import observer
+from mlx_agent.gateway.ollama.api import OllamaApi
+from mlx_agent.gateway.ollama.api import errors_middleware as ollama_errors
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
 from mlx_agent.gateway.responses.api import ResponsesApi
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -75,12 +77,13 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
     fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
     # track_requests is outermost, to see each request's whole life on its connection; observe next, so its
     # request line has the status the client got; errors_middleware then gives the front door's refusals on
-    # /v1/messages Anthropic's shape (an endpoint's own: endpoints.Endpoint).
+    # /v1/messages Anthropic's shape, ollama_errors those on /api/ Ollama's (an endpoint's own: endpoints.Endpoint).
     app = web.Application(
         middlewares=[
             track_requests,
             observer(fleet.metrics, config["log_prompts"]),
             errors_middleware,
+            ollama_errors,
             guard.middleware(),
         ],
         client_max_size=config["max_body_bytes"],
@@ -98,6 +101,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             openai=OpenAiApi(upstream, guard.proof),
             anthropic=AnthropicApi(upstream),
             responses=ResponsesApi(upstream, ResponseStore()),
+            ollama=OllamaApi(upstream),
             control=Control(fleet),
             metrics=metrics,
         )

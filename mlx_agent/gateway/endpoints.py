@@ -33,12 +33,14 @@ from mlx_agent.bodies import (
 )
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.http_errors import refusal_response
+from mlx_agent.gateway.ollama.bodies import OllamaChatBody, OllamaGenerateBody, OllamaShowBody
 from mlx_agent.gateway.security import Handler
 from mlx_agent.wire import CONTROL_PREFIX
 
 if TYPE_CHECKING:
     from mlx_agent.gateway.anthropic.api import AnthropicApi
     from mlx_agent.gateway.control import Control
+    from mlx_agent.gateway.ollama.api import OllamaApi
     from mlx_agent.gateway.openai.passthrough import OpenAiApi
     from mlx_agent.gateway.responses.api import ResponsesApi
 
@@ -64,6 +66,19 @@ class Key(StrEnum):
     RESPONSE = "response"
     DELETE_RESPONSE = "delete_response"
     INPUT_ITEMS = "input_items"
+    OLLAMA_CHAT = "ollama_chat"
+    OLLAMA_GENERATE = "ollama_generate"
+    OLLAMA_TAGS = "ollama_tags"
+    OLLAMA_SHOW = "ollama_show"
+    OLLAMA_PS = "ollama_ps"
+    OLLAMA_VERSION = "ollama_version"
+    OLLAMA_PULL = "ollama_pull"
+    OLLAMA_PUSH = "ollama_push"
+    OLLAMA_CREATE = "ollama_create"
+    OLLAMA_COPY = "ollama_copy"
+    OLLAMA_DELETE = "ollama_delete"
+    OLLAMA_BLOB = "ollama_blob"
+    OLLAMA_BLOB_UPLOAD = "ollama_blob_upload"
     CONTROL_STATUS = "control_status"
     CONTROL_UNLOAD = "control_unload"
     CONTROL_POLICY = "control_policy"
@@ -76,6 +91,7 @@ class Apis:
     openai: OpenAiApi
     anthropic: AnthropicApi
     responses: ResponsesApi
+    ollama: OllamaApi
     control: Control
     metrics: Handler
 
@@ -144,6 +160,34 @@ class Endpoint(Generic[B]):
         return serve
 
 
+def _ollama_refusal(key: Key, method: str, path: str) -> Route:
+    return Route(key, method, path, lambda apis: apis.ollama.refuse_change)
+
+
+# Ollama's API (gateway/ollama/; its errors in Ollama's shape, the front door's too: ollama.api.errors_middleware).
+OLLAMA_ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
+    Endpoint(Key.OLLAMA_CHAT, "POST", "/api/chat", OllamaChatBody, lambda apis: apis.ollama.chat, Family.OLLAMA),
+    Endpoint(
+        Key.OLLAMA_GENERATE,
+        "POST",
+        "/api/generate",
+        OllamaGenerateBody,
+        lambda apis: apis.ollama.generate,
+        Family.OLLAMA,
+    ),
+    Endpoint(Key.OLLAMA_SHOW, "POST", "/api/show", OllamaShowBody, lambda apis: apis.ollama.show, Family.OLLAMA),
+    Route(Key.OLLAMA_TAGS, "GET", "/api/tags", lambda apis: apis.ollama.tags),
+    Route(Key.OLLAMA_PS, "GET", "/api/ps", lambda apis: apis.ollama.ps),
+    Route(Key.OLLAMA_VERSION, "GET", "/api/version", lambda apis: apis.ollama.version),
+    _ollama_refusal(Key.OLLAMA_PULL, "POST", "/api/pull"),
+    _ollama_refusal(Key.OLLAMA_PUSH, "POST", "/api/push"),
+    _ollama_refusal(Key.OLLAMA_CREATE, "POST", "/api/create"),
+    _ollama_refusal(Key.OLLAMA_COPY, "POST", "/api/copy"),
+    _ollama_refusal(Key.OLLAMA_DELETE, "DELETE", "/api/delete"),
+    _ollama_refusal(Key.OLLAMA_BLOB_UPLOAD, "POST", "/api/blobs/{digest}"),
+    _ollama_refusal(Key.OLLAMA_BLOB, "GET", "/api/blobs/{digest}"),  # and HEAD, which clients ask before an upload
+)
+
 # In this order: /v1/responses/compact comes before /v1/responses/{response_id}, which would take
 # "compact" for an id (and answer 405).
 ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
@@ -170,6 +214,7 @@ ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     Route(Key.RESPONSE, "GET", "/v1/responses/{response_id}", lambda apis: apis.responses.retrieve),
     Route(Key.DELETE_RESPONSE, "DELETE", "/v1/responses/{response_id}", lambda apis: apis.responses.delete),
     Route(Key.INPUT_ITEMS, "GET", "/v1/responses/{response_id}/input_items", lambda apis: apis.responses.input_items),
+    *OLLAMA_ENDPOINTS,
     Route(Key.CONTROL_STATUS, "GET", CONTROL_PREFIX + "status", lambda apis: apis.control.status),
     Route(Key.CONTROL_UNLOAD, "POST", CONTROL_PREFIX + "unload", lambda apis: apis.control.unload),
     Route(Key.CONTROL_POLICY, "PUT", CONTROL_PREFIX + "policy", lambda apis: apis.control.policy),

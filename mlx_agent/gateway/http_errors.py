@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.api_errors import Code, Family, anthropic_body, error_body
+from mlx_agent.api_errors import Code, Family, anthropic_body, error_body, ollama_body
 from mlx_agent.errors import RequestRefused
 
 # Statuses a client may retry: a timeout, a conflict, rate limits, and the server's own trouble.
@@ -68,6 +68,8 @@ def refusal_response(refusal: RequestRefused, family: Family = Family.OPENAI) ->
     body = refusal.body()
     if family is Family.ANTHROPIC:
         body = anthropic_body(refusal.status, body)
+    elif family is Family.OLLAMA:
+        body = ollama_body(refusal.status, body)
     return json_response(body, status=refusal.status, headers=retry_headers(refusal.status, refusal.headers))
 
 

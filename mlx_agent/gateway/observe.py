@@ -1,8 +1,9 @@
 """What the front records of each model request: one request line in its log, and the metrics it adds to.
 
-The ``observe`` middleware (outermost, so it sees the status the client gets) gives each ``/v1/...`` request
-an ``Exchange``. ``Upstream`` fills in the model it was routed to, the usage the worker reported and, for a
-stream, when the first token arrived. When the request ends the middleware writes the line::
+The ``observe`` middleware (outermost, so it sees the status the client gets) gives each ``/v1/...`` and
+``/api/...`` (Ollama's) request an ``Exchange``. ``Upstream`` fills in the model it was routed to, the usage the
+worker reported and, for a stream, when the first token arrived. When the request ends the middleware writes the
+line::
 
     request {"time", "model", "endpoint", "status", "stream", "prompt_tokens", "completion_tokens",
              "cached_tokens", "ttft_ms", "duration_ms", "max_tokens", "max_tokens_requested"}
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 EXCHANGE = "mlx_agent_exchange"
 REQUEST_LINE = "request "  # what starts a request line's message (``serve logs`` reads them)
-OBSERVED_PREFIX = "/v1/"
+OBSERVED_PREFIX = ("/v1/", "/api/")  # the model APIs: OpenAI and Anthropic, and Ollama's
 # The status a request line gives a request whose client hung up before its reply ended (nginx's convention):
 # the handler is cancelled, so no status of the reply's own is left to log, and 500 would blame the front.
 CLIENT_CLOSED = 499

@@ -10,8 +10,9 @@
   slowly (``connections.BodyTimeout``) is 408 ``body_timeout``; a client that hangs up mid-body is not an error
   of ours, so it is left to ``observe``, which logs 499.
 * ``/mlx-agent/...`` (control: status, unload, policy) needs ``Authorization: Bearer <control token>``.
-* ``/v1/...`` and ``/metrics`` need an API key, as ``Authorization: Bearer KEY`` or ``x-api-key: KEY``, when
-  the config names an API key file; ``/health`` is always open and tells only liveness and the model state.
+* ``/v1/...``, Ollama's ``/api/...`` and ``/metrics`` need an API key, as ``Authorization: Bearer KEY`` or
+  ``x-api-key: KEY``, when the config names an API key file; ``/health`` is always open and tells only liveness
+  and the model state.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mlx_agent.gateway.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX, front_proof
 
 MODEL_PREFIX = "/v1/"
+OLLAMA_PREFIX = "/api/"  # the Ollama API (gateway/ollama/): the same keys as /v1/
 ACCEPTED_ENCODINGS = ("identity",)  # no client compresses its requests; a compressed body is 415, not decoded
 METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the model API
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -150,7 +152,7 @@ class Guard:
         if path.startswith(CONTROL_PREFIX):
             if not self.control_ok(request):
                 return error_response(Code.UNAUTHORIZED, "control endpoints need the gateway's control token")
-        elif (path.startswith(MODEL_PREFIX) or path == METRICS_PATH) and self._api_keys is not None:
+        elif (path.startswith((MODEL_PREFIX, OLLAMA_PREFIX)) or path == METRICS_PATH) and self._api_keys is not None:
             key, presented = self.api_key(request)
             if key is None:
                 message = (

@@ -10,6 +10,7 @@ from mlx_agent.api_errors import Code, Family
 from mlx_agent.bodies import Body, ChatBody, CompletionBody, MessagesBody, PromptBody, ResponsesBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.endpoints import ANTHROPIC_PREFIX, ENDPOINTS, Endpoint, Key, parse
+from mlx_agent.gateway.ollama.bodies import OllamaChatBody, OllamaGenerateBody, OllamaShowBody
 from mlx_agent.wire import CONTROL_PREFIX
 
 HI = [{"role": "user", "content": "hi"}]
@@ -19,6 +20,9 @@ VALID: dict[type[Body], dict[str, Any]] = {
     PromptBody: {"model": "m", "messages": HI},
     MessagesBody: {"model": "m", "messages": HI, "max_tokens": 5},
     ResponsesBody: {"input": "hi"},
+    OllamaChatBody: {"model": "m", "messages": HI},
+    OllamaGenerateBody: {"model": "m", "prompt": "hi"},
+    OllamaShowBody: {"model": "m"},
 }
 
 
@@ -47,7 +51,7 @@ def test_model_api_bodies_are_posted_and_control_takes_no_declaration() -> None:
     """Every endpoint with a declaration is a POST under /v1/; control paths keep their own body checks."""
     for e in ENDPOINTS:
         if isinstance(e, Endpoint):
-            assert e.method == "POST" and e.path.startswith("/v1/") and e.body in VALID, e.key
+            assert e.method == "POST" and e.path.startswith(("/v1/", "/api/")) and e.body in VALID, e.key
         assert not (e.path.startswith(CONTROL_PREFIX) and isinstance(e, Endpoint)), e.key
 
 
