@@ -82,3 +82,25 @@ def quarantined_count(directory: Path) -> int:
         return sum(1 for p in where.iterdir() if p.name.endswith(".safetensors")) if where.is_dir() else 0
     except OSError:
         return 0
+
+
+def effective_limit(root: Path, disk_gb: float) -> dict[str, Any]:
+    """Return the kept cache's limit as a worker would apply it now (``disk.cache_limit``), and its disk.
+
+    ``limit_bytes`` is ``min(disk_gb, half of free + kept)``: what a worker starting or saving now would hold
+    the home's entries to; ``disk`` is the free space of the file system the entries are on.
+    """
+    from mlx_agent.disk import cache_limit, disk_space
+
+    configured = int(disk_gb * 1e9)
+    space = disk_space(root)
+    if space is None:
+        return {"limit_bytes": configured, "disk": None}
+    kept = 0
+    for path in [*root.glob(f"*/{PROMPT_CACHE_QUARANTINE}/*.safetensors"), *root.glob("*/*.safetensors")]:
+        if not path.name.startswith("."):
+            try:
+                kept += path.lstat().st_size
+            except OSError:
+                continue
+    return {"limit_bytes": cache_limit(configured, space.free_bytes, kept), "disk": space.to_json()}

@@ -169,7 +169,7 @@ def prompt_cache_use(model: ModelPlan | None) -> dict[str, Any] | None:
     """Return what a model's kept prompt cache holds on disk now: entries, bytes, and the home's limit."""
     if model is None or not model.get("prompt_cache"):
         return None  # none kept, or a plan from before prompt caches were kept
-    from mlx_agent.kept_cache import cache_dir, kept_cache_health
+    from mlx_agent.kept_cache import cache_dir, effective_limit, kept_cache_health, last_save
     from mlx_agent.plan.front import model_config
 
     config = model_config(model)
@@ -181,7 +181,9 @@ def prompt_cache_use(model: ModelPlan | None) -> dict[str, Any] | None:
         "entries": len(sizes),
         "bytes": sum(sizes),
         "disk_gb": config["prompt_cache"]["disk_gb"],
+        **effective_limit(directory.parent, config["prompt_cache"]["disk_gb"]),  # held to half the usable space
         **kept_cache_health(directory),  # quarantined entries, and why a directory is refused
+        "last_save": last_save(directory),  # what the last save did: saved, skipped at the floor, failed
     }
 
 

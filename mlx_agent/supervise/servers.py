@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from mlx_agent.disk import DiskSpace, disks
 from mlx_agent.errors import OwnershipMismatch, ReceiptError
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 
 STOP_GRACE_SECONDS = 30.0  # beyond a worker's own stop timeout: a front stopping waits for its workers' saves
 STOP_LOCK_SECONDS = 30.0
-# Below this much free space where a server writes its logs and receipts, status says the disk is full.
-DISK_LOW_BYTES = 8 * 1024 * 1024
 
 
 def adapter_fields(receipt: Receipt, verify: bool) -> AdapterFields:
@@ -118,6 +117,7 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
         "state": _state(receipt, state),
         "health": health,
         "problems": problems,
+        "disk": [space.to_json() for space in disk_use(receipt, path)],
         "pid": receipt["pid"],
         "pgid": receipt["pgid"],
         "base_url": receipt.get("base_url"),
@@ -131,27 +131,28 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
     }
 
 
-def _problems(receipt: Receipt, path: Path, front: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return what makes a live server less than ok: a state disk nearly full, a model whose worker failed."""
-    import shutil
+def disk_use(receipt: Receipt, path: Path) -> list[DiskSpace]:
+    """Return the free space of each file system a server writes to: receipts, logs, and its prompt caches."""
+    places: list[Path | str] = [path.parent, *(Path(p).parent for p in (receipt.get("log_path"),) if p)]
+    if has_front(receipt):
+        places += [kept["root"] for m in receipt["plan"]["models"] if (kept := m.get("prompt_cache"))]
+    return disks(places)
 
-    problems: list[dict[str, Any]] = []
-    places = {path.parent, *(Path(p).parent for p in (receipt.get("log_path"),) if p)}
-    for place in sorted(places):
-        try:
-            free = shutil.disk_usage(place).free
-        except OSError:
-            continue
-        if free < DISK_LOW_BYTES:
-            problems.append(
-                {
-                    "code": "disk_full",
-                    "message": f"{place} has {free // 1024} KiB free: logs, receipts and policy changes may be "
-                    "lost; free some space",
-                    "path": str(place),
-                    "free_bytes": free,
-                }
-            )
+
+def _problems(receipt: Receipt, path: Path, front: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return what makes a live server less than ok: a disk it writes to under its floor, a failed model."""
+    problems: list[dict[str, Any]] = [
+        {
+            "code": "disk_full",
+            "message": f"{space.describe()}: logs, receipts, policy changes and prompt caches may be lost, and "
+            "a worker that cannot log breaks off its requests; free some space",
+            "path": space.path,
+            "free_bytes": space.free_bytes,
+            "floor_bytes": space.floor_bytes,
+        }
+        for space in disk_use(receipt, path)
+        if space.low
+    ]
     groups = {m["served_model_name"]: m.get("group") for m in receipt["plan"]["models"]} if has_front(receipt) else {}
     for model in front.get("models") or []:
         error = model.get("last_error") or {}
