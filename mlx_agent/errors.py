@@ -33,11 +33,13 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   └── RuntimeModelMismatch ............ runtime_model_mismatch
     ├── PortError
     │   ├── PortInUse ....................... port_in_use
+    │   ├── RingPortInUse ................... ring_port_in_use
     │   └── PortClaimed ..................... port_claimed
     ├── LaunchError
     │   ├── LaunchFailed .................... launch_failed
     │   ├── ReadinessTimeout ................ readiness_timeout
-    │   └── LaunchInterrupted ............... launch_interrupted
+    │   ├── LaunchInterrupted ............... launch_interrupted
+    │   └── RingPeerUnverified .............. ring_peer_unverified
     ├── ReceiptError
     │   ├── ReceiptNotFound ................. receipt_not_found
     │   ├── ReceiptCorrupt .................. receipt_corrupt
@@ -336,6 +338,14 @@ class PortInUse(PortError):
     remediation = "Stop what listens there (`mlx-agent serve stop --port N` if it is ours) or choose another --port."
 
 
+class RingPortInUse(PortError):
+    code = "ring_port_in_use"
+    remediation = (
+        "Choose another --ring-port (the group takes one port per host and IP from it), or leave --ring-port out "
+        "and confirm picks a free run."
+    )
+
+
 class PortClaimed(PortError):
     code = "port_claimed"
     remediation = "Choose another --port; a wired config expects a different server on this one."
@@ -358,6 +368,15 @@ class ReadinessTimeout(LaunchError):
 class LaunchInterrupted(LaunchError):
     code = "launch_interrupted"
     remediation = "The launch was interrupted and the server stopped; run the confirm step again."
+
+
+class RingPeerUnverified(LaunchError):
+    code = "ring_peer_unverified"
+    remediation = (
+        "A process that is not one of the group's ranks took one of its links (details name the link); nothing was "
+        "sent to it and every rank stopped. Find who listens or connects there (details.pid, details.uid), then "
+        "confirm again."
+    )
 
 
 class ReceiptError(MlxAgentError):

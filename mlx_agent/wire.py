@@ -65,6 +65,11 @@ LAUNCH_MODULE = "mlx_agent.runtime.distributed.launcher"
 MODEL_CHECK_FLAG = "--mlx-agent-expect-model"
 EXIT_MODEL_CHANGED = 65  # a rank's copy of the model is not what was reviewed (refusal line model_changed)
 EXIT_RANK_LOST = 75  # a rank lost its group: a peer or its launcher went away
+# A ring group planned without --ring-port has this in its launcher argv; confirm puts the first port it chose.
+RING_PORT_PLACEHOLDER = "{ring_port}"
+# Our launcher sets this in every rank's environment and writes the launch's secret (hex) as the first line of each
+# rank's stdin; the rank proves it to its peers before any model data crosses the ring (docs/distributed.md).
+RING_AUTH_ENV = "MLX_AGENT_RING_AUTH"
 # A native worker (``runtime/entries/native_entry.py``, run by path under an interpreter without this package)
 # reads its port and its front's per-launch key from these variables; that file spells them itself (a test
 # checks they agree).

@@ -4,6 +4,8 @@ mlx_lm 0.32.2 serves a sharded model from every rank's generation loop in lockst
 from HTTP and shares each one (pickled, through ``all_sum``) with the others, which follow without HTTP.
 Our entry keeps that loop and adds what a supervised group needs:
 
+* **Only our ranks form the group**: before any collective each rank checks its links on this host and
+  proves the launch's secret to the others (``handshake.py``); a stranger on a link ends the group.
 * **Followers serve nothing**: only rank 0 binds the socket or port; the others run the generation loop
   (``follow``). Readiness means every rank has loaded: a ``barrier`` after the load, before rank 0 listens.
 * **Requests cross ranks**: a ``WrappedRequest`` carries its client's socket and its reply stream, which do not
@@ -38,6 +40,7 @@ import mlx.core as mx
 import mlx_lm.server as server
 
 from mlx_agent.errors import InvalidArguments, SeamChanged, exit_refused
+from mlx_agent.runtime.distributed.handshake import verify_group
 from mlx_agent.runtime.entries.accel_entry import AccelFlags
 from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_RANK_LOST
@@ -61,10 +64,20 @@ def launched_rank() -> int:
     return 0
 
 
+_VERIFIED: list[tuple[int, int]] = []  # the group this process verified (once: the secret is read once)
+
+
 def world() -> tuple[int, int]:
-    """Return (rank, size) of the group mlx_lm joined (size 1 when not distributed)."""
-    group = mx.distributed.init()
-    return group.rank(), group.size()
+    """Return (rank, size) of the group mlx_lm joined (size 1 when not distributed), its peers verified first.
+
+    mlx_lm's ``ModelProvider`` formed the ring (``init`` sends nothing); before any collective, every link on
+    this host and every rank's proof of the launch's secret are checked (``handshake.verify_group``).
+    """
+    if not _VERIFIED:
+        group = mx.distributed.init()
+        verify_group(group.rank(), group.size())
+        _VERIFIED.append((group.rank(), group.size()))
+    return _VERIFIED[0]
 
 
 def refuse_unsupported(cli_args: Any, accel: AccelFlags | None) -> None:

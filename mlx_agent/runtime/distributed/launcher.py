@@ -1,7 +1,13 @@
 """MLX's own launcher, fit to be supervised: ``python -m mlx_agent.runtime.distributed.launcher [mlx.launch args]``.
 
 It is mlx.launch (``mlx._distributed_utils.launch.main``, same arguments, same hostfiles and backends), with
-three of its behaviours changed through named seams (``SEAMS``, checked at start):
+four of its behaviours changed through named seams (``SEAMS``, checked at start):
+
+* **A secret per launch.** Each launch draws a fresh secret and writes it, hex, as the first line of every
+  rank's stdin (a pipe to a local rank; ssh's channel to a remote one, after the rank's shell has turned its
+  terminal's echo off: the line goes once mlx.launch's script has printed its pid file), and sets
+  ``wire.RING_AUTH_ENV`` in the ranks' environment, so each rank proves the secret to its peers before any
+  model data crosses the ring (``distributed/handshake.py``). Never argv or ``--env``: others read those.
 
 * **Idle CPU.** mlx.launch's output forwarder passes every rank's stdin pipe to ``select`` as a descriptor to
   write, and an empty pipe is always writable, so each rank's forwarding thread spins: about 0.7 core while the
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -30,7 +37,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_MODEL_CHANGED, EXIT_RANK_LOST, EXIT_REFUSED
+from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_MODEL_CHANGED, EXIT_RANK_LOST, EXIT_REFUSED, RING_AUTH_ENV
 
 SEAMS = ("main", "RemoteProcess", "select", "_launch_with_io")
 # Statuses that follow from another rank's failure: the root cause is reported before them.
@@ -46,6 +53,7 @@ class Ranks:
         self.processes: list[Any] = []
         self.statuses: list[tuple[int, int, bool]] = []  # (rank, status, whether we stopped it)
         self.signalled: int | None = None  # the signal that told this launcher to stop its ranks, if one did
+        self.secret = secrets.token_hex(32)  # this launch's: every rank proves it to its peers
         self.lock = threading.Lock()
 
     def exit_status(self) -> int:
@@ -91,7 +99,16 @@ def rank_process_class(base: Any) -> Any:
             self.recorded = False
             self.stopped = False
             self.stopping = threading.Lock()
+            self.secret_sent = False
             RANKS.processes.append(self)
+
+        def preprocess_output(self, data: str, is_stdout: bool = False) -> Any:
+            out = super().preprocess_output(data, is_stdout)
+            if not self.secret_sent and self._pidfile is not None:  # the shell printed it after `stty -echo`
+                self.secret_sent = True
+                with contextlib.suppress(OSError):  # a rank already gone fails its group anyway
+                    os.write(self.process.stdin.fileno(), RANKS.secret.encode() + b"\n")
+            return out
 
         @property
         def exit_status(self) -> Any:
@@ -135,7 +152,7 @@ def main(argv: list[str]) -> int:
     upstream.RemoteProcess = rank_process_class(upstream.RemoteProcess)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_signal)
-    sys.argv = ["mlx.launch", *argv]
+    sys.argv = ["mlx.launch", "--env", f"{RING_AUTH_ENV}=stdin", *argv]  # says where the secret is, not what
     upstream.main()
     status = RANKS.exit_status()
     for rank, code, stopped in RANKS.statuses:  # what a supervisor reads to say which rank ended the group

@@ -1,0 +1,137 @@
+"""A group's ring links belong to its ranks only: a stranger who takes one is refused before any data reaches it.
+
+MLX's ring backend takes the first connection on each rank's port as its peer (docs/distributed.md, "Who can
+join a group"). Here a second user races rank 0's link port and listens on rank 1's, and a process of our
+own user that runs as rank 1 but lacks the launch's secret joins the ring: both groups refuse to form
+(``ring_peer_unverified``, every rank stopped) before the first collective of the model.
+"""
+
+from __future__ import annotations
+
+import json
+import pwd
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
+from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, ring_port, start_group
+from tests.integration.test_hostile_machine import attacker
+
+__all__ = ["attacker"]  # the second user's fixture, used here too
+
+pytestmark = pytest.mark.e2e
+
+# The racer: listen on rank 1's port, connect to rank 0's until it is taken, then count every byte either link
+# receives; print the count when told to stop (a line on stdin).
+RACER = textwrap.dedent(
+    """
+    import select, socket, sys, time
+    first = int(sys.argv[1])
+    squat = socket.socket()
+    squat.bind(("127.0.0.1", first + 1))
+    squat.listen()
+    print("racing", flush=True)
+    while True:
+        link = socket.socket()
+        try:
+            link.connect(("127.0.0.1", first))
+            break
+        except OSError:
+            link.close()
+            time.sleep(0.001)
+    links, received = [link], 0
+    while True:
+        ready = select.select([sys.stdin, squat, *links], [], [], 1.0)[0]
+        if sys.stdin in ready:
+            break
+        if squat in ready:
+            links.append(squat.accept()[0])
+        for sock in [s for s in ready if s in links]:
+            data = sock.recv(65536)
+            received += len(data)
+            if not data:
+                links.remove(sock)
+    print(f"received {received}", flush=True)
+    """
+)
+
+# A process of our own user that runs as rank 1 and joins the ring as MLX lets it, but cannot know the secret.
+IMPOSTOR = textwrap.dedent(
+    """
+    import os, time
+    import mlx.core as mx
+    from mlx_agent.runtime.distributed import handshake
+    group = mx.distributed.init()
+    nonces = handshake.gather(group.rank(), group.size(), os.urandom(handshake.NONCE_BYTES))
+    handshake.gather(group.rank(), group.size(), handshake.tag(b"a guess", group.rank(), group.size(), nonces))
+    time.sleep(60)
+    """
+)
+
+
+def refusals(log: str) -> list[dict[str, Any]]:
+    """Return the refusal lines' documents in ``log``."""
+    return [json.loads(line[len(REFUSAL_PREFIX) :]) for line in log.splitlines() if line.startswith(REFUSAL_PREFIX)]
+
+
+@pytest.fixture
+def racer(attacker: pwd.struct_passwd) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Start the racer as the second user on a free run of 2 ports; stop it afterwards."""
+    first = ring_port()
+    argv = ["setpriv", f"--reuid={attacker.pw_uid}", f"--regid={attacker.pw_gid}", "--clear-groups"]
+    proc = subprocess.Popen(
+        [*argv, sys.executable, "-c", RACER, str(first)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "racing", proc.stderr
+    yield proc, first
+    proc.kill()
+    proc.wait()
+
+
+def test_a_second_user_racing_for_the_links_is_refused_and_gets_nothing(
+    racer: tuple[subprocess.Popen[str], int], attacker: pwd.struct_passwd, tiny_model: Path, tmp_path: Path
+) -> None:
+    """A second user taking rank 0's link first (and rank 1's port) ends the group; not a byte reaches it."""
+    proc, first = racer
+    entry = entry_command(tiny_model, "--host", "127.0.0.1", "--port", str(free_port()))
+    # Rank 1 starts late, so the racer is surely first on rank 0's port.
+    command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then sleep 5; fi; exec "$@"', "rank", *entry]
+    group = start_group(Group(launcher_argv(command, first_port=first), tmp_path / "raced.log"))
+    try:
+        status = group.wait_exit(120)
+    finally:
+        end_group(group)
+    assert status == EXIT_REFUSED, group.log()[-3000:]
+    (refusal,) = refusals(group.log())
+    assert refusal["code"] == "ring_peer_unverified" and refusal["details"]["rank"] == 0, refusal
+    assert refusal["details"]["uid"] == attacker.pw_uid and refusal["details"]["pid"] is None
+    assert "every rank has loaded" not in group.log()
+    out, _ = proc.communicate("stop\n", timeout=30)
+    assert out.strip().splitlines()[-1] == "received 0", out
+
+
+def test_a_rank_without_the_launchs_secret_ends_the_group(tiny_model: Path, tmp_path: Path) -> None:
+    """A process of our user that runs as rank 1 but lacks the secret passes the link check, not the proof."""
+    entry = entry_command(tiny_model, "--host", "127.0.0.1", "--port", str(free_port()))
+    command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then exec "$0" -c "$1"; fi; shift; exec "$@"']
+    command += [sys.executable, IMPOSTOR, *entry]
+    group = start_group(Group(launcher_argv(command), tmp_path / "impostor.log"))
+    try:
+        status = group.wait_exit(120)
+    finally:
+        end_group(group)
+    assert status == EXIT_REFUSED, group.log()[-3000:]
+    (refusal,) = refusals(group.log())
+    assert refusal["code"] == "ring_peer_unverified" and refusal["details"] == {"rank": 0, "peer": 1}, refusal
+    assert "every rank has loaded" not in group.log()
