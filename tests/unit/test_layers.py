@@ -132,4 +132,5 @@ def test_the_native_entry_spells_the_wire_names_it_cannot_import() -> None:
     from mlx_agent.runtime.entries import native_entry
 
     assert (native_entry.PORT_ENV, native_entry.KEY_ENV) == (wire.PORT_ENV, wire.KEY_ENV)
+    assert native_entry.PREAUTH_TIMEOUT_S == wire.HEADER_TIMEOUT_S  # the front's own header deadline
     assert graph()["mlx_agent.runtime.entries.native_entry"] == set()
