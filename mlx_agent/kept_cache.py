@@ -104,3 +104,29 @@ def effective_limit(root: Path, disk_gb: float) -> dict[str, Any]:
             except OSError:
                 continue
     return {"limit_bytes": cache_limit(configured, space.free_bytes, kept), "disk": space.to_json()}
+
+
+def disk_warnings(roots: dict[str, float]) -> list[str]:
+    """Return what a preview says of each prompt-cache root (``{root: disk_gb}``) whose disk cuts its limit.
+
+    The plan keeps the configured limit (it stays deterministic); the worker applies the effective one when it
+    starts and when it saves, and ``serve status`` shows it as ``prompt_cache.limit_bytes``.
+    """
+    warnings = []
+    for root, disk_gb in sorted(roots.items()):
+        found = effective_limit(Path(root), disk_gb)
+        disk = found["disk"]
+        if disk is None:
+            continue
+        if disk["low"]:
+            warnings.append(
+                f"the disk of {root} has {disk['free_bytes'] / 1e6:.1f} MB free, under its floor of "
+                f"{disk['floor_bytes'] / 1e6:.1f} MB: no prompt cache entry is saved until space is freed"
+            )
+        elif found["limit_bytes"] < int(disk_gb * 1e9):
+            warnings.append(
+                f"the disk of {root} has {disk['free_bytes'] / 1e9:.2f} GB free: a worker keeps at most "
+                f"{found['limit_bytes'] / 1e9:.2f} GB of prompt caches there (half of free plus kept), not the "
+                f"{disk_gb:g} GB of --prompt-cache-disk-gb, until space is freed"
+            )
+    return warnings

@@ -288,6 +288,8 @@ class GroupRecord(TypedDict):
     ranks: Annotated[int, Field(ge=2)]
     parallelism: Literal["tensor", "pipeline"]
     ring_port: Annotated[int, Field(ge=1, le=65535)] | None  # the ranks' first link port (ring backend)
+    # No --ring-port: the plan holds none (null) and confirm chose the run; the receipt's plan holds what it chose.
+    ring_port_chosen: NotRequired[bool]
 
 
 @with_config(STRICT)

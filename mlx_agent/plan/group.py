@@ -2,7 +2,10 @@
 
 The plan binds the hosts (given as ``--hosts`` or the bytes of a ``--hostfile``), the backend, the rank count,
 the parallelism, the ring's first port and the exact launcher argv; confirm writes the reviewed host list
-beside the receipt and the launcher reads that copy, so what runs is what was reviewed. Rank 0 is this
+beside the receipt and the launcher reads that copy, so what runs is what was reviewed. Without ``--ring-port``
+the plan holds no port (``ring_port`` null, ``ring_port_chosen`` true, ``RING_PORT_PLACEHOLDER`` in the argv), so
+its hash stays the same from preview to confirm; confirm picks a free run of ports and fills both in
+(``supervise/ring_ports.py``), and the receipt's plan holds the ports that were launched. Rank 0 is this
 machine (the front's socket is local): its ``ssh`` is ``127.0.0.1``, so the launcher runs it as its own child.
 What the installed mlx_lm cannot run across ranks is refused here, read from its files as runtime selection
 does: an architecture with neither ``shard`` (tensor parallel) nor ``PipelineMixin`` (``--pipeline``),
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord, Recipe
 
 BACKENDS = ("ring", "jaccl")
-DEFAULT_RING_PORT = 32323
+DEFAULT_RING_PORT = 32323  # mlx.launch's default; never planned: a port is given, or chosen at confirm
 LOCAL = "127.0.0.1"
 
 
@@ -180,8 +183,14 @@ def group_plan(
         "backend": "jaccl" if spec.backend == "jaccl" else "ring",
         "ranks": len(hosts),
         "parallelism": "pipeline" if spec.pipeline else "tensor",
-        "ring_port": (spec.ring_port or DEFAULT_RING_PORT) if spec.backend == "ring" else None,
+        "ring_port": spec.ring_port if spec.backend == "ring" else None,
+        "ring_port_chosen": spec.backend == "ring" and spec.ring_port is None,
     }
+
+
+def ring_port_count(group: GroupRecord) -> int:
+    """Return how many consecutive ports a ring group's links take: one per host and IP (mlx.launch's count)."""
+    return sum(len(host["ips"]) for host in group["hosts"])
 
 
 def model_expectations(source: Mapping[str, Any]) -> list[str]:
@@ -208,11 +217,13 @@ def launcher_argv(group: GroupRecord, interpreter: str, env: dict[str, str], ent
 
     Remote ranks get only the ``--env`` variables, so the worker's whole environment goes there.
     """
-    from mlx_agent.wire import LAUNCH_MODULE
+    from mlx_agent.wire import LAUNCH_MODULE, RING_PORT_PLACEHOLDER
 
     argv = [interpreter, "-m", LAUNCH_MODULE, "--hostfile", group["hostfile_path"], "--backend", group["backend"]]
     if group["ring_port"] is not None:
         argv += ["--starting-port", str(group["ring_port"])]
+    elif group.get("ring_port_chosen"):
+        argv += ["--starting-port", RING_PORT_PLACEHOLDER]  # confirm fills in the run it picked
     for name, value in sorted(env.items()):
         argv += ["--env", f"{name}={value}"]
     return [*argv, "--", *entry_argv, *(["--pipeline"] if group["parallelism"] == "pipeline" else [])]

@@ -27,6 +27,7 @@ from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.supervise.previews import reviewed_plan, save_preview
 from mlx_agent.supervise.readiness import Tick, launch_failed, wait_ready
 from mlx_agent.supervise.receipts import is_unit, log_path, plan_receipt, read_receipt, receipt_path, write_receipt
+from mlx_agent.supervise.ring_ports import bind_ring_ports, check_given_ring_ports
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -78,7 +79,11 @@ def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:
     check_front_paths(plan)
     if not port_is_free(port, plan["host"]):
         raise PortInUse(f"port {port} on {plan['host']} is already bound by another program", details={"port": port})
-    return warnings
+    check_given_ring_ports(plan)
+    from mlx_agent.kept_cache import disk_warnings
+
+    kept = {m["prompt_cache"]["root"]: m["prompt_cache"]["disk_gb"] for m in plan["models"] if m["prompt_cache"]}
+    return warnings + disk_warnings(kept)  # the effective cache limit, which the plan does not hold
 
 
 def preview(req: ServeRequest, directory: Path) -> tuple[ServePlan, list[str]]:
@@ -187,7 +192,7 @@ def confirm(
     req: ServeRequest, preview_hash: str | None, directory: Path, on_tick: Tick | None = None
 ) -> tuple[ServeReceipt, list[str]]:
     """Launch the reviewed plan under the port lock and return its receipt once the model answers."""
-    plan = check_preview(req, preview_hash)
+    plan = bind_ring_ports(check_preview(req, preview_hash))  # a ring group's ports: given and free, or chosen now
     if plan.get("unit") is not None:
         from mlx_agent.supervise import units
 

@@ -119,7 +119,11 @@ def test_keyless_chats_and_an_unload_stop_saving_at_the_floor(tiny_model: Path, 
     """Twelve keyless chats then an unload on a small home: the save stops at the floor, whole files, no traceback."""
     with tmpfs_home(tmp_path, "12m") as home:
         port = free_port()
-        receipt = home.launch("--path", str(tiny_model), "--port", str(port), "--jit")
+        args = ("--path", str(tiny_model), "--port", str(port), "--jit")
+        preview = home.run("serve", "start", *args)
+        assert preview.data["plan"]["models"][0]["prompt_cache"]["disk_gb"] == 4.0  # the plan keeps what was asked
+        assert any("not the 4 GB of --prompt-cache-disk-gb" in w for w in preview.doc["warnings"]), preview.doc
+        receipt = home.launch(*args)
         for i in range(12):
             words = " ".join(f"w{i}x{j}" for j in range(100))  # a distinct prompt: an entry of some 300 KB
             status, body = chat(port, f"chat {i}: {words}")

@@ -63,3 +63,40 @@ def test_the_launcher_argv_carries_the_environment_and_the_parallelism(tiny_mode
     assert argv[argv.index("--hostfile") + 1] == group["hostfile_path"]
     assert argv[argv.index("--starting-port") + 1] == "40000" and "HF_HUB_OFFLINE=1" in argv
     assert argv[argv.index("--") + 1 :] == ["python", "-m", "entry", "--pipeline"]
+
+
+def test_a_plan_without_ring_port_holds_none_and_confirm_chooses_a_free_run(tiny_model: Path) -> None:
+    """Without --ring-port the plan (and its hash) holds no port; binding fills a free run into argv and group."""
+    from mlx_agent.supervise.ring_ports import bind_ring_ports, taken_ports
+    from mlx_agent.wire import RING_PORT_PLACEHOLDER
+
+    plan = plan_for(tiny_model, hosts=("127.0.0.1", "127.0.0.1"))
+    assert plan["preview_hash"] == plan_for(tiny_model, hosts=("127.0.0.1", "127.0.0.1"))["preview_hash"]
+    group, argv = plan["models"][0]["group"], plan["models"][0]["worker"]["argv"]
+    assert group is not None and (group["ring_port"], group.get("ring_port_chosen")) == (None, True)
+    assert argv[argv.index("--starting-port") + 1] == RING_PORT_PLACEHOLDER
+    bound = bind_ring_ports(plan)
+    chosen = bound["models"][0]["group"]
+    assert chosen is not None and isinstance(chosen["ring_port"], int)
+    launched = bound["models"][0]["worker"]["argv"]
+    assert launched[launched.index("--starting-port") + 1] == str(chosen["ring_port"])
+    assert taken_ports(chosen["ring_port"], chosen) == []  # both of the run's ports were free
+    assert plan["models"][0]["worker"]["argv"] == argv  # the reviewed plan is left as it was reviewed
+    assert bound["preview_hash"] == plan["preview_hash"]
+
+
+def test_a_given_ring_port_with_a_port_of_its_run_taken_is_refused(tiny_model: Path) -> None:
+    """--ring-port P whose second port is bound is ring_port_in_use, naming the taken port; a free run is kept."""
+    from mlx_agent.errors import RingPortInUse
+    from mlx_agent.supervise.ring_ports import bind_ring_ports
+    from tests.ports import free_ports
+
+    first = free_ports(2)
+    plan = plan_for(tiny_model, hosts=("127.0.0.1", "127.0.0.1"), ring_port=first)
+    assert bind_ring_ports(plan)["models"][0]["group"]["ring_port"] == first  # type: ignore[index]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", first + 1))
+        squatter.listen()
+        with pytest.raises(RingPortInUse) as refused:
+            bind_ring_ports(plan)
+    assert refused.value.code == "ring_port_in_use" and refused.value.details["taken"] == [first + 1]

@@ -1,0 +1,99 @@
+"""A ring group's link ports at confirm: a given ``--ring-port`` checked free, or a free run (docs/distributed.md).
+
+MLX's ring backend listens on one port per host and IP, consecutive from the first (mlx.launch's
+``--starting-port``). A fixed default let any local user block every group by binding it first, so a plan
+without ``--ring-port`` holds no port (``ring_port_chosen``) and confirm picks a run whose every port is free on
+this host; a given run with a port taken is refused before anything starts. Only this host's ports can be
+checked: the other hosts' listeners are theirs.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from mlx_agent.errors import RingPortInUse
+from mlx_agent.plan.group import LOCAL, ring_port_count
+from mlx_agent.supervise.ports import free_port, port_is_free
+from mlx_agent.wire import RING_PORT_PLACEHOLDER
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.records import GroupRecord, ServePlan
+
+ATTEMPTS = 200
+
+
+def local_hosts(group: GroupRecord) -> list[str]:
+    """Return the addresses this host's ranks listen on (the hosts run here: ssh 127.0.0.1), plus loopback."""
+    ips = {ip for host in group["hosts"] if host["ssh"] == LOCAL for ip in host["ips"]}
+    return sorted(ips | {LOCAL})
+
+
+def taken_ports(first: int, group: GroupRecord) -> list[int]:
+    """Return the ports of the run from ``first`` that cannot be bound on this host now."""
+    hosts = local_hosts(group)
+    run = range(first, first + ring_port_count(group))
+    return [port for port in run if port > 65535 or not all(_free(port, host) for host in hosts)]
+
+
+def _free(port: int, host: str) -> bool:
+    try:
+        return port_is_free(port, host)
+    except OSError:  # an address that is not this host's (a hostfile's rank 0 IP on another interface)
+        return False
+
+
+def choose_run(group: GroupRecord, *, avoid: set[int] | None = None) -> int:
+    """Return the first port of a run that is free on this host now, none of it in ``avoid``.
+
+    The first port is the kernel's pick (as for every port mlx-agent chooses), in its range for outgoing
+    connections, which no server is configured on.
+    """
+    count = ring_port_count(group)
+    avoid = avoid or set()
+    for _ in range(ATTEMPTS):
+        first = free_port(LOCAL)
+        if avoid.isdisjoint(range(first, first + count)) and not taken_ports(first, group):
+            return first
+    raise RingPortInUse(
+        f"no run of {count} free consecutive ports found for the group's links in {ATTEMPTS} tries",
+        details={"ports": count},
+        remediation="Free some loopback ports, or give --ring-port with a free run.",
+    )
+
+
+def bind_ring_ports(plan: ServePlan) -> ServePlan:
+    """Return the plan to launch: each ring group's ports checked (given) or chosen, and filled into its argv.
+
+    The reviewed plan is not changed; its ``preview_hash`` stays that of the plan that was reviewed.
+    """
+    bound = copy.deepcopy(plan)
+    used: set[int] = set()
+    for model in bound["models"]:
+        group = model.get("group")
+        if group is None or group["backend"] != "ring":
+            continue
+        count = ring_port_count(group)
+        if group.get("ring_port_chosen"):
+            first = choose_run(group, avoid=used)
+            argv = model["worker"]["argv"]
+            model["worker"]["argv"] = [str(first) if word == RING_PORT_PLACEHOLDER else word for word in argv]
+            group["ring_port"] = first
+        else:
+            first = int(group["ring_port"] or 0)
+            taken = taken_ports(first, group)
+            clash = sorted(used.intersection(range(first, first + count)))
+            if taken or clash:
+                raise RingPortInUse(
+                    f"--ring-port {first}: port {(taken or clash)[0]} of the group's {count} link ports "
+                    f"({first}-{first + count - 1}) is already bound on this host",
+                    details={"model": model["served_model_name"], "ring_port": first, "ports": count, "taken": taken},
+                )
+        used.update(range(first, first + count))
+    return bound
+
+
+def check_given_ring_ports(plan: ServePlan) -> None:
+    """Refuse a given ``--ring-port`` whose run is not free on this host (``ring_port_in_use``), at preview too."""
+    if any((group := m.get("group")) is not None and not group.get("ring_port_chosen") for m in plan["models"]):
+        bind_ring_ports(plan)
