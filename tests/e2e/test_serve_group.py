@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,11 +22,14 @@ import openai
 import psutil
 import pytest
 
+from mlx_agent.supervise.ports import port_is_free
 from tests.conftest import Agent, free_port
 from tests.fixtures.group import ring_port
 from tests.fixtures.tiny_model import build_tiny_model
+from tests.integration.test_hostile_machine import attacker
 
 pytestmark = pytest.mark.e2e
+__all__ = ["attacker"]  # the second user's fixture, used here too
 
 PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers."]
 LOCAL_PAIR = "127.0.0.1,127.0.0.1"
@@ -174,28 +180,62 @@ def test_a_lost_rank_is_reported_and_the_group_replaced(agent: Agent, tiny_model
     wait_until(lambda: not group_processes(tiny_model))
 
 
-def test_a_taken_ring_port_is_launch_failed_and_leaves_nothing(agent: Agent, tiny_model: Path) -> None:
-    """A group whose ring port is taken fails its confirm with the log's reason, and nothing is left running."""
+def test_a_taken_ring_port_is_refused_before_anything_starts(agent: Agent, tiny_model: Path) -> None:
+    """A --ring-port whose run has a port taken is ring_port_in_use at preview and at confirm; nothing starts."""
+    first = ring_port()
+    args = ["--path", str(tiny_model), "--port", str(free_port()), "--hosts", LOCAL_PAIR, "--ring-port", str(first)]
+    preview_hash = agent.preview_hash(*args)  # free at the preview
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))
+        squatter.bind(("127.0.0.1", first + 1))  # rank 1's link port
         squatter.listen()
-        taken = squatter.getsockname()[1]
-        args = [
-            "--path",
-            str(tiny_model),
-            "--port",
-            str(free_port()),
-            "--hosts",
-            LOCAL_PAIR,
-            "--ring-port",
-            str(taken),
-            "--ready-timeout",
-            "60",
-        ]
-        result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", agent.preview_hash(*args))
-    assert result.rc != 0 and result.code in ("launch_failed", "readiness_timeout"), result.stdout
+        preview = agent.run("serve", "start", *args)
+        result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
+    for refused in (preview, result):
+        assert refused.rc == 1 and refused.code == "ring_port_in_use", refused.stdout
+        assert refused.doc["error"]["details"]["taken"] == [first + 1] and refused.doc["error"]["remediation"]
     assert agent.run("serve", "status").data["servers"] == []
-    wait_until(lambda: not group_processes(tiny_model))
+    assert not group_processes(tiny_model)
+
+
+def test_a_second_user_on_the_default_ring_port_does_not_block_a_group(
+    agent: Agent, tiny_model: Path, attacker: pwd.struct_passwd
+) -> None:
+    """Another user listening on 32323-32324 (mlx.launch's default links) blocks nothing: confirm picks free ports."""
+    squat = (
+        "import socket, sys\n"
+        "held = []\n"
+        "for port in (32323, 32324):\n"
+        "    s = socket.socket()\n"
+        "    try:\n"
+        "        s.bind(('127.0.0.1', port)); s.listen(); held.append(s)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('squatting', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    setpriv = ["setpriv", f"--reuid={attacker.pw_uid}", f"--regid={attacker.pw_gid}", "--clear-groups"]
+    squatter = subprocess.Popen(
+        [*setpriv, sys.executable, "-c", squat], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/"
+    )
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "squatting"
+        assert not port_is_free(32323)  # the squatter's, or someone else's: either way taken
+        port = free_port()
+        args = ["--path", str(tiny_model), "--port", str(port), "--hosts", LOCAL_PAIR]
+        plan = agent.run("serve", "start", *args).data["plan"]
+        receipt = agent.launch(*args)  # the old fixed default: launch_failed, rank 0 cannot bind 32323
+        assert plan["models"][0]["group"]["ring_port"] is None and plan["models"][0]["group"]["ring_port_chosen"]
+        chosen = receipt["plan"]["models"][0]["group"]["ring_port"]
+        assert isinstance(chosen, int) and not {chosen, chosen + 1} & {32323, 32324}
+        argv = receipt["plan"]["models"][0]["worker"]["argv"]
+        assert argv[argv.index("--starting-port") + 1] == str(chosen)
+        assert receipt["preview_hash"] == plan["preview_hash"]
+        assert replies(port, tiny_model.name)
+        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+        wait_until(lambda: not group_processes(tiny_model))
+    finally:
+        squatter.kill()
+        squatter.wait()
 
 
 def test_a_jit_group_loads_on_request_and_unloads_whole(agent: Agent, tiny_model: Path) -> None:
