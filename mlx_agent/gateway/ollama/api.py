@@ -38,7 +38,7 @@ from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGe
 from mlx_agent.gateway.ollama.keep_alive import KeepAlive
 from mlx_agent.gateway.ollama.models import ModelInfo, read_info
 from mlx_agent.gateway.ollama.request import OllamaRequest, translate_chat, translate_generate
-from mlx_agent.gateway.ollama.stream import NDJSON, OllamaStream, reply
+from mlx_agent.gateway.ollama.stream import NDJSON, OllamaStream, load_duration, reply
 from mlx_agent.gateway.security import OLLAMA_PREFIX, Handler
 from mlx_agent.gateway.sse import Events, PumpResult
 from mlx_agent.gateway.upstream import CHAT_PATH, Upstream, read_error
@@ -144,15 +144,14 @@ class OllamaApi:
         if exchange is not None:
             exchange.stream = translated.stream  # the worker streams either way; the request line says the client's
 
-        def load_ns() -> int:
-            worker = model.worker
-            if worker is None or worker.ready_at is None or worker.ready_at < arrived:
-                return 0
-            return int((worker.ready_at - max(arrived, worker.started_at)) * 1e9)
-
         account = self.upstream.accountant(request, Key.CHAT, prepared.body)
         translator = OllamaStream(
-            kind, name, arrived_ns=arrived_ns, load_ns=load_ns, on_usage=account, collect=not translated.stream
+            kind,
+            name,
+            arrived_ns=arrived_ns,
+            load_ns=load_duration(model, arrived),
+            on_usage=account,
+            collect=not translated.stream,
         )
         try:
             if translated.stream:

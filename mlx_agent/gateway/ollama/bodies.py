@@ -123,5 +123,21 @@ class OllamaShowBody(Body):
     verbose: bool | None = None
 
 
-class OllamaAnyBody(Body):
-    """A body read only to answer a refusal (pull, push, create, copy, delete): any JSON object."""
+class OllamaEmbedBody(Body):
+    """``POST /api/embed``."""
+
+    closed: ClassVar[bool] = True
+    input: Any = None
+    truncate: bool | None = None
+    dimensions: Annotated[int, Field(ge=1, le=65536)] | None = None
+    options: Options | None = None
+    keep_alive: Any = None
+
+
+class OllamaEmbeddingsBody(Body):
+    """``POST /api/embeddings`` (Ollama's older endpoint: one prompt)."""
+
+    closed: ClassVar[bool] = True
+    prompt: str | None = None
+    options: Options | None = None
+    keep_alive: Any = None

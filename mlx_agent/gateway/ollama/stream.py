@@ -19,14 +19,29 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlx_agent.files import utc_iso
 from mlx_agent.gateway.anthropic.reply import tool_input
 from mlx_agent.gateway.sse import Accountant, ChunkTranslator
 
+if TYPE_CHECKING:
+    from mlx_agent.gateway.lifecycle import Lifecycle
+
 NDJSON = "application/x-ndjson"
 Clock = Callable[[], int]  # nanoseconds, monotonic
+
+
+def load_duration(model: Lifecycle, arrived: float) -> Callable[[], int]:
+    """Return what measures, in ns, how long the model's worker loaded after ``arrived`` (a request's time.time())."""
+
+    def measure() -> int:
+        worker = model.worker
+        if worker is None or worker.ready_at is None or worker.ready_at < arrived:
+            return 0
+        return int((worker.ready_at - max(arrived, worker.started_at)) * 1e9)
+
+    return measure
 
 
 def _count(value: object) -> int:
