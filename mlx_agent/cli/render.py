@@ -115,7 +115,11 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
             hosts = ", ".join(h["ips"][0] if h["ips"] else h["ssh"] for h in group["hosts"])
             table.add_row(
                 "group",
-                escape(f"{group['ranks']} ranks ({group['parallelism']} parallel, {group['backend']}) on {hosts}"),
+                escape(f"{group['ranks']} ranks ({group['parallelism']} parallel, {group['backend']}) on {hosts}")
+                + (f", ring ports from {group['ring_port']}" if group["ring_port"] is not None else "")
+                + (
+                    ", ring ports chosen at confirm" if group.get("ring_port_chosen") and not group["ring_port"] else ""
+                ),
             )
         kv = model["kv_cache"]
         if kv is not None:

@@ -10,6 +10,7 @@ checked: the other hosts' listeners are theirs.
 from __future__ import annotations
 
 import copy
+import socket
 
 from mlx_agent.errors import RingPortInUse
 from mlx_agent.plan.group import LOCAL, ring_port_count
@@ -24,23 +25,31 @@ ATTEMPTS = 200
 
 
 def local_hosts(group: GroupRecord) -> list[str]:
-    """Return the addresses this host's ranks listen on (the hosts run here: ssh 127.0.0.1), plus loopback."""
+    """Return the addresses this host's ranks listen on (the hosts run here: ssh 127.0.0.1), plus loopback.
+
+    An address this host does not have is left out: its rank cannot bind it whatever the port, and says so.
+    IPv6 addresses are left out too (``port_is_free`` binds IPv4, as the ring's hostfiles here are).
+    """
     ips = {ip for host in group["hosts"] if host["ssh"] == LOCAL for ip in host["ips"]}
-    return sorted(ips | {LOCAL})
+    return sorted(ip for ip in ips | {LOCAL} if _assigned(ip))
+
+
+def _assigned(ip: str) -> bool:
+    if ":" in ip:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((ip, 0))
+        except OSError:
+            return False
+    return True
 
 
 def taken_ports(first: int, group: GroupRecord) -> list[int]:
     """Return the ports of the run from ``first`` that cannot be bound on this host now."""
     hosts = local_hosts(group)
     run = range(first, first + ring_port_count(group))
-    return [port for port in run if port > 65535 or not all(_free(port, host) for host in hosts)]
-
-
-def _free(port: int, host: str) -> bool:
-    try:
-        return port_is_free(port, host)
-    except OSError:  # an address that is not this host's (a hostfile's rank 0 IP on another interface)
-        return False
+    return [port for port in run if port > 65535 or not all(port_is_free(port, host) for host in hosts)]
 
 
 def choose_run(group: GroupRecord, *, avoid: set[int] | None = None) -> int:
