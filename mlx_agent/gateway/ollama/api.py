@@ -30,6 +30,7 @@ from mlx_agent import __version__
 from mlx_agent.api_errors import Code, ollama_body
 from mlx_agent.errors import RequestRefused
 from mlx_agent.files import utc_iso
+from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.http_errors import json_response, refused
 from mlx_agent.gateway.lifecycle import Lifecycle
@@ -98,7 +99,7 @@ class OllamaApi:
             if worker is None or model.state != "loaded":
                 continue
             info = await self.info(model)
-            size = worker_memory(worker.pid) or model.status(None)["memory_estimate_bytes"] or info.size
+            size = worker_memory(worker.pid) or memory_estimate(model.model["weight_bytes"]) or info.size
             entry = info.listing()
             entry.pop("modified_at")
             entry.update(expires_at=self.keep_alive.expires_at(model), size=size, size_vram=size)
