@@ -206,6 +206,16 @@ class CompletionBody(Sampling):
     prompt: str
 
 
+class EmbeddingsBody(Body):
+    """``POST /v1/embeddings``: ``input``'s shape is checked by ``gateway/embeddings.py`` (strings or token ids)."""
+
+    closed = True
+    input: Any
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: Annotated[int, Field(ge=1, le=65536)] | None = None
+    user: str | None = None  # accepted, changes nothing
+
+
 class Thinking(Declared):
     """Anthropic's ``thinking`` object: ``display`` is any string (only ``omitted`` changes the reply)."""
 

@@ -98,6 +98,28 @@ def model_support(package: str, paths: list[str] | None) -> tuple[set[str], dict
     return types, remapping
 
 
+def embedding_support(paths: list[str] | None) -> set[str] | None:
+    """Return the model types mlx_vlm's embedding loader can load (its remapping applied), or None if absent.
+
+    A type is one the loader maps onto a module under ``mlx_vlm/models`` whose code returns mlx_vlm's
+    ``EmbeddingOutput`` (an embedding model, not a chat model of the same family); nothing is imported.
+    """
+    root = package_dir("mlx_vlm", paths)
+    if root is None:
+        return None
+    loader = root / "embedding_loader.py"
+    remapping = (
+        _literal_dict(loader.read_text(encoding="utf-8"), "EMBEDDING_MODEL_REMAPPING") if loader.is_file() else {}
+    )
+    models = root / "models"
+    embedders = {
+        (p.parent.name if p.parent != models else p.stem)
+        for p in [*models.glob("*.py"), *models.glob("*/*.py")]
+        if p.stem != "pooling" and "EmbeddingOutput" in p.read_text(encoding="utf-8", errors="replace")
+    }
+    return {t for t, module in remapping.items() if module in embedders} | embedders
+
+
 def own_requirement(dist: str, paths: list[str]) -> str | None:
     """Return mlx-agent's own requirement on ``dist`` (name and range, as its METADATA has it), or None.
 

@@ -26,6 +26,7 @@ from mlx_agent.gateway.cache_privacy import PromptLedger
 from mlx_agent.gateway.config import read_private_lines, read_secret_file
 from mlx_agent.gateway.connections import ConnectionCollector, GuardedConnections, Limits, track_requests
 from mlx_agent.gateway.control import Control
+from mlx_agent.gateway.embeddings import EmbeddingsApi
 from mlx_agent.gateway.endpoints import ENDPOINTS, Apis
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.observe import observer
@@ -104,6 +105,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             ollama=OllamaApi(upstream),
             control=Control(fleet),
             metrics=metrics,
+            embeddings=EmbeddingsApi(upstream),
         )
         for endpoint in ENDPOINTS:  # the route table (gateway/endpoints.py), in its order
             handler = endpoint.bind(apis)

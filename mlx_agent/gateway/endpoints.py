@@ -25,6 +25,7 @@ from mlx_agent.bodies import (
     Body,
     ChatBody,
     CompletionBody,
+    EmbeddingsBody,
     MessagesBody,
     PromptBody,
     ResponsesBody,
@@ -40,6 +41,7 @@ from mlx_agent.wire import CONTROL_PREFIX
 if TYPE_CHECKING:
     from mlx_agent.gateway.anthropic.api import AnthropicApi
     from mlx_agent.gateway.control import Control
+    from mlx_agent.gateway.embeddings import EmbeddingsApi
     from mlx_agent.gateway.ollama.api import OllamaApi
     from mlx_agent.gateway.openai.passthrough import OpenAiApi
     from mlx_agent.gateway.responses.api import ResponsesApi
@@ -59,6 +61,7 @@ class Key(StrEnum):
     MODEL = "model"
     CHAT = "chat"
     COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
     MESSAGES = "messages"
     COUNT_TOKENS = "count_tokens"
     RESPONSES = "responses"
@@ -94,6 +97,7 @@ class Apis:
     ollama: OllamaApi
     control: Control
     metrics: Handler
+    embeddings: EmbeddingsApi
 
 
 def parse(declaration: type[B], doc: dict[str, Any]) -> B:
@@ -198,6 +202,7 @@ ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     Route(Key.MODEL, "GET", "/v1/models/{model_id:.+}", lambda apis: apis.openai.model),
     Endpoint(Key.CHAT, "POST", "/v1/chat/completions", ChatBody, lambda apis: apis.openai.chat),
     Endpoint(Key.COMPLETIONS, "POST", "/v1/completions", CompletionBody, lambda apis: apis.openai.completions),
+    Endpoint(Key.EMBEDDINGS, "POST", "/v1/embeddings", EmbeddingsBody, lambda apis: apis.embeddings.create),
     Endpoint(
         Key.MESSAGES, "POST", "/v1/messages", MessagesBody, lambda apis: apis.anthropic.messages, Family.ANTHROPIC
     ),

@@ -2,7 +2,9 @@
 
 Only the local config.json is read, and the runtimes' supported model types come from their installed
 files; no code from the model repository or the runtimes is imported. mlx-vlm is an extra (``mlx-agent[vlm]``):
-a plan that needs it where it is absent is refused with the command that installs it there.
+a plan that needs it where it is absent is refused with the command that installs it there. An embedding model
+is served by ``mlx-vlm-embed`` when asked for by name (``auto`` serves chat: an embedding checkpoint such as
+Qwen3-Embedding says what it is only in its sentence-transformers files, not in config.json).
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mlx_agent.errors import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedModel
-from mlx_agent.installed import install_command, model_support, own_requirement, own_site_paths
+from mlx_agent.errors import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedModel, UnsupportedRuntime
+from mlx_agent.installed import embedding_support, install_command, model_support, own_requirement, own_site_paths
 from mlx_agent.plan.runtime import runtime_site_paths
 from mlx_agent.resources import PACKAGE_DIR
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 MLX_LM = "mlx_lm"
 MLX_VLM = "mlx-vlm"
+MLX_VLM_EMBED = "mlx-vlm-embed"  # mlx-vlm's embedding loader, served by our entry; only when asked for by name
 PACKAGES = {MLX_LM: "mlx_lm", MLX_VLM: "mlx_vlm"}
 DISTRIBUTIONS = {MLX_LM: "mlx-lm", MLX_VLM: "mlx-vlm"}
 CHECKOUT = PACKAGE_DIR.parent  # a checkout's .venv is scripts/install's, which installs every runtime
@@ -90,6 +93,21 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
             f"{raw_type} is a vision model ({', '.join(markers)} in config.json); mlx_lm cannot serve it",
             details={"model_type": raw_type, "vision_markers": markers},
         )
+    if requested == MLX_VLM_EMBED:
+        if executable is not None:  # mlx_vlm's own server takes no token ids and ignores ``dimensions``
+            raise UnsupportedRuntime(
+                f"--runtime {requested} runs wrapped in this environment only; drop --runtime-executable",
+                details={"runtime": requested, "executable": executable},
+            )
+        embedders = embedding_support(runtime_site_paths(requested, executable))
+        if embedders is None:
+            raise not_installed(MLX_VLM, executable, f"--runtime {requested} was asked for")
+        if model_type not in embedders:
+            raise UnsupportedModel(
+                f"mlx-vlm's embedding loader has no embedding model class for model_type {raw_type!r}",
+                details={"model_type": raw_type, "runtime": requested, "supported": sorted(embedders)},
+            )
+        return requested, f"requested; mlx-vlm's embedding loader loads model_type {raw_type}"
     if requested in PACKAGES:
         support = _support(requested, executable)
         if support is None:

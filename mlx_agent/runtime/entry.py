@@ -15,6 +15,7 @@ from collections.abc import Callable
 ENTRIES: dict[str, str] = {
     "mlx_lm": "mlx_agent.runtime.entries.mlx_lm_entry:main",
     "mlx-vlm": "mlx_agent.runtime.entries.mlx_vlm_server:serve",
+    "mlx-vlm-embed": "mlx_agent.runtime.entries.mlx_vlm_embed:serve",
 }
 
 USAGE = f"usage: python -m mlx_agent.runtime {{{'|'.join(ENTRIES)}}} [the runtime server's arguments...]"

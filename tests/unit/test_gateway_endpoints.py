@@ -7,7 +7,15 @@ from typing import Any
 import pytest
 
 from mlx_agent.api_errors import Code, Family
-from mlx_agent.bodies import Body, ChatBody, CompletionBody, MessagesBody, PromptBody, ResponsesBody
+from mlx_agent.bodies import (
+    Body,
+    ChatBody,
+    CompletionBody,
+    EmbeddingsBody,
+    MessagesBody,
+    PromptBody,
+    ResponsesBody,
+)
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.endpoints import ANTHROPIC_PREFIX, ENDPOINTS, Endpoint, Key, parse
 from mlx_agent.gateway.ollama.bodies import OllamaChatBody, OllamaGenerateBody, OllamaShowBody
@@ -20,6 +28,7 @@ VALID: dict[type[Body], dict[str, Any]] = {
     PromptBody: {"model": "m", "messages": HI},
     MessagesBody: {"model": "m", "messages": HI, "max_tokens": 5},
     ResponsesBody: {"input": "hi"},
+    EmbeddingsBody: {"model": "m", "input": "hi"},
     OllamaChatBody: {"model": "m", "messages": HI},
     OllamaGenerateBody: {"model": "m", "prompt": "hi"},
     OllamaShowBody: {"model": "m"},
@@ -55,7 +64,7 @@ def test_model_api_bodies_are_posted_and_control_takes_no_declaration() -> None:
         assert not (e.path.startswith(CONTROL_PREFIX) and isinstance(e, Endpoint)), e.key
 
 
-@pytest.mark.parametrize("declaration", [PromptBody, MessagesBody, ResponsesBody])
+@pytest.mark.parametrize("declaration", [PromptBody, MessagesBody, ResponsesBody, EmbeddingsBody])
 def test_a_closed_declaration_is_the_whitelist(declaration: type[Body]) -> None:
     """An undeclared field with a value is unsupported_parameter naming it; a null one is accepted."""
     with pytest.raises(RequestRefused) as info:
