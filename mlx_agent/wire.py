@@ -57,6 +57,11 @@ EXPECT_VERSIONS_FLAG = "--mlx-agent-expect-versions"  # mlx=V,mlx-lm=V[,mlx-meta
 EXPECT_SOURCE_FLAG = "--mlx-agent-expect-source"  # NAME=SHA256 of a bundled source or the support file
 SOCKET_FLAG = "--mlx-agent-socket"  # the Unix socket a worker behind the front listens on
 CONTEXT_WINDOW_FLAG = "--mlx-agent-context-window"  # the model's context: longer prompts are refused, replies cut
+# The front's body cap and read deadlines, applied by the wrapped worker to what it reads off its own socket
+# (absent: MAX_BODY_BYTES, HEADER_TIMEOUT_S and BODY_TIMEOUT_S, the plan's values).
+MAX_BODY_FLAG = "--mlx-agent-max-body-bytes"
+HEADER_TIMEOUT_FLAG = "--mlx-agent-header-timeout"
+BODY_TIMEOUT_FLAG = "--mlx-agent-body-timeout"
 # Serving one model from a group of ranks (docs/distributed.md). The plan runs the entry under this launcher
 # (mlx.launch with a quiet forwarder and an honest exit status), and gives every rank the base model's reviewed
 # files, which each rank rechecks in its own copy before it loads: PATH=METHOD:HEX:SIZE, METHOD sha256 (full

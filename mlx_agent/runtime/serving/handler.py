@@ -4,6 +4,10 @@
 body, so mlx_lm parses what we decided. Errors are answered as OpenAI-style error objects with the right
 status (``errors_http``): mlx_lm's own validation is translated, and the ``HttpError`` signals raised under
 mlx_lm's ``except Exception`` blocks arrive here. A client that went away is logged, not a traceback.
+
+Every request is read under the front's limits (``socket_limits``): a body over the cap is 413 unread, and
+the headers and the body each have a deadline, past which the connection is closed (408 for a body), so
+no client holds a handler thread or the worker's memory with a slow or endless request.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ import mlx_lm.server as server
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import load_json
 from mlx_agent.errors import BodyInvalid, ClientGone, HttpError
+from mlx_agent.runtime.entries.native_entry import DeadlineReader
 from mlx_agent.runtime.reply.tool_calls import MARKER, as_written, split_calls
+from mlx_agent.runtime.serving import socket_limits
 from mlx_agent.runtime.serving.errors_http import api_error, bad_request, from_upstream_validation
 from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
+from mlx_agent.runtime.serving.prompt_size import refuse_if_too_long
 from mlx_agent.runtime.serving.request_options import RequestOptions, prepare_body
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
 
@@ -39,6 +46,28 @@ class WrappedHandler(server.APIHandler):
     options = RequestOptions()
     tool_calls_parsed = 0
     wrapped_request: WrappedRequest | None = None
+    reader: DeadlineReader | None = None
+    body_unread = False
+
+    def setup(self) -> None:
+        """Read the connection through a reader that keeps the request's deadlines."""
+        super().setup()
+        self.rfile.close()  # the stdlib's own reader, unused: it would hold the socket open
+        self.reader = DeadlineReader(self.connection, None)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        """Read one request whose line and headers must arrive within the header deadline."""
+        if self.reader is not None:
+            self.reader.start(socket_limits.current().header_timeout)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        """Parse the headers; the body, if any, must then arrive within the body deadline."""
+        parsed: bool = super().parse_request()
+        if parsed and self.reader is not None:
+            self.reader.start(socket_limits.current().body_timeout)
+        return parsed
 
     def address_string(self) -> str:
         """Name the client in mlx_lm's log lines (a Unix socket's peer has no address)."""
@@ -51,7 +80,13 @@ class WrappedHandler(server.APIHandler):
             self._prepare()
             super().do_POST()  # type: ignore[no-untyped-call]
         except HttpError as error:
-            self._answer_error(error)
+            if self.body_unread:
+                self._refuse(error)
+            else:
+                self._answer_error(error)
+        except TimeoutError:  # the body did not arrive within its deadline
+            self.close_connection = True
+            self._refuse(api_error(Code.BODY_TIMEOUT, "The request body did not arrive in time; send it at once."))
         except ClientGone:
             pass  # the stream logged it and stopped the generation
         except (BrokenPipeError, ConnectionResetError):
@@ -66,6 +101,7 @@ class WrappedHandler(server.APIHandler):
         self.options = RequestOptions()
         self.tool_calls_parsed = 0
         self.wrapped_request = None
+        self.body_unread = False
 
     def _prepare(self) -> None:
         if self.path not in CHAT_PATHS + TEXT_PATHS:
@@ -73,10 +109,19 @@ class WrappedHandler(server.APIHandler):
         length = self.headers.get("Content-Length")
         if length is None:
             raise api_error(Code.LENGTH_REQUIRED, "A Content-Length header is required.")
-        try:
-            raw = self.rfile.read(int(length))
-        except ValueError:
-            raise bad_request("Content-Length is not a number.", code=Code.INVALID_JSON) from None
+        if not length.strip().isdigit():
+            raise bad_request("Content-Length is not a number.", code=Code.INVALID_JSON)
+        size, cap = int(length), socket_limits.current().max_body_bytes
+        if size > cap:
+            self.body_unread = True
+            raise api_error(Code.BODY_TOO_LARGE, f"The request body is {size} bytes; this server takes at most {cap}.")
+        raw = self.rfile.read(size)
+        if len(raw) < size:
+            log.info("mlx-agent: the client went away after %d of its %d body bytes", len(raw), size)
+            self.close_connection = True
+            raise ClientGone
+        if self.reader is not None:
+            self.reader.lift()  # the reply may take as long as it takes
         chat = self.path in CHAT_PATHS
         try:
             body = load_json(raw)
@@ -84,6 +129,8 @@ class WrappedHandler(server.APIHandler):
             raise bad_request(error.message, param=error.param, code=error.code) from None
         self._check_token_ids(body.get("logit_bias"))
         body, self.options = prepare_body(body, self.response_generator.served, chat=chat)
+        generator = self.response_generator  # a prompt that cannot fit is refused here, before it is tokenized
+        refuse_if_too_long(body, chat, generator.context_window, generator.model_provider.tokenizer)
         prepared = json.dumps(body).encode()
         self.headers.replace_header("Content-Length", str(len(prepared)))
         self.rfile = io.BytesIO(prepared)
@@ -219,6 +266,23 @@ class WrappedHandler(server.APIHandler):
         self.end_headers()
         if self.command != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(body)
+
+    def _refuse(self, error: HttpError) -> None:
+        """Answer a refusal to a client that may have stopped reading, then drain what it still sends, briefly.
+
+        Closing with unread data would reset the connection and could destroy the answer before it is read.
+        """
+        self.close_connection = True
+        if self.reader is not None:
+            self.reader.lift(socket_limits.REFUSAL_WRITE_S)
+        try:
+            self._answer_error(error)
+            if self.reader is not None:
+                self.reader.start(socket_limits.REFUSAL_WRITE_S)
+                while self.rfile.read1(1 << 16):
+                    pass
+        except OSError:  # the client is gone, or too slow even to take its answer (a timeout)
+            pass
 
     def _answer_error(self, error: HttpError) -> None:
         log.info("mlx-agent: answered %d to %s %s: %s", error.status, self.command, self.path, error.message)

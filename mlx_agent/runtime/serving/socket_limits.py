@@ -1,0 +1,88 @@
+"""How the wrapped worker reads a request off its socket: the front's body cap, and deadlines for the rest.
+
+Only the worker's front can open its socket, and the front forwards only what passed its own limits; these
+bound what reaches the worker anyway (a 50 MB body once took a worker to 9.8 GB, a client that stops
+sending once held a handler thread for ever). The values are the front's (``wire``: the plan's
+``max_body_bytes``, ``header_timeout`` and ``body_timeout``), and the worker's flags may set them:
+
+* a body over ``max_body_bytes`` (by its Content-Length) is answered 413 ``body_too_large`` unread;
+* the request line and headers must arrive within ``header_timeout`` of the connection's start (or of the
+  request's, after a kept-alive one), and the body within ``body_timeout`` of the headers, however slowly
+  they trickle in; past either the connection is closed (a body past its deadline is answered 408
+  ``body_timeout`` first).
+
+Stdlib and ``wire`` only: the entry reads the flags before mlx_lm is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mlx_agent.wire import (
+    BODY_TIMEOUT_FLAG,
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_FLAG,
+    HEADER_TIMEOUT_S,
+    MAX_BODY_BYTES,
+    MAX_BODY_FLAG,
+)
+
+# How long the worker may take to write a refusal to a client that stopped reading, before it closes.
+REFUSAL_WRITE_S = 2.0
+
+
+@dataclass(frozen=True)
+class SocketLimits:
+    """The worker's bounds on one request as read off its socket (module docstring)."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    header_timeout: float = HEADER_TIMEOUT_S
+    body_timeout: float = BODY_TIMEOUT_S
+
+
+_current = SocketLimits()
+
+
+def current() -> SocketLimits:
+    """Return the limits this worker was started with (the front's defaults until ``configure``)."""
+    return _current
+
+
+def configure(limits: SocketLimits) -> None:
+    """Set the limits every request of this worker is read under (once, at start)."""
+    global _current
+    _current = limits
+
+
+def split_socket_flags(argv: Sequence[str]) -> tuple[SocketLimits, list[str]]:
+    """Take the socket-limit flags out of ``argv``; return the limits and the arguments left.
+
+    A value that is not a positive number ends the worker with a usage message (the plan writes them).
+    """
+    values: dict[str, float] = {}
+    rest: list[str] = []
+    words = iter(argv)
+    names = {MAX_BODY_FLAG: "max_body_bytes", HEADER_TIMEOUT_FLAG: "header_timeout", BODY_TIMEOUT_FLAG: "body_timeout"}
+    for word in words:
+        name = names.get(word)
+        if name is None:
+            rest.append(word)
+            continue
+        raw = next(words, "")
+        try:
+            value = float(raw)
+        except ValueError:
+            value = 0.0
+        if not 0 < value < float("inf"):
+            raise SystemExit(f"mlx-agent worker: {word} must be a number above 0, not {raw!r}")
+        values[name] = value
+    defaults = SocketLimits()
+    return (
+        SocketLimits(
+            max_body_bytes=int(values.get("max_body_bytes", defaults.max_body_bytes)),
+            header_timeout=values.get("header_timeout", defaults.header_timeout),
+            body_timeout=values.get("body_timeout", defaults.body_timeout),
+        ),
+        rest,
+    )
