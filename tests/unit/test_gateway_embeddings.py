@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.errors import RequestRefused, UnsupportedModel, UnsupportedRuntime
+from mlx_agent.errors import RequestRefused, SeamChanged, UnsupportedModel, UnsupportedRuntime
 from mlx_agent.gateway.config import parse_config
 from mlx_agent.gateway.embeddings import MAX_INPUTS, embedding_model, floats, inputs_of
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.installed import embedding_support
 from mlx_agent.plan.runtime_select import select_runtime
+from mlx_agent.runtime.entries.mlx_vlm_embed import EMBED_SEAMS, check_embed_seams
 from tests.gateway_support import gateway_config
 
 
@@ -107,6 +108,34 @@ def test_embedding_support_reads_mlx_vlms_files() -> None:
 
 def test_the_embedding_entrys_seams_hold_for_the_installed_mlx_vlm() -> None:
     """Every mlx_vlm callable the embedding entry uses exists with the parameters it passes."""
-    from mlx_agent.runtime.entries.mlx_vlm_embed import check_embed_seams
-
     check_embed_seams()
+
+
+@pytest.mark.parametrize(("module", "name"), [(m, n) for m, names in EMBED_SEAMS.items() for n in names])
+def test_a_removed_or_changed_embedding_seam_fails_loudly(
+    monkeypatch: pytest.MonkeyPatch, module: str, name: str
+) -> None:
+    """A missing callable, or one whose leading parameters changed, is SeamChanged naming it."""
+    import importlib
+
+    target = importlib.import_module(module)
+    monkeypatch.delattr(target, name)
+    with pytest.raises(SeamChanged, match=name):
+        check_embed_seams()
+    monkeypatch.setattr(target, name, lambda renamed: None, raising=False)
+    with pytest.raises(SeamChanged, match="expected to start with"):
+        check_embed_seams()
+
+
+def test_a_changed_seam_stops_the_embedding_worker_before_it_listens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The worker exits 2 with the reason on stderr, and no socket is bound."""
+    import mlx_vlm.embedding_loader
+
+    from mlx_agent.runtime.entries.mlx_vlm_embed import serve
+
+    monkeypatch.setattr(mlx_vlm.embedding_loader, "load_embedding_model", lambda path: None)
+    socket_path = tmp_path / "w.sock"
+    assert serve(["--model", str(tmp_path), "--mlx-agent-socket", str(socket_path)]) == 2
+    assert "load_embedding_model" in capsys.readouterr().err and not socket_path.exists()
