@@ -34,7 +34,13 @@ from mlx_agent.bodies import (
 )
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.http_errors import refusal_response
-from mlx_agent.gateway.ollama.bodies import OllamaChatBody, OllamaGenerateBody, OllamaShowBody
+from mlx_agent.gateway.ollama.bodies import (
+    OllamaChatBody,
+    OllamaEmbedBody,
+    OllamaEmbeddingsBody,
+    OllamaGenerateBody,
+    OllamaShowBody,
+)
 from mlx_agent.gateway.security import Handler
 from mlx_agent.wire import CONTROL_PREFIX
 
@@ -75,6 +81,8 @@ class Key(StrEnum):
     OLLAMA_SHOW = "ollama_show"
     OLLAMA_PS = "ollama_ps"
     OLLAMA_VERSION = "ollama_version"
+    OLLAMA_EMBED = "ollama_embed"
+    OLLAMA_EMBEDDINGS = "ollama_embeddings"
     OLLAMA_PULL = "ollama_pull"
     OLLAMA_PUSH = "ollama_push"
     OLLAMA_CREATE = "ollama_create"
@@ -180,6 +188,17 @@ OLLAMA_ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
         Family.OLLAMA,
     ),
     Endpoint(Key.OLLAMA_SHOW, "POST", "/api/show", OllamaShowBody, lambda apis: apis.ollama.show, Family.OLLAMA),
+    Endpoint(
+        Key.OLLAMA_EMBED, "POST", "/api/embed", OllamaEmbedBody, lambda apis: apis.ollama.embedder.embed, Family.OLLAMA
+    ),
+    Endpoint(
+        Key.OLLAMA_EMBEDDINGS,
+        "POST",
+        "/api/embeddings",
+        OllamaEmbeddingsBody,
+        lambda apis: apis.ollama.embedder.embeddings,
+        Family.OLLAMA,
+    ),
     Route(Key.OLLAMA_TAGS, "GET", "/api/tags", lambda apis: apis.ollama.tags),
     Route(Key.OLLAMA_PS, "GET", "/api/ps", lambda apis: apis.ollama.ps),
     Route(Key.OLLAMA_VERSION, "GET", "/api/version", lambda apis: apis.ollama.version),

@@ -18,7 +18,13 @@ from mlx_agent.bodies import (
 )
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.endpoints import ANTHROPIC_PREFIX, ENDPOINTS, Endpoint, Key, parse
-from mlx_agent.gateway.ollama.bodies import OllamaChatBody, OllamaGenerateBody, OllamaShowBody
+from mlx_agent.gateway.ollama.bodies import (
+    OllamaChatBody,
+    OllamaEmbedBody,
+    OllamaEmbeddingsBody,
+    OllamaGenerateBody,
+    OllamaShowBody,
+)
 from mlx_agent.wire import CONTROL_PREFIX
 
 HI = [{"role": "user", "content": "hi"}]
@@ -32,6 +38,8 @@ VALID: dict[type[Body], dict[str, Any]] = {
     OllamaChatBody: {"model": "m", "messages": HI},
     OllamaGenerateBody: {"model": "m", "prompt": "hi"},
     OllamaShowBody: {"model": "m"},
+    OllamaEmbedBody: {"model": "m", "input": "hi"},
+    OllamaEmbeddingsBody: {"model": "m", "prompt": "hi"},
 }
 
 

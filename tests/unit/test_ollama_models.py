@@ -29,6 +29,7 @@ def model_dir(tmp_path: Path, config: dict[str, Any], tensors: dict[str, tuple[s
     safetensors(tmp_path / "model.safetensors", tensors)
     return {
         "served_model_name": "qwen",
+        "worker": {},
         "context_window": None,
         "weight_bytes": 1234,
         "source": {
@@ -90,3 +91,14 @@ def test_the_digest_follows_the_bound_identity(tmp_path: Path) -> None:
 def test_parameter_sizes_are_written_as_ollama_writes_them(count: int | None, text: str) -> None:
     """One decimal and a K, M, B or T suffix."""
     assert parameter_size(count) == text
+
+
+def test_the_worker_kind_names_what_the_model_serves(tmp_path: Path) -> None:
+    """An embedding worker's model is an embedding model; a text worker's takes no images, whatever its config says."""
+    record = model_dir(tmp_path, {"model_type": "qwen3", "vision_config": {}}, {"w": ("F16", [2])}, "{{ tools }}")
+    record["worker"] = {"kind": "embedding"}
+    assert read_info(record).capabilities == ["embedding"]
+    record["worker"] = {"kind": "text"}
+    assert read_info(record).capabilities == ["completion", "tools"]
+    record["worker"] = {"kind": "vision"}
+    assert read_info(record).vision

@@ -18,14 +18,14 @@ HI: Any = [{"role": "user", "content": "hi"}]
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 24).decode()
 
 
-def chat(vision: str | None = None, **fields: Any) -> OllamaRequest:
-    """Parse and translate a chat body (``vision`` names a text-only model, as the handler passes it)."""
-    return translate_chat(parse(OllamaChatBody, {"model": "tiny", "messages": HI, **fields}), vision)
+def chat(**fields: Any) -> OllamaRequest:
+    """Parse and translate a chat body."""
+    return translate_chat(parse(OllamaChatBody, {"model": "tiny", "messages": HI, **fields}))
 
 
 def generate(**fields: Any) -> OllamaRequest:
-    """Parse and translate a generate body for a vision model."""
-    return translate_generate(parse(OllamaGenerateBody, {"model": "tiny", **fields}), None)
+    """Parse and translate a generate body."""
+    return translate_generate(parse(OllamaGenerateBody, {"model": "tiny", **fields}))
 
 
 def refusal(call: Any, *args: Any, **kwargs: Any) -> RequestRefused:
@@ -152,18 +152,18 @@ def test_tool_history_gets_ids_and_tool_results_answer_their_call() -> None:
     ]
 
 
-def test_images_become_data_url_parts_and_a_text_model_refuses_them() -> None:
-    """Base64 images precede the turn's text as image_url parts; a text-only model answers 400 naming it."""
+def test_images_become_data_url_parts_before_the_text() -> None:
+    """Base64 images precede the turn's text as image_url parts, typed by their bytes; a path is image_invalid."""
     message = {"role": "user", "content": "what is this?", "images": [PNG]}
     content = chat(messages=[message]).chat["messages"][0]["content"]
     assert content == [
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
         {"type": "text", "text": "what is this?"},
     ]
-    refused = refusal(chat, "tiny", messages=[message])
-    assert (refused.code, refused.param) == (Code.UNSUPPORTED_CONTENT, "messages.0.images")
-    assert "'tiny'" in refused.message
-    assert refusal(chat, messages=[{**message, "images": ["/tmp/cat.png"]}]).param == "messages.0.images.0"
+    for image in ("/tmp/cat.png", base64.b64encode(b"not an image").decode()):
+        refused = refusal(chat, messages=[{**message, "images": [image]}])
+        assert (refused.code, refused.param) == (Code.IMAGE_INVALID, "messages.0.images.0")
+    assert generate(prompt="x", images=[PNG]).chat["messages"][0]["content"][0]["type"] == "image_url"
 
 
 def test_generate_is_one_user_turn_after_its_system_prompt() -> None:

@@ -36,6 +36,7 @@ from mlx_agent.gateway.http_errors import json_response, refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.observe import exchange_of
 from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGenerateBody, OllamaShowBody
+from mlx_agent.gateway.ollama.embed import OllamaEmbedApi
 from mlx_agent.gateway.ollama.keep_alive import KeepAlive
 from mlx_agent.gateway.ollama.models import ModelInfo, read_info
 from mlx_agent.gateway.ollama.request import OllamaRequest, translate_chat, translate_generate
@@ -60,6 +61,7 @@ class OllamaApi:
         self.upstream = upstream
         self.fleet = upstream.fleet
         self.keep_alive = KeepAlive()
+        self.embedder: OllamaEmbedApi = OllamaEmbedApi(upstream, self.keep_alive)
         self.infos: dict[str, ModelInfo] = {}
 
     # -- models -------------------------------------------------------------------------------------------
@@ -120,15 +122,13 @@ class OllamaApi:
     async def chat(self, request: web.Request, body: OllamaChatBody) -> web.StreamResponse:
         """Answer ``POST /api/chat``, streamed (Ollama's default) or not."""
         model = self.route(body.model)
-        info = await self.info(model)
-        translated = translate_chat(body, None if info.vision else model.name)
+        translated = translate_chat(body)
         return await self._answer(request, "chat", model, body, translated)
 
     async def generate(self, request: web.Request, body: OllamaGenerateBody) -> web.StreamResponse:
         """Answer ``POST /api/generate``, streamed or not."""
         model = self.route(body.model)
-        info = await self.info(model)
-        translated = translate_generate(body, None if info.vision else model.name)
+        translated = translate_generate(body)
         return await self._answer(request, "generate", model, body, translated)
 
     async def _answer(

@@ -8,8 +8,9 @@ Read once per model, off the event loop, and kept (the files are bound: a change
 * ``quantization_level``: ``Q<bits>`` (``MXFP4`` for that mode) from config.json's ``quantization``, else the
   weights' most common dtype (``BF16``, ``F16``, ``F32``);
 * ``context_length``: the plan's context window, else config.json's;
-* capabilities: ``completion``; ``tools`` and ``thinking`` when the chat template mentions them; ``vision`` when
-  config.json has a vision tower (``plan.runtime_select.vision_markers``).
+* capabilities: ``embedding`` for a model whose worker embeds (``WorkerRecord.kind``), else ``completion``, and
+  ``tools`` and ``thinking`` when the chat template mentions them; ``vision`` for a worker of kind ``vision`` (a
+  config written before kinds: when config.json has a vision tower, ``plan.runtime_select.vision_markers``).
 
 ``digest`` is the sha256 of the model's bound identity (its files' records), so it changes when the plan's model
 does; ``modified_at`` is config.json's mtime; ``size`` the weights' bytes.
@@ -176,12 +177,13 @@ def read_info(model: FrontModelConfig) -> ModelInfo:
     else:
         level = DTYPES.get(dtypes.most_common(1)[0][0], "") if dtypes else ""
     template = _template(path)
-    capabilities = ["completion"]
-    if "tools" in template:
+    kind = model["worker"].get("kind")
+    capabilities = ["embedding"] if kind == "embedding" else ["completion"]
+    if kind != "embedding" and "tools" in template:
         capabilities.append("tools")
-    if "<think>" in template or "enable_thinking" in template or "reasoning" in template:
+    if kind != "embedding" and ("<think>" in template or "enable_thinking" in template or "reasoning" in template):
         capabilities.append("thinking")
-    if vision_markers(config):
+    if kind == "vision" or (kind is None and vision_markers(config)):
         capabilities.append("vision")
     family = str(source.get("model_type") or config.get("model_type") or "")
     window = model["context_window"] or _config_window(config)

@@ -6,8 +6,8 @@ The rules (docs/ollama.md is the table):
   tool calls with ids made here, and a ``tool`` message answers the earliest unanswered call of its
   ``tool_name`` (else the earliest unanswered one); an assistant's ``thinking`` is dropped, as chat templates drop
   earlier reasoning. ``generate`` is one user turn (``prompt``, after ``system`` when given).
-* ``images`` (base64, as Ollama's clients send them) become ``image_url`` parts with a data URL, for a model
-  whose config.json has a vision tower; a text-only model refuses them (400 ``unsupported_content``).
+* ``images`` (base64, as Ollama's clients send them) become ``image_url`` parts with a data URL, which the chat
+  path checks as every API's (``gateway.images``: the limits, and 400 ``model_not_vision`` for a text model).
 * ``options`` map to the sampler (``sampler``); ``format`` ``json`` is ``response_format`` ``json_object`` and a
   schema object ``json_schema``, enforced by the worker; ``think`` ``false`` passes ``enable_thinking: false``
   to the chat template, ``low``/``medium``/``high`` become ``reasoning_effort``, ``true`` keeps the template's
@@ -127,18 +127,12 @@ def _common(body: Generation, out: dict[str, Any]) -> None:
         raise refuse("'logprobs' is not supported on the Ollama API here", "logprobs", Code.UNSUPPORTED_PARAMETER)
 
 
-def image_parts(images: object, where: str, vision: str | None) -> list[dict[str, Any]]:
-    """Return chat ``image_url`` parts for Ollama's base64 ``images``; ``vision`` names a model that takes none."""
+def image_parts(images: object, where: str) -> list[dict[str, Any]]:
+    """Return chat ``image_url`` parts for Ollama's base64 ``images`` (their media type read from their bytes)."""
     if not images:
         return []
     if not isinstance(images, list):
         raise refuse("'images' must be a list of base64 strings", where, Code.INVALID_TYPE)
-    if vision is not None:
-        raise refuse(
-            f"the model '{vision}' is a text model and takes no images; send text, or serve a vision model",
-            where,
-            Code.UNSUPPORTED_CONTENT,
-        )
     parts = []
     for index, image in enumerate(images):
         if not isinstance(image, str):
@@ -147,18 +141,20 @@ def image_parts(images: object, where: str, vision: str | None) -> list[dict[str
             head = base64.b64decode(image[:64].ljust(4 * ((len(image[:64]) + 3) // 4), "="), validate=True)
             base64.b64decode(image, validate=True)
         except (binascii.Error, ValueError):
-            raise refuse("an image must be base64 data (not a path or a URL)", f"{where}.{index}") from None
+            raise refuse(
+                "an image must be base64 data (not a path or a URL)", f"{where}.{index}", Code.IMAGE_INVALID
+            ) from None
         kind = next((mime for magic, mime in IMAGE_TYPES if head.startswith(magic)), None)
         if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
             kind = "image/webp"
         if kind is None:
-            raise refuse("an image must be PNG, JPEG, GIF or WebP", f"{where}.{index}")
+            raise refuse("an image must be PNG, JPEG, GIF or WebP", f"{where}.{index}", Code.IMAGE_INVALID)
         parts.append({"type": "image_url", "image_url": {"url": f"data:{kind};base64,{image}"}})
     return parts
 
 
-def _content(text: object, images: object, where: str, vision: str | None) -> Any:
-    parts = image_parts(images, f"{where}.images", vision)
+def _content(text: object, images: object, where: str) -> Any:
+    parts = image_parts(images, f"{where}.images")
     if text is not None and not isinstance(text, str):
         raise refuse("a message's content must be a string", f"{where}.content", Code.INVALID_TYPE)
     if not parts:
@@ -185,7 +181,7 @@ def tools_of(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _messages(messages: list[dict[str, Any]], vision: str | None) -> list[dict[str, Any]]:
+def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     unanswered: list[tuple[str, str]] = []  # (call id, tool name), oldest first
     made = 0
@@ -194,7 +190,7 @@ def _messages(messages: list[dict[str, Any]], vision: str | None) -> list[dict[s
         role = message.get("role")
         if role not in ("system", "user", "assistant", "tool"):
             raise refuse("a message's role must be system, user, assistant or tool", f"{where}.role")
-        content = _content(message.get("content"), message.get("images"), where, vision)
+        content = _content(message.get("content"), message.get("images"), where)
         if role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": content}
             calls = []
@@ -227,18 +223,18 @@ def _messages(messages: list[dict[str, Any]], vision: str | None) -> list[dict[s
     return out
 
 
-def translate_chat(body: OllamaChatBody, vision: str | None) -> OllamaRequest:
-    """Translate ``/api/chat``; ``vision`` names the model when it takes no images (else None)."""
+def translate_chat(body: OllamaChatBody) -> OllamaRequest:
+    """Translate ``/api/chat``."""
     out: dict[str, Any] = {"model": body.model, "stream": True}
     messages = body.messages or []
-    out["messages"] = _messages(messages, vision)
+    out["messages"] = _messages(messages)
     if body.tools:
         out["tools"] = tools_of(body.tools)
     _common(body, out)
     return OllamaRequest(out, body.stream is not False, parse_keep_alive(body.keep_alive), not messages)
 
 
-def translate_generate(body: OllamaGenerateBody, vision: str | None) -> OllamaRequest:
+def translate_generate(body: OllamaGenerateBody) -> OllamaRequest:
     """Translate ``/api/generate`` (one user turn); refuse what it cannot honour (module docstring)."""
     for name, value in (("template", body.template), ("suffix", body.suffix)):
         if value:
@@ -260,7 +256,7 @@ def translate_generate(body: OllamaGenerateBody, vision: str | None) -> OllamaRe
     messages: list[dict[str, Any]] = []
     if body.system:
         messages.append({"role": "system", "content": body.system})
-    parts = image_parts(body.images, "images", vision)
+    parts = image_parts(body.images, "images")
     prompt = body.prompt or ""
     messages.append({"role": "user", "content": [*parts, {"type": "text", "text": prompt}] if parts else prompt})
     out: dict[str, Any] = {"model": body.model, "stream": True, "messages": messages}

@@ -1,0 +1,93 @@
+"""Ollama's ``/api/embed`` and ``/api/embeddings`` through the official client, on a reviewed fleet.
+
+The CLI previews and confirms a models file naming the tiny chat model and the tiny embedding model (the
+``mlx-vlm-embed`` runtime, as tests/e2e/test_embeddings.py serves it), and the ``ollama`` client asks for vectors;
+they are the ones ``/v1/embeddings`` gives for the same inputs (which that test holds to mlx-vlm's own output).
+The fleet's real plan also shows what each model refuses: chat of the embedding model, images of the text one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ollama
+import pytest
+
+from tests.conftest import Agent, free_port
+from tests.fixtures.tiny_embed import HIDDEN_SIZE, build_tiny_embed
+
+pytestmark = pytest.mark.e2e
+MODELS = """\
+[[model]]
+name = "chat"
+path = "{chat}"
+max_tokens = 4
+
+[[model]]
+name = "embed"
+path = "{embed}"
+runtime = "mlx-vlm-embed"
+"""
+TEXTS = ["hello world", "primes"]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[str]:
+    """Preview and confirm the chat and embedding fleet; yield its base URL, stop it afterwards."""
+    directory = tmp_path_factory.mktemp("ollama-embed")
+    embed = build_tiny_embed(directory / "tiny-embed")
+    home = directory / "home"
+    home.mkdir()
+    agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(directory / "hf")})
+    models = directory / "models.toml"
+    models.write_text(MODELS.format(chat=tiny_model, embed=embed))
+    port = free_port()
+    agent.launch("--models", str(models), "--port", str(port))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        agent.run("serve", "stop", "--port", str(port))
+
+
+def openai_vectors(url: str, inputs: list[str]) -> Any:
+    """Return the front's /v1/embeddings answer (floats) for ``inputs``."""
+    body = json.dumps({"model": "embed", "input": inputs, "encoding_format": "float"}).encode()
+    request = urllib.request.Request(url + "/v1/embeddings", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as reply:
+        return json.loads(reply.read())
+
+
+def test_embed_gives_the_vectors_of_v1_embeddings(fleet: str) -> None:
+    """One vector per input, in order, equal to /v1/embeddings'; the tokens read and real durations."""
+    client = ollama.Client(host=fleet, timeout=300)
+    reply = client.embed(model="embed", input=TEXTS)
+    expected = openai_vectors(fleet, TEXTS)
+    assert [list(v) for v in reply.embeddings] == [d["embedding"] for d in expected["data"]]
+    assert len(reply.embeddings[0]) == HIDDEN_SIZE
+    assert reply.prompt_eval_count == expected["usage"]["prompt_tokens"]
+    assert reply.total_duration and reply.total_duration > 0 and reply.model == "embed"
+    single = client.embeddings(model="embed", prompt=TEXTS[1])
+    assert list(single.embedding) == expected["data"][1]["embedding"]
+
+
+def test_the_fleet_says_which_model_embeds_and_refuses_the_wrong_one(fleet: str) -> None:
+    """Show names the embedding model; embed asked of a chat model, chat of it, images of a text model: clear 400s."""
+    client = ollama.Client(host=fleet, timeout=300)
+    assert client.show("embed").capabilities == ["embedding"]
+    assert "completion" in (client.show("chat").capabilities or [])
+    with pytest.raises(ollama.ResponseError) as info:
+        client.embed(model="chat", input="hi")
+    assert info.value.status_code == 400 and "chat model" in info.value.error
+    with pytest.raises(ollama.ResponseError) as info:
+        client.chat(model="embed", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.status_code == 400 and "embedding model" in info.value.error
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(24)).decode()
+    with pytest.raises(ollama.ResponseError) as info:
+        client.chat(model="chat", messages=[{"role": "user", "content": "what is it?", "images": [png]}])
+    assert info.value.status_code == 400 and "reads text only" in info.value.error
