@@ -631,6 +631,51 @@ class WorkerState(TypedDict):
 
 
 @with_config(STRICT)
+class LoadProgress(TypedDict):
+    """A load in progress: the bytes of the model's parameters read from its weight files so far, of all."""
+
+    loaded_bytes: int | None
+    total_bytes: int | None
+    fraction: float | None
+    started_at: str | None
+
+
+@with_config(STRICT)
+class PrefillProgress(TypedDict):
+    """A request still reading its prompt: tokens read so far, of those it must read, and at what rate."""
+
+    processed_tokens: int | None
+    prompt_tokens: int | None
+    fraction: float | None
+    tokens_per_second: float | None  # over the steps after the first (None until two were read)
+    started_at: str | None
+
+
+@with_config(STRICT)
+class ModelWindow(TypedDict):
+    """What a model did over the last minute (fewer seconds while the front is younger), from 1 s samples."""
+
+    seconds: float
+    requests: int  # requests that ended
+    completion_tokens: int
+    tokens_per_second: float  # completion tokens over the window's seconds
+    prompt_tokens: int
+    cached_tokens: int
+    cache_hit_share: float | None  # cached / prompt tokens (None without prompt tokens)
+    ttft_ms: float | None  # mean time to first token of the streams that ended
+    prefill_tokens_per_second: float  # prompt tokens the worker read, over the window's seconds
+    tokens_series: list[int]  # completion tokens of each second, oldest first
+
+
+@with_config(STRICT)
+class MachineMemory(TypedDict):
+    """The machine's memory when the status was read (None when it cannot be read)."""
+
+    total_bytes: int | None
+    available_bytes: int | None
+
+
+@with_config(STRICT)
 class ModelState(TypedDict):
     """One model of a front: its state, its worker, its policy and what it has done."""
 
@@ -652,6 +697,11 @@ class ModelState(TypedDict):
     last_used: str | None
     idle_since: str | None
     idle_unload_at: str | None
+    # What the worker reports and the front samples (gateway/progress.py); absent from fronts before them.
+    load_progress: NotRequired[LoadProgress | None]  # while loading, once the worker reads its weights
+    prefill: NotRequired[list[PrefillProgress]]
+    worker_rss_bytes: NotRequired[int | None]
+    window: NotRequired[ModelWindow]
 
 
 @with_config(STRICT)
@@ -666,4 +716,5 @@ class FrontState(TypedDict):
     ready: bool
     max_loaded: int | None
     min_headroom_gb: float | None
+    machine_memory: NotRequired[MachineMemory]
     models: list[ModelState]

@@ -80,6 +80,8 @@ RING_AUTH_ENV = "MLX_AGENT_RING_AUTH"
 # checks they agree).
 PORT_ENV = "MLX_AGENT_WORKER_PORT"
 KEY_ENV = "MLX_AGENT_WORKER_KEY"
+# The file a worker behind the front writes its load and prefill progress to (a JSON document, replaced whole).
+PROGRESS_ENV = "MLX_AGENT_PROGRESS_FILE"
 # Placeholders in a worker's argv template that the front fills in per load.
 SOCKET_PLACEHOLDER = "{socket}"
 PORT_PLACEHOLDER = "{port}"

@@ -30,6 +30,7 @@ from mlx_agent.gateway.config import matches
 from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.metrics import FrontMetrics
+from mlx_agent.gateway.progress import machine_memory
 from mlx_agent.policy import Policy
 from mlx_agent.wire import FRONT_STATE_VERSION
 
@@ -228,6 +229,7 @@ class Fleet:
                 await asyncio.sleep(WATCH_INTERVAL_S)
                 for model in self.models:
                     model.check_worker()
+                    self.metrics.progress.poll(model)  # prefill read lands in its second's sample
 
         self._watch_task = asyncio.get_running_loop().create_task(watch())
 
@@ -242,7 +244,8 @@ class Fleet:
             "ready": self.ready,
             "max_loaded": self.max_loaded,
             "min_headroom_gb": self.min_headroom_gb,
-            "models": [m.status(self.min_headroom_gb) for m in self.models],
+            "machine_memory": machine_memory(),
+            "models": [{**m.status(self.min_headroom_gb), **self.metrics.progress.fields(m)} for m in self.models],
         }
 
     async def unload(self, name: str | None) -> dict[str, Any]:

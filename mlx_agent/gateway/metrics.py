@@ -3,7 +3,9 @@
 Per model: requests by endpoint and status, prompt, completion and cached prompt tokens, time to first token
 and tokens/s (histograms), loads and load seconds, evictions, open requests and streams, whether it is
 loaded, and admission refusals by reason. Counts the lifecycles already keep (loads, evictions, open work)
-are read from them at scrape time rather than kept twice; so are the kept prompt-cache entries quarantined.
+are read from them at scrape time rather than kept twice; so are the kept prompt-cache entries quarantined,
+and what the worker reports of its progress (``progress.py``): a load's fraction read, the prefills' fraction
+read and prefill tokens/s over the last minute, and the worker's resident memory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mlx_agent.gateway.progress import Progress
+from mlx_agent.gateway.samples import Samples
 from mlx_agent.kept_cache import cache_dir, quarantined_count
 
 if TYPE_CHECKING:
@@ -58,12 +62,50 @@ class FleetCollector(Collector):
             if (kept := cache_dir(model.model)) is not None:
                 quarantined.add_metric(labels, quarantined_count(kept))
         yield from (loads, evictions, streams, requests, loaded, quarantined)
+        yield from self.progress()
+
+    def progress(self) -> Iterator[Metric]:
+        """Yield the load and prefill progress, the prefill rate and the worker memory of every model."""
+        load = GaugeMetricFamily(
+            "mlx_agent_load_progress",
+            "Fraction of the weights read by a load in progress (0 when no load runs), per model.",
+            labels=["model"],
+        )
+        prefill = GaugeMetricFamily(
+            "mlx_agent_prefill_progress",
+            "Fraction of the prompt tokens read by the prefills in progress (0 when none runs), per model.",
+            labels=["model"],
+        )
+        rate = GaugeMetricFamily(
+            "mlx_agent_prefill_tokens_per_second",
+            "Prompt tokens the worker read per second over the last minute, per model.",
+            labels=["model"],
+        )
+        rss = GaugeMetricFamily(
+            "mlx_agent_worker_resident_bytes",
+            "Resident memory of the model's worker (0 without one).",
+            labels=["model"],
+        )
+        watcher = self.fleet.metrics.progress
+        for model in self.fleet.models:
+            labels = [model.name]
+            live = watcher.fields(model)
+            loading = live["load_progress"]
+            load.add_metric(labels, (loading["fraction"] if loading is not None else None) or 0.0)
+            done = sum(p["processed_tokens"] or 0 for p in live["prefill"])
+            total = sum(p["prompt_tokens"] or 0 for p in live["prefill"])
+            prefill.add_metric(labels, done / total if total else 0.0)
+            rate.add_metric(labels, live["window"]["prefill_tokens_per_second"])
+            rss.add_metric(labels, live["worker_rss_bytes"] or 0)
+        yield from (load, prefill, rate, rss)
 
 
 class FrontMetrics:
     """The front's registry: what requests, loads and admission add to, and the text a scrape reads."""
 
     def __init__(self, fleet: Fleet) -> None:
+        self.samples = Samples()  # each model's last minute, second by second (``samples.py``)
+        self.progress = Progress(self.samples)  # what the workers report (``progress.py``)
         disable_created_metrics()  # type: ignore[no-untyped-call]  # the front's own process: ``*_created`` series would double every scrape
         self.registry = CollectorRegistry()
         r = self.registry

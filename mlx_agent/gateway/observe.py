@@ -8,7 +8,8 @@ line::
     request {"time", "model", "endpoint", "status", "stream", "prompt_tokens", "completion_tokens",
              "cached_tokens", "ttft_ms", "duration_ms", "max_tokens", "max_tokens_requested"}
 
-(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics``. A client that hangs
+(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics`` and to its model's
+one-second samples (``samples``: a stream's tokens are counted there as its events arrive). A client that hangs
 up before its reply ended gets ``status`` 499; one that closes after its stream's last event, the stream's 200.
 ``max_tokens`` is the reply limit the request was given (as far as the front knows: our worker reports its cut
 to the context's room), ``max_tokens_requested`` the client's own (null when it sent none); a plain reply whose
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from aiohttp.typedefs import Middleware
 
     from mlx_agent.gateway.metrics import FrontMetrics
+    from mlx_agent.gateway.samples import Samples
     from mlx_agent.gateway.security import Handler
 
 EXCHANGE = "mlx_agent_exchange"
@@ -61,6 +63,8 @@ class Exchange:
     max_tokens_requested: int | None = None  # the client's own reply limit
     max_tokens: int | None = None  # the reply limit granted (``limit_notice``)
     completed: int | None = None  # the status of a stream whose last event reached the client
+    samples: Samples | None = None  # the front's per-second samples (``samples.py``)
+    streamed: int = 0  # the stream's data events so far, each counted as a token in the samples
 
     def routed(self, model: str, stream: bool, prompt: Any) -> None:
         """Record the model the request reached, whether it streams, and its prompt (kept only if logged)."""
@@ -77,9 +81,12 @@ class Exchange:
         return requested is not None and granted is not None and granted < requested
 
     def token(self) -> None:
-        """Record that a streamed token arrived (only the first one counts)."""
+        """Record that a streamed token arrived (the first one's time is the request's time to first token)."""
         if self.first_token is None:
             self.first_token = time.perf_counter()
+        self.streamed += 1
+        if self.samples is not None and self.model is not None:
+            self.samples.ring(self.model).tokens()
 
     def usage(self, usage: dict[str, Any]) -> None:
         """Record the worker's usage object (chat-completion shape)."""
@@ -150,6 +157,10 @@ def record(metrics: FrontMetrics, exchange: Exchange, endpoint: str, status: int
             counter.labels(model).inc(value)
     if ttft is not None:
         metrics.ttft.labels(model).observe(ttft)
+    ring = metrics.samples.ring(model)
+    ring.request(exchange.prompt_tokens, exchange.cached_tokens, ttft)
+    if exchange.completion_tokens is not None and exchange.completion_tokens != exchange.streamed:
+        ring.tokens(exchange.completion_tokens - exchange.streamed)  # the usage's count is the true one
     # Decode speed after the first token, for streams only: a plain reply's time includes a cold load and the prompt.
     tokens = exchange.completion_tokens
     if exchange.first_token is not None and tokens and tokens > 1 and ended > exchange.first_token:
@@ -163,7 +174,7 @@ def observer(metrics: FrontMetrics, log_prompts: bool) -> Middleware:
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not request.path.startswith(OBSERVED_PREFIX):
             return await handler(request)
-        exchange = Exchange(time.perf_counter(), time.time())
+        exchange = Exchange(time.perf_counter(), time.time(), samples=metrics.samples)
         request[EXCHANGE] = exchange
         _CURRENT.set(exchange)  # the handler runs in this task: a copy of this context
         status = 500

@@ -166,8 +166,8 @@ class Events:
             elif event.startswith(b":"):
                 out.append(translator.keepalive(event))
             elif event.startswith(DATA):
-                if self.exchange is not None and self.exchange.first_token is None:
-                    self.exchange.token()
+                if self.exchange is not None:
+                    self.exchange.token()  # the first one's time, and each counted in the model's samples
                 out.append(translator.data(event[len(DATA) :]))
         self.pending = pending
         if translator.ended and self.exchange is not None:

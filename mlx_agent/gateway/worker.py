@@ -30,7 +30,7 @@ from mlx_agent.errors import LaunchFailed, MlxAgentError, PortInUse, ReadinessTi
 from mlx_agent.files import log_tail
 from mlx_agent.readiness import Readiness
 from mlx_agent.spawn import spawn
-from mlx_agent.wire import HOST, PORT_PLACEHOLDER, PROMPT_CACHE_PLACEHOLDER, SOCKET_PLACEHOLDER
+from mlx_agent.wire import HOST, PORT_PLACEHOLDER, PROGRESS_ENV, PROMPT_CACHE_PLACEHOLDER, SOCKET_PLACEHOLDER
 
 if TYPE_CHECKING:
     from mlx_agent.records import WorkerRecord
@@ -58,6 +58,7 @@ class WorkerProcess:
     ready_at: float | None = None
     exit_code: int | None = None
     stopping: bool = False
+    progress_path: Path | None = None  # where our entry reports its load and prefill (runtime/serving/progress.py)
 
     @property
     def pid(self) -> int:
@@ -104,6 +105,10 @@ class WorkerProcess:
             connector = aiohttp.TCPConnector(limit=0, force_close=True)
             where = f"{HOST}:{address}"
         env, headers = dict(spec["env"]), {}
+        progress = None if socket_path is None or spec["transport"] != "unix" else socket_path.with_suffix(".progress")
+        if progress is not None:  # our own entry, in the front's private directory
+            progress.unlink(missing_ok=True)
+            env[PROGRESS_ENV] = str(progress)
         if port_env := spec.get("port_env"):  # the native entry appends --port from here: no port in any argv
             env[port_env] = address
         if spec["secret_env"]:  # a TCP worker any local process could reach: it answers only this launch's key
@@ -120,7 +125,7 @@ class WorkerProcess:
             executable=spec.get("executable"),  # the file reviewed, not whatever argv[0]'s links name now
         )
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False, headers=headers)
-        return cls(proc=proc, spec=spec, address=address, session=session)
+        return cls(proc=proc, spec=spec, address=address, session=session, progress_path=progress)
 
     def exited(self) -> int | None:
         """Return the exit status if the worker has ended (without reaping it), else None."""
@@ -248,6 +253,8 @@ class WorkerProcess:
     def _forget_socket(self) -> None:
         if self.spec["transport"] == "unix":
             Path(self.address).unlink(missing_ok=True)
+        if self.progress_path is not None:
+            self.progress_path.unlink(missing_ok=True)
 
     def kill_now(self) -> None:
         """KILL the worker's group and reap it, synchronously (the front is exiting or the load was abandoned)."""

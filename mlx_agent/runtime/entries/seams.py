@@ -86,6 +86,7 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "TextStateMachine.split": ("state", "text"),
     "TextStateMachine.flush": ("state",),
     "TextStateMachine.discard": ("state",),
+    "load": ("path_or_hf_repo", "tokenizer_config", "model_config", "adapter_path", "lazy"),  # wrapped: progress
     "scan_cache_dir": ("cache_dir",),  # wrapped: a missing hub cache lists no repos instead of failing
 }
 
