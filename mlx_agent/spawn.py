@@ -10,6 +10,11 @@ with argv[0] kept: a venv's interpreter still finds its ``pyvenv.cfg`` beside ar
 is never followed. The Linux wrapper itself runs this process's own binary (``/proc/self/exe``), not whatever
 ``sys.executable`` names now.
 
+A front is started the same way: by the interpreter file the confirming CLI runs (checked against the plan's
+``interpreter_sha256``), argv[0] kept, and it refuses to start when the links from its argv[0] no longer lead
+to the file it runs (``interpreter_link_changes``, also checked by the CLI itself before a confirm): a venv's
+``bin/python`` swapped for a script after review is never run, at confirm or at a unit's restart.
+
 A child started with ``awaits_word`` (a front at confirm) does nothing until its parent says ``go`` on its stdin
 (``await_word``), which the parent does once it has recorded the child; a parent that dies first closes the pipe
 and the child ends, so no process runs that no record names.
@@ -21,6 +26,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from mlx_agent.errors import RuntimeChanged
 
 # Run first in the child's own, single-threaded process (no preexec_fn in a threaded parent): ask Linux to
 # KILL it when the parent dies, give up if the parent is already gone, then exec the real program. The
@@ -44,6 +55,57 @@ SELF_EXE = "/proc/self/exe"
 # Set in the environment of a child that waits for its parent's word before it does anything (``await_word``).
 AWAIT_WORD_ENV = "MLX_AGENT_AWAIT_WORD"
 WORD = b"go"
+
+
+def running_interpreter() -> str | None:
+    """Return the interpreter file this process runs, through every link (None where the system cannot say)."""
+    if os.path.exists(SELF_EXE):
+        return os.path.realpath(SELF_EXE)
+    try:
+        import psutil  # macOS: the kernel's own record of the executable
+    except ImportError:
+        return None
+    try:
+        exe: str = psutil.Process().exe()
+    except (OSError, psutil.Error):
+        return None
+    return os.path.realpath(exe) if exe else None
+
+
+def interpreter_link_changes() -> list[dict[str, Any]]:
+    """Return a ``link_changed`` record when the links from ``sys.executable`` no longer lead to the running file.
+
+    ``sys.executable`` is the argv[0] this process was started as (a venv's ``bin/python``); a process started
+    through a link swapped since, or by the reviewed file after the link was swapped, finds them apart.
+    """
+    from mlx_agent.files import changed_links
+
+    running = running_interpreter()
+    if running is None or not sys.executable:
+        return []
+    return changed_links([{"path": running, "via": sys.executable}])
+
+
+def interpreter_changed(changed: list[dict[str, Any]]) -> RuntimeChanged:
+    """Return the ``runtime_changed`` refusal of a front whose interpreter is not the one reviewed."""
+    from mlx_agent.errors import RuntimeChanged
+
+    return RuntimeChanged(
+        "the interpreter that runs the front is not the one reviewed: its links or its file changed since the "
+        "plan was reviewed (details.changed names them); preview and confirm a new serve plan",
+        details={"changed": changed},
+    )
+
+
+def refuse_if_interpreter_moved() -> None:
+    """Refuse (``runtime_changed``) to go on in a process whose argv[0] links now lead to another file.
+
+    A front checks it as it starts, and the CLI before a confirm (a venv's link swapped for a script between
+    preview and confirm would otherwise show only as a stale hash, or not at all).
+    """
+    changed = interpreter_link_changes()
+    if changed:
+        raise interpreter_changed(changed)
 
 
 def with_parent_death_signal(argv: list[str], exec_fd: int | None = None, executable: str | None = None) -> list[str]:

@@ -2,7 +2,9 @@
 
 Exit status: 0 after a clean stop, 1 when the confirm that started it ended before recording it, 2 for an
 unusable config, token, key file or policy, 3 (with a refusal line) when it cannot listen (``port_in_use``),
-its socket directory is unsafe (``state_dir_unsafe``) or an eager front cannot load one of its models.
+its socket directory is unsafe (``state_dir_unsafe``), the links from its argv[0] no longer lead to the
+interpreter it runs (``runtime_changed``: started by the reviewed file after a link was swapped, as a unit's
+restart is) or an eager front cannot load one of its models.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ def main(argv: list[str]) -> int:
     if not await_word():  # started at confirm: nothing before its receipt exists, and nothing if it never will
         print("mlx-agent front: its supervisor ended before recording it; not starting", file=sys.stderr)
         return 1
+    from mlx_agent.errors import MlxAgentError, refusal_line
+    from mlx_agent.spawn import refuse_if_interpreter_moved
+    from mlx_agent.wire import EXIT_REFUSED
+
+    try:
+        refuse_if_interpreter_moved()  # a link swapped since review: the swapped-in file is never what runs
+    except MlxAgentError as exc:
+        print(refusal_line(exc), file=sys.stderr, flush=True)
+        return EXIT_REFUSED
     from mlx_agent.errors import FrontConfigInvalid
     from mlx_agent.gateway.app import read_secrets, serve
     from mlx_agent.gateway.config import load_config
@@ -39,9 +50,6 @@ def main(argv: list[str]) -> int:
         return 2
     # uvloop's event loop halves the front's CPU per streamed event, which the worker's own decode shares.
     import uvloop
-
-    from mlx_agent.errors import MlxAgentError, refusal_line
-    from mlx_agent.wire import EXIT_REFUSED
 
     try:
         return uvloop.run(serve(config, secrets))

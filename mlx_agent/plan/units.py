@@ -1,8 +1,10 @@
 """Start-at-login units: a launchd plist (macOS) or a systemd user unit (Linux) for a reviewed server.
 
 Both are rendered by libraries (plistlib, configparser), never by string formatting of markup, and both
-run exactly the plan's argv and environment. mlx-agent writes the file; the user runs the printed
-launchctl or systemctl commands.
+run exactly the plan's argv and environment, by the interpreter file argv[0] led to at review (launchd's
+``Program``, systemd's ``@`` prefix) with argv[0] kept: a restart never follows a link swapped since, and the
+front refuses to start when its links no longer lead there. mlx-agent writes the file; the user runs the
+printed launchctl or systemctl commands.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def render_plist(label: str, argv: list[str], env: dict[str, str], log: str, cwd
     """Return the plist XML that runs ``argv`` at login."""
     document = {
         "Label": label,
+        "Program": os.path.realpath(argv[0]),  # the reviewed file; ProgramArguments[0] stays argv[0]
         "ProgramArguments": argv,
         "EnvironmentVariables": env,
         "WorkingDirectory": cwd,
@@ -77,7 +80,8 @@ def render_systemd(description: str, argv: list[str], env: dict[str, str], log: 
     unit["Unit"] = {"Description": description, "After": "network.target"}
     unit["Service"] = {
         "Type": "simple",
-        "ExecStart": " ".join(_systemd_quote(word, dollar=True) for word in argv),
+        # "@FILE ARGV0 ARGS": systemd runs the reviewed file with argv[0] kept (the venv is found from it).
+        "ExecStart": " ".join(_systemd_quote(w, dollar=True) for w in ["@" + os.path.realpath(argv[0]), *argv]),
         "Environment": " ".join(_systemd_quote(f"{k}={v}", dollar=False) for k, v in sorted(env.items())),
         "WorkingDirectory": _systemd_quote(cwd, dollar=False),
         "StandardOutput": f"append:{log}".replace("%", "%%"),

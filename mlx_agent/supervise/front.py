@@ -50,6 +50,8 @@ STATUS_KEYS = (
     "loads",
     "evictions",
     "worker_exits",
+    "queue",
+    "stall",
     "last_used",
     "weight_bytes",
     "memory_estimate_bytes",
@@ -60,6 +62,30 @@ STATUS_KEYS = (
     "worker_rss_bytes",
     "window",
 )
+
+
+def front_executable(plan: ServePlan) -> str:
+    """Return the file the front is started by: the interpreter this CLI runs, checked against the plan.
+
+    The links from the front's argv[0] must still lead to it (``link_changed``) and its content must be the
+    reviewed ``interpreter_sha256`` (``content_changed``), else ``runtime_changed``; argv[0] itself is never
+    followed again, so a link swapped after this check is not run either.
+    """
+    from mlx_agent.files import changed_files, changed_links
+    from mlx_agent.spawn import interpreter_changed, running_interpreter
+
+    argv0 = plan["argv"][0]
+    running = running_interpreter() or os.path.realpath(argv0)
+    path = Path(running)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = -1
+    changed = changed_links([{"path": running, "via": argv0}])
+    changed += changed_files([(path, plan["front"]["interpreter_sha256"], size)])
+    if changed:
+        raise interpreter_changed(changed)
+    return running
 
 
 def check_front_paths(plan: ServePlan) -> None:

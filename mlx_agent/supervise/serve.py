@@ -19,9 +19,9 @@ from mlx_agent.files import open_private, private_dir, utc_now
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.serve_plan import build_serve_plan, model_ids
 from mlx_agent.plan.wired import claims_on_port, read_wired
-from mlx_agent.spawn import send_word, spawn
+from mlx_agent.spawn import refuse_if_interpreter_moved, send_word, spawn
 from mlx_agent.supervise import process
-from mlx_agent.supervise.front import check_front_paths, remove_front_files, write_front_files
+from mlx_agent.supervise.front import check_front_paths, front_executable, remove_front_files, write_front_files
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.supervise.previews import reviewed_plan, save_preview
@@ -161,10 +161,11 @@ def _launch(plan: ServePlan, directory: Path, on_tick: Tick | None, interrupts: 
     try:
         private_dir(log.parent)
         os.close(open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))  # a fresh log; a planted link is refused
+        executable = front_executable(plan)  # the reviewed interpreter file, argv[0] kept and never followed
         with interrupts.held():
             # The front waits for our word before it reads a file or listens, and we give it only once its receipt
             # is on disk: a CLI killed before that closes the pipe and the front ends, so no front runs unnamed.
-            child = spawn(plan["argv"], plan["env"], log, plan["cwd"], awaits_word=True)
+            child = spawn(plan["argv"], plan["env"], log, plan["cwd"], awaits_word=True, executable=executable)
             try:
                 identity = process.identity(child.pid)
             except ProcessLookupError:
@@ -192,6 +193,7 @@ def confirm(
     req: ServeRequest, preview_hash: str | None, directory: Path, on_tick: Tick | None = None
 ) -> tuple[ServeReceipt, list[str]]:
     """Launch the reviewed plan under the port lock and return its receipt once the model answers."""
+    refuse_if_interpreter_moved()  # before the plan is rebuilt by an interpreter that is not the one reviewed
     plan = bind_ring_ports(check_preview(req, preview_hash))  # a ring group's ports: given and free, or chosen now
     if plan.get("unit") is not None:
         from mlx_agent.supervise import units

@@ -27,13 +27,20 @@ def test_execstart_as_written_serves_the_model(agent: Agent, tiny_model: Path, t
     port = free_port()
     data = install(agent, "systemd", model, port, tmp_path / "user")
     unit = read_unit(Path(data["receipt"]["unit"]["path"]))  # type: ignore[index]
-    argv = systemd_words(unit["Service"]["ExecStart"], dollar=True)
+    prefixed, *argv = systemd_words(unit["Service"]["ExecStart"], dollar=True)  # "@FILE ARGV0 ARGS", as systemd
+    assert prefixed.startswith("@")
     env = dict(w.split("=", 1) for w in systemd_words(unit["Service"]["Environment"], dollar=False))
     cwd = systemd_words(unit["Service"]["WorkingDirectory"], dollar=False)[0]
     log = unit["Service"]["StandardOutput"].removeprefix("append:")
     with open(log, "ab") as out:
         server = subprocess.Popen(
-            argv, env={**os.environ, **env}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            executable=prefixed[1:],
+            env={**os.environ, **env},
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 120

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import plistlib
 import shlex
 import shutil
@@ -66,6 +67,7 @@ def test_launchd_plist_runs_exactly_the_plan(agent: Agent, odd_model: Path, tmp_
     plist = plistlib.loads(path.read_bytes())
     assert plist["Label"] == f"com.mlx-agent.serve.{port}"
     assert plist["ProgramArguments"] == plan["argv"]
+    assert plist["Program"] == os.path.realpath(plan["argv"][0])  # the reviewed file, argv[0] kept
     front = json.loads(Path(plan["front"]["config_path"]).read_text())  # written at confirm; the unit reads it
     assert str(odd_model) in front["models"][0]["worker"]["argv"]
     assert plist["EnvironmentVariables"] == plan["env"]
@@ -97,7 +99,8 @@ def test_systemd_unit_runs_exactly_the_plan(agent: Agent, odd_model: Path, tmp_p
     path = Path(receipt["unit"]["path"])
     assert path == tmp_path / "user" / f"mlx-agent-serve-{port}.service"
     unit = read_unit(path)
-    assert systemd_words(unit["Service"]["ExecStart"], dollar=True) == plan["argv"]
+    reviewed = "@" + os.path.realpath(plan["argv"][0])  # run by the file argv[0] led to, argv[0] kept
+    assert systemd_words(unit["Service"]["ExecStart"], dollar=True) == [reviewed, *plan["argv"]]
     env = dict(w.split("=", 1) for w in systemd_words(unit["Service"]["Environment"], dollar=False))
     assert env == plan["env"]
     assert unit["Service"]["Restart"] == "on-failure"
