@@ -1,9 +1,11 @@
 """The wrapped server's prompt-lookup path: which requests take it, and how one is served.
 
 With ``--prompt-lookup`` a greedy request (``native_reasons`` finds nothing against it) is marked in the handler
-thread; the generator then reports it as not batchable, so mlx_lm's generation thread finishes the current batch
-and hands it to ``_serve_single``, one request at a time, where ``serve_prompt_lookup`` runs the lookup decoder
-instead of ``stream_generate``. Everything else keeps mlx_lm's native path, batched or not.
+thread. When the generation thread takes it and no other request is queued or running, the generator reports
+it as not batchable, so mlx_lm hands it to ``_serve_single``, where ``serve_prompt_lookup`` runs the lookup
+decoder instead of ``stream_generate``; with others active it joins the batch with native decoding (the same
+greedy tokens), and the log says so (``joins the batch without prompt lookup``). Everything else keeps mlx_lm's
+native path, batched or not.
 
 ``serve_prompt_lookup`` keeps what mlx_lm's single path does: the prompt cache is fetched before and stored after
 (with exactly the tokens the KV cache holds), stop sequences and EOS end the reply with ``stop`` (as the
@@ -40,6 +42,7 @@ class PromptLookup:
     max_draft: int
     window: int
     totals: LookupStats = field(default_factory=LookupStats)
+    batched: int = 0  # greedy requests that joined the batch without lookup because others were active
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 

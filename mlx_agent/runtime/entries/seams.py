@@ -4,7 +4,9 @@ The wrapper subclasses mlx_lm.server's ``APIHandler``, ``ResponseGenerator``, ``
 ``TextStateMachine`` and ``CompletionRequest``, replaces its module-level ``run``, ``_make_logits_processors``,
 ``ToolCallFormatter`` and ``TextStateMachine`` (Harmony), wraps the value readers of mlx_lm's tool parsers
 (``lenient_tools``), and reads a few tokenizer properties; with ``--prompt-lookup`` it also serves requests
-itself through ``_serve_single`` with mlx_lm's prompt cache and KV cache helpers. pyproject.toml pins the tested range,
+itself through ``_serve_single`` with mlx_lm's prompt cache and KV cache helpers. It replaces the batch generator
+the generation loop builds (``BatchGenerator``, subclassed) and the loop's time slice (``chunked_prefill``).
+pyproject.toml pins the tested range,
 ``mlx-lm>=0.32.2,<0.33`` (``SUPPORTED_MLX_LM``); a newer mlx_lm must pass these checks (and the e2e tests)
 before the pin moves. A failed check stops the server before it listens, naming what changed.
 """
@@ -138,6 +140,43 @@ MODULE_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_lm.tool_parsers.kimi_k3": {"_decode_value": ("value", "value_type")},
 }
 
+# Chunked prefill (serving/chunked_prefill.py): the batch generator it subclasses, the members it calls or
+# overrides, and the data it reads; the generation loop must still build ``BatchGenerator`` by its module name
+# and slice its steps by ``_time_budget``, and lookup's choice still comes from ``_is_batchable``.
+GENERATE_SEAMS: dict[str, tuple[str, ...]] = {
+    "BatchGenerator.__init__": ("self", "model"),
+    "BatchGenerator._next": ("self",),
+    "BatchGenerator.extract_cache": ("self", "uids"),
+    "BatchGenerator.remove": ("self", "uids", "return_prompt_caches"),
+    "BatchGenerator.insert_segments": ("self", "segments", "max_tokens", "caches", "all_tokens"),
+    "BatchGenerator.prompt_cache_nbytes": (),  # a property
+}
+# Names a function's code must still use (its ``co_names``): attributes and globals the patches rely on.
+NAMES_USED: dict[str, dict[str, tuple[str, ...]]] = {
+    "mlx_lm.server": {
+        "ResponseGenerator.__init__": ("_time_budget", "requests", "_is_distributed"),
+        "ResponseGenerator._generate": ("BatchGenerator", "_time_budget", "_is_batchable", "_serve_single"),
+    },
+    "mlx_lm.generate": {
+        "BatchGenerator.__init__": (
+            "model",
+            "prefill_step_size",
+            "completion_batch_size",
+            "_unprocessed_sequences",
+            "_generation_batch",
+            "_counters",
+        ),
+        "BatchGenerator._next": ("_unprocessed_sequences", "_make_batch", "_generation_batch", "prefill_step_size"),
+        "BatchGenerator._make_batch": ("_unprocessed_sequences", "popleft"),
+        "BatchGenerator.prompt_cache_nbytes": ("_unprocessed_sequences",),
+    },
+}
+# mlx_lm.generate's dataclasses: the prompt step's progress report we build.
+GENERATE_FIELDS: dict[str, tuple[str, ...]] = {
+    "PromptProcessingBatch.Response": ("uid", "progress", "end_of_segment", "end_of_prompt"),
+    "BatchCounters": ("prompt_tokens", "prompt_time"),
+}
+
 # Properties and methods of mlx_lm.tokenizer_utils.TokenizerWrapper we read.
 TOKENIZER_ATTRIBUTES = (
     "apply_chat_template",
@@ -176,12 +215,44 @@ def check_seams() -> None:
             raise SeamChanged(f"mlx_lm.server.{name} lost the fields {missing}")
     for attribute in TOKENIZER_ATTRIBUTES:
         _lookup(tokenizer_utils, f"TokenizerWrapper.{attribute}")
+    _check_generate_seams()
     for module_name, callables in MODULE_SEAMS.items():
         module = importlib.import_module(module_name)
         for dotted, params in callables.items():
             names = list(inspect.signature(_lookup(module, dotted)).parameters)
             if names[: len(params)] != list(params):
                 raise SeamChanged(f"{module_name}.{dotted} now takes {names}, expected to start with {list(params)}")
+
+
+def _code(obj: Any) -> Any:
+    """Return the code object of a function, or of a property's getter."""
+    function: Any = obj.fget if isinstance(obj, property) else obj
+    return function.__code__
+
+
+def _check_generate_seams() -> None:
+    """Raise ``SeamChanged`` when what chunked prefill relies on in mlx_lm changed."""
+    generate = importlib.import_module("mlx_lm.generate")  # ``mlx_lm.generate`` the attribute is a function
+
+    for dotted, params in GENERATE_SEAMS.items():
+        found = _lookup(generate, dotted)
+        if isinstance(found, property):
+            continue
+        names = list(inspect.signature(found).parameters)
+        if names[: len(params)] != list(params):
+            raise SeamChanged(f"mlx_lm.generate.{dotted} now takes {names}, expected to start with {list(params)}")
+    for module_name, functions in NAMES_USED.items():
+        module = importlib.import_module(module_name)
+        for dotted, wanted in functions.items():
+            missing = [name for name in wanted if name not in _code(_lookup(module, dotted)).co_names]
+            if missing:
+                raise SeamChanged(f"{module_name}.{dotted} no longer uses {missing}")
+    for name, wanted in GENERATE_FIELDS.items():
+        cls = _lookup(generate, name)
+        have = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        lost = [f for f in wanted if f not in have]
+        if lost:
+            raise SeamChanged(f"mlx_lm.generate.{name} lost the fields {lost}")
 
 
 def version_supported(version: str) -> bool:

@@ -5,7 +5,10 @@ together: it renders the template the request asked for (``add_generation_prompt
 and hangs the reply's watcher on the generation arguments, where the replaced ``_make_logits_processors``
 appends it. ``generate`` runs in the handler thread and returns a ``ReplyStream`` that watches the client; with
 ``--prompt-lookup`` it also marks a greedy request for the lookup path (``lookup_serving``), which the generation
-thread then serves alone through ``_serve_single``, steered by the same watcher (``lookup_verify``).
+thread then serves alone through ``_serve_single``, steered by the same watcher (``lookup_verify``), when no
+other request is active; with others active it joins mlx_lm's batch without lookup (``_is_batchable``), so
+concurrent requests keep batching. Long prompts prefill a chunk at a time beside the batch
+(``chunked_prefill``).
 
 A Harmony model (gpt-oss) gets its own text machine from ``_make_state_machine``, a first state read from the
 prompt's last message (``_tokenize``), and the Harmony call parser on its generation context (``generate``);
@@ -43,8 +46,9 @@ from mlx_agent.runtime.reply.harmony_serving import (
     prompt_mode,
 )
 from mlx_agent.runtime.reply.watcher import WATCHER_ATTRIBUTE, Grammar, ReplyWatcher, Vocabulary
-from mlx_agent.runtime.serving import progress, system_turns
+from mlx_agent.runtime.serving import system_turns
 from mlx_agent.runtime.serving.cancel import POLL_SECONDS, ReplyStream
+from mlx_agent.runtime.serving.chunked_prefill import ArrivalBudget
 from mlx_agent.runtime.serving.errors_http import bad_request, from_generation_error, generation_unavailable
 from mlx_agent.runtime.serving.limits import Limits
 from mlx_agent.runtime.serving.request_options import RequestOptions, Served
@@ -52,6 +56,7 @@ from mlx_agent.wire import EXIT_GENERATION_DIED
 
 log = logging.getLogger(__name__)
 
+BATCHED_ATTRIBUTE = "mlx_agent_lookup_batched"  # a lookup request the generation thread sent to the batch
 WATCHDOG_SECONDS = 0.5  # how often the worker looks at its generation thread
 DEATH_GRACE_SECONDS = 1.0  # what requests in flight get to answer 503 before a dead worker exits
 
@@ -143,7 +148,11 @@ class WrappedGenerator(server.ResponseGenerator):
         self._classes: dict[Any, structured.TokenClasses] = {}
         self._pieces: dict[Any, dict[int, str]] = {}
         self._harmony: dict[Any, HarmonyVocabulary | None] = {}
+        self._active: list[ActiveReply] = []  # replies queued and not yet ended (lookup serves one alone)
+        self._active_lock = threading.Lock()
         super().__init__(model_provider, prompt_cache)
+        if not self._is_distributed:  # a group's ranks must agree on their slices: they keep mlx_lm's
+            self._time_budget = ArrivalBudget(self.requests)  # type: ignore[assignment]  # the same protocol
         threading.Thread(target=self._exit_when_generation_dies, name="mlx-agent-watchdog", daemon=True).start()
 
     def _exit_when_generation_dies(self) -> None:
@@ -285,10 +294,38 @@ class WrappedGenerator(server.ResponseGenerator):
         return int(width) if isinstance(width, int) and width > 0 else len(tokenizer)
 
     def _is_batchable(self, args: Any) -> bool:
-        """Return False for a request marked for prompt lookup (it is served alone); else mlx_lm's answer."""
-        if getattr(args, PROMPT_LOOKUP_ATTRIBUTE, False):
+        """Return mlx_lm's answer; a request marked for prompt lookup is batchable only while others are active.
+
+        Alone, it is served with drafts (``_serve_single``); with other requests queued or running, it joins
+        the batch with native decoding, which gives the same greedy tokens.
+        """
+        batchable = bool(super()._is_batchable(args))  # type: ignore[no-untyped-call]
+        if not getattr(args, PROMPT_LOOKUP_ATTRIBUTE, False) or not batchable:
+            return batchable
+        if getattr(args, BATCHED_ATTRIBUTE, False):
+            return True  # asked again when the request starts the batch generator: the choice stands
+        label, others = self._others_active(args)
+        if not others:
             return False
-        return bool(super()._is_batchable(args))  # type: ignore[no-untyped-call]
+        setattr(args, BATCHED_ATTRIBUTE, True)
+        assert self.prompt_lookup is not None  # only a lookup server marks requests
+        with self.prompt_lookup.lock:
+            self.prompt_lookup.batched += 1
+            batched = self.prompt_lookup.batched
+        log.info(
+            "mlx-agent: %s joins the batch without prompt lookup (%d other requests active; %d batched so far)",
+            label,
+            others,
+            batched,
+        )
+        return True
+
+    def _others_active(self, args: Any) -> tuple[str, int]:
+        """Return the label of the request with ``args`` and how many other replies are queued or running."""
+        with self._active_lock:
+            self._active = [reply for reply in self._active if not reply.ended()]
+            label = next((reply.label for reply in self._active if reply.args is args), "request")
+            return label, sum(1 for reply in self._active if reply.args is not args)
 
     def _serve_single(self, request: tuple[Any, Any, Any], stream: Any) -> None:
         """Serve a request marked for prompt lookup with the lookup decoder; any other as mlx_lm does."""
@@ -334,9 +371,12 @@ class WrappedGenerator(server.ResponseGenerator):
                     getattr(request, "label", "request"),
                     ", ".join(refusals),
                 )
-        queue: Queue[Any] = Queue()
+        queue = ReplyQueue()
+        active = ActiveReply(queue, generation_args, getattr(request, "label", "request"))
+        with self._active_lock:
+            self._active.append(active)
         self.requests.put((queue, request, generation_args))
-        ctx = self._first(queue)
+        ctx = active.ctx = self._first(queue)
         if isinstance(ctx.text_sm, HarmonyTextMachine):
             # mlx_lm's handler formats the calls the machine files with the context's parser.
             ctx.tool_parser = parse_call
@@ -348,12 +388,12 @@ class WrappedGenerator(server.ResponseGenerator):
             connection=watched.connection if watched else None,
             alive=self.generation_available,
             label=watched.label if watched else "request",
-            progress=progress.reporting(id(queue), progress_callback),  # the front reads the board (progress.py)
+            progress=progress_callback,
             cut=lambda: watched.watcher.cut if watched and watched.watcher else None,
         )
         if watched is not None:
             watched.stream = stream
-        return ctx, progress.ending(id(queue), iter(stream))
+        return ctx, iter(stream)
 
     def _preflight(self, generation_args: Any) -> None:
         """Build the request's sampler and logits processors in the handler thread first.
@@ -388,6 +428,32 @@ class WrappedGenerator(server.ResponseGenerator):
             if isinstance(item, Exception):
                 raise from_generation_error(item)
             return item
+
+
+class ReplyQueue(Queue[Any]):
+    """A reply's queue that knows when the generation thread has ended the reply (its ``None`` or an error)."""
+
+    ended = False
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        """Queue ``item``; the end of the reply marks the queue ended."""
+        if item is None or isinstance(item, Exception):
+            self.ended = True
+        super().put(item, block, timeout)
+
+
+@dataclass
+class ActiveReply:
+    """A reply queued or running: its queue, its generation arguments and its label (for the lookup choice)."""
+
+    queue: ReplyQueue
+    args: Any
+    label: str
+    ctx: Any = None  # mlx_lm's GenerationContext, once the generation thread has built it
+
+    def ended(self) -> bool:
+        """Whether the reply has ended: its last item was queued, or it was stopped (the client left)."""
+        return self.queue.ended or bool(self.ctx is not None and self.ctx._should_stop)
 
 
 def needs_watcher(options: RequestOptions, thinks: bool) -> bool:
