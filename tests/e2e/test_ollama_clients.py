@@ -105,6 +105,15 @@ def test_generate_streams_its_response(client: ollama.Client) -> None:
     assert parts[-1].done_reason == "stop" and parts[-1].model == f"{NAME}:latest"
 
 
+def test_a_raw_generate_continues_the_prompt_as_sent(client: ollama.Client) -> None:
+    """raw: true skips the template: the client's own prompt is continued, reasoning tags and all."""
+    prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>"
+    reply = client.generate(model=NAME, prompt=prompt, raw=True, stream=False)
+    assert reply.response == f"{AGENT_THOUGHT}</think>{AGENT_ANSWER}" and reply.thinking is None
+    parts = list(client.generate(model=NAME, prompt=prompt, raw=True, stream=True, options={"num_predict": 1}))
+    assert [p.response for p in parts] == [AGENT_THOUGHT, ""] and parts[-1].done_reason == "length"
+
+
 def test_a_tool_round_trip(client: ollama.Client) -> None:
     """The model's call comes back with object arguments; the tool's result sent back gets the answer."""
     first = client.chat(model=NAME, messages=ASK, tools=[WEATHER], stream=False)

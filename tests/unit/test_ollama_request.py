@@ -180,7 +180,6 @@ def test_generate_is_one_user_turn_after_its_system_prompt() -> None:
         ({"template": "{{ .Prompt }}"}, "template"),
         ({"suffix": "return x"}, "suffix"),
         ({"context": [1, 2, 3]}, "context"),
-        ({"raw": True}, "raw"),
         ({"logprobs": True}, "logprobs"),
         ({"bogus": 1}, "bogus"),
     ],
@@ -219,3 +218,19 @@ def test_keep_alive_reads_seconds_and_go_durations(value: Any, seconds: float | 
 def test_a_keep_alive_that_is_no_duration_is_refused(value: Any) -> None:
     """Anything else is a 400 naming keep_alive."""
     assert refusal(parse_keep_alive, value).param == "keep_alive"
+
+
+def test_a_raw_generate_is_a_text_completion_of_the_prompt_as_sent() -> None:
+    """raw: true sends the prompt untouched (no template) with its sampler; system, images and think are refused."""
+    translated = generate(prompt="<s>[INST] hi [/INST]", raw=True, options={"num_predict": 5}, format="json")
+    assert translated.raw and not translated.load_only
+    assert translated.chat == {
+        "model": "tiny",
+        "stream": True,
+        "prompt": "<s>[INST] hi [/INST]",
+        "max_tokens": 5,
+        "response_format": {"type": "json_object"},
+    }
+    for name, value in (("system", "Be brief"), ("images", [PNG]), ("think", True)):
+        refused = refusal(generate, prompt="x", raw=True, **{name: value})
+        assert (refused.code, refused.param) == (Code.UNSUPPORTED_PARAMETER, name)

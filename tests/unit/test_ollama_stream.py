@@ -161,3 +161,13 @@ def test_a_collected_generate_folds_response_and_thinking() -> None:
     run(stream, [chunk({"reasoning": "a"}), chunk({"content": "b"}), chunk({"content": "c"}), chunk({}, "stop")])
     folded = reply(stream.kept)
     assert (folded["response"], folded["thinking"], folded["done_reason"]) == ("bc", "a", "stop")
+
+
+def test_a_raw_generate_reads_text_completion_chunks() -> None:
+    """A text completion's choices[0].text is a response piece like a chat delta's content."""
+    stream = translator("generate", clock=[2000, 3000])
+    text_chunk = json.dumps({"choices": [{"index": 0, "text": "Once", "finish_reason": None}]}).encode()
+    end_chunk = json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}).encode()
+    lines = [json.loads(line) for line in run(stream, [text_chunk, end_chunk]).splitlines()]
+    assert [line["response"] for line in lines] == ["Once", ""]
+    assert lines[-1]["done_reason"] == "length"

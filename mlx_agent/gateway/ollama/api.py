@@ -45,6 +45,7 @@ from mlx_agent.gateway.security import OLLAMA_PREFIX, Handler
 from mlx_agent.gateway.sse import Events, PumpResult
 from mlx_agent.gateway.upstream import CHAT_PATH, Upstream, read_error
 
+COMPLETIONS_PATH = "/v1/completions"  # a raw generate's (no chat template)
 OLLAMA_API_VERSION = "0.12.0"  # the Ollama API this front speaks (the fields of its 0.12 releases)
 LATEST = ":latest"
 KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry", "Allow")
@@ -142,10 +143,11 @@ class OllamaApi:
             return await self._load(request, kind, model, name, translated)
         chat = dict(translated.chat, model=model.name)
         _, prepared = self.upstream.prepare(request, chat)
+        path, key = (COMPLETIONS_PATH, Key.COMPLETIONS) if translated.raw else (CHAT_PATH, Key.CHAT)
         if exchange is not None:
             exchange.stream = translated.stream  # the worker streams either way; the request line says the client's
 
-        account = self.upstream.accountant(request, Key.CHAT, prepared.body)
+        account = self.upstream.accountant(request, key, prepared.body)
         translator = OllamaStream(
             kind,
             name,
@@ -157,18 +159,18 @@ class OllamaApi:
         try:
             if translated.stream:
                 ndjson = {"Content-Type": NDJSON}
-                return await self.upstream.stream(request, model, prepared, translator, headers=ndjson)
-            return json_response(await self._collect(request, model, prepared.body, translator))
+                return await self.upstream.stream(request, model, prepared, translator, path=path, headers=ndjson)
+            return json_response(await self._collect(request, model, prepared.body, translator, path))
         finally:
             self.keep_alive.after(model, translated.keep_alive)
 
     async def _collect(
-        self, request: web.Request, model: Lifecycle, body: dict[str, Any], translator: OllamaStream
+        self, request: web.Request, model: Lifecycle, body: dict[str, Any], translator: OllamaStream, path: str
     ) -> dict[str, Any]:
         """Read the worker's stream through ``translator`` and return the folded reply (module docstring)."""
         result = PumpResult()
         events = Events(translator, result, exchange_of(request))
-        async with self.upstream.worker_request(model, body, CHAT_PATH, stream=False) as (answer, worker):
+        async with self.upstream.worker_request(model, body, path, stream=False) as (answer, worker):
             if answer.status != 200 or answer.content_type != "text/event-stream":
                 try:
                     doc = json.loads(await answer.body())

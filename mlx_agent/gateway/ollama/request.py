@@ -12,10 +12,12 @@ The rules (docs/ollama.md is the table):
   schema object ``json_schema``, enforced by the worker; ``think`` ``false`` passes ``enable_thinking: false``
   to the chat template, ``low``/``medium``/``high`` become ``reasoning_effort``, ``true`` keeps the template's
   default; ``tools`` are function tools as chat completions takes them.
+* ``generate`` with ``raw: true`` sends the prompt as it is to the worker's text completions (the client applied
+  its own template): ``system``, ``images`` and ``think`` are refused with it, as it has no place for them.
 * Refused (400 ``unsupported_parameter``), because ignoring them would give the client something else than it
   asked for: ``generate``'s ``template`` (the reviewed template is the model's), ``suffix`` (fill-in-the-middle),
-  a non-empty ``context`` (Ollama's token history), ``raw: true``, ``logprobs: true``, and sampler settings the
-  runtime has no sampler for (``mirostat`` other than 0, ``typical_p`` and ``tfs_z`` other than 1).
+  a non-empty ``context`` (Ollama's token history), ``logprobs: true``, and sampler settings the runtime has no
+  sampler for (``mirostat`` other than 0, ``typical_p`` and ``tfs_z`` other than 1).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class OllamaRequest:
     stream: bool  # Ollama streams unless told not to
     keep_alive: float | None  # seconds (KEEP for "as long as the policy allows"), None when not sent
     load_only: bool  # no prompt: load (or unload) the model and answer at once
+    raw: bool = False  # generate's raw: the prompt goes to the worker's text completions, no template
 
 
 def parse_keep_alive(value: object) -> float | None:
@@ -250,9 +253,7 @@ def translate_generate(body: OllamaGenerateBody) -> OllamaRequest:
             Code.UNSUPPORTED_PARAMETER,
         )
     if body.raw:
-        raise refuse(
-            "'raw' is not supported: the model's chat template is always applied", "raw", Code.UNSUPPORTED_PARAMETER
-        )
+        return _raw(body)
     messages: list[dict[str, Any]] = []
     if body.system:
         messages.append({"role": "system", "content": body.system})
@@ -263,3 +264,18 @@ def translate_generate(body: OllamaGenerateBody) -> OllamaRequest:
     _common(body, out)
     load_only = not body.prompt and not body.images
     return OllamaRequest(out, body.stream is not False, parse_keep_alive(body.keep_alive), load_only)
+
+
+def _raw(body: OllamaGenerateBody) -> OllamaRequest:
+    """Translate a raw generate: the prompt as it is, for the worker's text completions."""
+    for name, value in (("system", body.system), ("images", body.images), ("think", body.think)):
+        if value:
+            raise refuse(
+                f"'{name}' cannot be honoured with raw: true (the prompt is sent as it is, with no template)",
+                name,
+                Code.UNSUPPORTED_PARAMETER,
+            )
+    out: dict[str, Any] = {"model": body.model, "stream": True, "prompt": body.prompt or ""}
+    _common(body, out)
+    out.pop("chat_template_kwargs", None)
+    return OllamaRequest(out, body.stream is not False, parse_keep_alive(body.keep_alive), not body.prompt, raw=True)

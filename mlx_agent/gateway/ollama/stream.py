@@ -100,6 +100,15 @@ class OllamaStream(ChunkTranslator):
         else:
             self._line(out, response=content, done=False)
 
+    def chunk(self, doc: dict[str, Any]) -> bytes:
+        """Read a text-completion chunk (a raw generate's: ``choices[0].text``) as a chat delta, then as any."""
+        choices = doc.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and "text" in choices[0]:
+            first = choices[0]
+            delta = {"content": first["text"]} if isinstance(first.get("text"), str) else {}
+            doc = {**doc, "choices": [{"index": 0, "delta": delta, "finish_reason": first.get("finish_reason")}]}
+        return super().chunk(doc)
+
     def start(self) -> bytes:
         """Return nothing: an Ollama stream opens with its first piece."""
         return b""
