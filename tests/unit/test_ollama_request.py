@@ -79,9 +79,11 @@ def test_options_map_to_the_sampler() -> None:
 
 
 def test_server_limits_and_random_seeds_send_nothing() -> None:
-    """num_predict -1 or -2 leaves the server's limit; a negative seed is Ollama's random, an unseeded request."""
+    """num_predict -1 leaves the server's limit, a negative seed is unseeded, repeat_last_n 0 turns the penalty off."""
     body = chat(options={"num_predict": -1, "seed": -1, "stop": "x"}).chat
     assert "max_tokens" not in body and "seed" not in body and body["stop"] == ["x"]
+    off = chat(options={"repeat_penalty": 1.3, "repeat_last_n": 0}).chat
+    assert "repetition_penalty" not in off and "repetition_context_size" not in off
 
 
 @pytest.mark.parametrize(

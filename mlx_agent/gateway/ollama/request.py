@@ -105,6 +105,8 @@ def sampler(options: Options | None, out: dict[str, Any]) -> None:
         out["stop"] = [options.stop] if isinstance(options.stop, str) else list(options.stop)
     if options.repeat_last_n is not None and options.repeat_last_n > 0:
         out["repetition_context_size"] = options.repeat_last_n
+    elif options.repeat_last_n == 0:
+        out.pop("repetition_penalty", None)  # Ollama's 0: no window, so no repetition penalty
     for name, neutral in (("mirostat", 0), ("typical_p", 1), ("tfs_z", 1)):
         value = getattr(options, name)
         if value is not None and value != neutral:
