@@ -104,3 +104,7 @@ cli.add_command(wire)
 from mlx_agent.cli.wiring import unwire  # noqa: E402  (wire AGENT, wire status: on the wire group)
 
 cli.add_command(unwire)
+
+from mlx_agent.cli.top import top  # noqa: E402  (serve top: a live view, not a planned command)
+
+serve.add_command(top)
