@@ -3,8 +3,10 @@
 A real front over the real wrapped mlx-vlm worker on the tiny Qwen2-VL model (its worker kind ``vision``, as
 the plan records it). The same question with the same picture, asked through chat completions, Messages
 (created and streamed) and Responses (created and streamed) by the official SDKs, makes one prompt: each
-reports the same prompt token count, and more tokens than the question without the picture. A second front
-over the tiny text model (kind ``text``) refuses the picture on every API with ``model_not_vision``.
+reports the same prompt token count, and more tokens than the question without the picture. A picture a tool
+returned (a Messages ``tool_result``, a Responses ``function_call_output``) makes the prompt of its chat form (the
+tool message, then a user message with the picture) on both APIs, streamed and not. A second front over the tiny
+text model (kind ``text``) refuses the picture on every API with ``model_not_vision``, a tool's picture too.
 """
 
 from __future__ import annotations
@@ -175,6 +177,100 @@ def test_a_text_only_model_refuses_an_image_on_every_api(text_only: Gateway, api
                 oai(text_only).responses.create(
                     model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2, stream=api == "responses_stream"
                 )
+        error = openai_info.value
+        detail = error.body
+    assert detail["code"] == "model_not_vision" and "'org/tiny'" in detail["message"]
+
+
+CALL_ID = "toolu_read_1"
+TOOL_ROUND_CHAT: Any = [
+    {"role": "user", "content": QUESTION},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": CALL_ID, "type": "function", "function": {"name": "Read", "arguments": "{}"}}],
+    },
+    {"role": "tool", "tool_call_id": CALL_ID, "content": "a.png"},
+    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": IMAGE_URL}}]},
+]
+
+
+def messages_round(result: list[dict[str, Any]]) -> Any:
+    """Return a Messages conversation: the question, a Read tool_use, and its tool_result of ``result`` blocks."""
+    return [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": CALL_ID, "name": "Read", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": CALL_ID, "content": result}]},
+    ]
+
+
+TOOL_TEXT: Any = {"type": "text", "text": "a.png"}
+TOOL_IMAGE: Any = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": IMAGE_B64}}
+MESSAGES_TOOL_IMAGE = messages_round([TOOL_TEXT, TOOL_IMAGE])
+RESPONSES_TOOL_IMAGE: Any = [
+    {"role": "user", "content": QUESTION},
+    {"type": "function_call", "call_id": CALL_ID, "name": "Read", "arguments": "{}"},
+    {
+        "type": "function_call_output",
+        "call_id": CALL_ID,
+        "output": [{"type": "input_text", "text": "a.png"}, {"type": "input_image", "image_url": IMAGE_URL}],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def tool_round_prompt(vision: Gateway) -> int:
+    """Return the prompt tokens chat completions reports for the tool round in its chat form."""
+    reply = oai(vision).chat.completions.create(model="org/tiny", messages=TOOL_ROUND_CHAT, max_tokens=2)
+    assert reply.usage is not None
+    return reply.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_result_image_reaches_the_vision_worker(vision: Gateway, tool_round_prompt: int, stream: bool) -> None:
+    """A tool_use/tool_result round whose result holds an image makes the chat form's prompt, the image's included."""
+    message: anthropic.types.Message
+    if stream:
+        with claude(vision).messages.stream(model="org/tiny", max_tokens=2, messages=MESSAGES_TOOL_IMAGE) as s:
+            message = s.get_final_message()
+    else:
+        message = claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_TOOL_IMAGE)
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == tool_round_prompt
+    text_only = claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=messages_round([TOOL_TEXT]))
+    assert text_only.usage.input_tokens + (text_only.usage.cache_read_input_tokens or 0) + 2 < tool_round_prompt
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_function_call_output_image_reaches_the_vision_worker(
+    vision: Gateway, tool_round_prompt: int, stream: bool
+) -> None:
+    """A function_call_output holding an input_image makes the chat form's prompt, streamed and not."""
+    if stream:
+        events = list(
+            oai(vision).responses.create(model="org/tiny", input=RESPONSES_TOOL_IMAGE, max_output_tokens=2, stream=True)
+        )
+        final = events[-1]
+        assert final.type in ("response.completed", "response.incomplete")
+        response = final.response
+    else:
+        response = oai(vision).responses.create(model="org/tiny", input=RESPONSES_TOOL_IMAGE, max_output_tokens=2)
+    assert response.status in ("completed", "incomplete")
+    assert response.usage is not None and response.usage.input_tokens == tool_round_prompt
+
+
+@pytest.mark.parametrize("api", ["messages", "responses"])
+def test_a_text_only_model_refuses_a_tool_results_image(text_only: Gateway, api: str) -> None:
+    """A picture a tool returned is 400 model_not_vision naming the text model, as a user's picture is."""
+    error: openai.BadRequestError | anthropic.BadRequestError
+    if api == "messages":
+        with pytest.raises(anthropic.BadRequestError) as claude_info:
+            claude(text_only).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_TOOL_IMAGE)
+        error = claude_info.value
+        detail: Any = error.body
+        detail = detail["error"]
+    else:
+        with pytest.raises(openai.BadRequestError) as openai_info:
+            oai(text_only).responses.create(model="org/tiny", input=RESPONSES_TOOL_IMAGE, max_output_tokens=2)
         error = openai_info.value
         detail = error.body
     assert detail["code"] == "model_not_vision" and "'org/tiny'" in detail["message"]

@@ -218,7 +218,7 @@ DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/p
         (ask({"role": "user", "content": [IMAGE]}), "messages.0.content.0.source.data", "image_invalid"),
         (ask({"role": "user", "content": [DOCUMENT]}), "messages.0.content.0", "unsupported_content"),
         (
-            ask({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [IMAGE]}]}),
+            ask({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [DOCUMENT]}]}),
             "messages.0.content.0.content.0",
             "unsupported_content",
         ),

@@ -121,14 +121,6 @@ def test_a_messages_image_that_is_remote_a_file_or_undecodable_is_refused(source
     assert (error.status, error.code, error.param) == (400, "image_invalid", param)
 
 
-def test_an_image_in_a_tool_result_stays_refused() -> None:
-    """A tool_result's image has no place in a chat template: 400 unsupported_content."""
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
-    body = messages_body({"type": "tool_result", "tool_use_id": "t", "content": [image]})
-    error = refusal(anthropic_chat, body)
-    assert (error.code, error.param) == ("unsupported_content", "messages.0.content.0.content.0")
-
-
 def test_a_responses_input_image_becomes_the_chat_image_part() -> None:
     """An input_image's data URL becomes an image_url part beside the message's text parts ("detail" ignored)."""
     body = {

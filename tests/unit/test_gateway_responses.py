@@ -308,11 +308,11 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
                     {
                         "type": "function_call_output",
                         "call_id": "c",
-                        "output": [{"type": "input_image", "image_url": "x"}],
+                        "output": [{"type": "input_file", "file_id": "file-1"}],
                     }
                 ]
             },
-            "input.0.content.0",
+            "input.0.output.0",
             "unsupported_content",
         ),
         ({"input": "x", "tool_choice": "required"}, "tool_choice", "unsupported_tool_choice"),

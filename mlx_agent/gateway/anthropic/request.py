@@ -31,9 +31,13 @@ The rules (docs/gateway.md, "Anthropic Messages API"), written for what Claude C
 * An ``image`` block in a user turn (source ``base64``, or ``url`` holding a ``data:`` URL) becomes a chat
   ``image_url`` part beside the turn's text parts, in their order (``images.py``: its limits; a remote URL is
   refused, nothing is fetched).
+* An ``image`` block inside a ``tool_result`` (Claude Code's Read of an image file): a chat ``tool`` message
+  carries text only (mlx-vlm's chat endpoint reads images from user messages alone), so the tool message holds
+  the result's text and the images of a run of tool results open the user message that follows the run (the
+  turn's next text joins it), in their order, under the same limits.
 
-Refused with a 400 ``invalid_request_error``: document and other non-text content (an image inside a
-``tool_result`` too), images with a ``file`` source or a remote URL (``image_invalid``), tools that need
+Refused with a 400 ``invalid_request_error``: document and other non-text content, images with a ``file``
+source or a remote URL (``image_invalid``), tools that need
 what a text model lacks (computer use), forced ``tool_choice`` (``any``, ``tool``), and top-level parameters
 that ask for servers this machine does not have (``mcp_servers``, ``container``) or that it does not know.
 
@@ -221,7 +225,9 @@ def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def _unsupported_block(kind: str, param: str) -> RequestRefused:
     if kind == "image":
-        return refuse("an image is taken in a user turn's content only", param, Code.UNSUPPORTED_CONTENT)
+        return refuse(
+            "an image is taken in a user turn's content or a tool_result only", param, Code.UNSUPPORTED_CONTENT
+        )
     if kind in ("document", "search_result", "container_upload"):
         return refuse(
             f"{kind} content is not supported: the local model reads text only", param, Code.UNSUPPORTED_CONTENT
@@ -248,9 +254,13 @@ def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, 
             out.append({"role": "user", "content": BLOCK_JOIN.join(texts)})
             texts.clear()
 
+    tool_images: list[dict[str, Any]] = []  # of the tool results just sent: the next user content opens with them
     for index, block in enumerate(blocks):
         kind = block["type"]
         where = f"{param}.content.{index}"
+        if kind != "tool_result":
+            parts.extend(tool_images)
+            tool_images.clear()
         if kind == "text":
             texts.append(_text(block, where))
         elif kind == "image":
@@ -261,11 +271,12 @@ def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, 
             tool_use_id = block.get("tool_use_id")
             if not isinstance(tool_use_id, str) or not tool_use_id:
                 raise refuse("a tool_result needs its tool_use_id", f"{where}.tool_use_id")
-            out.append(
-                {"role": "tool", "tool_call_id": tool_use_id, "content": _tool_result_text(block.get("content"), where)}
-            )
+            text, images = _tool_result(block.get("content"), where)
+            out.append({"role": "tool", "tool_call_id": tool_use_id, "content": text})
+            tool_images.extend(images)
         else:
             raise _unsupported_block(kind, where)
+    parts.extend(tool_images)
     flush()
     return out or [{"role": "user", "content": ""}]
 
@@ -306,21 +317,26 @@ def _text(block: Mapping[str, Any], where: str) -> str:
     return text
 
 
-def _tool_result_text(content: object, where: str) -> str:
+def _tool_result(content: object, where: str) -> tuple[str, list[dict[str, Any]]]:
+    """Return a tool_result's text (its text blocks joined) and its images as chat parts, in their order."""
     if content is None or isinstance(content, str):
-        return content or ""
+        return content or "", []
     if not isinstance(content, list):
         raise refuse(
             "a tool_result's content must be a string or a list of blocks", f"{where}.content", Code.INVALID_TYPE
         )
-    texts = []
+    texts: list[str] = []
+    images: list[dict[str, Any]] = []
     for index, block in enumerate(content):
         inner = f"{where}.content.{index}"
         kind = block.get("type") if isinstance(block, Mapping) else None
-        if kind != "text":
+        if kind == "text" and isinstance(block, Mapping):
+            texts.append(_text(block, inner))
+        elif kind == "image" and isinstance(block, Mapping):
+            images.append(_image(block, inner))
+        else:
             raise _unsupported_block(str(kind), inner)
-        texts.append(_text(block, inner))
-    return BLOCK_JOIN.join(texts)
+    return BLOCK_JOIN.join(texts), images
 
 
 def _tool_choice(tool_choice: dict[str, Any] | None) -> str:

@@ -24,9 +24,11 @@ The rules (docs/gateway.md, "OpenAI Responses API"), written for what Codex CLI 
 * An ``input_image`` part of a message (``image_url`` a ``data:`` URL) becomes a chat ``image_url`` part beside
   the message's text parts, in their order (``images.py``: its limits; a remote URL is refused, nothing is
   fetched, and so is a ``file_id``).
+* An ``input_image`` in a call output's ``output`` list: a chat ``tool`` message carries text only (mlx-vlm's
+  chat endpoint reads images from user messages alone), so the tool message holds the output's text and the
+  images of a run of outputs become one user message right after the run, in their order, under the same limits.
 
-Refused with a 400 ``invalid_request_error``: file and audio content (an image in a call's output too),
-``tool_choice`` ``required`` or a
+Refused with a 400 ``invalid_request_error``: file and audio content, ``tool_choice`` ``required`` or a
 named tool (the runtime cannot force a call), item types that refer to server-side objects
 (``item_reference``, ...), and parameters that need them (``conversation``, ``prompt``).
 
@@ -156,11 +158,15 @@ def _input(items: str | list[Any] | None, tools: ToolSet) -> list[dict[str, Any]
     if not isinstance(items, list) or not items:
         raise refuse("'input' must be a string or a non-empty list of items", "input")  # required, and not []
     out: list[dict[str, Any]] = []
+    tool_images: list[dict[str, Any]] = []  # of the outputs just sent: one user message once their run ends
     for index, item in enumerate(items):
         where = f"input.{index}"
         if not isinstance(item, Mapping):
             raise refuse("each input item must be an object", where, Code.INVALID_TYPE)
         kind = item.get("type") or ("message" if "role" in item else None)
+        if kind not in OUTPUT_ITEMS and tool_images:
+            out.append({"role": "user", "content": list(tool_images)})
+            tool_images.clear()
         if kind == "message":
             out.append(_message(item, where))
         elif kind in CALL_ITEMS:
@@ -169,7 +175,9 @@ def _input(items: str | list[Any] | None, tools: ToolSet) -> list[dict[str, Any]
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise refuse(f"a {kind} needs its call_id", f"{where}.call_id")
-            out.append({"role": "tool", "tool_call_id": call_id, "content": _text(item.get("output"), where)})
+            text, images = _output(item.get("output"), where)
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            tool_images.extend(images)
         elif kind == "reasoning" or kind == COMPACTION_TRIGGER:
             continue  # earlier reasoning: templates leave it out of the prompt; a trigger is compact.py's
         elif kind in COMPACTION_ITEMS:
@@ -178,7 +186,26 @@ def _input(items: str | list[Any] | None, tools: ToolSet) -> list[dict[str, Any]
             raise refuse(
                 f"input items of type {kind!r} are not supported here", f"{where}.type", Code.UNSUPPORTED_CONTENT
             )
+    if tool_images:
+        out.append({"role": "user", "content": tool_images})
     return out
+
+
+def _output(output: object, where: str) -> tuple[str, list[dict[str, Any]]]:
+    """Return a call output's text (its text parts joined) and its images as chat parts, in their order."""
+    if output is None or isinstance(output, str):
+        return output or "", []
+    if not isinstance(output, list):
+        raise refuse("a call's output must be a string or a list of parts", f"{where}.output", Code.INVALID_TYPE)
+    texts: list[str] = []
+    images: list[dict[str, Any]] = []
+    for index, part in enumerate(output):
+        inner = f"{where}.output.{index}"
+        if isinstance(part, Mapping) and part.get("type") == "input_image":
+            images.append(_image(part, inner))
+        else:
+            texts.append(_part_text(part, inner))
+    return BLOCK_JOIN.join(texts), images
 
 
 def _summary(item: Mapping[str, Any], where: str) -> str:
@@ -253,7 +280,9 @@ def _part_text(part: object, inner: str) -> str:
     if kind == "refusal" and isinstance(part.get("refusal"), str):
         return str(part["refusal"])
     if kind == "input_image":
-        raise refuse("an input_image is taken in a message's content only", inner, Code.UNSUPPORTED_CONTENT)
+        raise refuse(
+            "an input_image is taken in a message's content or a call's output only", inner, Code.UNSUPPORTED_CONTENT
+        )
     if kind in ("input_file", "input_audio"):
         raise refuse(f"{kind} content is not supported here: send its text", inner, Code.UNSUPPORTED_CONTENT)
     raise refuse(f"content parts of type {kind!r} are not supported here", inner, Code.UNSUPPORTED_CONTENT)
