@@ -119,6 +119,7 @@ FRONT_MODULES = (
     "files.py",
     "identity.py",
     "kept_cache.py",
+    "model_config.py",
     "policy.py",
     "readiness.py",
     "records.py",

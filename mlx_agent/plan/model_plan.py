@@ -16,6 +16,7 @@ from pathlib import Path
 from mlx_agent.canonical import canonical_json
 from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
 from mlx_agent.identity import read_safetensors_header, with_digests
+from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
@@ -23,7 +24,7 @@ from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, reviewed_executable, runtime_checks
-from mlx_agent.plan.runtime_select import MLX_VLM, select_runtime, vision_markers
+from mlx_agent.plan.runtime_select import MLX_VLM, select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
 from mlx_agent.wire import (
@@ -57,10 +58,9 @@ if TYPE_CHECKING:
 # Seconds from TERM to KILL of a worker: one that saves its prompt cache on TERM gets longer.
 WORKER_STOP_TIMEOUT = 5.0
 WORKER_SAVING_STOP_TIMEOUT = 20.0
+
+
 # Config keys that give a model's context window, in the order mlx_lm's model classes read them.
-CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
-
-
 def _template_args(raw: str | None) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -228,17 +228,6 @@ def file_checks(adapter: AdapterRecord | None) -> list[FileCheck]:
     if receipt is not None:
         checks.append({"path": receipt["path"], "sha256": receipt["sha256"], "size": receipt["size"]})
     return checks
-
-
-def context_window(config: dict[str, Any]) -> int | None:
-    """Return the model's context window from its config.json (its text config for a vision model), if given."""
-    text = config.get("text_config")
-    for doc in (config, text if isinstance(text, dict) else {}):
-        for key in CONTEXT_KEYS:
-            value = doc.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
 
 
 def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:

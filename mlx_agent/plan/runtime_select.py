@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mlx_agent.errors import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedModel, UnsupportedRuntime
 from mlx_agent.installed import embedding_support, install_command, model_support, own_requirement, own_site_paths
+from mlx_agent.model_config import vision_markers
 from mlx_agent.plan.runtime import runtime_site_paths
 from mlx_agent.resources import PACKAGE_DIR
 
@@ -27,15 +28,9 @@ MLX_VLM_EMBED = "mlx-vlm-embed"  # mlx-vlm's embedding loader, served by our ent
 PACKAGES = {MLX_LM: "mlx_lm", MLX_VLM: "mlx_vlm"}
 DISTRIBUTIONS = {MLX_LM: "mlx-lm", MLX_VLM: "mlx-vlm"}
 CHECKOUT = PACKAGE_DIR.parent  # a checkout's .venv is scripts/install's, which installs every runtime
+
+
 # Keys whose non-null presence marks a checkpoint with a vision tower, as mlx_vlm's model configs use them.
-VISION_MARKERS = ("vision_config", "vision_tower", "mm_vision_tower", "visual", "image_token_index", "image_token_id")
-
-
-def vision_markers(config: dict[str, Any]) -> list[str]:
-    """Return the vision markers present (non-null) in a config."""
-    return [key for key in VISION_MARKERS if config.get(key) is not None]
-
-
 def supported_module(runtime: str, model_type: str, executable: str | None) -> str | None:
     """Return the module name a runtime would load for ``model_type``, or None if it has none (or is absent)."""
     return _module(_support(runtime, executable), model_type)

@@ -29,7 +29,7 @@ from mlx_agent.errors import (
 from mlx_agent.files import sha256_file
 from mlx_agent.home import receipts_dir
 from mlx_agent.installed import dist_version, model_support, own_site_paths
-from mlx_agent.plan.runtime_select import vision_markers
+from mlx_agent.model_config import vision_markers
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.plan.training_receipt import ADAPTER_FILES
 from mlx_agent.resources import PACKAGE_DIR

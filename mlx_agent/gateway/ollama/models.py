@@ -10,7 +10,7 @@ Read once per model, off the event loop, and kept (the files are bound: a change
 * ``context_length``: the plan's context window, else config.json's;
 * capabilities: ``embedding`` for a model whose worker embeds (``WorkerRecord.kind``), else ``completion``, and
   ``tools`` and ``thinking`` when the chat template mentions them; ``vision`` for a worker of kind ``vision`` (a
-  config written before kinds: when config.json has a vision tower, ``plan.runtime_select.vision_markers``).
+  config written before kinds: when config.json has a vision tower, ``model_config.vision_markers``).
 
 ``digest`` is the sha256 of the model's bound identity (its files' records), so it changes when the plan's model
 does; ``modified_at`` is config.json's mtime; ``size`` the weights' bytes.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.files import utc_iso
 from mlx_agent.identity import read_safetensors_header
-from mlx_agent.plan.runtime_select import vision_markers
+from mlx_agent.model_config import context_window, vision_markers
 
 if TYPE_CHECKING:
     from mlx_agent.records import FrontModelConfig
@@ -186,7 +186,7 @@ def read_info(model: FrontModelConfig) -> ModelInfo:
     if kind == "vision" or (kind is None and vision_markers(config)):
         capabilities.append("vision")
     family = str(source.get("model_type") or config.get("model_type") or "")
-    window = model["context_window"] or _config_window(config)
+    window = model["context_window"] or context_window(config)
     identity = json.dumps(source, sort_keys=True, separators=(",", ":"))
     return ModelInfo(
         name=model["served_model_name"],
@@ -201,9 +201,3 @@ def read_info(model: FrontModelConfig) -> ModelInfo:
         capabilities=capabilities,
         config=config,
     )
-
-
-def _config_window(config: dict[str, Any]) -> int | None:
-    from mlx_agent.plan.model_plan import context_window
-
-    return context_window(config)
