@@ -148,7 +148,6 @@ GENERATE_SEAMS: dict[str, tuple[str, ...]] = {
     "BatchGenerator._next": ("self",),
     "BatchGenerator.extract_cache": ("self", "uids"),
     "BatchGenerator.remove": ("self", "uids", "return_prompt_caches"),
-    "BatchGenerator.insert_segments": ("self", "segments", "max_tokens", "caches", "all_tokens"),
     "BatchGenerator.prompt_cache_nbytes": (),  # a property
 }
 # Names a function's code must still use (its ``co_names``): attributes and globals the patches rely on.
