@@ -93,13 +93,13 @@ def timed_stream(target: Target, body: dict[str, Any]) -> tuple[int, float]:
     return tokens, elapsed
 
 
-def front(directory: Path, model: Path, tokens: int, *, eager: bool) -> Gateway:
-    """Start a front over the real wrapped worker; an eager one is returned once its model is loaded."""
+def front(directory: Path, model: Path, tokens: int, *, eager: bool, worker_flags: tuple[str, ...] = ()) -> Gateway:
+    """Start a front over the real wrapped worker (with ``worker_flags``); an eager one is returned once loaded."""
     policy = {"preload": True, "keep_loaded": True} if eager else {}
     config = gateway_config(
         directory,
         free_port(),
-        real_worker_argv(model, tokens),
+        [*real_worker_argv(model, tokens), *worker_flags],
         model_path=model,
         max_tokens=tokens,
         policy=policy,
