@@ -1,8 +1,9 @@
 """Loopback ports for tests: each pytest-xdist worker has its own block, below the kernel's ephemeral range.
 
 The kernel hands out ports from 32768 up on Linux (49152 on macOS) for port 0 and for every outgoing
-connection, and the product's own port picks land there too; a port a test chose from its worker's block cannot
-be chosen by a test on another worker, nor taken by a connection, before its server binds it.
+connection, and the product's own port picks land there too (but a ring group's links: 10000-19999, below the
+blocks); a port a test chose from its worker's block cannot be chosen by a test on another worker, nor taken by a
+connection, before its server binds it.
 """
 
 from __future__ import annotations

@@ -10,11 +10,12 @@ checked: the other hosts' listeners are theirs.
 from __future__ import annotations
 
 import copy
+import random
 import socket
 
 from mlx_agent.errors import RingPortInUse
 from mlx_agent.plan.group import LOCAL, ring_port_count
-from mlx_agent.supervise.ports import free_port, port_is_free
+from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.wire import RING_PORT_PLACEHOLDER
 
 TYPE_CHECKING = False
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from mlx_agent.records import GroupRecord, ServePlan
 
 ATTEMPTS = 200
+CHOSEN_PORTS = range(10000, 20000)  # where confirm draws a run (``choose_run``)
 
 
 def local_hosts(group: GroupRecord) -> list[str]:
@@ -55,13 +57,14 @@ def taken_ports(first: int, group: GroupRecord) -> list[int]:
 def choose_run(group: GroupRecord, *, avoid: set[int] | None = None) -> int:
     """Return the first port of a run that is free on this host now, none of it in ``avoid``.
 
-    The first port is the kernel's pick (as for every port mlx-agent chooses), in its range for outgoing
-    connections, which no server is configured on.
+    The run is drawn at random from ``CHOSEN_PORTS``, below the range the kernel hands out for outgoing
+    connections (32768 up on Linux, 49152 on macOS): a run there would be taken by the ranks' own connections to
+    each other (Linux gives connect() the even ports next to the odd one bind(0) returned).
     """
     count = ring_port_count(group)
     avoid = avoid or set()
     for _ in range(ATTEMPTS):
-        first = free_port(LOCAL)
+        first = random.randrange(CHOSEN_PORTS.start, CHOSEN_PORTS.stop - count + 1)
         if avoid.isdisjoint(range(first, first + count)) and not taken_ports(first, group):
             return first
     raise RingPortInUse(
