@@ -75,6 +75,10 @@ IMPOSTOR = textwrap.dedent(
 )
 
 
+# A process of our own user that runs as rank 1, joins the ring and then says nothing.
+SILENT = "import time, mlx.core as mx; mx.distributed.init(); time.sleep(120)"
+
+
 def refusals(log: str) -> list[dict[str, Any]]:
     """Return the refusal lines' documents in ``log``."""
     return [json.loads(line[len(REFUSAL_PREFIX) :]) for line in log.splitlines() if line.startswith(REFUSAL_PREFIX)]
@@ -121,17 +125,32 @@ def test_a_second_user_racing_for_the_links_is_refused_and_gets_nothing(
     assert out.strip().splitlines()[-1] == "received 0", out
 
 
-def test_a_rank_without_the_launchs_secret_ends_the_group(tiny_model: Path, tmp_path: Path) -> None:
-    """A process of our user that runs as rank 1 but lacks the secret passes the link check, not the proof."""
+def run_with_rank_1(code: str, tiny_model: Path, log: Path) -> tuple[int, str]:
+    """Run a group whose rank 1 is ``code`` (Python, as our user, under our launcher); return its status and log."""
     entry = entry_command(tiny_model, "--host", "127.0.0.1", "--port", str(free_port()))
     command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then exec "$0" -c "$1"; fi; shift; exec "$@"']
-    command += [sys.executable, IMPOSTOR, *entry]
-    group = start_group(Group(launcher_argv(command), tmp_path / "impostor.log"))
+    command += [sys.executable, code, *entry]
+    group = start_group(Group(launcher_argv(command), log))
     try:
         status = group.wait_exit(120)
     finally:
         end_group(group)
-    assert status == EXIT_REFUSED, group.log()[-3000:]
-    (refusal,) = refusals(group.log())
+    return status, group.log()
+
+
+def test_a_rank_without_the_launchs_secret_ends_the_group(tiny_model: Path, tmp_path: Path) -> None:
+    """A process of our user that runs as rank 1 but lacks the secret passes the link check, not the proof."""
+    status, log = run_with_rank_1(IMPOSTOR, tiny_model, tmp_path / "impostor.log")
+    assert status == EXIT_REFUSED, log[-3000:]
+    (refusal,) = refusals(log)
     assert refusal["code"] == "ring_peer_unverified" and refusal["details"] == {"rank": 0, "peer": 1}, refusal
-    assert "every rank has loaded" not in group.log()
+    assert "every rank has loaded" not in log
+
+
+def test_a_peer_that_joins_the_ring_and_says_nothing_ends_the_group(tiny_model: Path, tmp_path: Path) -> None:
+    """A rank 1 that never takes part in the handshake ends the group once its time is up, before any load."""
+    status, log = run_with_rank_1(SILENT, tiny_model, tmp_path / "silent.log")
+    assert status == EXIT_REFUSED, log[-3000:]
+    (refusal,) = refusals(log)
+    assert refusal["code"] == "ring_peer_unverified" and "did not finish" in refusal["message"], refusal
+    assert "loading" not in log

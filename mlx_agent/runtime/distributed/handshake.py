@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 from mlx_agent.errors import RingPeerUnverified, refusal_line
 from mlx_agent.wire import EXIT_REFUSED, RING_AUTH_ENV
 
-HANDSHAKE_SECONDS = 60.0  # every rank is past its init when the handshake starts: the rest is a few collectives
+HANDSHAKE_SECONDS = 30.0  # every rank is past its init when the handshake starts: the rest is a few collectives
 NONCE_BYTES = 16
 TAG = b"mlx-agent ring handshake v1"
 
