@@ -117,27 +117,17 @@ def closed_by_peer(sock: socket.socket, trickle: bytes, bound_s: float = 60.0) -
 
 
 @contextmanager
-def socket_worker(model: Path, *extra: str, context_window: int = 256) -> Iterator[SocketWorker]:
-    """Start the wrapped worker on a private Unix socket, as a front does, and stop it afterwards."""
+def socket_worker(
+    model: Path, *extra: str, context_window: int = 256, runtime: str = "mlx_lm"
+) -> Iterator[SocketWorker]:
+    """Start the wrapped worker of ``runtime`` on a private Unix socket, as a front does, and stop it afterwards."""
     directory = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))  # AF_UNIX paths are short
     directory.chmod(0o700)
     path = str(directory / "w.sock")
     log_path = directory / "worker.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "mlx_agent.runtime",
-        "mlx_lm",
-        "--model",
-        str(model),
-        "--max-tokens",
-        "8",
-        SOCKET_FLAG,
-        path,
-        CONTEXT_WINDOW_FLAG,
-        str(context_window),
-        *extra,
-    ]
+    generation = ["--max-tokens", "8", CONTEXT_WINDOW_FLAG, str(context_window)] if runtime == "mlx_lm" else []
+    argv = [sys.executable, "-m", "mlx_agent.runtime", runtime, "--model", str(model), SOCKET_FLAG, path]
+    argv += [*generation, *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)

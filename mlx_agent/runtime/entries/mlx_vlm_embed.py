@@ -12,6 +12,12 @@ it was trained for that (``matryoshka_dimensions`` in config.json, jina-embeddin
 ``dimensions`` other than the model's own is refused. An input longer than the model's window is refused
 (``context_length_exceeded``), never cut. Requests are served one at a time (MLX is not thread-safe).
 
+Every request is read off the socket under the front's limits, as the mlx_lm worker reads its own
+(``socket_limits``, ``read_deadlines``; the same ``--mlx-agent-max-body-bytes``, ``--mlx-agent-header-timeout``
+and ``--mlx-agent-body-timeout`` flags set them): a body past the cap is 413 unread, headers that do not arrive
+within their deadline close the connection and a late body is 408 ``body_timeout``, so a slow or endless
+request cannot hold this one-at-a-time worker.
+
 ``EMBED_SEAMS`` names what we call in mlx_vlm; a changed name stops the worker before it listens.
 """
 
@@ -26,13 +32,14 @@ import os
 import signal
 import socketserver
 import sys
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.errors import SeamChanged
 from mlx_agent.runtime.entries.mlx_vlm_server import bind_private
+from mlx_agent.runtime.serving import socket_limits
+from mlx_agent.runtime.serving.read_deadlines import ReadDeadlines
 from mlx_agent.wire import SOCKET_FLAG
 
 EMBED_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -43,7 +50,6 @@ EMBED_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
 REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the entry uses changed."
 BATCH = 32  # inputs per forward pass
 MAX_INPUTS = 2048  # per request, as OpenAI's API
-MAX_BODY = 64 * 1024 * 1024
 MATRYOSHKA_KEY = "matryoshka_dimensions"
 PROBE = "dimension probe"
 
@@ -200,10 +206,10 @@ def as_base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
-def handler_for(embedder: Embedder, model_name: str) -> type[BaseHTTPRequestHandler]:
+def handler_for(embedder: Embedder, model_name: str) -> type[ReadDeadlines]:
     """Return the request handler of one loaded model."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(ReadDeadlines):
         protocol_version = "HTTP/1.1"
 
         def address_string(self) -> str:
@@ -226,6 +232,34 @@ def handler_for(embedder: Embedder, model_name: str) -> type[BaseHTTPRequestHand
             body = error_body(Family.OPENAI, code, message, param=param, status=status)
             self.reply(status or code.status, body)
 
+        def read_body(self) -> bytes | None:
+            """Return the request's body read under the limits; None once it was refused or its client left."""
+            length = self.headers.get("Content-Length")
+            if length is None:
+                self.refuse(Code.LENGTH_REQUIRED, "a Content-Length header is required")
+                return None
+            if not length.strip().isdigit():
+                self.refuse(Code.INVALID_JSON, "Content-Length is not a number")
+                return None
+            size, cap = int(length), socket_limits.current().max_body_bytes
+            if size > cap:
+                message = f"the request body is {size} bytes; this server takes at most {cap}"
+                self.refuse_unread(lambda: self.refuse(Code.BODY_TOO_LARGE, message))
+                return None
+            try:
+                raw = self.rfile.read(size)
+            except TimeoutError:  # the body did not arrive within its deadline
+                self.refuse_unread(
+                    lambda: self.refuse(Code.BODY_TIMEOUT, "the request body did not arrive in time; send it at once")
+                )
+                return None
+            if len(raw) < size:  # the client went away mid-body: nobody to answer
+                self.close_connection = True
+                return None
+            if self.reader is not None:
+                self.reader.lift()  # embedding may take as long as it takes
+            return raw
+
         def do_GET(self) -> None:
             if self.path == "/health":
                 self.reply(200, {"status": "ok", "model": model_name, "dimensions": embedder.dimension})
@@ -236,12 +270,11 @@ def handler_for(embedder: Embedder, model_name: str) -> type[BaseHTTPRequestHand
             if self.path != "/v1/embeddings":
                 self.refuse(Code.UNKNOWN_ENDPOINT, f"no such endpoint: {self.path}")
                 return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self.refuse(Code.BODY_TOO_LARGE, "the request body is too large")
+            raw = self.read_body()
+            if raw is None:
                 return
             try:
-                body = json.loads(self.rfile.read(length))
+                body = json.loads(raw)
             except ValueError:
                 self.refuse(Code.INVALID_JSON, "the body is not JSON")
                 return
@@ -268,6 +301,8 @@ def serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mlx_agent.runtime mlx-vlm-embed")
     parser.add_argument("--model", required=True)
     parser.add_argument(SOCKET_FLAG, dest="socket", required=True)
+    limits, argv = socket_limits.split_socket_flags(argv)
+    socket_limits.configure(limits)  # what every request is read under
     args = parser.parse_args(argv)
     embedder = Embedder(Path(args.model))  # loaded before the socket exists: readiness means loaded
     sock = bind_private(args.socket)

@@ -22,12 +22,12 @@ import mlx_lm.server as server
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import load_json
 from mlx_agent.errors import BodyInvalid, ClientGone, HttpError
-from mlx_agent.runtime.entries.native_entry import DeadlineReader
 from mlx_agent.runtime.reply.tool_calls import MARKER, as_written, split_calls
 from mlx_agent.runtime.serving import socket_limits
 from mlx_agent.runtime.serving.errors_http import api_error, bad_request, from_upstream_validation
 from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.runtime.serving.prompt_size import refuse_if_too_long
+from mlx_agent.runtime.serving.read_deadlines import ReadDeadlines
 from mlx_agent.runtime.serving.request_options import RequestOptions, prepare_body
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
 
@@ -37,7 +37,7 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 TEXT_PATHS = ("/v1/completions",)
 
 
-class WrappedHandler(server.APIHandler):
+class WrappedHandler(ReadDeadlines, server.APIHandler):
     """mlx_lm's request handler with the wrapper's request checks, errors and tool-call handling."""
 
     response_generator: WrappedGenerator
@@ -46,28 +46,7 @@ class WrappedHandler(server.APIHandler):
     options = RequestOptions()
     tool_calls_parsed = 0
     wrapped_request: WrappedRequest | None = None
-    reader: DeadlineReader | None = None
     body_unread = False
-
-    def setup(self) -> None:
-        """Read the connection through a reader that keeps the request's deadlines."""
-        super().setup()
-        self.rfile.close()  # the stdlib's own reader, unused: it would hold the socket open
-        self.reader = DeadlineReader(self.connection, None)
-        self.rfile = io.BufferedReader(self.reader)
-
-    def handle_one_request(self) -> None:
-        """Read one request whose line and headers must arrive within the header deadline."""
-        if self.reader is not None:
-            self.reader.start(socket_limits.current().header_timeout)
-        super().handle_one_request()
-
-    def parse_request(self) -> bool:
-        """Parse the headers; the body, if any, must then arrive within the body deadline."""
-        parsed: bool = super().parse_request()
-        if parsed and self.reader is not None:
-            self.reader.start(socket_limits.current().body_timeout)
-        return parsed
 
     def address_string(self) -> str:
         """Name the client in mlx_lm's log lines (a Unix socket's peer has no address)."""
@@ -268,21 +247,8 @@ class WrappedHandler(server.APIHandler):
             self.wfile.write(body)
 
     def _refuse(self, error: HttpError) -> None:
-        """Answer a refusal to a client that may have stopped reading, then drain what it still sends, briefly.
-
-        Closing with unread data would reset the connection and could destroy the answer before it is read.
-        """
-        self.close_connection = True
-        if self.reader is not None:
-            self.reader.lift(socket_limits.REFUSAL_WRITE_S)
-        try:
-            self._answer_error(error)
-            if self.reader is not None:
-                self.reader.start(socket_limits.REFUSAL_WRITE_S)
-                while self.rfile.read1(1 << 16):
-                    pass
-        except OSError:  # the client is gone, or too slow even to take its answer (a timeout)
-            pass
+        """Answer a refusal to a client that may have stopped reading (``ReadDeadlines.refuse_unread``)."""
+        self.refuse_unread(lambda: self._answer_error(error))
 
     def _answer_error(self, error: HttpError) -> None:
         log.info("mlx-agent: answered %d to %s %s: %s", error.status, self.command, self.path, error.message)
