@@ -230,6 +230,7 @@ def serving_run(
     from mlx_agent.runtime.distributed import group
     from mlx_agent.runtime.serving.generator import WrappedGenerator
     from mlx_agent.runtime.serving.handler import WrappedHandler
+    from mlx_agent.runtime.serving.progress import board
 
     where = listening or Listening()
 
@@ -248,6 +249,8 @@ def serving_run(
         import mlx.core as mx
 
         mx.eval([m.parameters() for m in (model_provider.model, model_provider.draft_model) if m is not None])
+        if rank == 0:  # the rank the front talks to; in a group the others' files would be the same one
+            board().load_end()
         prompt_lookup = prepare(model_provider, accel) if accel is not None else None
         logging.info("mlx-agent: model loaded in %.2f s", time.monotonic() - started)
         if size > 1:
@@ -280,8 +283,10 @@ def install(limit_defaults: Limits, accel: AccelFlags | None = None, listening: 
     from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter
     from mlx_agent.runtime.serving import chunked_prefill
     from mlx_agent.runtime.serving.generator import with_watcher
+    from mlx_agent.runtime.serving.progress import loading
 
     server.run = serving_run(limit_defaults, accel, listening)
+    server.load = loading(server.load)  # type: ignore[attr-defined]  # weights read in parts, each counted (progress.py)
     server._make_logits_processors = with_watcher(server._make_logits_processors)
     server.ToolCallFormatter = KeepingToolCallFormatter  # type: ignore[misc]  # replacing the class is the seam
     server.scan_cache_dir = tolerant_scan(server.scan_cache_dir)  # type: ignore[attr-defined]
