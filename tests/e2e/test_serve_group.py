@@ -43,8 +43,8 @@ def qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def group_args(model: Path, port: int, *extra: str) -> list[str]:
-    """Return serve start arguments for a 2-rank group on this machine."""
-    return ["--path", str(model), "--port", str(port), "--hosts", LOCAL_PAIR, "--ring-port", str(ring_port()), *extra]
+    """Return serve start arguments for a 2-rank group on this machine (its ring ports chosen at confirm)."""
+    return ["--path", str(model), "--port", str(port), "--hosts", LOCAL_PAIR, *extra]
 
 
 def replies(port: int, model: str) -> list[str]:
