@@ -349,6 +349,8 @@ class FrontRecord(TypedDict):
     socket_dir: str  # "" means a private temporary directory the front makes at start
     max_loaded: int | None  # how many models may be loaded at once (None: as many as memory allows)
     log_prompts: bool  # the front's request lines carry the prompt text
+    max_queue: NotRequired[int]  # per model, requests that may wait for its worker (older plans: wire.MAX_QUEUE)
+    stall_timeout: NotRequired[float]  # seconds running requests may get nothing from the worker before it is wedged
     interpreter_sha256: str  # the interpreter that runs the front, by content
     sources: dict[str, str]  # the front's own sources, by sha256
 
@@ -564,6 +566,10 @@ class FrontModelConfig(TypedDict):
     prompt_cache: PromptCacheRecord | None
     policy: ModelPolicyRecord
     worker: WorkerRecord
+    # How many requests the worker runs at once; the front holds the rest in its queue (None or absent: unknown).
+    worker_slots: NotRequired[Positive | None]
+    greedy_alone: NotRequired[bool]  # --prompt-lookup: the worker serves a greedy request alone
+    kv_cache: NotRequired[KvCacheRecord | None]  # --kv-bits: what the per-request memory check counts per element
 
 
 @with_config(STRICT)
@@ -589,6 +595,8 @@ class FrontConfig(TypedDict):
     socket_dir: Annotated[str, Field(pattern=r"^(/.*)?$")]  # "" means a private temporary directory
     max_loaded: Positive | None
     log_prompts: bool
+    max_queue: NotRequired[Positive]  # absent in older configs: wire.MAX_QUEUE
+    stall_timeout: NotRequired[Annotated[float, Field(gt=0, allow_inf_nan=False)]]  # absent: wire.STALL_TIMEOUT_S
 
 
 @with_config(STRICT)
@@ -628,6 +636,27 @@ class WorkerState(TypedDict):
     started_at: str | None
     ready_at: str | None
     log_path: str
+
+
+@with_config(STRICT)
+class QueueState(TypedDict):
+    """A model's requests as the front holds them: waiting for its worker, running in it, and the bounds."""
+
+    waiting: int  # the queue's depth: behind a load, or for one of the worker's slots
+    running: int
+    slots: int | None  # how many the worker runs at once (None: unknown, the front holds none back)
+    max_queue: int
+    queue_full: int  # requests refused so far because the queue was full
+    insufficient_memory: int  # requests refused so far because their KV cache would not fit
+
+
+@with_config(STRICT)
+class StallState(TypedDict):
+    """The health of a model's worker: how long its running requests have had nothing from it."""
+
+    stall_timeout: float
+    quiet_s: float | None  # seconds since the worker last sent a running request a byte (None: none runs)
+    wedged: int  # workers found wedged and replaced so far
 
 
 @with_config(STRICT)
@@ -681,7 +710,7 @@ class ModelState(TypedDict):
 
     name: str
     aliases: list[str]
-    model_state: Literal["unloaded", "loading", "loaded", "failed"]
+    model_state: Literal["unloaded", "loading", "loaded", "failed", "wedged"]
     worker: WorkerState | None
     policy: PolicyDocument
     memory_check: dict[str, Any] | None
@@ -697,6 +726,8 @@ class ModelState(TypedDict):
     last_used: str | None
     idle_since: str | None
     idle_unload_at: str | None
+    queue: QueueState
+    stall: StallState
     # What the worker reports and the front samples (gateway/progress.py); absent from fronts before them.
     load_progress: NotRequired[LoadProgress | None]  # while loading, once the worker reads its weights
     prefill: NotRequired[list[PrefillProgress]]

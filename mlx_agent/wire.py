@@ -42,6 +42,11 @@ KEEPALIVE_TIMEOUT_S = 60.0
 BODY_TIMEOUT_S = 60.0
 BODY_MIN_RATE = 1024.0
 BODY_GRACE_S = 5.0
+# Per model: how many requests may wait for a worker (a cold load, a busy one) before the next is refused 503
+# queue_full, and how long a model with requests running may go without a byte from its worker before it is
+# wedged and its worker replaced (the plan records both: --max-queue, --stall-timeout).
+MAX_QUEUE = 64
+STALL_TIMEOUT_S = 120.0
 
 # Our worker's reply header giving the reply limit it applied when the room the prompt leaves in the context
 # cut the ``max_tokens`` it was sent; the front tells the client (``gateway.limit_notice``).

@@ -32,7 +32,7 @@ from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.metrics import FrontMetrics
 from mlx_agent.gateway.progress import machine_memory
 from mlx_agent.policy import Policy
-from mlx_agent.wire import FRONT_STATE_VERSION
+from mlx_agent.wire import FRONT_STATE_VERSION, MAX_QUEUE, STALL_TIMEOUT_S
 
 if TYPE_CHECKING:
     from mlx_agent.records import FrontConfig, FrontState
@@ -58,7 +58,18 @@ class Fleet:
             policy = (policies or {}).get(model["served_model_name"]) or Policy(
                 model["policy"]["idle_timeout"], model["policy"]["keep_loaded"]
             )
-            self.models.append(Lifecycle(index, model, policy, self.admission, self.socket_path, self.loaded))
+            self.models.append(
+                Lifecycle(
+                    index,
+                    model,
+                    policy,
+                    self.admission,
+                    self.socket_path,
+                    self.loaded,
+                    max_queue=config.get("max_queue", MAX_QUEUE),
+                    stall_timeout=config.get("stall_timeout", STALL_TIMEOUT_S),
+                )
+            )
         self._watch_task: asyncio.Task[None] | None = None
         self._load_lock = asyncio.Lock()
 
@@ -222,13 +233,14 @@ class Fleet:
         return None
 
     def start_watching(self) -> None:
-        """Start the background check that notices a worker dying while nothing talks to it."""
+        """Start the background check that notices a worker dying, or wedged, while nothing talks to it."""
 
         async def watch() -> None:
             while True:
                 await asyncio.sleep(WATCH_INTERVAL_S)
                 for model in self.models:
                     model.check_worker()
+                    model.check_stall()
                     self.metrics.progress.poll(model)  # prefill read lands in its second's sample
 
         self._watch_task = asyncio.get_running_loop().create_task(watch())

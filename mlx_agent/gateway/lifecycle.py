@@ -25,16 +25,19 @@ from mlx_agent.errors import (
     UnloadBlocked,
 )
 from mlx_agent.files import changed_files, changed_links, log_tail, utc_iso
-from mlx_agent.gateway.admission import memory_estimate
+from mlx_agent.gateway.admission import available_memory, memory_estimate
 from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.queue import RequestQueue
+from mlx_agent.gateway.request_memory import estimate, read_kv_shape
+from mlx_agent.gateway.stall import StallWatch
 from mlx_agent.gateway.worker import WorkerProcess, rank_exits
 from mlx_agent.identity import source_changes
 from mlx_agent.kept_cache import cache_dir
 from mlx_agent.policy import Policy
-from mlx_agent.wire import EXIT_GENERATION_DIED
+from mlx_agent.wire import EXIT_GENERATION_DIED, MAX_QUEUE, STALL_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from contextlib import AbstractAsyncContextManager
 
     from mlx_agent.records import FrontModelConfig, ModelState
@@ -53,6 +56,9 @@ class Lifecycle:
         admission: Callable[[Lifecycle], AbstractAsyncContextManager[None]],
         socket_path: Callable[[int, int], Path],
         loaded: Callable[[Lifecycle, float], None] | None = None,
+        *,
+        max_queue: int = MAX_QUEUE,
+        stall_timeout: float = STALL_TIMEOUT_S,
     ) -> None:
         self.index = index
         self.model = model
@@ -78,6 +84,11 @@ class Lifecycle:
         self._idle_handle: asyncio.TimerHandle | None = None
         self._load_task: asyncio.Task[WorkerProcess] | None = None
         self._stopping: set[asyncio.Task[str]] = set()
+        self.queue = RequestQueue(self.name, model.get("worker_slots"), max_queue)
+        self.stall = StallWatch(stall_timeout)
+        self.wedged_pid: int | None = None  # the worker last found wedged, until a new one is ready
+        self.kv_shape = read_kv_shape(Path(model["source"]["path"]))  # the per-request memory check's
+        self.memory_refusals = 0
 
     @property
     def ready_at(self) -> float | None:
@@ -121,6 +132,48 @@ class Lifecycle:
             task.add_done_callback(_consume)
             self._load_task = task
         return await asyncio.shield(self._load_task)
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, alone: bool, stream: bool) -> AsyncIterator[WorkerProcess]:
+        """Wait in the queue for a ready worker and one of its slots (``queue``), then hold both while it runs."""
+        self.queue.join()
+        waiting = True
+        try:
+            await self.acquire()
+            async with self.queue.slot(alone):
+                worker = await self.acquire()  # the worker it waited for may have gone meanwhile
+                self.queue.leave()
+                waiting = False
+                self.stall.begin(stream)
+                try:
+                    yield worker
+                finally:
+                    self.stall.end(stream)
+        finally:
+            if waiting:
+                self.queue.leave()
+
+    def check_memory(self, body: dict[str, Any], reserve_gb: float | None) -> None:
+        """Refuse (503 ``insufficient_memory``) a request whose KV cache would not fit (``request_memory``)."""
+        if reserve_gb is None or self.kv_shape is None:
+            return
+        found = estimate(
+            self.kv_shape,
+            body,
+            context_window=self.model["context_window"],
+            kv_cache=self.model.get("kv_cache"),
+            reserve_gb=reserve_gb,
+            available_bytes=available_memory(),
+        )
+        if found is not None and not found.fits:
+            self.memory_refusals += 1
+            raise found.refusal(self.name)
+
+    def worker_failure(self, worker: WorkerProcess, message: str) -> RequestRefused:
+        """Return the refusal of a request its worker failed: ``worker_wedged`` when the front ended it so."""
+        if worker.pid == self.wedged_pid:
+            return refused(Code.WORKER_WEDGED, self.stall.message or message)
+        return refused(Code.WORKER_FAILED, message)
 
     # -- loading ----------------------------------------------------------------------------------------------
 
@@ -179,6 +232,8 @@ class Lifecycle:
             raise
         self.state = "loaded"
         self.last_error = None
+        self.wedged_pid = None
+        self.stall.touch()  # requests still ending on a wedged worker must not make this one look quiet
         log.info("%s: worker %d ready on %s", self.name, worker.pid, worker.address)
         if self._loaded is not None:
             self._loaded(self, time.monotonic() - started)
@@ -263,15 +318,52 @@ class Lifecycle:
             task = asyncio.get_running_loop().create_task(self.acquire())
             task.add_done_callback(_consume)
 
+    def check_stall(self) -> None:
+        """Notice a worker that sent its running requests nothing for ``stall_timeout``: end them and replace it."""
+        worker = self.worker
+        if worker is None or self.state != "loaded" or worker.stopping:
+            return
+        quiet = self.stall.stalled(worker.pid)
+        if quiet is None:
+            return
+        message = (
+            f"the model worker sent nothing for {quiet:.0f} s to {self.stall.running} running request(s) "
+            f"(--stall-timeout {self.stall.timeout:g}): it is wedged, and the front replaced it"
+        )
+        log.error("%s: worker %d wedged: %s", self.name, worker.pid, message)
+        self.stall.wedged += 1
+        self.wedged_pid = worker.pid
+        self.stall.message = message
+        self.stall.abort(message)
+        self._detach(worker, grace=0.0)  # a wedged worker saves nothing: KILL at once, so its memory comes back
+        self.state = "wedged"
+        self.last_error = {
+            "code": Code.WORKER_WEDGED.value,
+            "message": message,
+            "at": utc_iso(time.time()),
+            "details": {
+                "worker_pid": worker.pid,
+                "quiet_s": round(quiet, 1),
+                "stall_timeout": self.stall.timeout,
+                "running": self.stall.running,
+                "log_path": str(worker.log_path),
+                "log_tail": log_tail(worker.log_path),
+            },
+        }
+        if self.model["policy"]["preload"] and self._load_task is None:
+            log.info("%s: starting a new worker", self.name)
+            task = asyncio.get_running_loop().create_task(self.acquire())
+            task.add_done_callback(_consume)
+
     # -- unloading --------------------------------------------------------------------------------------------
 
-    def _detach(self, worker: WorkerProcess) -> asyncio.Task[str]:
+    def _detach(self, worker: WorkerProcess, grace: float | None = None) -> asyncio.Task[str]:
         """Take the worker out of service now and stop it in the background; return the stopping task."""
         self.worker = None
         self.state = "unloaded"
         self._cancel_idle()
         self.idle_since = self._idle_mono = None
-        task = asyncio.get_running_loop().create_task(worker.stop())
+        task = asyncio.get_running_loop().create_task(worker.stop(grace))
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
         return task
@@ -392,6 +484,19 @@ class Lifecycle:
             "last_used": utc_iso(self.last_used),
             "idle_since": utc_iso(self.idle_since),
             "idle_unload_at": unload_at,
+            "queue": {
+                "waiting": self.queue.waiting,
+                "running": self.queue.running,
+                "slots": self.queue.slots,
+                "max_queue": self.queue.max_queue,
+                "queue_full": self.queue.queue_full,
+                "insufficient_memory": self.memory_refusals,
+            },
+            "stall": {
+                "stall_timeout": self.stall.timeout,
+                "quiet_s": None if (quiet := self.stall.quiet()) is None else round(quiet, 1),
+                "wedged": self.stall.wedged,
+            },
         }
 
     async def close(self) -> None:

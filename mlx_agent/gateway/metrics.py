@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mlx_agent.gateway.health_metrics import health_metrics
 from mlx_agent.gateway.progress import Progress
 from mlx_agent.gateway.samples import Samples
 from mlx_agent.kept_cache import cache_dir, quarantined_count
@@ -63,6 +64,7 @@ class FleetCollector(Collector):
                 quarantined.add_metric(labels, quarantined_count(kept))
         yield from (loads, evictions, streams, requests, loaded, quarantined)
         yield from self.progress()
+        yield from health_metrics(self.fleet)  # queue, stall and refusals (``health_metrics``)
 
     def progress(self) -> Iterator[Metric]:
         """Yield the load and prefill progress, the prefill rate and the worker memory of every model."""

@@ -37,6 +37,7 @@ from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.limit_notice import lowered_headers, worker_granted
 from mlx_agent.gateway.observe import current_exchange, exchange_of
 from mlx_agent.gateway.openai.request import PreparedRequest, prepare
+from mlx_agent.gateway.queue import served_alone
 from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.sse import Accountant, ClientStream, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
@@ -98,23 +99,29 @@ class Upstream:
     ) -> AsyncIterator[tuple[WorkerReply, WorkerProcess]]:
         """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
 
-        The request counts as open (``stream`` says which kind) from before the load until the block ends.
-        A refused or failed load, and a worker that does not answer (502 ``worker_failed``), raise
-        ``RequestRefused``.
+        The request counts as open (``stream`` says which kind) from before the load until the block ends, and
+        waits in the model's queue for a ready worker and a slot in it (``queue``), after its memory check
+        (``request_memory``). A full queue (503 ``queue_full``), a request that cannot fit (503
+        ``insufficient_memory``), a refused or failed load, and a worker that does not answer (502
+        ``worker_failed``, or 503 ``worker_wedged`` when the front ended a stalled worker) raise ``RequestRefused``.
         """
         model.request_started(stream)
         try:
-            worker = await model.acquire()
-            try:
-                reply = await open_reply(worker.endpoint, path, json.dumps(body).encode(), worker.session.headers)
-            except OSError as exc:
-                await self.notice_exit(model, worker)
-                raise refused(Code.WORKER_FAILED, f"the model worker did not answer: {exc}") from exc
-            worker_granted(current_exchange(), reply.headers)
-            try:
-                yield reply, worker
-            finally:
-                reply.close()
+            model.check_memory(body, self.fleet.min_headroom_gb)
+            alone = served_alone(body, model.model.get("greedy_alone", False))
+            async with model.admitted(alone, stream) as worker:
+                try:
+                    reply = await open_reply(worker.endpoint, path, json.dumps(body).encode(), worker.session.headers)
+                except OSError as exc:
+                    await self.notice_exit(model, worker)
+                    raise model.worker_failure(worker, f"the model worker did not answer: {exc}") from exc
+                worker_granted(current_exchange(), reply.headers)
+                model.stall.watch(reply)
+                try:
+                    yield reply, worker
+                finally:
+                    model.stall.unwatch(reply)
+                    reply.close()
         finally:
             model.request_finished(stream)
 
@@ -137,7 +144,7 @@ class Upstream:
             return await reply.body()
         except OSError as exc:
             await self.notice_exit(model, worker)
-            raise refused(Code.WORKER_FAILED, f"the model worker failed while answering: {exc}") from exc
+            raise model.worker_failure(worker, f"the model worker failed while answering: {exc}") from exc
 
     def accountant(self, request: web.Request, endpoint: Key, body: dict[str, Any]) -> Accountant:
         """Return what sees a reply's usage: the request's exchange, and the ``cached_tokens`` bound of its key."""

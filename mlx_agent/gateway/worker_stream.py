@@ -39,6 +39,7 @@ class WorkerReply(asyncio.Protocol):
         self.sink: Sink | None = None
         self.sink_error: BaseException | None = None  # raised by the sink; ``pipe`` raises it again
         self.complete = False  # the reply's framing said it was complete
+        self.on_progress: Callable[[], None] | None = None  # told of every piece of the body (``stall``)
 
     @property
     def content_type(self) -> str:
@@ -77,6 +78,8 @@ class WorkerReply(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         """Hand a piece of the body to the sink, or keep it until one is set."""
+        if self.on_progress is not None:
+            self.on_progress()
         if self.sink is None:
             self.kept.append(body)
             return

@@ -23,6 +23,8 @@ from mlx_agent.wire import (
     KEEPALIVE_TIMEOUT_S,
     MAX_BODY_BYTES,
     MAX_CONNECTIONS,
+    MAX_QUEUE,
+    STALL_TIMEOUT_S,
     WORKER_MODEL_NAME,
 )
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 FRONT_READINESS: ReadinessRecord = {"path": "/health", "status": 200, "json": {"status": "ok", "ready": True}}
 # AF_UNIX paths are limited to 108 bytes; a longer state directory gets a private temporary one at start.
 MAX_SOCKET_DIR = 80
+MLX_LM_DECODE_CONCURRENCY = 32  # mlx_lm.server's --decode-concurrency default, which plans do not change
 
 
 def front_paths(serve_dir: Path, port: int) -> dict[str, str]:
@@ -84,6 +87,8 @@ def front_record(
     min_headroom_gb: float | None,
     max_loaded: int | None = None,
     log_prompts: bool = False,
+    max_queue: int = MAX_QUEUE,
+    stall_timeout: float = STALL_TIMEOUT_S,
 ) -> FrontRecord:
     """Return the plan's ``front`` record."""
     paths = front_paths(serve_dir, port)
@@ -104,6 +109,8 @@ def front_record(
         "socket_dir": socket_dir(serve_dir, port),
         "max_loaded": max_loaded,
         "log_prompts": log_prompts,
+        "max_queue": max_queue,
+        "stall_timeout": stall_timeout,
         "interpreter_sha256": sha256_file(Path(sys.executable).resolve()),
         "sources": front_sources(),
     }
@@ -150,6 +157,17 @@ def hidden_names(model: ModelPlan) -> list[str]:
     return [n for n in names if n != model["served_model_name"]]
 
 
+def worker_slots(model: ModelPlan) -> int | None:
+    """Return how many requests the model's worker runs at once (the front holds the rest), or None if unknown.
+
+    mlx_lm batches up to its decode concurrency, except with a draft model or a quantized KV cache, where it
+    serves one request at a time; another runtime's batching is not known, so the front does not hold its requests.
+    """
+    if model["runtime"].get("name") != "mlx_lm":
+        return None
+    return 1 if model["draft"] is not None or model["kv_cache"] is not None else MLX_LM_DECODE_CONCURRENCY
+
+
 def model_config(model: ModelPlan) -> FrontModelConfig:
     """Return one model of the front's config, as the front reads it."""
     return {
@@ -167,6 +185,9 @@ def model_config(model: ModelPlan) -> FrontModelConfig:
         "prompt_cache": model["prompt_cache"],
         "policy": model["policy"],
         "worker": model["worker"],
+        "worker_slots": worker_slots(model),
+        "greedy_alone": model["decode_profile"]["applied"],
+        "kv_cache": model["kv_cache"],
     }
 
 
@@ -193,4 +214,6 @@ def front_config(plan: ServePlan) -> FrontConfig:
         "socket_dir": front["socket_dir"],
         "max_loaded": front["max_loaded"],
         "log_prompts": front["log_prompts"],
+        "max_queue": front.get("max_queue", MAX_QUEUE),
+        "stall_timeout": front.get("stall_timeout", STALL_TIMEOUT_S),
     }

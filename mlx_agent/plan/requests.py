@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mlx_agent.plan import training_defaults as train
 from mlx_agent.plan.options import Opt, Record, option
+from mlx_agent.wire import MAX_QUEUE, STALL_TIMEOUT_S
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ class ServeRequest(ModelRequest, ReceiptsRecord):
     min_headroom_gb: float | None = option(
         "--min-headroom-gb",
         "float",
-        "Refuse a cold load unless this many GB stay free beyond the model's estimate.",
+        "Refuse a cold load, or a request's KV cache, unless this many GB stay free beyond its estimate.",
         minimum=0,
     )
     max_loaded: int | None = option(
@@ -205,6 +206,21 @@ class ServeRequest(ModelRequest, ReceiptsRecord):
         "int",
         "At most this many models loaded at once; the least recently used idle one makes room.",
         minimum=1,
+    )
+    max_queue: int = option(
+        "--max-queue",
+        "int",
+        "Per model: while this many requests wait for its worker (a load, a busy worker), refuse more (503).",
+        default=MAX_QUEUE,
+        minimum=1,
+    )
+    stall_timeout: float = option(
+        "--stall-timeout",
+        "float",
+        "A model whose running requests get nothing from its worker for this many seconds is wedged: replaced.",
+        default=STALL_TIMEOUT_S,
+        minimum=0,
+        min_open=True,
     )
     api_key_file: str | None = option(
         "--api-key-file", "str", "Require one of the keys in this file (0600, one per line)."

@@ -107,6 +107,8 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
         min_headroom_gb=headroom,
         max_loaded=req.max_loaded,
         log_prompts=req.log_prompts,
+        max_queue=req.max_queue,
+        stall_timeout=req.stall_timeout,
     )
     preloaded = sum(1 for m in models if m["policy"]["preload"])
     plan: ServePlan = {

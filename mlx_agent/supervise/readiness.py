@@ -71,13 +71,25 @@ def read_token(path: str) -> str:
         return fh.read().decode("utf-8", "replace").strip()
 
 
+# A front answers /health 503 with this status while a model's worker is wedged (gateway/stall.py): still the front.
+FRONT_HEALTH: tuple[ReadinessRecord, ...] = (
+    {"path": "/health", "status": 200},
+    {"path": "/health", "status": 503, "json": {"status": "wedged"}},
+)
+
+
+def front_health(host: str, port: int, token: str | None = None) -> bool:
+    """Say whether a front answers its /health (200, or 503 while a worker is wedged), with the proof if ``token``."""
+    return any(probe(host, port, record, 0.5, token) for record in FRONT_HEALTH)
+
+
 def front_answers(receipt: ServeReceipt) -> bool:
     """Say whether the port's answer proves it comes from the front this receipt launched."""
     try:
         token = read_token(receipt["plan"]["front"]["token_path"])
     except (OSError, MlxAgentError):
         return False
-    return probe(receipt.get("host", "127.0.0.1"), int(receipt["port"]), {"path": "/health", "status": 200}, 0.5, token)
+    return front_health(receipt.get("host", "127.0.0.1"), int(receipt["port"]), token)
 
 
 def launch_failed(exit_code: int, log_path: Path) -> MlxAgentError:

@@ -10,7 +10,7 @@ from mlx_agent.disk import DiskSpace, disks
 from mlx_agent.errors import OwnershipMismatch, ReceiptError
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
-from mlx_agent.supervise.readiness import front_answers, probe
+from mlx_agent.supervise.readiness import front_answers, front_health, probe
 from mlx_agent.supervise.receipts import has_front, is_unit, read_receipt, receipt_files, receipt_path
 
 TYPE_CHECKING = False
@@ -95,8 +95,10 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
     health = None
     proved = False
     if state == "running":
-        answers = probe(receipt.get("host", "127.0.0.1"), port, {"path": "/health", "status": 200}, timeout=0.5)
+        host = receipt.get("host", "127.0.0.1")
+        answers = probe(host, port, {"path": "/health", "status": 200}, timeout=0.5)
         if has_front(receipt):
+            answers = answers or front_health(host, port)  # a front with a wedged worker answers 503
             proved = answers and front_answers(receipt)  # the control token goes only to the front it launched
             health = "ok" if proved else ("not_ours" if answers else "unreachable")
         else:
@@ -156,9 +158,9 @@ def _problems(receipt: Receipt, path: Path, front: dict[str, Any]) -> list[dict[
     groups = {m["served_model_name"]: m.get("group") for m in receipt["plan"]["models"]} if has_front(receipt) else {}
     for model in front.get("models") or []:
         error = model.get("last_error") or {}
-        exited = error.get("code") in ("worker_exited", "generation_died")
-        # A failed model, or one whose worker exited and is being started again (an eager front restarts it).
-        if model.get("model_state") == "failed" or (exited and model.get("model_state") != "loaded"):
+        exited = error.get("code") in ("worker_exited", "generation_died", "worker_wedged")
+        # A failed or wedged model, or one whose worker exited (or wedged) and is being started again.
+        if model.get("model_state") in ("failed", "wedged") or (exited and model.get("model_state") != "loaded"):
             problem = {
                 "code": error.get("code", "model_failed"),
                 "message": error.get("message", "the model's last load failed"),

@@ -114,19 +114,26 @@ class OpenAiApi:
         return json_response({"status": "ok", "service": "mlx-agent", "models": self.upstream.fleet.names})
 
     async def health(self, request: web.Request) -> web.Response:
-        """Answer 200 while the front listens; ``ready`` says every model it preloads is loaded."""
+        """Answer 200 while the front listens; ``ready`` says every model it preloads is loaded.
+
+        A model whose worker was found wedged makes it 503 (``status: "wedged"``, ``wedged`` names them) until a
+        new worker of that model is ready.
+        """
         fleet = self.upstream.fleet
+        wedged = [m.name for m in fleet.models if m.wedged_pid is not None]
         doc: dict[str, Any] = {
-            "status": "ok",
+            "status": "wedged" if wedged else "ok",
             "ready": fleet.ready,
             "model_state": fleet.models[0].state,
             "models": {m.name: m.state for m in fleet.models},
         }
+        if wedged:
+            doc["wedged"] = wedged
         add_disk(doc, fleet)
         challenge = request.query.get(CHALLENGE_PARAM)
         if challenge and len(challenge) <= MAX_CHALLENGE:
             doc["proof"] = self.prove(challenge)
-        return json_response(doc)
+        return json_response(doc, status=503 if wedged else 200)
 
     def _entries(self, request: web.Request) -> list[dict[str, Any]]:
         """Return the listing: each served name, then its literal aliases; glob aliases only under ``aliases``."""
