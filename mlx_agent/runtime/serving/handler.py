@@ -52,6 +52,13 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
         """Name the client in mlx_lm's log lines (a Unix socket's peer has no address)."""
         return self.client_address[0] if isinstance(self.client_address, tuple) else "front"
 
+    def do_GET(self) -> None:
+        """Answer mlx_lm's GET endpoints; any other path is a 404 error object (mlx_lm writes plain text)."""
+        if self.path.startswith("/v1/models") or self.path == "/health":
+            super().do_GET()  # type: ignore[no-untyped-call]
+            return
+        self._answer_error(api_error(Code.UNKNOWN_ENDPOINT, f"There is no GET endpoint {self.path!r}."))
+
     def do_POST(self) -> None:
         """Answer a POST: check and prepare the body, let mlx_lm serve it, answer errors as objects."""
         self._reset()
@@ -120,9 +127,13 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
             return
         width = self.response_generator.output_width()
         for key in bias:
-            if int(key) >= width:
+            try:
+                token = int(key)
+            except (TypeError, ValueError):
+                token = -1
+            if not 0 <= token < width:
                 raise bad_request(
-                    f"logit_bias key {key} is not a token id of this model (its vocabulary has {width}).",
+                    f"logit_bias key {key!r} is not a token id of this model (its vocabulary has {width}).",
                     param=f"logit_bias.{key}",
                 )
 
@@ -234,6 +245,8 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
             code, allow = 405, "GET, POST"
             message = f"{self.command} is not allowed; use GET or POST."
         kind = Code.METHOD_NOT_ALLOWED if allow else Code.BAD_REQUEST
+        if self.request_version == "HTTP/0.9":  # a request line too broken to name a version: answer with a head
+            self.request_version = "HTTP/1.0"
         body = json.dumps(error_body(Family.OPENAI, kind, message or explain or "bad request", status=code)).encode()
         self.log_error("code %d, message %s", code, message)
         self.send_response(code, message)
