@@ -373,8 +373,10 @@ class WrappedGenerator(server.ResponseGenerator):
                 )
         queue = ReplyQueue()
         active = ActiveReply(queue, generation_args, getattr(request, "label", "request"))
-        with self._active_lock:
-            self._active.append(active)
+        if self.prompt_lookup is not None:  # only lookup's choice reads the active replies
+            with self._active_lock:
+                self._active = [reply for reply in self._active if not reply.ended()]
+                self._active.append(active)
         self.requests.put((queue, request, generation_args))
         ctx = active.ctx = self._first(queue)
         if isinstance(ctx.text_sm, HarmonyTextMachine):
