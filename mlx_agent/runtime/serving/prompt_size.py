@@ -22,15 +22,18 @@ RENDERED_WHOLE = ("system", "developer", "user")
 _longest: dict[int, tuple[Any, int]] = {}  # id(tokenizer) -> (the tokenizer, kept alive; its longest entry)
 
 
-def longest_entry(tokenizer: Any) -> int:
-    """Return the length of the tokenizer's longest vocabulary entry (read once per tokenizer)."""
+def longest_entry(tokenizer: Any) -> int | None:
+    """Return the length of the tokenizer's longest vocabulary entry (read once per tokenizer; None: unknown)."""
     known = _longest.get(id(tokenizer))
     if known is not None and known[0] is tokenizer:
         return known[1]
-    vocab: Mapping[str, int] = tokenizer.get_vocab()
-    longest = max((len(entry) for entry in vocab), default=1)
-    _longest[id(tokenizer)] = (tokenizer, max(longest, 1))
-    return max(longest, 1)
+    try:
+        vocab: Mapping[str, int] = tokenizer.get_vocab()
+        longest = max(max((len(entry) for entry in vocab), default=1), 1)
+    except Exception:  # a tokenizer without a readable vocabulary: no bound, mlx_lm's own check stays
+        return None
+    _longest[id(tokenizer)] = (tokenizer, longest)
+    return longest
 
 
 def _text_chars(content: object) -> int:
@@ -60,7 +63,7 @@ def refuse_if_too_long(body: Mapping[str, Any], chat: bool, window: int | None, 
         return
     chars = prompt_chars(body, chat)
     longest = longest_entry(tokenizer)
-    if chars <= window * longest * SAFETY:
+    if longest is None or chars <= window * longest * SAFETY:
         return
     raise bad_request(
         f"The prompt's text is {chars} characters, more than this model's context of {window} tokens can hold "
