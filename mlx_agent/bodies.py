@@ -216,6 +216,15 @@ class EmbeddingsBody(Body):
     user: str | None = None  # accepted, changes nothing
 
 
+class RerankBody(Body):
+    """``POST /v1/rerank`` (Cohere's and Jina's shape): read to route its model, which refuses (embeddings.py)."""
+
+    query: Any = None
+    documents: Any = None
+    top_n: Annotated[int, Field(ge=1)] | None = None
+    return_documents: bool | None = None
+
+
 class Thinking(Declared):
     """Anthropic's ``thinking`` object: ``display`` is any string (only ``omitted`` changes the reply)."""
 

@@ -11,6 +11,11 @@ Only a model whose worker embeds (``WorkerRecord.kind`` ``embedding``) answers; 
 ``model_not_embedding`` naming it. The request takes the road of every other (``Upstream.worker_request``):
 load on demand, open-request accounting, the request line. Another API's embeddings (Ollama's ``/api/embed``)
 call ``embedding_model`` and ``embed`` and shape the reply their way.
+
+``POST /v1/rerank`` is read (Cohere's and Jina's body) and routed, and every model refuses it with 400
+``model_not_reranker`` naming it: its scores need a cross-encoder or a reranker checkpoint, which no runtime
+here serves, and an embedding model's vectors are not them (docs/decisions.md). The message says how to rank
+with ``/v1/embeddings`` instead.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import EmbeddingsBody
+from mlx_agent.bodies import EmbeddingsBody, RerankBody
+from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.http_errors import json_response, refused
 from mlx_agent.gateway.lifecycle import Lifecycle
@@ -59,6 +65,19 @@ def embedding_model(fleet: Fleet, name: object) -> Lifecycle:
             param="model",
         )
     return model
+
+
+def refuse_rerank(fleet: Fleet, name: object) -> RequestRefused:
+    """Return the 400 ``model_not_reranker`` of the model a rerank request names (404 for an unknown name)."""
+    model = fleet.route(name)
+    kind = "an embedding model" if model.model["worker"].get("kind") == "embedding" else "a chat model"
+    return refused(
+        Code.MODEL_NOT_RERANKER,
+        f"the model '{model.name}' is {kind} and cannot rerank: relevance scores need a reranker (a cross-encoder), "
+        "which this server does not serve; embed the query and the documents with POST /v1/embeddings and rank "
+        "the documents by the cosine similarity of their vectors to the query's",
+        param="model",
+    )
 
 
 def inputs_of(value: object, param: str = "input") -> Inputs:
@@ -172,3 +191,7 @@ class EmbeddingsApi:
         named = body.model if body.model and body.model != WORKER_MODEL_NAME else model.name
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return json_response({"object": "list", "data": data, "model": named, "usage": usage})
+
+    async def rerank(self, request: web.Request, body: RerankBody) -> web.Response:
+        """Refuse a rerank request naming its model (``refuse_rerank``)."""
+        raise refuse_rerank(self.upstream.fleet, body.model)

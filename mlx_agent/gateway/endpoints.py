@@ -28,6 +28,7 @@ from mlx_agent.bodies import (
     EmbeddingsBody,
     MessagesBody,
     PromptBody,
+    RerankBody,
     ResponsesBody,
     check,
     load_json,
@@ -68,6 +69,7 @@ class Key(StrEnum):
     CHAT = "chat"
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
+    RERANK = "rerank"
     MESSAGES = "messages"
     COUNT_TOKENS = "count_tokens"
     RESPONSES = "responses"
@@ -222,6 +224,7 @@ ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     Endpoint(Key.CHAT, "POST", "/v1/chat/completions", ChatBody, lambda apis: apis.openai.chat),
     Endpoint(Key.COMPLETIONS, "POST", "/v1/completions", CompletionBody, lambda apis: apis.openai.completions),
     Endpoint(Key.EMBEDDINGS, "POST", "/v1/embeddings", EmbeddingsBody, lambda apis: apis.embeddings.create),
+    Endpoint(Key.RERANK, "POST", "/v1/rerank", RerankBody, lambda apis: apis.embeddings.rerank),
     Endpoint(
         Key.MESSAGES, "POST", "/v1/messages", MessagesBody, lambda apis: apis.anthropic.messages, Family.ANTHROPIC
     ),

@@ -106,10 +106,10 @@ def client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="local", timeout=300, max_retries=0)
 
 
-def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    """POST ``body`` to the front's /v1/embeddings; return the status and the JSON answer."""
+def post(url: str, body: dict[str, Any], path: str = "/v1/embeddings") -> tuple[int, Any]:
+    """POST ``body`` to the front's ``path``; return the status and the JSON answer."""
     request = urllib.request.Request(
-        url + "/v1/embeddings", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(request, timeout=300) as reply:
@@ -230,3 +230,15 @@ def test_a_model_without_matryoshka_dimensions_refuses_shorter_vectors(tmp_path:
     with pytest.raises(Refused) as info:
         embedder.check_dimensions(16)
     assert (info.value.code, info.value.param) == ("unsupported_parameter", "dimensions")
+
+
+@pytest.mark.parametrize(("name", "kind"), [("embed", "an embedding model"), ("chat", "a chat model")])
+def test_rerank_is_refused_by_every_model_of_the_fleet(fleet: str, name: str, kind: str) -> None:
+    """A Cohere-shaped rerank body is read and routed, then 400 model_not_reranker names the model and its kind."""
+    body = {"model": name, "query": "primes", "documents": TEXTS, "top_n": 2, "return_documents": True}
+    status, answer = post(fleet, body, "/v1/rerank")
+    error = answer["error"]
+    assert (status, error["code"], error["param"]) == (400, "model_not_reranker", "model")
+    assert f"'{name}' is {kind}" in error["message"] and "/v1/embeddings" in error["message"]
+    status, answer = post(fleet, {**body, "model": "nobody"}, "/v1/rerank")
+    assert (status, answer["error"]["code"]) == (404, "model_not_found")

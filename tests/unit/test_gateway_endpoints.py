@@ -14,6 +14,7 @@ from mlx_agent.bodies import (
     EmbeddingsBody,
     MessagesBody,
     PromptBody,
+    RerankBody,
     ResponsesBody,
 )
 from mlx_agent.errors import RequestRefused
@@ -35,6 +36,7 @@ VALID: dict[type[Body], dict[str, Any]] = {
     MessagesBody: {"model": "m", "messages": HI, "max_tokens": 5},
     ResponsesBody: {"input": "hi"},
     EmbeddingsBody: {"model": "m", "input": "hi"},
+    RerankBody: {"model": "m", "query": "q", "documents": ["d"]},
     OllamaChatBody: {"model": "m", "messages": HI},
     OllamaGenerateBody: {"model": "m", "prompt": "hi"},
     OllamaShowBody: {"model": "m"},
