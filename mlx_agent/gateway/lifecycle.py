@@ -25,10 +25,10 @@ from mlx_agent.errors import (
     UnloadBlocked,
 )
 from mlx_agent.files import changed_files, changed_links, log_tail, utc_iso
-from mlx_agent.gateway.admission import available_memory, memory_estimate
+from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.queue import RequestQueue
-from mlx_agent.gateway.request_memory import estimate, read_kv_shape
+from mlx_agent.gateway.request_memory import read_kv_shape
 from mlx_agent.gateway.stall import StallWatch
 from mlx_agent.gateway.worker import WorkerProcess, rank_exits
 from mlx_agent.identity import source_changes
@@ -152,22 +152,6 @@ class Lifecycle:
         finally:
             if waiting:
                 self.queue.leave()
-
-    def check_memory(self, body: dict[str, Any], reserve_gb: float | None) -> None:
-        """Refuse (503 ``insufficient_memory``) a request whose KV cache would not fit (``request_memory``)."""
-        if reserve_gb is None or self.kv_shape is None:
-            return
-        found = estimate(
-            self.kv_shape,
-            body,
-            context_window=self.model["context_window"],
-            kv_cache=self.model.get("kv_cache"),
-            reserve_gb=reserve_gb,
-            available_bytes=available_memory(),
-        )
-        if found is not None and not found.fits:
-            self.memory_refusals += 1
-            raise found.refusal(self.name)
 
     def worker_failure(self, worker: WorkerProcess, message: str) -> RequestRefused:
         """Return the refusal of a request its worker failed: ``worker_wedged`` when the front ended it so."""
@@ -484,19 +468,8 @@ class Lifecycle:
             "last_used": utc_iso(self.last_used),
             "idle_since": utc_iso(self.idle_since),
             "idle_unload_at": unload_at,
-            "queue": {
-                "waiting": self.queue.waiting,
-                "running": self.queue.running,
-                "slots": self.queue.slots,
-                "max_queue": self.queue.max_queue,
-                "queue_full": self.queue.queue_full,
-                "insufficient_memory": self.memory_refusals,
-            },
-            "stall": {
-                "stall_timeout": self.stall.timeout,
-                "quiet_s": None if (quiet := self.stall.quiet()) is None else round(quiet, 1),
-                "wedged": self.stall.wedged,
-            },
+            "queue": self.queue.state(self.memory_refusals),
+            "stall": self.stall.state(),
         }
 
     async def close(self) -> None:

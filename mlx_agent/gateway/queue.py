@@ -16,11 +16,14 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.http_errors import refused
+
+if TYPE_CHECKING:
+    from mlx_agent.records import QueueState
 
 QUEUE_RETRY_AFTER_S = 5  # a queue drains by the request, not by the load: a short wait is worth a retry
 
@@ -37,6 +40,17 @@ class RequestQueue:
         self.alone = False  # a request the worker serves alone is running
         self.queue_full = 0  # refusals so far
         self._waiters: deque[tuple[asyncio.Future[None], bool]] = deque()
+
+    def state(self, memory_refusals: int) -> QueueState:
+        """Return the queue as status shows it (with the model's ``insufficient_memory`` refusals)."""
+        return {
+            "waiting": self.waiting,
+            "running": self.running,
+            "slots": self.slots,
+            "max_queue": self.max_queue,
+            "queue_full": self.queue_full,
+            "insufficient_memory": memory_refusals,
+        }
 
     def join(self) -> None:
         """Count a request as waiting; refuse it (503 ``queue_full``) when ``max_queue`` wait already."""

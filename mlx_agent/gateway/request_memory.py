@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.gateway.admission import GB, RETRY_AFTER_S
+from mlx_agent.gateway.admission import GB, RETRY_AFTER_S, available_memory
 from mlx_agent.gateway.http_errors import refused
 
 if TYPE_CHECKING:
     from mlx_agent.errors import RequestRefused
+    from mlx_agent.gateway.lifecycle import Lifecycle
     from mlx_agent.records import KvCacheRecord
 
 KV_STEP = 256  # mlx_lm's KVCache allocates this many tokens at a time
@@ -246,3 +247,20 @@ def estimate(
         available_bytes=available_bytes,
         reserve_bytes=round(reserve_gb * GB),
     )
+
+
+def check_request(model: Lifecycle, body: dict[str, Any], reserve_gb: float | None) -> None:
+    """Refuse (503 ``insufficient_memory``) a request whose KV cache would not fit; count the refusal on ``model``."""
+    if reserve_gb is None or model.kv_shape is None:
+        return
+    found = estimate(
+        model.kv_shape,
+        body,
+        context_window=model.model["context_window"],
+        kv_cache=model.model.get("kv_cache"),
+        reserve_gb=reserve_gb,
+        available_bytes=available_memory(),
+    )
+    if found is not None and not found.fits:
+        model.memory_refusals += 1
+        raise found.refusal(model.name)

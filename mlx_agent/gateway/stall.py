@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mlx_agent.gateway.worker_stream import WorkerReply
+    from mlx_agent.records import StallState
 
 CPU_FLOOR = 0.01  # of one core, over the quiet time: a generating worker uses far more, a stopped one none
 
@@ -78,6 +79,15 @@ class StallWatch:
         """Stop watching ``reply``."""
         reply.on_progress = None
         self.replies.discard(reply)
+
+    def state(self) -> StallState:
+        """Return the watch as status shows it."""
+        quiet = self.quiet()
+        return {
+            "stall_timeout": self.timeout,
+            "quiet_s": None if quiet is None else round(quiet, 1),
+            "wedged": self.wedged,
+        }
 
     def quiet(self) -> float | None:
         """Return the seconds since the clock moved, or None while nothing runs."""

@@ -38,6 +38,7 @@ from mlx_agent.gateway.limit_notice import lowered_headers, worker_granted
 from mlx_agent.gateway.observe import current_exchange, exchange_of
 from mlx_agent.gateway.openai.request import PreparedRequest, prepare
 from mlx_agent.gateway.queue import served_alone
+from mlx_agent.gateway.request_memory import check_request
 from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.sse import Accountant, ClientStream, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
@@ -107,7 +108,7 @@ class Upstream:
         """
         model.request_started(stream)
         try:
-            model.check_memory(body, self.fleet.min_headroom_gb)
+            check_request(model, body, self.fleet.min_headroom_gb)
             alone = served_alone(body, model.model.get("greedy_alone", False))
             async with model.admitted(alone, stream) as worker:
                 try:
