@@ -1,8 +1,10 @@
 """Images in a chat request: the one shape every API sends to a worker, and the limits the front holds them to.
 
 Every API's image becomes a chat ``image_url`` part with a ``data:`` URL (``image_part``), as chat completions
-sends it. Nothing is ever fetched: a remote (``http(s)://``) URL, a file path or a file id is refused, and so
-would be the worker's own fetch (mlx_lm's server opens http(s) image URLs itself; mlx_vlm's opens paths too).
+sends it; an image a tool returned is put in a user message after the tool's (a chat ``tool`` message holds
+text only: the Messages and Responses translators). Nothing is ever fetched: a remote (``http(s)://``) URL, a
+file path or a file id is refused, and so would be the worker's own fetch (mlx_lm's server opens http(s) image
+URLs itself; mlx_vlm's opens paths too).
 
 Limits, the same on every API (docs/gateway.md, "Images"), checked before the request reaches a worker:
 
