@@ -7,7 +7,8 @@ parts, each in interleaved rounds (the order alternates each round), each ratio 
 PASS/FAIL against the issue's target:
 
 1. Throughput: 1, 4 and 8 concurrent greedy requests of ``--tokens`` tokens, aggregate completion tokens/s
-   (all tokens over the time from the common start to the last reply's end), ours over bare: chat
+   (all tokens over the time from the common start to the last reply's end), ours over bare measured back to
+   back (the order alternating): chat
    completions whole and streamed (target >= 0.98), and ours through Messages and Responses (streamed) over
    bare's streamed chat (target >= 0.97).
 2. Prompt lookup: a second whole stack with ``--mlx-agent-prompt-lookup``. Four concurrent streamed chats,
@@ -97,6 +98,8 @@ def body(target: Target, api: str, prompt: str, tokens: int) -> tuple[str, dict[
     return "/v1/chat/completions", chat
 
 
+# Ours through each API, and bare's counterpart it is measured beside.
+PAIRS = [("chat", "chat"), ("chat_stream", "chat_stream"), ("messages", "chat_stream"), ("responses", "chat_stream")]
 READERS = {"chat_stream": chat_event, "messages": messages_event, "responses": responses_event}
 
 
@@ -164,20 +167,17 @@ def throughput(ours: Target, bare: Target, rounds: int, tokens: int, stream_coun
         ratios: dict[str, list[float]] = {api: [] for api in ("chat", "chat_stream", "messages", "responses")}
         rates: dict[str, list[float]] = {"bare": [], "ours": []}
         for round_ in range(rounds):
-            tag = f"{streams}.{round_}"
-            bare_rates: dict[str, float] = {}
-            our_rates: dict[str, float] = {}
-            plan = [(bare, api) for api in ("chat", "chat_stream")] + [
-                (ours, api) for api in ("chat", "chat_stream", "messages", "responses")
-            ]
-            for target, api in plan if round_ % 2 == 0 else plan[::-1]:
-                measured = rate(target, api, streams, tokens, tag)
-                (bare_rates if target is bare else our_rates)[api] = measured
-            ratios["chat"].append(our_rates["chat"] / bare_rates["chat"])
-            for api in ("chat_stream", "messages", "responses"):
-                ratios[api].append(our_rates[api] / bare_rates["chat_stream"])
-            rates["bare"].append(bare_rates["chat_stream"])
-            rates["ours"].append(our_rates["chat_stream"])
+            # Back-to-back pairs: each of ours next to bare's counterpart (bare speaks chat completions only).
+            for index, (api, counterpart) in enumerate(PAIRS):
+                tag = f"{streams}.{round_}.{index}"
+                pair = [(bare, counterpart), (ours, api)]
+                measured: dict[str, float] = {}
+                for target, kind in pair if (round_ + index) % 2 == 0 else pair[::-1]:
+                    measured[target.name] = rate(target, kind, streams, tokens, tag)
+                ratios[api].append(measured[ours.name] / measured[bare.name])
+                if api == "chat_stream":
+                    rates["bare"].append(measured[bare.name])
+                    rates["ours"].append(measured[ours.name])
         print(
             f" {streams} stream(s): streamed chat, bare {statistics.median(rates['bare']):.1f} tok/s, "
             f"ours {statistics.median(rates['ours']):.1f} tok/s"
