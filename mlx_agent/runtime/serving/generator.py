@@ -46,7 +46,7 @@ from mlx_agent.runtime.reply.harmony_serving import (
     prompt_mode,
 )
 from mlx_agent.runtime.reply.watcher import WATCHER_ATTRIBUTE, Grammar, ReplyWatcher, Vocabulary
-from mlx_agent.runtime.serving import system_turns
+from mlx_agent.runtime.serving import progress, system_turns
 from mlx_agent.runtime.serving.cancel import POLL_SECONDS, ReplyStream
 from mlx_agent.runtime.serving.chunked_prefill import ArrivalBudget
 from mlx_agent.runtime.serving.errors_http import bad_request, from_generation_error, generation_unavailable
@@ -390,12 +390,12 @@ class WrappedGenerator(server.ResponseGenerator):
             connection=watched.connection if watched else None,
             alive=self.generation_available,
             label=watched.label if watched else "request",
-            progress=progress_callback,
+            progress=progress.reporting(id(queue), progress_callback),  # the front reads the board (progress.py)
             cut=lambda: watched.watcher.cut if watched and watched.watcher else None,
         )
         if watched is not None:
             watched.stream = stream
-        return ctx, iter(stream)
+        return ctx, progress.ending(id(queue), iter(stream))
 
     def _preflight(self, generation_args: Any) -> None:
         """Build the request's sampler and logits processors in the handler thread first.
