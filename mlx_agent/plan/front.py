@@ -186,7 +186,7 @@ def model_config(model: ModelPlan) -> FrontModelConfig:
         "policy": model["policy"],
         "worker": model["worker"],
         "worker_slots": worker_slots(model),
-        "greedy_alone": model["decode_profile"]["applied"],
+        "greedy_alone": False,  # under --prompt-lookup the worker batches a greedy request while others run
         "kv_cache": model["kv_cache"],
     }
 
