@@ -144,6 +144,9 @@ def test_routing_by_name_and_alias_on_every_endpoint(start: Any) -> None:
     models = fleet.status()
     assert (models["main"]["loads"], models["small"]["loads"]) == (1, 1)
     assert {m["model_state"] for m in models.values()} == {"loaded"}
+    # The plan's queue and stall defaults reach each model's front state (--max-queue 64, --stall-timeout 120).
+    queue = {"waiting": 0, "running": 0, "slots": 32, "max_queue": 64, "queue_full": 0, "insufficient_memory": 0}
+    assert all(m["queue"] == queue and m["stall"]["stall_timeout"] == 120 for m in models.values()), models
 
 
 def test_concurrent_cold_requests_load_each_model_once(start: Any) -> None:
