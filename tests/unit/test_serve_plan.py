@@ -231,3 +231,19 @@ def test_without_a_window_the_worker_keeps_its_own_default(model_copy: Path) -> 
     (model_copy / "config.json").write_text(json.dumps(config))
     model = plan_for(model_copy)["models"][0]
     assert model["context_window"] is None and "--max-tokens" not in model["worker"]["argv"]
+
+
+def test_the_queue_bound_the_stall_timeout_and_the_worker_slots_reach_the_fronts_config(tiny_model: Path) -> None:
+    """--max-queue and --stall-timeout are in the plan and its config; mlx_lm's slots are 32, 1 with --kv-bits."""
+    from mlx_agent.plan.front import front_config
+
+    default = plan_for(tiny_model)
+    assert (default["front"]["max_queue"], default["front"]["stall_timeout"]) == (64, 120.0)
+    assert front_config(default)["models"][0]["worker_slots"] == 32
+    plan = plan_for(tiny_model, max_queue=3, stall_timeout=7.5, kv_bits=4)
+    config = front_config(plan)
+    assert (config["max_queue"], config["stall_timeout"]) == (3, 7.5)
+    model = config["models"][0]
+    assert (model["worker_slots"], model["kv_cache"]) == (1, {"kv_bits": 4, "kv_group_size": 64})
+    assert plan["preview_hash"] != default["preview_hash"]
+    assert_valid("front_config", config)
