@@ -170,15 +170,24 @@ def serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mlx_agent.runtime mlx-vlm", add_help=False)
     parser.add_argument(SOCKET_FLAG, dest="socket", required=True)
     ours, native = parser.parse_known_args(argv)
+    from mlx_agent.runtime.serving.socket_limits import split_socket_flags
+
+    limits, native = split_socket_flags(native)  # the front's body cap and body deadline (asgi_limits)
     sock = bind_private(ours.socket)
 
     import uvicorn
     from mlx_vlm.server import cli
 
     def run_on_socket(app: Any, **kwargs: Any) -> None:
+        from uvicorn.importer import import_from_string
+
+        from mlx_agent.runtime.serving.asgi_limits import BodyLimits
+
         kwargs.pop("host", None)
         kwargs.pop("port", None)
-        previous_run(app, fd=sock.fileno(), **kwargs)
+        kwargs.pop("reload", None)  # a reloader needs the app by name; the front never asks for one
+        loaded = import_from_string(app) if isinstance(app, str) else app  # mlx_vlm names "mlx_vlm.server:app"
+        previous_run(BodyLimits(loaded, limits), fd=sock.fileno(), **kwargs)
 
     install_placer()
     previous_run = uvicorn.run

@@ -1,0 +1,63 @@
+"""The wrapped mlx-vlm worker's own Unix socket: the front's body cap and body deadline around its FastAPI app.
+
+Raw HTTP to a real mlx-vlm worker on the tiny Qwen2-VL model, as a broken or hostile client past the front
+would send it: a body over the cap is 413 before it is read, a body that trickles in is 408 at its deadline,
+and the worker still answers a chat after both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mlx_agent.api_errors import Code
+from mlx_agent.wire import BODY_TIMEOUT_FLAG, MAX_BODY_BYTES
+from tests.e2e.test_worker_socket import CHAT_HEAD, is_api_error
+from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer, socket_worker
+from tests.fixtures.tiny_vlm import build_tiny_vlm
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight Qwen2-VL model for this module."""
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_vlm: Path) -> Iterator[SocketWorker]:
+    """Start one wrapped mlx-vlm worker on its socket with a 3 s body deadline."""
+    with socket_worker(tiny_vlm, BODY_TIMEOUT_FLAG, "3", runtime="mlx-vlm") as started:
+        yield started
+
+
+def chat_served(worker: SocketWorker, model: Path) -> bool:
+    """Say whether a short chat is answered 200 (mlx_vlm serves its model under its path)."""
+    body = {"model": str(model), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    return worker.post(body).status == 200
+
+
+def test_a_body_over_the_cap_is_413_before_it_is_read_by_the_vlm_worker(worker: SocketWorker, tiny_vlm: Path) -> None:
+    """A Content-Length past the front's cap is 413 body_too_large, and the worker serves on."""
+    with worker.connect() as sock:
+        sock.sendall(CHAT_HEAD + f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode() + b"{" + b" " * (1 << 20))
+        answer = read_answer(sock)
+    assert answer.status == 413 and is_api_error(answer.json(), Code.BODY_TOO_LARGE), answer
+    assert chat_served(worker, tiny_vlm)
+
+
+def test_a_body_sent_a_byte_at_a_time_is_408_at_its_deadline_by_the_vlm_worker(
+    worker: SocketWorker, tiny_vlm: Path
+) -> None:
+    """Complete headers, then a body one byte at a time: 408 body_timeout at the deadline, then the close."""
+    with worker.connect() as sock:
+        sock.sendall(CHAT_HEAD + b"Content-Length: 100000\r\n\r\n")
+        received = closed_by_peer(sock, b'{"messages": ' + b" " * 2000)
+    assert received is not None, "the worker never answered the slow body"
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.split()[1] == b"408" and is_api_error(json.loads(body), Code.BODY_TIMEOUT), received
+    assert chat_served(worker, tiny_vlm)
