@@ -131,6 +131,28 @@ def test_a_full_queue_refuses_with_503_queue_full_in_each_apis_shape(
         gateway.stop()
 
 
+def test_requests_behind_a_cold_load_count_as_waiting_and_are_bounded(
+    tmp_path: Path, tiny_model: Path, stopper: Callable[[int], None]
+) -> None:
+    """While a load is held (its worker stopped), the requests that wait for it fill --max-queue 2; a third is 503."""
+    gateway = front(tmp_path, tiny_model, max_queue=2)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(gateway.chat, "cold")
+            loading = until(lambda: (s := gateway.status())["model_state"] == "loading" and s["worker"] and s)
+            assert loading, gateway.status()
+            stopper(loading["worker"]["pid"])
+            second = pool.submit(gateway.chat, "also cold")
+            assert until(lambda: queue(gateway)["waiting"] == 2)
+            refused = gateway.chat("one too many")
+            os.killpg(loading["worker"]["pid"], signal.SIGCONT)
+            assert (first.result(timeout=120).status, second.result(timeout=120).status) == (200, 200)
+        assert refused.status == 503 and refused.json()["error"]["code"] == "queue_full"
+        assert gateway.status()["loads"] == 1 and queue(gateway)["waiting"] == 0
+    finally:
+        gateway.stop()
+
+
 def test_a_waiting_client_that_hangs_up_leaves_the_queue_at_once(
     tmp_path: Path, tiny_model: Path, stopper: Callable[[int], None]
 ) -> None:
