@@ -204,6 +204,9 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
             )
     out.print(table)
     for s in data["servers"]:
+        for ring in s.get("ring_ports") or []:
+            ports = ring["ports"]
+            out.print(f"port {s['port']}: {escape(ring['model'])} ring links on ports {ports[0]}-{ports[-1]}")
         for problem in s.get("problems") or []:
             model = f" {problem['model']}:" if problem.get("model") else ""
             out.print(f"[yellow]port {s['port']}:{escape(model)} {problem['code']}[/]: {escape(problem['message'])}")

@@ -119,6 +119,7 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
         "state": _state(receipt, state),
         "health": health,
         "problems": problems,
+        "ring_ports": ring_ports(receipt),
         "disk": [space.to_json() for space in disk_use(receipt, path)],
         "pid": receipt["pid"],
         "pgid": receipt["pgid"],
@@ -131,6 +132,19 @@ def _entry(path: Path, verify: bool) -> dict[str, Any]:
         "receipt_path": str(path),
         **adapter_fields(receipt, verify),
     }
+
+
+def ring_ports(receipt: Receipt) -> list[dict[str, Any]]:
+    """Return each ring group's link ports, as confirm chose or checked them (the receipt's plan), by model."""
+    if not has_front(receipt):
+        return []
+    from mlx_agent.plan.group import ring_port_count
+
+    return [
+        {"model": m["served_model_name"], "ports": list(range(first, first + ring_port_count(group)))}
+        for m in receipt["plan"]["models"]
+        if (group := m.get("group")) and group["backend"] == "ring" and (first := group.get("ring_port")) is not None
+    ]
 
 
 def disk_use(receipt: Receipt, path: Path) -> list[DiskSpace]:
