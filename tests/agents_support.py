@@ -172,7 +172,7 @@ class Namespace:
 def loopback_namespace() -> Iterator[Namespace]:
     """Make a network namespace with only loopback (root only: skip with the reason otherwise)."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("the real-agent tests need root and iproute2 to make a network namespace with only loopback")
+        pytest.skip("needs root and iproute2 to make a network namespace with only loopback")
     namespace = Namespace(f"mlxa-{os.getpid()}-{os.urandom(3).hex()}")
     subprocess.run(["ip", "netns", "add", namespace.name], check=True)
     try:

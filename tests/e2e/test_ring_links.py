@@ -4,6 +4,10 @@ MLX's ring backend takes the first connection on each rank's port as its peer (d
 join a group"). Here a second user races rank 0's link port and listens on rank 1's, and a process of our
 own user that runs as rank 1 but lacks the launch's secret joins the ring: both groups refuse to form
 (``ring_peer_unverified``, every rank stopped) before the first collective of the model.
+
+Each group and its attacker run in a network namespace of the test's own with only loopback up (``ip netns``,
+root only), so the ports they race for are theirs alone: nothing else on the machine can take them first or
+be reached by a stray connection, and the run is the same on every machine.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from typing import Any
 import pytest
 
 from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
-from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, ring_port, start_group
+from tests.agents_support import Namespace, loopback_namespace
+from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, start_group
 from tests.integration.test_hostile_machine import attacker
 
 __all__ = ["attacker"]  # the second user's fixture, used here too
 
 pytestmark = pytest.mark.e2e
+FIRST_RING_PORT = 12000  # in the test's own namespace every port is free: the group's links start here
 
 # The racer: listen on rank 1's port, connect to rank 0's until it is taken, then count every byte either link
 # receives; print the count when told to stop (a line on stdin).
@@ -85,12 +91,19 @@ def refusals(log: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def racer(attacker: pwd.struct_passwd) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """Start the racer as the second user on a free run of 2 ports; stop it afterwards."""
-    first = ring_port()
+def namespace() -> Iterator[Namespace]:
+    """Return a network namespace of this test's own, with only loopback up; delete it afterwards."""
+    with loopback_namespace() as made:
+        yield made
+
+
+@pytest.fixture
+def racer(namespace: Namespace, attacker: pwd.struct_passwd) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Start the racer as the second user in the namespace, on the group's 2 link ports; stop it afterwards."""
+    first = FIRST_RING_PORT
     argv = ["setpriv", f"--reuid={attacker.pw_uid}", f"--regid={attacker.pw_gid}", "--clear-groups"]
     proc = subprocess.Popen(
-        [*argv, sys.executable, "-c", RACER, str(first)],
+        [*namespace.prefix, *argv, sys.executable, "-c", RACER, str(first)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -104,14 +117,18 @@ def racer(attacker: pwd.struct_passwd) -> Iterator[tuple[subprocess.Popen[str], 
 
 
 def test_a_second_user_racing_for_the_links_is_refused_and_gets_nothing(
-    racer: tuple[subprocess.Popen[str], int], attacker: pwd.struct_passwd, tiny_model: Path, tmp_path: Path
+    namespace: Namespace,
+    racer: tuple[subprocess.Popen[str], int],
+    attacker: pwd.struct_passwd,
+    tiny_model: Path,
+    tmp_path: Path,
 ) -> None:
     """A second user taking rank 0's link first (and rank 1's port) ends the group; not a byte reaches it."""
     proc, first = racer
     entry = entry_command(tiny_model, "--host", "127.0.0.1", "--port", str(free_port()))
     # Rank 1 starts late, so the racer is surely first on rank 0's port.
     command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then sleep 5; fi; exec "$@"', "rank", *entry]
-    group = start_group(Group(launcher_argv(command, first_port=first), tmp_path / "raced.log"))
+    group = start_group(Group([*namespace.prefix, *launcher_argv(command, first_port=first)], tmp_path / "raced.log"))
     try:
         status = group.wait_exit(120)
     finally:
@@ -125,12 +142,15 @@ def test_a_second_user_racing_for_the_links_is_refused_and_gets_nothing(
     assert out.strip().splitlines()[-1] == "received 0", out
 
 
-def run_with_rank_1(code: str, tiny_model: Path, log: Path) -> tuple[int, str]:
-    """Run a group whose rank 1 is ``code`` (Python, as our user, under our launcher); return its status and log."""
+def run_with_rank_1(namespace: Namespace, code: str, tiny_model: Path, log: Path) -> tuple[int, str]:
+    """Run a group whose rank 1 is ``code`` (Python, as our user, under our launcher) in ``namespace``.
+
+    Return the launcher's status and the group's log.
+    """
     entry = entry_command(tiny_model, "--host", "127.0.0.1", "--port", str(free_port()))
     command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then exec "$0" -c "$1"; fi; shift; exec "$@"']
     command += [sys.executable, code, *entry]
-    group = start_group(Group(launcher_argv(command), log))
+    group = start_group(Group([*namespace.prefix, *launcher_argv(command, first_port=FIRST_RING_PORT)], log))
     try:
         status = group.wait_exit(120)
     finally:
@@ -138,18 +158,22 @@ def run_with_rank_1(code: str, tiny_model: Path, log: Path) -> tuple[int, str]:
     return status, group.log()
 
 
-def test_a_rank_without_the_launchs_secret_ends_the_group(tiny_model: Path, tmp_path: Path) -> None:
+def test_a_rank_without_the_launchs_secret_ends_the_group(
+    namespace: Namespace, tiny_model: Path, tmp_path: Path
+) -> None:
     """A process of our user that runs as rank 1 but lacks the secret passes the link check, not the proof."""
-    status, log = run_with_rank_1(IMPOSTOR, tiny_model, tmp_path / "impostor.log")
+    status, log = run_with_rank_1(namespace, IMPOSTOR, tiny_model, tmp_path / "impostor.log")
     assert status == EXIT_REFUSED, log[-3000:]
     (refusal,) = refusals(log)
     assert refusal["code"] == "ring_peer_unverified" and refusal["details"] == {"rank": 0, "peer": 1}, refusal
     assert "every rank has loaded" not in log
 
 
-def test_a_peer_that_joins_the_ring_and_says_nothing_ends_the_group(tiny_model: Path, tmp_path: Path) -> None:
+def test_a_peer_that_joins_the_ring_and_says_nothing_ends_the_group(
+    namespace: Namespace, tiny_model: Path, tmp_path: Path
+) -> None:
     """A rank 1 that never takes part in the handshake ends the group once its time is up, before any load."""
-    status, log = run_with_rank_1(SILENT, tiny_model, tmp_path / "silent.log")
+    status, log = run_with_rank_1(namespace, SILENT, tiny_model, tmp_path / "silent.log")
     assert status == EXIT_REFUSED, log[-3000:]
     (refusal,) = refusals(log)
     assert refusal["code"] == "ring_peer_unverified" and "did not finish" in refusal["message"], refusal

@@ -23,8 +23,9 @@ import psutil
 import pytest
 
 from mlx_agent.supervise.ports import port_is_free
+from tests.agents_support import inside, loopback_namespace
 from tests.conftest import Agent, free_port
-from tests.fixtures.group import ring_port
+from tests.fixtures.group import in_namespace, ring_port
 from tests.fixtures.tiny_model import build_tiny_model
 from tests.integration.test_hostile_machine import attacker
 
@@ -99,6 +100,7 @@ def test_a_tensor_parallel_group_replies_as_one_process(agent: Agent, tiny_model
     assert replies(port, tiny_model.name) == expected
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["state"], server["health"], server["problems"]) == ("running", "ok", [])
+    assert server["ring_ports"] == [{"model": tiny_model.name, "ports": [group["ring_port"], group["ring_port"] + 1]}]
     assert len(group_processes(tiny_model)) == 3  # the launcher and its two ranks
     assert agent.run("serve", "stop", "--port", str(port)).data["result"] == "stopped"
     wait_until(lambda: not group_processes(tiny_model))
@@ -197,47 +199,61 @@ def test_a_taken_ring_port_is_refused_before_anything_starts(agent: Agent, tiny_
     assert not group_processes(tiny_model)
 
 
+# The squatter: hold mlx.launch's default link ports (32323, 32324) and say which it holds, until stdin ends.
+SQUAT = """
+import socket, sys
+held = []
+for port in (32323, 32324):
+    s = socket.socket()
+    s.bind(("127.0.0.1", port)); s.listen(); held.append(s)
+print("squatting", *(s.getsockname()[1] for s in held), flush=True)
+sys.stdin.read()
+"""
+
+
 def test_a_second_user_on_the_default_ring_port_does_not_block_a_group(
     agent: Agent, tiny_model: Path, attacker: pwd.struct_passwd
 ) -> None:
-    """Another user listening on 32323-32324 (mlx.launch's default links) blocks nothing: confirm picks free ports."""
-    squat = (
-        "import socket, sys\n"
-        "held = []\n"
-        "for port in (32323, 32324):\n"
-        "    s = socket.socket()\n"
-        "    try:\n"
-        "        s.bind(('127.0.0.1', port)); s.listen(); held.append(s)\n"
-        "    except OSError:\n"
-        "        pass\n"
-        "print('squatting', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    setpriv = ["setpriv", f"--reuid={attacker.pw_uid}", f"--regid={attacker.pw_gid}", "--clear-groups"]
-    squatter = subprocess.Popen(
-        [*setpriv, sys.executable, "-c", squat], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/"
-    )
-    try:
-        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "squatting"
-        assert not port_is_free(32323)  # the squatter's, or someone else's: either way taken
-        port = free_port()
-        args = ["--path", str(tiny_model), "--port", str(port), "--hosts", LOCAL_PAIR]
-        plan = agent.run("serve", "start", *args).data["plan"]
-        human = agent.run("serve", "start", *args, check_json=False).stdout
-        assert "ring ports chosen at confirm" in " ".join(human.replace("│", " ").split())  # the cell wraps
-        receipt = agent.launch(*args)  # the old fixed default: launch_failed, rank 0 cannot bind 32323
-        assert plan["models"][0]["group"]["ring_port"] is None and plan["models"][0]["group"]["ring_port_chosen"]
-        chosen = receipt["plan"]["models"][0]["group"]["ring_port"]
-        assert isinstance(chosen, int) and not {chosen, chosen + 1} & {32323, 32324}
-        argv = receipt["plan"]["models"][0]["worker"]["argv"]
-        assert argv[argv.index("--starting-port") + 1] == str(chosen)
-        assert receipt["preview_hash"] == plan["preview_hash"]
-        assert replies(port, tiny_model.name)
-        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
-        wait_until(lambda: not group_processes(tiny_model))
-    finally:
-        squatter.kill()
-        squatter.wait()
+    """Another user listening on 32323-32324 (mlx.launch's default links) blocks nothing: confirm picks free ports.
+
+    The CLI, the front, the group and the squatter share a network namespace of the test's own (only loopback),
+    so the squatter surely holds both ports and nothing else on the machine does.
+    """
+    with loopback_namespace() as namespace:
+        cli = inside(agent, namespace)
+        setpriv = ["setpriv", f"--reuid={attacker.pw_uid}", f"--regid={attacker.pw_gid}", "--clear-groups"]
+        squatter = subprocess.Popen(
+            [*namespace.prefix, *setpriv, sys.executable, "-c", SQUAT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        try:
+            assert squatter.stdout is not None and squatter.stdout.readline().split() == ["squatting", "32323", "32324"]
+            assert not in_namespace(namespace.name, lambda: port_is_free(32323) or port_is_free(32324))
+            port = free_port()
+            args = ["--path", str(tiny_model), "--port", str(port), "--hosts", LOCAL_PAIR]
+            plan = cli.run("serve", "start", *args).data["plan"]
+            human = cli.run("serve", "start", *args, check_json=False).stdout
+            assert "ring ports chosen at confirm" in " ".join(human.replace("│", " ").split())  # the cell wraps
+            receipt = cli.launch(*args)  # the old fixed default: launch_failed, rank 0 cannot bind 32323
+            assert plan["models"][0]["group"]["ring_port"] is None and plan["models"][0]["group"]["ring_port_chosen"]
+            chosen = receipt["plan"]["models"][0]["group"]["ring_port"]
+            assert isinstance(chosen, int) and not {chosen, chosen + 1} & {32323, 32324}
+            argv = receipt["plan"]["models"][0]["worker"]["argv"]
+            assert argv[argv.index("--starting-port") + 1] == str(chosen)
+            assert receipt["preview_hash"] == plan["preview_hash"]
+            assert in_namespace(namespace.name, lambda: replies(port, tiny_model.name))
+            [server] = cli.run("serve", "status").data["servers"]
+            assert server["ring_ports"] == [{"model": tiny_model.name, "ports": [chosen, chosen + 1]}]
+            human = cli.run("serve", "status", check_json=False).stdout
+            assert f"{tiny_model.name} ring links on ports {chosen}-{chosen + 1}" in " ".join(human.split())
+            assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+            wait_until(lambda: not group_processes(tiny_model))
+        finally:
+            squatter.kill()
+            squatter.wait()
 
 
 def test_a_jit_group_loads_on_request_and_unloads_whole(agent: Agent, tiny_model: Path) -> None:
