@@ -9,16 +9,19 @@ instead of retrying.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from mlx_agent.api_errors import Code, Family, anthropic_body, error_body, ollama_body
 from mlx_agent.errors import RequestRefused
 
 # Statuses a client may retry: a timeout, a conflict, rate limits, and the server's own trouble.
 RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
+# The headers an error keeps when it is given another family's shape.
+KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry", "Allow")
 
 
 def refused(
@@ -81,3 +84,36 @@ def json_response(data: object, *, status: int = 200, headers: Mapping[str, str]
         content_type="application/json",
         headers=headers,
     )
+
+
+def family_errors(
+    prefix: str, ours: Callable[[dict[str, Any]], bool], shape: Callable[[int, dict[str, Any]], dict[str, Any]]
+) -> Middleware:
+    """Return a middleware that gives each JSON error under ``prefix`` in our shape (``ours``) ``shape``'s.
+
+    It runs outside the front door's checks, so their refusals (key, Host, limits) take the family's shape too.
+    """
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        response = await handler(request)
+        if (
+            not request.path.startswith(prefix)
+            or response.status < 400
+            or not isinstance(response, web.Response)
+            or response.content_type != "application/json"
+            or not isinstance(response.body, bytes)
+        ):
+            return response
+        try:
+            doc: Any = json.loads(response.body)
+        except ValueError:
+            return response
+        if not isinstance(doc, dict) or not ours(doc):
+            return response
+        headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
+        return json_response(shape(response.status, doc), status=response.status, headers=headers)
+
+    return middleware

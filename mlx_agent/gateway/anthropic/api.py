@@ -16,9 +16,7 @@ Every error on these paths, the front door's included (``errors_middleware``), h
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any
 
 from aiohttp import web
 
@@ -28,11 +26,8 @@ from mlx_agent.gateway.anthropic.reply import message_from_chat
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.anthropic.stream import AnthropicStream
 from mlx_agent.gateway.endpoints import ANTHROPIC_PREFIX, Key
-from mlx_agent.gateway.http_errors import json_response, refused
-from mlx_agent.gateway.security import Handler
+from mlx_agent.gateway.http_errors import family_errors, json_response, refused
 from mlx_agent.gateway.upstream import Upstream, dropped_tools
-
-KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry")
 
 
 class AnthropicApi:
@@ -67,23 +62,7 @@ class AnthropicApi:
         return json_response({"input_tokens": count})
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give every error answered on the Messages paths (the front door's too) Anthropic's shape."""
-    response = await handler(request)
-    if (
-        not request.path.startswith(ANTHROPIC_PREFIX)
-        or response.status < 400
-        or not isinstance(response, web.Response)
-        or response.content_type != "application/json"
-        or not isinstance(response.body, bytes)
-    ):
-        return response
-    try:
-        doc: Any = json.loads(response.body)
-    except ValueError:
-        return response
-    if not isinstance(doc, dict) or doc.get("type") == "error" or "error" not in doc:
-        return response
-    headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
-    return json_response(anthropic_body(response.status, doc), status=response.status, headers=headers)
+# Every error on the Messages paths (the front door's too) in Anthropic's shape; one already in it is kept.
+errors_middleware = family_errors(
+    ANTHROPIC_PREFIX, lambda doc: doc.get("type") != "error" and "error" in doc, anthropic_body
+)

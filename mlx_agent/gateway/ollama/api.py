@@ -32,7 +32,7 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.files import utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.endpoints import Key
-from mlx_agent.gateway.http_errors import json_response, refused
+from mlx_agent.gateway.http_errors import family_errors, json_response, refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.observe import exchange_of
 from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGenerateBody, OllamaShowBody
@@ -41,14 +41,13 @@ from mlx_agent.gateway.ollama.keep_alive import KeepAlive
 from mlx_agent.gateway.ollama.models import ModelInfo, read_info
 from mlx_agent.gateway.ollama.request import OllamaRequest, translate_chat, translate_generate
 from mlx_agent.gateway.ollama.stream import NDJSON, OllamaStream, load_duration, reply
-from mlx_agent.gateway.security import OLLAMA_PREFIX, Handler
+from mlx_agent.gateway.security import OLLAMA_PREFIX
 from mlx_agent.gateway.sse import Events, PumpResult
 from mlx_agent.gateway.upstream import CHAT_PATH, Upstream, read_error
 
 COMPLETIONS_PATH = "/v1/completions"  # a raw generate's (no chat template)
 OLLAMA_API_VERSION = "0.12.0"  # the Ollama API this front speaks (the fields of its 0.12 releases)
 LATEST = ":latest"
-KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry", "Allow")
 NEVER_CHANGED = (
     "this server never downloads, creates or changes models: it serves the models its reviewed serve plan names; "
     "preview and confirm a new plan (mlx-agent serve) to serve another"
@@ -226,23 +225,5 @@ def worker_memory(pid: int) -> int | None:
         return None
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give every error answered under ``/api/`` (the front door's too) Ollama's shape."""
-    response = await handler(request)
-    if (
-        not request.path.startswith(OLLAMA_PREFIX)
-        or response.status < 400
-        or not isinstance(response, web.Response)
-        or response.content_type != "application/json"
-        or not isinstance(response.body, bytes)
-    ):
-        return response
-    try:
-        doc: Any = json.loads(response.body)
-    except ValueError:
-        return response
-    if not isinstance(doc, dict) or not isinstance(doc.get("error"), dict):
-        return response
-    headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
-    return json_response(ollama_body(response.status, doc), status=response.status, headers=headers)
+# Every error under ``/api/`` (the front door's too) in Ollama's shape.
+errors_middleware = family_errors(OLLAMA_PREFIX, lambda doc: isinstance(doc.get("error"), dict), ollama_body)
