@@ -240,8 +240,10 @@ class Fleet:
                 await asyncio.sleep(WATCH_INTERVAL_S)
                 for model in self.models:
                     model.check_worker()
+                    doc = self.metrics.progress.poll(model)  # prefill read lands in its second's sample
+                    if model.worker is not None:  # prompt tokens read are progress too (``stall``)
+                        model.stall.prefilled(model.worker.pid, (doc or {}).get("prefill_tokens"))
                     model.check_stall()
-                    self.metrics.progress.poll(model)  # prefill read lands in its second's sample
 
         self._watch_task = asyncio.get_running_loop().create_task(watch())
 

@@ -1,12 +1,13 @@
 """Whether a model's worker is still making progress on the requests it runs, or is wedged.
 
 The progress signal is what the worker sends a running request: every byte of a reply (tokens, and mlx_lm's
-``: keepalive N/M`` prefill comments, one per prefill step) moves the clock, and so does a request starting
-to run. A model with requests running whose clock has not moved for ``--stall-timeout`` seconds is wedged
-(``Lifecycle.check_stall`` replaces its worker). A non-streamed reply sends nothing until it is complete, so
-while no running request streams, the worker's CPU time (its process and children, from psutil) stands in:
-a worker that used less than ``CPU_FLOOR`` of a core over the second half of the quiet time is wedged, one that
-computes is not.
+``: keepalive N/M`` prefill comments, one per prefill step) moves the clock, and so do a request starting to
+run and the prompt tokens our entry reports it read (``prefill_tokens`` of its progress file, ``progress.py``:
+a non-streamed request's prefill too). A model with requests running whose clock has not moved for
+``--stall-timeout`` seconds is wedged (``Lifecycle.check_stall`` replaces its worker). A non-streamed reply sends
+nothing until it is complete, so while no running request streams, the worker's CPU time (its process and
+children, from psutil) also counts: a worker that used less than ``CPU_FLOOR`` of a core over the second half of
+the quiet time, and reported no prompt tokens read, is wedged; one that computes is not.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class StallWatch:
         self.message: str | None = None  # why the last one was
         self.replies: set[WorkerReply] = set()
         self._cpu_mark: tuple[int, float, float] | None = None  # (pid, CPU seconds, when) in a quiet spell
+        self._prefilled: tuple[int, int] | None = None  # (pid, prompt tokens read) as the worker last reported
 
     def begin(self, stream: bool) -> None:
         """Count a request that starts running; the first one starts the clock."""
@@ -69,6 +71,15 @@ class StallWatch:
         """Move the clock: the worker made progress."""
         self.last = time.monotonic()
         self._cpu_mark = None
+
+    def prefilled(self, pid: int, count: object) -> None:
+        """Move the clock when the worker ``pid`` reports more prompt tokens read than last time."""
+        if not isinstance(count, int) or isinstance(count, bool):
+            return
+        last = self._prefilled
+        self._prefilled = (pid, count)
+        if last is not None and last[0] == pid and count > last[1]:
+            self.touch()
 
     def watch(self, reply: WorkerReply) -> None:
         """Move the clock on every byte ``reply`` brings, until ``unwatch``."""
