@@ -58,18 +58,12 @@ WORD = b"go"
 
 
 def running_interpreter() -> str | None:
-    """Return the interpreter file this process runs, through every link (None where the system cannot say)."""
-    if os.path.exists(SELF_EXE):
-        return os.path.realpath(SELF_EXE)
-    try:
-        import psutil  # macOS: the kernel's own record of the executable
-    except ImportError:
-        return None
-    try:
-        exe: str = psutil.Process().exe()
-    except (OSError, psutil.Error):
-        return None
-    return os.path.realpath(exe) if exe else None
+    """Return the interpreter file this process runs, through every link (None where the system cannot say).
+
+    Linux only: on macOS a framework build's ``bin/python`` is a stub that starts another binary, so the file
+    running is never the one argv[0] leads to and the comparison would refuse every start.
+    """
+    return os.path.realpath(SELF_EXE) if os.path.exists(SELF_EXE) else None
 
 
 def interpreter_link_changes() -> list[dict[str, Any]]:
@@ -100,8 +94,7 @@ def interpreter_changed(changed: list[dict[str, Any]]) -> RuntimeChanged:
 def refuse_if_interpreter_moved() -> None:
     """Refuse (``runtime_changed``) to go on in a process whose argv[0] links now lead to another file.
 
-    A front checks it as it starts, and the CLI before a confirm (a venv's link swapped for a script between
-    preview and confirm would otherwise show only as a stale hash, or not at all).
+    A front checks it as it starts (a unit's restart, by the reviewed file, after its link was swapped).
     """
     changed = interpreter_link_changes()
     if changed:

@@ -65,27 +65,27 @@ STATUS_KEYS = (
 
 
 def front_executable(plan: ServePlan) -> str:
-    """Return the file the front is started by: the interpreter this CLI runs, checked against the plan.
+    """Return the file the front is started by: the one the plan's argv[0] leads to, checked by content.
 
-    The links from the front's argv[0] must still lead to it (``link_changed``) and its content must be the
-    reviewed ``interpreter_sha256`` (``content_changed``), else ``runtime_changed``; argv[0] itself is never
-    followed again, so a link swapped after this check is not run either.
+    Its sha256 must be the reviewed ``interpreter_sha256`` (a link swapped for a script, or pointed at another
+    interpreter, leads to other content), else ``runtime_changed``; argv[0] itself is never followed again,
+    so a link swapped after this check is not run either. (A macOS framework stub, or a wrapper script that
+    was reviewed, is started as reviewed.)
     """
-    from mlx_agent.files import changed_files, changed_links
-    from mlx_agent.spawn import interpreter_changed, running_interpreter
+    from mlx_agent.files import changed_files
+    from mlx_agent.spawn import interpreter_changed
 
     argv0 = plan["argv"][0]
-    running = running_interpreter() or os.path.realpath(argv0)
-    path = Path(running)
+    target = os.path.realpath(argv0)
+    path = Path(target)
     try:
         size = path.stat().st_size
     except OSError:
         size = -1
-    changed = changed_links([{"path": running, "via": argv0}])
-    changed += changed_files([(path, plan["front"]["interpreter_sha256"], size)])
+    changed = changed_files([(path, plan["front"]["interpreter_sha256"], size)])
     if changed:
-        raise interpreter_changed(changed)
-    return running
+        raise interpreter_changed([{**c, "via": argv0} for c in changed])
+    return target
 
 
 def check_front_paths(plan: ServePlan) -> None:

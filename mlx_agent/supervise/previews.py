@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mlx_agent.canonical import plan_diff, with_hash
-from mlx_agent.errors import AdapterChanged, PreviewHashRequired, PreviewStale
+from mlx_agent.errors import AdapterChanged, PreviewHashRequired, PreviewStale, RuntimeChanged
 from mlx_agent.files import write_json_atomic
 from mlx_agent.home import previews_dir
 
@@ -71,11 +71,30 @@ def reviewed_plan(build: Callable[[], Plan], preview_hash: str | None) -> Plan:
             named = name_models(changes)
             if named:
                 summary += f" (models: {', '.join(named)})"
-        # A changed adapter gets its own code: it is the one change a reviewer must not wave through.
+        details: dict[str, Any] = {"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes}
+        # A changed adapter gets its own code: it is the one change a reviewer must not wave through; so does the
+        # front's interpreter (a venv's link swapped for a script since the preview), as a worker's would.
         adapter_moved = changes is not None and any(".adapter." in "." + c["field"] for c in changes)
-        error = AdapterChanged if adapter_moved else PreviewStale
-        raise error(
-            f"the plan no longer matches --preview-hash: {summary}",
-            details={"expected": preview_hash, "actual": plan["preview_hash"], "changes": changes},
-        )
+        interpreter_moved = changes is not None and any(c["field"] == "front.interpreter_sha256" for c in changes)
+        error: type[PreviewStale] = AdapterChanged if adapter_moved else PreviewStale
+        if interpreter_moved and not adapter_moved and old is not None:
+            error, details["changed"] = RuntimeChanged, [interpreter_change(old)]
+        raise error(f"the plan no longer matches --preview-hash: {summary}", details=details)
     return plan
+
+
+def interpreter_change(reviewed: Mapping[str, Any]) -> dict[str, Any]:
+    """Say how the front's interpreter moved since ``reviewed``: its argv[0] links lead elsewhere, or its file changed.
+
+    The file argv[0] led to at review is the one the plan's workers were bound to start by (their
+    ``executable``) when they run the same argv[0], as they do unless the runtime is another environment's.
+    """
+    import os
+
+    argv0 = str(reviewed["argv"][0])
+    target = os.path.realpath(argv0)
+    workers = [m.get("worker") or {} for m in reviewed.get("models") or []]
+    same = [w for w in workers if (w.get("argv") or [None])[0] == argv0 and "executable" in w]
+    earlier = same[0]["executable"] if same else None
+    reason = "link_changed" if earlier is not None and earlier != target else "content_changed"
+    return {"path": argv0, "expected_target": earlier, "target": target, "reason": reason}

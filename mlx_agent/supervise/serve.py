@@ -19,7 +19,7 @@ from mlx_agent.files import open_private, private_dir, utc_now
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.serve_plan import build_serve_plan, model_ids
 from mlx_agent.plan.wired import claims_on_port, read_wired
-from mlx_agent.spawn import refuse_if_interpreter_moved, send_word, spawn
+from mlx_agent.spawn import send_word, spawn
 from mlx_agent.supervise import process
 from mlx_agent.supervise.front import check_front_paths, front_executable, remove_front_files, write_front_files
 from mlx_agent.supervise.locks import port_lock
@@ -193,7 +193,6 @@ def confirm(
     req: ServeRequest, preview_hash: str | None, directory: Path, on_tick: Tick | None = None
 ) -> tuple[ServeReceipt, list[str]]:
     """Launch the reviewed plan under the port lock and return its receipt once the model answers."""
-    refuse_if_interpreter_moved()  # before the plan is rebuilt by an interpreter that is not the one reviewed
     plan = bind_ring_ports(check_preview(req, preview_hash))  # a ring group's ports: given and free, or chosen now
     if plan.get("unit") is not None:
         from mlx_agent.supervise import units

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def test_a_link_swapped_between_preview_and_confirm_is_refused_and_never_runs(
     assert not listeners(port)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="systemd units, and the front's own link check, are Linux's")
 def test_a_unit_started_after_the_link_was_swapped_refuses_and_never_runs_the_script(
     agent: Agent, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -99,16 +101,14 @@ def test_a_unit_started_after_the_link_was_swapped_refuses_and_never_runs_the_sc
     assert agent.run("serve", "stop", "--port", str(port), "--uninstall").data["result"] == "uninstalled"
 
 
-def test_the_front_is_started_by_the_file_the_cli_runs_checked_against_the_plan(tmp_path: Path) -> None:
-    """front_executable returns the running interpreter, and refuses a swapped argv[0] link or another content."""
+def test_the_front_is_started_by_the_file_its_argv0_led_to_checked_by_content(tmp_path: Path) -> None:
+    """front_executable returns the file argv[0] leads to, and refuses other content or a link swapped for a script."""
     venv = make_venv(tmp_path / "venv")
     python = venv / "bin" / "python3"
-    running = os.path.realpath("/proc/self/exe")
-    if os.path.realpath(python) != running:
-        pytest.skip("the venv's interpreter is not this process's own")
-    digest = hashlib.sha256(Path(running).read_bytes()).hexdigest()
+    reviewed = os.path.realpath(python)
+    digest = hashlib.sha256(Path(reviewed).read_bytes()).hexdigest()
     plan: Any = {"argv": [str(python), "-m", "mlx_agent.gateway"], "front": {"interpreter_sha256": digest}}
-    assert front_executable(plan) == running
+    assert front_executable(plan) == reviewed
     with pytest.raises(RuntimeChanged) as other:
         other_plan: Any = {**plan, "front": {"interpreter_sha256": "0" * 64}}
         front_executable(other_plan)
@@ -116,9 +116,4 @@ def test_the_front_is_started_by_the_file_the_cli_runs_checked_against_the_plan(
     swap_for_script(python, tmp_path / "script-ran")
     with pytest.raises(RuntimeChanged) as swapped:
         front_executable(plan)
-    assert swapped.value.details["changed"][0] == {
-        "path": str(python),
-        "expected_target": running,
-        "target": str(python),
-        "reason": "link_changed",
-    }
+    assert {"path": str(python), "via": str(python)}.items() <= swapped.value.details["changed"][0].items()
