@@ -10,10 +10,10 @@ with argv[0] kept: a venv's interpreter still finds its ``pyvenv.cfg`` beside ar
 is never followed. The Linux wrapper itself runs this process's own binary (``/proc/self/exe``), not whatever
 ``sys.executable`` names now.
 
-A front is started the same way: by the interpreter file the confirming CLI runs (checked against the plan's
-``interpreter_sha256``), argv[0] kept, and it refuses to start when the links from its argv[0] no longer lead
-to the file it runs (``interpreter_link_changes``, also checked by the CLI itself before a confirm): a venv's
-``bin/python`` swapped for a script after review is never run, at confirm or at a unit's restart.
+A front is started the same way: by the file its argv[0] leads to, if that is the plan's ``interpreter_sha256``
+(``supervise.front.front_executable``), argv[0] kept; on Linux it also refuses to start when the links from its
+argv[0] no longer lead to the file it runs (``interpreter_link_changes``): a venv's ``bin/python`` swapped for
+a script after review is never run, at confirm or at a unit's restart.
 
 A child started with ``awaits_word`` (a front at confirm) does nothing until its parent says ``go`` on its stdin
 (``await_word``), which the parent does once it has recorded the child; a parent that dies first closes the pipe
