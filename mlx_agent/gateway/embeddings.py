@@ -21,7 +21,6 @@ with ``/v1/embeddings`` instead.
 from __future__ import annotations
 
 import base64
-import json
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.http_errors import json_response, refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.observe import exchange_of
-from mlx_agent.gateway.upstream import Upstream, read_error
+from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.wire import WORKER_MODEL_NAME
 
 MAX_INPUTS = 2048  # OpenAI's bound on one request's inputs
@@ -128,15 +127,7 @@ async def worker_embeddings(
     }
     if dimensions is not None:
         body["dimensions"] = dimensions
-    async with upstream.worker_request(model, body, WORKER_PATH, stream=False) as (reply, worker):
-        raw = await upstream.read_body(model, worker, reply)
-        status = reply.status
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        doc = None
-    if status != 200:
-        raise read_error(status, doc)
+    doc = await upstream.worker_json(model, body, WORKER_PATH)
     data = doc.get("data") if isinstance(doc, dict) else None
     usage = doc.get("usage") if isinstance(doc, dict) else None
     tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None

@@ -165,12 +165,9 @@ class Upstream:
 
         return account
 
-    async def complete(
-        self, request: web.Request, model: Lifecycle, prepared: PreparedRequest, path: str = CHAT_PATH
-    ) -> dict[str, Any]:
-        """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
-        account = self.accountant(request, Key.CHAT, prepared.body)
-        async with self.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
+    async def worker_json(self, model: Lifecycle, body: dict[str, Any], path: str) -> Any:
+        """Return the worker's parsed (non-streamed) 200 reply to ``body`` on ``path``; its error as a refusal."""
+        async with self.worker_request(model, body, path, stream=False) as (reply, worker):
             raw = await self.read_body(model, worker, reply)
             status = reply.status
         try:
@@ -179,6 +176,14 @@ class Upstream:
             doc = None
         if status != 200:
             raise read_error(status, doc)
+        return doc
+
+    async def complete(
+        self, request: web.Request, model: Lifecycle, prepared: PreparedRequest, path: str = CHAT_PATH
+    ) -> dict[str, Any]:
+        """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
+        account = self.accountant(request, Key.CHAT, prepared.body)
+        doc = await self.worker_json(model, prepared.body, path)
         if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list) or not doc["choices"]:
             raise refused(Code.WORKER_FAILED, "the model worker's reply has no choices")
         account(doc)
