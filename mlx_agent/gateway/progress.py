@@ -2,8 +2,8 @@
 
 Our entry writes its progress to a file beside its socket (``runtime/serving/progress.py``); the front reads it
 when status or ``/metrics`` asks, and every ``Fleet`` watch tick (so the prefill tokens it reports land in the
-second they were read, in ``samples``). A worker that is not our entry (mlx-vlm's server, a native runtime)
-writes none: its load and prefill progress are ``null``.
+second they were read, in ``samples``). A worker that is not one of our entries (a native runtime) writes
+none: its load and prefill progress are ``null``.
 
 In a model's status:
 

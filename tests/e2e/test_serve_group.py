@@ -263,6 +263,11 @@ def test_a_jit_group_loads_on_request_and_unloads_whole(agent: Agent, tiny_model
     assert not group_processes(tiny_model)
     assert replies(port, tiny_model.name)
     assert len(group_processes(tiny_model)) == 3
+    [rank0] = [p for p in group_processes(tiny_model) if p.environ().get("MLX_RANK") == "0"]
+    report = Path(rank0.environ()["MLX_AGENT_PROGRESS_FILE"])  # in the front's private directory
+    load = json.loads(report.read_text())["load"]  # rank 0 reports its own share of the weights, read in parts
+    whole = sum(f.stat().st_size for f in tiny_model.glob("*.safetensors"))
+    assert load["done"] and 0 < load["loaded_bytes"] == load["total_bytes"] < whole, (load, whole)
     assert agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(receipt["pid"])).rc == 0
     wait_until(lambda: not group_processes(tiny_model))
     assert agent.run("serve", "stop", "--port", str(port)).rc == 0

@@ -8,6 +8,7 @@ Our entry keeps that loop and adds what a supervised group needs:
   proves the launch's secret to the others (``handshake.py``); a stranger on a link ends the group.
 * **Followers serve nothing**: only rank 0 binds the socket or port; the others run the generation loop
   (``follow``). Readiness means every rank has loaded: a ``barrier`` after the load, before rank 0 listens.
+  Rank 0 alone reports its load's progress, of its own share of the weights (``report_load``).
 * **Requests cross ranks**: a ``WrappedRequest`` carries its client's socket and its reply stream, which do not
   pickle; ``DistributedGenerator._share_request`` sends the request without them (rank 0 keeps its own).
 * **Stopping an unbatched reply** (``seed``, ``--kv-bits``): mlx_lm raises ``NotImplementedError`` on rank 0
@@ -42,6 +43,7 @@ import mlx_lm.server as server
 from mlx_agent.errors import InvalidArguments, SeamChanged, exit_refused
 from mlx_agent.runtime.distributed.handshake import verify_group
 from mlx_agent.runtime.entries.accel_entry import AccelFlags
+from mlx_agent.runtime.serving import progress
 from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_RANK_LOST
 
@@ -108,6 +110,22 @@ def check_group_seams() -> None:
         error = SeamChanged(f"mlx_lm's ResponseGenerator no longer has {', '.join(missing)}")
         print(f"mlx-agent: cannot wrap this mlx_lm across ranks: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
+
+
+def report_load(rank: int) -> None:
+    """On rank 0, read its share of the weights in parts and report them (``progress.sharded_loading``).
+
+    Rank 0 is the rank the front talks to: its progress is its own weights read ÷ its own share, not the
+    group's (the others load theirs at the same time, each from its own files).
+    """
+    module: Any = server  # where mlx_lm's ModelProvider looks sharded_load up
+    code = getattr(getattr(module, "sharded_load", None), "__code__", None)
+    if code is None or not {"eval", "parameters"} <= set(code.co_names):
+        error = SeamChanged("mlx_lm's sharded_load no longer evaluates its model's parameters")
+        print(f"mlx-agent: cannot wrap this mlx_lm across ranks: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if rank == 0:
+        module.sharded_load = progress.sharded_loading(module.sharded_load)
 
 
 def barrier(rank: int, size: int) -> None:

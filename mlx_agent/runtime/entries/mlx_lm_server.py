@@ -240,6 +240,7 @@ def serving_run(
             group.check_group_seams()
             group.refuse_unsupported(model_provider.cli_args, accel)
             group.watch_launcher(rank)
+            group.report_load(rank)  # rank 0's share of the weights read in parts (progress.py)
         listener = UnixListener(where.socket) if rank == 0 and where.socket is not None else None
         started = time.monotonic()
         logging.info("mlx-agent: loading %s before listening", model_provider.cli_args.model)

@@ -9,7 +9,8 @@ mlx_vlm folds every system (and developer) message into the first one before it 
 (``_normalize_instruction_messages``), so a late reminder rewrote the start of the prompt. We replace that one
 name where the chat, Responses and compaction code look it up (``InstructionPlacer``): the leading system
 messages still join into one, and later ones stay at their place, written as the served template allows
-(``system_turns``, decided by rendering through mlx_vlm's own ``apply_chat_template``). Everything else is
+(``system_turns``, decided by rendering through mlx_vlm's own ``apply_chat_template``). The load is read in parts
+and each prefill step is copied to the front's progress file (``install_progress``). Everything else is
 mlx_vlm's own server, unchanged. ``VLM_SEAMS`` names what we rely on; a changed name stops the worker before it
 listens (tests/unit/test_vlm_seams.py).
 """
@@ -28,10 +29,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mlx_agent.errors import SeamChanged
+from mlx_agent.runtime.serving.progress import Board
 from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, SystemTurns, text_of
 from mlx_agent.wire import SOCKET_FLAG
 
 NORMALIZER = "_normalize_instruction_messages"
+GENERATION = "mlx_vlm.server.generation"
+PROMPT_TOKENS = "mlx_agent_prompt_tokens"  # our key in mlx_vlm's per-request state: its prompt's length, until read
 # Modules of mlx_vlm whose global ``NORMALIZER`` we replace (each looks it up at call time).
 PLACED_IN = ("mlx_vlm.server.openai", "mlx_vlm.server.compaction")
 # Callables of mlx_vlm (and uvicorn) we call or replace, with the parameters (in order, from the first) we rely on.
@@ -44,9 +48,25 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
     "mlx_vlm.server.cli": {"main": ()},
     "uvicorn": {"run": ("app",)},
+    # load and prefill progress (install_progress): the load we wrap, the prefill steps we read after
+    GENERATION: {
+        "load": ("path_or_hf_repo", "adapter_path", "lazy"),
+        "load_model_resources": ("model_path", "adapter_path"),
+        "ResponseGenerator._log_prefill_started": ("self", "request"),
+        "ResponseGenerator._step": ("self", "batch_gen", "active"),
+        "ResponseGenerator._log_prefill_completed": ("uid", "info", "prompt_response"),
+    },
 }
-# Functions whose messages must still pass through NORMALIZER (looked up by that name) before they are rendered.
-CALLERS: dict[str, tuple[str, ...]] = {"mlx_vlm.server.openai": ("chat_completions_endpoint", "responses_endpoint")}
+# Functions that must still call (look up by name) what we replace or rely on: without the call, no effect.
+CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
+    # their messages must still pass through NORMALIZER before they are rendered
+    "mlx_vlm.server.openai": {"chat_completions_endpoint": (NORMALIZER,), "responses_endpoint": (NORMALIZER,)},
+    GENERATION: {
+        "load_model_resources": ("load",),
+        "ResponseGenerator._run_impl": ("_log_prefill_started", "_step"),
+        "ResponseGenerator._step": ("_log_prefill_progress", "_log_prefill_completed"),
+    },
+}
 REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the wrapper uses changed."
 
 
@@ -70,10 +90,11 @@ def check_vlm_seams() -> None:
                     remediation=REMEDIATION,
                 )
     for module_name, functions in CALLERS.items():
-        for name in functions:
+        for name, callees in functions.items():
             code = getattr(_lookup(module_name, name), "__code__", None)
-            if code is None or NORMALIZER not in code.co_names:
-                raise SeamChanged(f"{module_name}.{name} no longer calls {NORMALIZER}", remediation=REMEDIATION)
+            for callee in callees:
+                if code is None or callee not in code.co_names:
+                    raise SeamChanged(f"{module_name}.{name} no longer calls {callee}", remediation=REMEDIATION)
 
 
 class InstructionPlacer:
@@ -146,6 +167,51 @@ def install_placer() -> InstructionPlacer:
     return placer
 
 
+def install_progress(where: Board | None = None) -> None:
+    """Report the load and each prefill on the board (``runtime/serving/progress.py``), as the mlx_lm worker does.
+
+    The load goes through ``progress.loading``: lazily, then its weights read in parts, done when it returns.
+    mlx_vlm's batched generation thread prefills a prompt in steps of ``--prefill-step-size`` tokens, one per
+    ``_step``, and keeps each request's tokens read in its state (``prefill_processed``, cached tokens
+    included): after each step we copy them to the board, with the prompt's length stashed at its start; a
+    request whose prefill completed, was cancelled or failed (gone from ``active``) leaves the board.
+    """
+    from mlx_agent.runtime.serving import progress
+
+    generation: Any = importlib.import_module(GENERATION)
+    where = where or progress.board()
+    generation.load = progress.loading(generation.load, finish=True)  # the seam: load_model_resources calls it
+    cls: Any = generation.ResponseGenerator
+    started, step, completed = cls._log_prefill_started, cls._step, cls._log_prefill_completed
+
+    def prefill_started(self: Any, request: Any, **kwargs: Any) -> dict[str, Any]:
+        state: dict[str, Any] = started(self, request, **kwargs)
+        state[PROMPT_TOKENS] = int(request.prompt_tokens)
+        return state
+
+    def stepped(self: Any, batch_gen: Any, active: dict[Any, dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = step(self, batch_gen, active, *args, **kwargs)
+        except BaseException:
+            where.prefill_keep(())  # the generation thread fails every request of the batch
+            raise
+        for uid, info in active.items():
+            total, processed = info.get(PROMPT_TOKENS), info.get("prefill_processed")
+            if isinstance(total, int) and isinstance(processed, int) and processed >= 0:
+                where.prefill(uid, processed, max(total, processed))
+        where.prefill_keep(active.keys())
+        return result
+
+    def prefill_completed(uid: Any, info: dict[str, Any], prompt_response: Any) -> None:
+        completed(uid, info, prompt_response)
+        info[PROMPT_TOKENS] = None  # read: the decoding steps report nothing more
+        where.prefill_end(uid)
+
+    cls._log_prefill_started = prefill_started
+    cls._step = stepped
+    cls._log_prefill_completed = staticmethod(prefill_completed)
+
+
 def bind_private(path: str) -> socket.socket:
     """Return a Unix socket bound at ``path`` that only its owner can connect to (not yet listening)."""
     with contextlib.suppress(FileNotFoundError):
@@ -190,6 +256,7 @@ def serve(argv: list[str]) -> int:
         previous_run(BodyLimits(loaded, limits), fd=sock.fileno(), **kwargs)
 
     install_placer()
+    install_progress()
     previous_run = uvicorn.run
     uvicorn.run = run_on_socket  # the seam: mlx_vlm's CLI calls uvicorn.run
     sys.argv = ["mlx_vlm.server", *native]

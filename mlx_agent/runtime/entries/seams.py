@@ -89,6 +89,7 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "TextStateMachine.flush": ("state",),
     "TextStateMachine.discard": ("state",),
     "load": ("path_or_hf_repo", "tokenizer_config", "model_config", "adapter_path", "lazy"),  # wrapped: progress
+    "sharded_load": ("repo", "pipeline_group", "tensor_group"),  # wrapped on a group's rank 0: progress
     "scan_cache_dir": ("cache_dir",),  # wrapped: a missing hub cache lists no repos instead of failing
 }
 

@@ -9,8 +9,9 @@ temporary file and a rename; no fsync: it dies with the worker) with::
 
 ``load`` counts the bytes of the model's parameters read from its weight files so far: the model is loaded
 lazily (``lazy=True``, nothing read yet), then its parameters are evaluated in about ``LOAD_STEPS`` parts, each
-part reading its tensors from the files, and the count grows after each part. ``prefill`` holds one entry per
-request still reading its prompt, from mlx_lm's own progress reports (one per prefill step);
+part reading its tensors from the files, and the count grows after each part (a group's rank 0 counts its own
+shard: ``sharded_loading``). ``prefill`` holds one entry per request still reading its prompt, from mlx_lm's own
+progress reports (one per prefill step; mlx_vlm's worker copies its per-step counts, ``mlx_vlm_server``);
 ``prefill_tokens`` counts every prompt token processed since the worker started (the front turns it into
 prefill tokens per second). Times are ``time.time()``.
 """
@@ -22,7 +23,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,15 @@ class Board:
             if self.prefills.pop(key, None) is not None:
                 self._write()
 
+    def prefill_keep(self, keys: Collection[int]) -> None:
+        """Forget the prefills of every request but ``keys`` (mlx_vlm drops a cancelled or failed one silently)."""
+        with self.lock:
+            gone = [key for key in self.prefills if key not in keys]
+            for key in gone:
+                del self.prefills[key]
+            if gone:
+                self._write()
+
 
 _BOARD: Board | None = None
 
@@ -135,11 +145,16 @@ def board() -> Board:
 
 def evaluate(model: Any, where: Board | None = None) -> None:
     """Evaluate a lazily loaded model's parameters part by part, counting the bytes of each part as read."""
+    evaluate_tree(model.parameters(), where)
+
+
+def evaluate_tree(parameters: Any, where: Board | None = None) -> None:
+    """Evaluate a tree of lazy parameters part by part, counting the bytes of each part as read."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
     where = where or board()
-    leaves: Any = tree_flatten(model.parameters())  # (name, array) pairs
+    leaves: Any = tree_flatten(parameters)  # (name, array) pairs
     arrays = [leaf[1] for leaf in leaves]
     total = sum(int(a.nbytes) for a in arrays)  # from shapes and dtypes: nothing is read for it
     where.load_begin(total)
@@ -158,18 +173,54 @@ def evaluate(model: Any, where: Board | None = None) -> None:
         where.load_advance(size)
 
 
-def loading(load: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap mlx_lm's ``load`` so that an eager load reads its weights through ``evaluate`` (and reports)."""
+def loading(load: Callable[..., Any], finish: bool = False) -> Callable[..., Any]:
+    """Wrap a runtime's ``load`` (the model first in what it returns) so that it reads its weights in parts.
 
-    @functools.wraps(load)  # its signature stays mlx_lm's (``seams`` checks it)
+    ``finish`` marks the load done when it returns (mlx_vlm's server: nothing of ours runs between its load and
+    its listening); mlx_lm's wrapped ``run`` marks it itself, after a draft model's load.
+    """
+
+    @functools.wraps(load)  # its signature stays the runtime's (the seam checks read it)
     def load_reporting(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("lazy"):
             return load(*args, **kwargs)
         result = load(*args, **{**kwargs, "lazy": True})
         evaluate(result[0])
+        if finish:
+            board().load_end()
         return result
 
     return load_reporting
+
+
+def sharded_loading(sharded_load: Callable[..., Any], where: Board | None = None) -> Callable[..., Any]:
+    """Wrap mlx_lm's ``sharded_load`` so that its one evaluation of this rank's parameters goes in parts.
+
+    ``sharded_load`` loads lazily, shards, then evaluates ``model.parameters()`` (a dict) in one ``mx.eval``;
+    for its duration (before any generation thread exists) an ``mx.eval`` of one dict goes through
+    ``evaluate_tree``, so the board counts this rank's own share of the weights. Its other evaluations (a
+    collective on a scalar) pass through unchanged.
+    """
+
+    @functools.wraps(sharded_load)
+    def sharded_load_reporting(*args: Any, **kwargs: Any) -> Any:
+        import mlx.core as mx
+
+        whole = mx.eval
+
+        def in_parts(*trees: Any) -> None:
+            if len(trees) == 1 and isinstance(trees[0], dict):
+                evaluate_tree(trees[0], where)  # its parts are lists: they reach ``whole``
+                return
+            whole(*trees)
+
+        mx.eval = in_parts
+        try:
+            return sharded_load(*args, **kwargs)
+        finally:
+            mx.eval = whole
+
+    return sharded_load_reporting
 
 
 def reporting(
