@@ -157,6 +157,19 @@ def render_receipt(data: Launched, warnings: list[str]) -> None:
     )
 
 
+def model_state(model: Mapping[str, Any]) -> str:
+    """Return a model's state for the status table: ``loading 42%`` and ``prefill 37%`` where the JSON has them."""
+    state = str(model.get("model_state") or "-")
+    load = model.get("load_progress") or {}
+    if state == "loading" and load.get("fraction") is not None:
+        return f"loading {load['fraction'] * 100:.0f}%"
+    fractions = [p["fraction"] for p in model.get("prefill") or [] if p.get("fraction") is not None]
+    if state == "loaded" and fractions:  # the oldest request's, then how many more are reading a prompt
+        more = f" (+{len(fractions) - 1})" if len(fractions) > 1 else ""
+        return f"prefill {fractions[0] * 100:.0f}%{more}"
+    return state
+
+
 def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     """Print one row per known server."""
     _warnings(warnings)
@@ -196,7 +209,7 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
                 f"[{colours.get(s['state'], 'white')}]{state}[/]" if first else "",
                 str(s.get("pid", "-")) if first else "",
                 escape(str(m.get("name") or "-")),
-                str(m.get("model_state") or "-"),
+                model_state(m),
                 str(worker.get("pid") or "-"),
                 loads,
                 last[11:19] if len(last) >= 19 else last,  # the time of day; --json has the whole date
