@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from aiohttp.typedefs import Middleware
 
     from mlx_agent.gateway.metrics import FrontMetrics
-    from mlx_agent.gateway.samples import Samples
+    from mlx_agent.gateway.samples import Ring, Samples
     from mlx_agent.gateway.security import Handler
 
 EXCHANGE = "mlx_agent_exchange"
@@ -65,6 +65,8 @@ class Exchange:
     completed: int | None = None  # the status of a stream whose last event reached the client
     samples: Samples | None = None  # the front's per-second samples (``samples.py``)
     streamed: int = 0  # the stream's data events so far, each counted as a token in the samples
+    # The model's ring in the samples, once the first token came.
+    _ring: tuple[str, Ring] | None = field(default=None, init=False, repr=False)
 
     def routed(self, model: str, stream: bool, prompt: Any) -> None:
         """Record the model the request reached, whether it streams, and its prompt (kept only if logged)."""
@@ -86,7 +88,10 @@ class Exchange:
             self.first_token = time.perf_counter()
         self.streamed += 1
         if self.samples is not None and self.model is not None:
-            self.samples.ring(self.model).tokens()
+            ring = self._ring
+            if ring is None or ring[0] != self.model:  # looked up once per stream, not once per token
+                ring = self._ring = (self.model, self.samples.ring(self.model))
+            ring[1].tokens()
 
     def usage(self, usage: dict[str, Any]) -> None:
         """Record the worker's usage object (chat-completion shape)."""

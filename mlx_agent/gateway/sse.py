@@ -153,7 +153,7 @@ class Events:
 
     def feed(self, data: bytes) -> bytes:
         """Take the next bytes of the worker's stream; return the client's bytes for every event they finish."""
-        pending = self.pending + data
+        pending = self.pending + data if self.pending else data  # an event per read is the rule: no copy
         translator = self.translator
         out: list[bytes] = []
         while (end := pending.find(b"\n\n")) >= 0:
