@@ -13,7 +13,8 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 
 from mlx_agent.wire import PROMPT_LOOKUP_FLAG
 from tests.e2e.test_prompt_lookup_server import CHATS, CODE, LOOKUP_LINE
+from tests.e2e.test_wrapped_cancel import STOPPED
 from tests.e2e.test_wrapped_support import Server, running
 
 pytestmark = pytest.mark.e2e
@@ -29,6 +31,9 @@ STEP = ("--prefill-step-size", "64")
 LONG = " ".join(f"item{i % 89} is number {i}," for i in range(160))  # about 1,300 tokens: twenty chunks
 SHORT = "Hello! How are you today?"
 JOINED = re.compile(r"mlx-agent: (\S+) joins the batch without prompt lookup \((\d+) other requests active")
+HANDED = re.compile(r"mlx-agent: (\S+) hands over to the batch after (\d+) tokens")
+LEAVING = 20000  # tokens: far more than the test waits for
+EDIT = [{"role": "user", "content": f"Rename Stack to Pile in this code:\n{CODE}"}]
 
 
 @pytest.fixture(scope="module")
@@ -171,9 +176,11 @@ def test_lookup_requests_sent_together_are_batched_with_native_replies(servers: 
     joined = dict(lines)
     assert len(joined) == len(lines), "a request was reported twice"
     alone = {found[0] for found in LOOKUP_LINE.findall(log) if found[0] in ids}
+    handed = {ident for ident, _ in HANDED.findall(log) if ident in ids}
     assert joined, "no request joined the batch"
     assert all(others >= 1 for others in joined.values())
-    assert set(joined) | alone == set(ids) and not set(joined) & alone  # each served one way, once
+    assert set(joined) | alone == set(ids) and not set(joined) & alone  # each started one way, once
+    assert handed <= alone  # only a reply that started alone is handed over
 
 
 def test_a_lone_lookup_request_still_uses_drafts(servers: dict[str, Server]) -> None:
@@ -187,3 +194,140 @@ def test_a_lone_lookup_request_still_uses_drafts(servers: dict[str, Server]) -> 
     _, tokens, passes, accepted, _ = lines[0]
     assert int(accepted) > 0 and int(passes) < int(tokens)
     assert reply.id not in dict(JOINED.findall(servers["lookup"].log()))
+
+
+def chat(
+    server: Server,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    *,
+    stream: bool = False,
+    stop: list[str] | None = None,
+    started: threading.Event | None = None,
+    leave: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Send one greedy chat request; return its id, text, finish reason and usage.
+
+    Streamed, it sets ``started`` after its third content chunk and, once ``leave`` is set, closes the stream.
+    """
+    body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
+    if stop:
+        body["stop"] = stop
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    request = urllib.request.Request(
+        f"{server.url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        if not stream:
+            reply = json.loads(answer.read())
+            choice = reply["choices"][0]
+            return {
+                "id": reply["id"],
+                "text": choice["message"]["content"],
+                "finish": choice["finish_reason"],
+                "usage": (reply["usage"]["prompt_tokens"], reply["usage"]["completion_tokens"]),
+            }
+        result: dict[str, Any] = {"id": "", "text": "", "finish": None, "usage": None}
+        chunks = 0
+        for raw in answer:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            result["id"] = chunk["id"]
+            if chunk.get("usage"):
+                result["usage"] = (chunk["usage"]["prompt_tokens"], chunk["usage"]["completion_tokens"])
+            for choice in chunk.get("choices", []):
+                piece = choice.get("delta", {}).get("content") or ""
+                result["text"] += piece
+                result["finish"] = choice.get("finish_reason") or result["finish"]
+                chunks += bool(piece)
+            if started is not None and chunks == 3:
+                started.set()
+            if leave is not None and leave.is_set():
+                break  # the with block closes the connection: the client has left
+        return result
+
+
+def in_thread(call: Callable[[], dict[str, Any]], replies: dict[str, dict[str, Any]], name: str) -> threading.Thread:
+    """Start ``call`` in a thread that files its reply under ``name``."""
+
+    def run() -> None:
+        replies[name] = call()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("finish", "stop", "max_tokens"), [("stop", ["ibonac"], 3000), ("length", None, 700)])
+def test_a_lookup_reply_overtaken_mid_reply_hands_over_to_the_batch(
+    servers: dict[str, Server], finish: str, stop: list[str] | None, max_tokens: int
+) -> None:
+    """Three requests sent while a lookup reply runs alone: it hands over, and all four replies are native."""
+    lookup, plain = servers["lookup"], servers["wrapped"]
+    others: dict[str, Callable[[Server], dict[str, Any]]] = {
+        "stop": lambda server: chat(server, [{"role": "user", "content": f"Edit one:\n{CODE}"}], 400, stop=["ather"]),
+        "limit": lambda server: chat(server, [{"role": "user", "content": SHORT}], 37, stream=True),
+        "plain": lambda server: chat(server, [{"role": "user", "content": f"Edit two:\n{CODE}"}], 200),
+    }
+
+    def overtaken(server: Server, started: threading.Event | None = None) -> dict[str, Any]:
+        return chat(server, EDIT, max_tokens, stream=True, stop=stop, started=started)
+
+    started = threading.Event()
+    replies: dict[str, dict[str, Any]] = {}
+    first = in_thread(lambda: overtaken(lookup, started), replies, "overtaken")
+    assert started.wait(timeout=300), "the lookup reply never streamed"
+    threads = [in_thread(partial(call, lookup), replies, name) for name, call in others.items()]
+    for thread in [first, *threads]:
+        thread.join(timeout=600)
+    native = {"overtaken": overtaken(plain), **{name: call(plain) for name, call in others.items()}}
+    assert native["overtaken"]["finish"] == finish and native["stop"]["finish"] == "stop"  # the stops do cut
+    assert native["limit"]["finish"] == "length" and native["limit"]["usage"][1] == 37
+    for name, reply in replies.items():
+        assert {k: reply[k] for k in ("text", "finish", "usage")} == {
+            k: native[name][k] for k in ("text", "finish", "usage")
+        }, name
+    log = lookup.log()
+    handed = dict(HANDED.findall(log))
+    assert replies["overtaken"]["id"] in handed, "the lookup reply was not handed over"
+    assert 3 <= int(handed[replies["overtaken"]["id"]]) < native["overtaken"]["usage"][1]  # mid-reply
+    joined = dict(JOINED.findall(log))
+    assert all(replies[name]["id"] in joined for name in others)  # the others started in the batch
+
+
+def test_a_handed_over_reply_is_cancelled_when_its_client_leaves(servers: dict[str, Server]) -> None:
+    """A streamed lookup reply whose client leaves after its hand-off stops in the batch; the other is whole."""
+    lookup = servers["lookup"]
+    stopped, handed = len(STOPPED.findall(lookup.log())), len(HANDED.findall(lookup.log()))
+    started, leave = threading.Event(), threading.Event()
+    replies: dict[str, dict[str, Any]] = {}
+    messages = [{"role": "user", "content": f"Rename Stack to Heap:\n{CODE}"}]
+    first = in_thread(
+        lambda: chat(lookup, messages, LEAVING, stream=True, started=started, leave=leave), replies, "leaving"
+    )
+    assert started.wait(timeout=300), "the lookup reply never streamed"
+    other = in_thread(lambda: chat(lookup, [{"role": "user", "content": SHORT}], 300), replies, "other")
+    for _ in range(3000):
+        if len(HANDED.findall(lookup.log())) > handed:
+            break
+        time.sleep(0.05)
+    leave.set()
+    first.join(timeout=600)
+    other.join(timeout=600)
+    ident, _ = HANDED.findall(lookup.log())[handed]
+    assert ident == replies["leaving"]["id"], "the lookup reply was not handed over"
+    for _ in range(600):
+        found = STOPPED.findall(lookup.log())
+        if len(found) > stopped:
+            break
+        time.sleep(0.1)
+    label, tokens, late = STOPPED.findall(lookup.log())[stopped]
+    assert label == ident and int(tokens) + int(late) < LEAVING // 4  # stopped in the batch, long before the end
+    assert replies["leaving"]["finish"] is None  # the client left before the end
+    native = chat(servers["wrapped"], [{"role": "user", "content": SHORT}], 300)
+    assert {k: replies["other"][k] for k in ("text", "usage")} == {k: native[k] for k in ("text", "usage")}

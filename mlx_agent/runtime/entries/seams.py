@@ -155,7 +155,16 @@ GENERATE_SEAMS: dict[str, tuple[str, ...]] = {
 NAMES_USED: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_lm.server": {
         "ResponseGenerator.__init__": ("_time_budget", "requests", "_is_distributed"),
-        "ResponseGenerator._generate": ("BatchGenerator", "_time_budget", "_is_batchable", "_serve_single"),
+        "ResponseGenerator._generate": (
+            "BatchGenerator",
+            "_time_budget",
+            "_is_batchable",
+            "_serve_single",
+            # a handed-over lookup reply enters the batch through these (lookup_serving.hand_over)
+            "_tokenize",
+            "_make_state_machine",
+            "fetch_nearest_cache",
+        ),
     },
     "mlx_lm.generate": {
         "BatchGenerator.__init__": (

@@ -7,8 +7,9 @@ appends it. ``generate`` runs in the handler thread and returns a ``ReplyStream`
 ``--prompt-lookup`` it also marks a greedy request for the lookup path (``lookup_serving``), which the generation
 thread then serves alone through ``_serve_single``, steered by the same watcher (``lookup_verify``), when no
 other request is active; with others active it joins mlx_lm's batch without lookup (``_is_batchable``), so
-concurrent requests keep batching. Long prompts prefill a chunk at a time beside the batch
-(``chunked_prefill``).
+concurrent requests keep batching, and a reply served alone hands over to the batch when another request
+arrives: ``_tokenize`` and ``_make_state_machine`` give mlx_lm's batch path its continuation. Long prompts
+prefill a chunk at a time beside the batch (``chunked_prefill``).
 
 A Harmony model (gpt-oss) gets its own text machine from ``_make_state_machine``, a first state read from the
 prompt's last message (``_tokenize``), and the Harmony call parser on its generation context (``generate``);
@@ -31,9 +32,14 @@ import mlx_lm.server as server
 
 from mlx_agent.errors import ContextLengthExceeded, EmptyPrompt, SchemaFailed, TemplateFailed
 from mlx_agent.runtime.accel.lookup_serving import (
+    BATCHED_ATTRIBUTE,
+    HANDOVER_ATTRIBUTE,
     PROMPT_LOOKUP_ATTRIBUTE,
+    Handover,
     PromptLookup,
+    ResumedStops,
     native_reasons,
+    resume_from_handover,
     serve_prompt_lookup,
 )
 from mlx_agent.runtime.reply import structured
@@ -56,7 +62,6 @@ from mlx_agent.wire import EXIT_GENERATION_DIED
 
 log = logging.getLogger(__name__)
 
-BATCHED_ATTRIBUTE = "mlx_agent_lookup_batched"  # a lookup request the generation thread sent to the batch
 WATCHDOG_SECONDS = 0.5  # how often the worker looks at its generation thread
 DEATH_GRACE_SECONDS = 1.0  # what requests in flight get to answer 503 before a dead worker exits
 
@@ -150,7 +155,10 @@ class WrappedGenerator(server.ResponseGenerator):
         self._harmony: dict[Any, HarmonyVocabulary | None] = {}
         self._active: list[ActiveReply] = []  # replies queued and not yet ended (lookup serves one alone)
         self._active_lock = threading.Lock()
+        self.resuming: Handover | None = None  # a handed-over reply between its _tokenize and its cache fetch
         super().__init__(model_provider, prompt_cache)
+        if prompt_lookup is not None:
+            resume_from_handover(self)
         if not self._is_distributed:  # a group's ranks must agree on their slices: they keep mlx_lm's
             self._time_budget = ArrivalBudget(self.requests)  # type: ignore[assignment]  # the same protocol
         threading.Thread(target=self._exit_when_generation_dies, name="mlx-agent-watchdog", daemon=True).start()
@@ -187,6 +195,9 @@ class WrappedGenerator(server.ResponseGenerator):
     # -- generation thread -----------------------------------------------------------------------------
 
     def _tokenize(self, tokenizer: Any, request: Any, args: Any) -> Any:
+        self.resuming = getattr(args, HANDOVER_ATTRIBUTE, None)
+        if self.resuming is not None:  # a lookup reply going on in the batch: its prompt is what it has so far
+            return self.resuming.tokens, [list(self.resuming.tokens)], ["assistant"], self.resuming.initial_state, None
         options: RequestOptions = getattr(request, "options", RequestOptions())
         label: str = getattr(request, "label", "request")
         rendering = TemplateCall(tokenizer, options) if options.custom_template_call else tokenizer
@@ -217,6 +228,8 @@ class WrappedGenerator(server.ResponseGenerator):
     def _make_state_machine(self, model_key: Any, tokenizer: Any, stop_words: list[str]) -> tuple[Any, Any]:
         """Return mlx_lm's stop sequences and text machine; a Harmony model's text machine splits its channels."""
         stop_sequences, text_sm = super()._make_state_machine(model_key, tokenizer, stop_words)  # type: ignore[no-untyped-call]
+        if self.resuming is not None:  # a handed-over reply keeps matching where it was
+            stop_sequences = ResumedStops(self.resuming.matcher)
         if self.harmony(tokenizer) is not None:
             text_sm = HarmonyTextMachine(stop_words)
         return stop_sequences, text_sm
