@@ -1,7 +1,9 @@
 """The rich table ``serve top`` draws from a snapshot (``supervise/top.py``): one row per model of each server.
 
 Pure: a snapshot and a width in, a renderable out, so the tests read what a person sees without a terminal.
-A column the terminal is too narrow for is left out, the sparkline of tokens/s first, then the last error.
+A column the terminal is too narrow for is left out, the sparkline of tokens/s first, then the last error, then
+the counters in ``DROPPED_FIRST``'s order; the server, model and state columns always show whole (an 80-column
+terminal shows a model's name, not three letters of it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_SECONDS = 30  # the sparkline's last seconds, one character each
 WIDE = 150  # from this width the sparkline is drawn
 MEDIUM = 120  # from this width the last error is shown
+KEPT = ("PORT", "MODE", "MODEL", "STATE")  # never left out, never shortened
+# The counters a narrow terminal loses, first to last; what is left shows whole.
+DROPPED_FIRST = ("EVICT", "PREFILL/S", "CACHE", "TTFT", "LOADS", "MEM/EST", "REQ/WAIT", "TOK/S")
+GAP = 2  # the table's padding between two columns
 STATE_STYLES = {
     "loaded": "green",
     "busy": "cyan",
@@ -75,7 +81,6 @@ def render(snapshot: dict[str, Any], width: int) -> RenderableType:
         f"of {size(memory.get('total_bytes'))}  {len(servers)} server(s)  q to quit",
         style="bold",
     )
-    table = Table(expand=False, pad_edge=False, box=None, header_style="bold")
     columns = ["PORT", "MODE", "MODEL", "STATE", "MEM/EST", "REQ/WAIT", "TOK/S", "TTFT", "CACHE", "PREFILL/S"]
     columns += ["LOADS", "EVICT"]
     show_error, show_spark = width >= MEDIUM, width >= WIDE
@@ -83,8 +88,7 @@ def render(snapshot: dict[str, Any], width: int) -> RenderableType:
         columns.append("LAST ERROR")
     if show_spark:
         columns.append("TOK/S 30s")
-    for name in columns:
-        table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=40 if name == "LAST ERROR" else None)
+    rows: list[list[RenderableType]] = []
     for server in servers:
         models = server.get("models") or [{}]
         for index, model in enumerate(models):
@@ -109,7 +113,36 @@ def render(snapshot: dict[str, Any], width: int) -> RenderableType:
                 row.append(Text(error.get("code") or (server.get("error") if first else None) or "", style="red"))
             if show_spark:
                 row.append(sparkline(model.get("tokens_series") or []))
-            table.add_row(*row)
+            rows.append(row)
+    shown = fitting(columns, rows, width)
+    table = Table(expand=False, pad_edge=False, box=None, header_style="bold")
+    for i in shown:
+        name = columns[i]
+        kept = name in KEPT
+        table.add_column(
+            name,
+            no_wrap=True,
+            overflow="fold" if kept else "ellipsis",
+            min_width=natural_width(name, [r[i] for r in rows]) if kept else None,
+            max_width=40 if name == "LAST ERROR" else None,
+        )
+    for r in rows:
+        table.add_row(*(r[i] for i in shown))
     if not servers:
         return Group(header, Text("no servers in this home (mlx-agent serve start ... --confirm starts one)"))
     return Group(header, table)
+
+
+def natural_width(header: str, cells: list[RenderableType]) -> int:
+    """Return the width a column takes to show its header and every cell whole."""
+    return max([len(header), *(len(c.plain if isinstance(c, Text) else str(c)) for c in cells)])
+
+
+def fitting(columns: list[str], rows: list[list[RenderableType]], width: int) -> list[int]:
+    """Return the indexes of the columns to draw: all, less the last error, then ``DROPPED_FIRST``, until they fit."""
+    shown = list(range(len(columns)))
+    widths = [natural_width(name, [r[i] for r in rows]) for i, name in enumerate(columns)]
+    order = [columns.index(n) for n in ("TOK/S 30s", "LAST ERROR", *DROPPED_FIRST) if n in columns]
+    while order and sum(widths[i] for i in shown) + GAP * (len(shown) - 1) > width:
+        shown.remove(order.pop(0))
+    return shown

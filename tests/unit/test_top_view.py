@@ -89,6 +89,16 @@ def test_narrow_terminals_lose_the_sparkline_then_the_error() -> None:
     assert "load_failed" not in narrow and "LOADS" in narrow
 
 
+def test_an_80_column_terminal_shows_names_and_states_whole() -> None:
+    """On a default 80-column terminal the counters give way first: model names and states are never cut short."""
+    models = [model_view(front_model("qwen-coder-32b")), model_view(front_model("beta", model_state="unloaded"))]
+    text = screen(models, 80)
+    assert "qwen-coder-32b" in row(text, "qwen-coder-32b") and "loaded" in row(text, "qwen-coder-32b")
+    assert "unloaded" in row(text, "beta") and "8123" in text and "jit" in text
+    assert "…" not in text and "TOK/S" in text and "EVICT" not in text
+    assert all(len(line) <= 80 for line in text.splitlines()[1:])
+
+
 def test_sparkline_scales_to_its_largest_second() -> None:
     """The largest second is a full bar, an empty second a space, and only the last seconds are drawn."""
     assert sparkline([0, 1, 8], width=3) == " ▁█"
