@@ -194,6 +194,7 @@ def test_a_lone_lookup_request_still_uses_drafts(servers: dict[str, Server]) -> 
     _, tokens, passes, accepted, _ = lines[0]
     assert int(accepted) > 0 and int(passes) < int(tokens)
     assert reply.id not in dict(JOINED.findall(servers["lookup"].log()))
+    assert reply.id not in dict(HANDED.findall(servers["lookup"].log()))  # nothing arrived: it stayed alone
 
 
 def chat(
