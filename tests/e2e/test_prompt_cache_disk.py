@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +21,7 @@ import pytest
 
 from mlx_agent.disk import MIB, disk_space
 from tests.conftest import Agent, free_port
+from tests.disk_support import tmpfs
 
 pytestmark = pytest.mark.e2e
 
@@ -31,23 +31,16 @@ SAVE_S = 60.0  # how long an unloaded worker may take to save (a bound, not a me
 @contextlib.contextmanager
 def tmpfs_home(tmp_path: Path, size: str) -> Iterator[Agent]:
     """Mount a private tmpfs of ``size``, yield a CLI runner whose home is on it, stop its servers, unmount."""
-    mount = tmp_path / "disk"
-    mount.mkdir(mode=0o700)
-    if (
-        os.geteuid() != 0
-        or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)]).returncode
-    ):
-        pytest.skip("needs root to mount a small tmpfs")
-    home = mount / "home"
-    home.mkdir(mode=0o700)
-    agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(tmp_path / "hf")})
-    try:
-        yield agent
-    finally:
-        (mount / "filler").unlink(missing_ok=True)  # room for the stop to remove its files
-        for receipt in agent.serve_dir.glob("*.json") if agent.serve_dir.is_dir() else []:
-            agent.run("serve", "stop", "--port", receipt.stem)
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs(tmp_path, size) as mount:
+        home = mount / "home"
+        home.mkdir(mode=0o700)
+        agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(tmp_path / "hf")})
+        try:
+            yield agent
+        finally:
+            (mount / "filler").unlink(missing_ok=True)  # room for the stop to remove its files
+            for receipt in agent.serve_dir.glob("*.json") if agent.serve_dir.is_dir() else []:
+                agent.run("serve", "stop", "--port", receipt.stem)
 
 
 def fill_to(home: Path, free_bytes: int) -> None:

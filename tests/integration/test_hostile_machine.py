@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from tests.conftest import FAKE_SERVER, Agent, fake_runtime, free_port
+from tests.disk_support import tmpfs
 from tests.gateway_support import squatting
 
 # Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
@@ -386,19 +387,10 @@ def test_verify_weights_binds_every_byte_and_shows_its_progress(agent: Agent, mo
 @contextlib.contextmanager
 def small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
     """Mount a tmpfs of ``size`` and yield its private receipts directory (root only; skipped otherwise)."""
-    mount = tmp_path / "small"
-    mount.mkdir(mode=0o700)
-    if (
-        os.geteuid() != 0
-        or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)]).returncode
-    ):
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with tmpfs(tmp_path, size, "small") as mount:
         (mount / "receipts" / "serve").mkdir(parents=True, mode=0o700)
         os.chmod(mount / "receipts", 0o700)
         yield mount / "receipts"
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(directory: Path) -> None:

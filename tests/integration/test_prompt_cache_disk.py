@@ -6,11 +6,8 @@ The entries are real mlx arrays written by mlx_lm's ``save_prompt_cache``; the d
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import mlx.core as mx
@@ -22,24 +19,9 @@ from mlx_agent.runtime.serving import prompt_cache
 from mlx_agent.runtime.serving.cache_entry_check import entry_name
 from mlx_agent.runtime.serving.prompt_cache import AlignedPromptCache, fit_to_disk, keep_entries, save_entries
 from mlx_agent.wire import PROMPT_CACHE_REPORT
+from tests.disk_support import tmpfs
 
 POSITIONS = 600  # one entry: keys and values of 2 heads x 600 positions x 64 dims in float32, about 600 KiB
-
-
-@contextlib.contextmanager
-def tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
-    """Mount a private tmpfs of ``size`` and yield it (root only; skipped otherwise)."""
-    mount = tmp_path / "disk"
-    mount.mkdir(mode=0o700)
-    if (
-        os.geteuid() != 0
-        or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)]).returncode
-    ):
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill_to(directory: Path, free_bytes: int) -> None:
