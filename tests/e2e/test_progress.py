@@ -106,23 +106,28 @@ def watch(gateway: Gateway, done: threading.Event) -> tuple[list[float], list[fl
     return loads, prefills, load_gauges, prefill_gauges
 
 
+def watched_stream(gateway: Any) -> tuple[dict[str, Any], tuple[list[float], ...]]:
+    """Stream the long prompt while ``watch`` reads progress; return the stream's outcome and what was seen."""
+    out: dict[str, Any] = {}
+    client = threading.Thread(target=stream, args=(gateway, LONG_PROMPT, out))
+    done = threading.Event()
+    client.start()
+    try:
+        seen: dict[str, tuple[list[float], ...]] = {}
+        watcher = threading.Thread(target=lambda: seen.update(result=watch(gateway, done)))
+        watcher.start()
+        client.join(timeout=300)
+    finally:
+        done.set()
+    watcher.join(timeout=30)
+    return out, seen["result"]
+
+
 def test_slow_load_and_prefill_show_progress(tmp_path: Path, tiny_model: Path) -> None:
     """A cold load's bytes read and a prefill's tokens read grow in status and /metrics while the stream lives."""
     with running_gateway(tmp_path, slow_argv(tmp_path, tiny_model), model_path=tiny_model) as gateway:
         assert gateway.status()["model_state"] == "unloaded"
-        out: dict[str, Any] = {}
-        client = threading.Thread(target=stream, args=(gateway, LONG_PROMPT, out))
-        done = threading.Event()
-        client.start()
-        try:
-            seen: dict[str, tuple[list[float], ...]] = {}
-            watcher = threading.Thread(target=lambda: seen.update(result=watch(gateway, done)))
-            watcher.start()
-            client.join(timeout=300)
-        finally:
-            done.set()
-        watcher.join(timeout=30)
-        loads, prefills, load_gauges, prefill_gauges = seen["result"]
+        out, (loads, prefills, load_gauges, prefill_gauges) = watched_stream(gateway)
         assert "error" not in out, out
         assert out["status"] == 200 and out["body"].rstrip().endswith(b"data: [DONE]"), out
         assert b": keepalive" in out["body"]  # the load and the prefill outlast the front's keep-alive period
@@ -149,19 +154,7 @@ def test_the_vlm_worker_shows_its_slow_load_and_prefill(tmp_path: Path) -> None:
     worker["readiness"] = {"path": "/health", "status": 200, "json": {"status": "healthy"}, "nonnull": ["loaded_model"]}
     gateway = start_gateway(tmp_path, config)
     try:
-        out: dict[str, Any] = {}
-        client = threading.Thread(target=stream, args=(gateway, LONG_PROMPT, out))
-        done = threading.Event()
-        client.start()
-        try:
-            seen: dict[str, tuple[list[float], ...]] = {}
-            watcher = threading.Thread(target=lambda: seen.update(result=watch(gateway, done)))
-            watcher.start()
-            client.join(timeout=300)
-        finally:
-            done.set()
-        watcher.join(timeout=30)
-        loads, prefills, _, prefill_gauges = seen["result"]
+        out, (loads, prefills, _, prefill_gauges) = watched_stream(gateway)
         assert "error" not in out, out
         assert out["status"] == 200 and out["body"].rstrip().endswith(b"data: [DONE]"), out
         assert len(set(loads)) >= 3 and loads == sorted(loads), loads  # read in parts, never going back
