@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import signal
 import stat
@@ -161,9 +162,26 @@ def test_concurrent_stops_one_stops_the_rest_already_stopped(agent: Agent, tiny_
     exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
     port = free_port()
     assert confirm(agent, start_args(tiny_model, exe, port))[0] == 0
-    stops = [agent.popen("serve", "stop", "--port", str(port)) for _ in range(10)]
+    lock = agent.serve_dir / f"{port}.lock"
+    # Hold the port's lock until all ten have seen the receipt and wait on the lock: on a loaded machine a
+    # stop started late would otherwise find no receipt at all, which is receipt_not_found, not this race.
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        stops = [agent.popen("serve", "stop", "--port", str(port)) for _ in range(10)]
+        deadline = time.monotonic() + 120
+        while not all(_has_open(proc.pid, lock) for proc in stops):
+            assert time.monotonic() < deadline, "the stops never reached the port's lock"
+            time.sleep(0.05)
     results = []
     for proc in stops:
         out, _ = proc.communicate(timeout=120)
         results.append((proc.returncode, json.loads(out)["data"].get("result")))
     assert sorted(results) == [(0, "already_stopped")] * 9 + [(0, "stopped")]
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds ``path`` open (a stop waiting on the port's lock does)."""
+    try:
+        return any(Path(f.path) == path for f in psutil.Process(pid).open_files())
+    except psutil.NoSuchProcess:
+        return True  # it finished (or failed): communicate() below says how
