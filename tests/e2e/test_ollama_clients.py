@@ -90,7 +90,7 @@ def test_chat_answers_with_thinking_and_content_streamed_and_not(client: ollama.
     assert reply.prompt_eval_count and reply.eval_count and reply.eval_count >= 2
     assert reply.total_duration and reply.eval_duration is not None and reply.prompt_eval_duration
     assert reply.total_duration >= reply.prompt_eval_duration + reply.eval_duration
-    parts = list(client.chat(model=NAME, messages=[{"role": "user", "content": "hi"}], stream=True))
+    parts = list(client.chat(model=NAME, messages=[{"role": "user", "content": "hi"}], stream=True, think=True))
     assert [p.done for p in parts][-1] is True and not any(p.done for p in parts[:-1])
     assert "".join(p.message.thinking or "" for p in parts) == AGENT_THOUGHT
     assert "".join(p.message.content or "" for p in parts) == AGENT_ANSWER

@@ -78,6 +78,18 @@ def test_front_door_refusals_have_ollamas_shape(keyed: Gateway) -> None:
         assert (reply.status, doc["code"], isinstance(doc["error"], str)) == (status, code, True), reply.body
 
 
+def test_think_asked_of_a_model_without_thinking_is_refused_as_ollama_does(keyed: Gateway) -> None:
+    """think true or an effort, to a model whose template has no reasoning, is 400 model_not_thinking; false passes."""
+    for think in (True, "high"):
+        for path, body in (("/api/chat", {"messages": HI}), ("/api/generate", {"prompt": "hi"})):
+            reply = keyed.request("POST", path, {"model": "org/tiny", "think": think, **body}, headers=auth())
+            doc = reply.json()
+            assert (reply.status, doc["code"]) == (400, "model_not_thinking"), reply.body
+            assert "does not support thinking" in doc["error"]
+    plain = {"model": "org/tiny", "messages": HI, "think": False, "stream": False}
+    assert keyed.request("POST", "/api/chat", plain, headers=auth()).status == 200
+
+
 def test_model_management_is_refused_clearly(keyed: Gateway) -> None:
     """Pull, push, create, copy, delete and blobs are 501 model_management_unsupported; nothing is loaded."""
     for method, path in MANAGEMENT:

@@ -140,6 +140,9 @@ class OllamaApi:
         name = str(body.model)
         if translated.load_only:
             return await self._load(request, kind, model, name, translated)
+        if body.think not in (None, False) and "thinking" not in (await self.info(model)).capabilities:
+            # Ollama refuses it too: the client asked for reasoning this model's template cannot give
+            raise refused(Code.MODEL_NOT_THINKING, f"{name!r} does not support thinking", param="think")
         chat = dict(translated.chat, model=model.name)
         _, prepared = self.upstream.prepare(request, chat)
         path, key = (COMPLETIONS_PATH, Key.COMPLETIONS) if translated.raw else (CHAT_PATH, Key.CHAT)
