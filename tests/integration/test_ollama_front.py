@@ -79,7 +79,7 @@ def test_front_door_refusals_have_ollamas_shape(keyed: Gateway) -> None:
 
 
 def test_think_asked_of_a_model_without_thinking_is_refused_as_ollama_does(keyed: Gateway) -> None:
-    """think true or an effort, to a model whose template has no reasoning, is 400 model_not_thinking; false passes."""
+    """A think of true or an effort, to a model without reasoning, is 400 model_not_thinking; false passes."""
     for think in (True, "high"):
         for path, body in (("/api/chat", {"messages": HI}), ("/api/generate", {"prompt": "hi"})):
             reply = keyed.request("POST", path, {"model": "org/tiny", "think": think, **body}, headers=auth())
