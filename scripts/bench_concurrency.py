@@ -11,11 +11,12 @@ PASS/FAIL against the issue's target:
    back (the order alternating): chat
    completions whole and streamed (target >= 0.98), and ours through Messages and Responses (streamed) over
    bare's streamed chat (target >= 0.97).
-2. Prompt lookup: a second whole stack with ``--mlx-agent-prompt-lookup``. Four concurrent streamed chats,
-   lookup over plain (target >= 0.98: lookup requests keep batching), and a code edit alone, the plain
-   stack's decode time (first token to last) over lookup's (target >= 2.0). The random model loops, which is
-   what its drafts match here; ``scripts/bench_prompt_lookup.py`` measures lookup on a model trained to copy.
-   The replies must be the same with and without lookup.
+2. Prompt lookup: two whole stacks, plain and with ``--mlx-agent-prompt-lookup``, on the model
+   ``scripts/bench_prompt_lookup.py`` trains to copy (cached under ``.cache``; about three minutes the first
+   time), as a random model copies nothing a draft could match. Four concurrent streamed chats, lookup over
+   plain (target >= 0.98: lookup requests keep batching), and a code edit alone (a code block of its corpus to
+   rewrite), the plain stack's decode time (first token to last) over lookup's (target >= 2.0). The replies
+   must be the same with and without lookup.
 3. A short request during a long prefill: a long prompt (``--long-tokens``, prefilled in chunks of
    ``--prefill-step`` tokens: the issue's 30k tokens in 2k chunks, scaled to what a CPU prefills in tens of
    seconds) is sent, and a short request follows after a quarter of the long prompt's prefill time alone. The
@@ -51,10 +52,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_gateway  # noqa: E402  (the sibling script that starts an eager front)
+import bench_prompt_lookup  # noqa: E402  (the sibling script that trains the copy model)
 from bench_gateway_apis import chat_event, messages_event, responses_event, timed_stream  # noqa: E402
 
 from mlx_agent.wire import PROMPT_LOOKUP_FLAG  # noqa: E402
-from tests.e2e.test_prompt_lookup_server import CHATS  # noqa: E402
 from tests.e2e.test_wrapped_support import running  # noqa: E402
 
 STACK_TARGET, API_TARGET, LOOKUP_TARGET, CODE_TARGET = 0.98, 0.97, 0.98, 2.0
@@ -230,7 +231,10 @@ def keep(results: dict[str, Any], key: str, target: Target, messages: list[dict[
 
 def lookup_part(plain: Target, lookup: Target, rounds: int, tokens: int) -> None:
     """Part 2: lookup over plain, four streams at once and a code edit alone; the replies must match."""
-    print("2. prompt lookup, the whole stack with --prompt-lookup / without:")
+    print("2. prompt lookup, the whole stack with --prompt-lookup / without (the copy model):")
+    kinds = bench_prompt_lookup.prompts()
+    edits = [messages for kind, messages in kinds if kind == "code_edit"]
+    chats = [messages for kind, messages in kinds if kind == "chat"]
     four: list[float] = []
     code: list[float] = []
     same = total = 0
@@ -239,12 +243,7 @@ def lookup_part(plain: Target, lookup: Target, rounds: int, tokens: int) -> None
         rates: dict[str, float] = {}
         texts: dict[str, list[str]] = {}
         for target in order:
-            calls = [
-                partial(
-                    decode_stream, target, [{"role": "user", "content": f"Story {round_}.{i}: a long story."}], tokens
-                )
-                for i in range(4)
-            ]
+            calls = [partial(decode_stream, target, chats[(4 * round_ + i) % len(chats)], tokens) for i in range(4)]
             replies, seconds = together(calls)
             rates[target.name] = sum(r[3] for r in replies) / seconds
             texts[target.name] = [r[0] for r in replies]
@@ -252,7 +251,7 @@ def lookup_part(plain: Target, lookup: Target, rounds: int, tokens: int) -> None
         same += sum(a == b for a, b in zip(texts[plain.name], texts[lookup.name], strict=True))
         total += 4
         decode: dict[str, float] = {}
-        edit = [{**CHATS["code_edit"][0], "content": f"{CHATS['code_edit'][0]['content']}\n# round {round_}"}]
+        edit = edits[round_ % len(edits)]
         for target in order:
             text, _, seconds, _ = decode_stream(target, edit, 2 * tokens)
             decode[target.name] = seconds
@@ -368,9 +367,10 @@ def main() -> int:
             with stack(directory / "ours", model, ceiling) as ours:
                 throughput(ours, bare, rounds, tokens, streams)
         if "2" in args.parts:
+            copier = bench_prompt_lookup.build_model()
             with (
-                stack(directory / "plain", model, ceiling) as plain,
-                stack(directory / "lookup", model, ceiling, PROMPT_LOOKUP_FLAG) as lookup,
+                stack(directory / "plain", copier, ceiling) as plain,
+                stack(directory / "lookup", copier, ceiling, PROMPT_LOOKUP_FLAG) as lookup,
             ):
                 lookup_part(plain, lookup, rounds, tokens)
         if "3" in args.parts:
