@@ -105,7 +105,7 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     MODEL_NOT_VISION = "model_not_vision", 400, TYPE_INVALID_REQUEST  # an image sent to a text-only model
     MODEL_NOT_EMBEDDING = "model_not_embedding", 400, TYPE_INVALID_REQUEST  # embeddings asked of a chat model
     MODEL_NOT_CHAT = "model_not_chat", 400, TYPE_INVALID_REQUEST  # chat asked of an embedding model
-    MODEL_NOT_THINKING = "model_not_thinking", 400, TYPE_INVALID_REQUEST  # Ollama think asked of a model without
+    MODEL_NOT_THINKING = "model_not_thinking", 400, TYPE_INVALID_REQUEST  # Ollama think, to a template without it
     MODEL_NOT_RERANKER = "model_not_reranker", 400, TYPE_INVALID_REQUEST  # rerank: no model served here scores pairs
     # 401, 403: who is asking
     UNAUTHORIZED = "unauthorized", 401, TYPE_AUTHENTICATION

@@ -152,16 +152,8 @@ def test_a_hostfile_is_bound_by_its_bytes(agent: Agent, tiny_model: Path, tmp_pa
     hostfile.write_text(
         json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}, {"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}])
     )
-    args = [
-        "--path",
-        str(tiny_model),
-        "--port",
-        str(free_port()),
-        "--hostfile",
-        str(hostfile),
-        "--ring-port",
-        str(ring_port()),
-    ]
+    args = ["--path", str(tiny_model), "--port", str(free_port()), "--hostfile", str(hostfile)]
+    args += ["--ring-port", str(ring_port())]
     preview_hash = agent.preview_hash(*args)
     hostfile.write_text(
         json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}, {"ssh": "127.0.0.1", "ips": ["127.0.0.2"]}])

@@ -193,7 +193,7 @@ def test_uv_tool_install_of_the_wheel(dist: Path, tiny_model: Path, tmp_path: Pa
     dirs = {"UV_TOOL_DIR": str(tool_dir), "UV_TOOL_BIN_DIR": str(bin_dir)}
     with_cpu = ["--with", "mlx[cpu]"] if LINUX else []
     install = ["tool", "install", "--quiet", "--python", sys.executable, "-c", str(constraints(tmp_path))]
-    proc = uv(*install, str(wheel_of(dist)), *with_cpu, cwd=tmp_path, env={**dirs})
+    proc = uv(*install, str(wheel_of(dist)), *with_cpu, cwd=tmp_path, env=dirs)
     assert proc.returncode == 0, proc.stderr
     installed = Installed(bin_dir, tmp_path / "run")
     version = subprocess.run(
