@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 # psutil's create_time is derived from clock ticks since boot; two reads of one process agree to well
 # under this, while a reused pid is born at least a tick later.
 CREATE_TIME_TOLERANCE = 0.005
+CMDLINE_WAIT_SECONDS = 5.0
 
 
 def identity(pid: int) -> ProcessIdentity:
@@ -36,10 +37,16 @@ def identity(pid: int) -> ProcessIdentity:
     """
     import psutil
 
+    deadline = time.monotonic() + CMDLINE_WAIT_SECONDS
     try:
         proc = psutil.Process(pid)
-        with proc.oneshot():
-            return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(), "cmdline": proc.cmdline()}
+        # A child just spawned may still be inside execve, between dropping its old image and laying out the new
+        # argv, when the kernel reports an empty cmdline; recorded so, the receipt would never match it again.
+        while not (cmdline := proc.cmdline()) and time.monotonic() < deadline:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                raise ProcessLookupError(pid)
+            time.sleep(0.005)
+        return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(), "cmdline": cmdline}
     except psutil.NoSuchProcess as exc:  # includes a child that already exited and is a zombie
         raise ProcessLookupError(pid) from exc
 
