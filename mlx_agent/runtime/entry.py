@@ -33,4 +33,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ENTRIES:
         print(USAGE, file=sys.stderr)
         return 2
+    from mlx_agent.runtime import transformers_index
+
+    transformers_index.install()  # before the runtime imports transformers: its index of model files, saved once
     return load_entry(argv[0])(argv[1:])

@@ -1,0 +1,112 @@
+"""Transformers' index of its model files, saved by the first worker and read by later ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlx_agent.runtime import transformers_index
+
+# A worker's import, in a fresh interpreter: the index hooked in first, then what mlx_lm.server imports and uses.
+PROBE = """
+import json, sys
+from mlx_agent.runtime import transformers_index
+hooked = transformers_index.install()
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+import transformers.models.llama
+from transformers.utils import import_utils
+scan = import_utils.create_import_structure_from_path
+print(json.dumps({"hooked": hooked, "scanned": getattr(scan, "scanned", None),
+                  "fast": PreTrainedTokenizerFast.__name__, "auto": AutoTokenizer.__name__}))
+"""
+
+
+def fast_tokenizer() -> str:
+    """Return the class name an unhooked ``from transformers import PreTrainedTokenizerFast`` resolves."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.__name__
+
+
+def worker_import(cache: Path) -> dict[str, object]:
+    """Import transformers the way a worker does, with ``cache`` as the user's cache; return what it saw."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return seen
+
+
+def saved(cache: Path) -> Path:
+    """Return the one index file saved under ``cache``."""
+    [path] = (cache / "mlx-agent").glob("transformers-index-*.json")
+    return path
+
+
+def test_the_first_worker_scans_and_saves_and_the_next_reads_it(tmp_path: Path) -> None:
+    """The first import scans the models folder and saves the index privately; the second scans nothing."""
+    first = worker_import(tmp_path)
+    assert first["hooked"] is True
+    assert first["fast"] == fast_tokenizer() and first["auto"] == "AutoTokenizer"
+    assert isinstance(first["scanned"], list) and first["scanned"][0].endswith("transformers/models")
+    path = saved(tmp_path)
+    assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    second = worker_import(tmp_path)
+    assert second["scanned"] == [] and second["fast"] == fast_tokenizer()
+
+
+def test_the_saved_index_is_what_transformers_scans() -> None:
+    """The index read back equals transformers' own scan of its installed models folder, frozensets and sets."""
+    from transformers.utils import import_utils
+
+    scan = getattr(import_utils.create_import_structure_from_path, "__wrapped__", None) or (
+        import_utils.create_import_structure_from_path
+    )
+    folder = Path(import_utils.__file__).parent.parent / "models"
+    real = scan(str(folder))
+    assert transformers_index.decode(json.loads(json.dumps(transformers_index.encode(real)))) == real
+
+
+def test_a_damaged_index_is_scanned_again_and_replaced(tmp_path: Path) -> None:
+    """A truncated index file is not trusted: the worker scans as if it were absent and saves a whole one."""
+    worker_import(tmp_path)
+    path = saved(tmp_path)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    again = worker_import(tmp_path)
+    assert again["scanned"] and again["fast"] == fast_tokenizer()
+    assert json.loads(path.read_bytes()) == json.loads(whole)
+
+
+def test_an_index_in_a_folder_others_can_write_is_not_read(tmp_path: Path) -> None:
+    """A cache folder group- or world-writable could hold a planted index: it is neither read nor written."""
+    worker_import(tmp_path)
+    path = saved(tmp_path)
+    path.parent.chmod(0o777)
+    seen = worker_import(tmp_path)
+    assert seen["scanned"] and seen["fast"] == fast_tokenizer()
+    path.parent.chmod(0o700)
+
+
+def test_a_process_that_already_imported_transformers_is_not_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed after transformers' scan ran, the index would only be stale work: install says no."""
+    monkeypatch.setitem(sys.modules, transformers_index.MODULE, sys.modules.get("json"))
+    before = list(sys.meta_path)
+    assert transformers_index.install() is False
+    assert sys.meta_path == before
+
+
+def test_the_cache_is_the_users_own_cache_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``$XDG_CACHE_HOME/mlx-agent`` when set, else ``~/.cache/mlx-agent`` here (``~/Library/Caches`` on macOS)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert transformers_index.cache_root() == tmp_path / "mlx-agent"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert transformers_index.cache_root() == Path.home() / "Library" / "Caches" / "mlx-agent"
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert transformers_index.cache_root() == Path.home() / ".cache" / "mlx-agent"
