@@ -123,6 +123,47 @@ class Agent:
         return preview_hash
 
 
+# The files that take longest, longest first (junit times, 6 workers on 2 cores). pytest-xdist hands out whole
+# files (``--dist loadfile``) in collection order (``--no-loadscope-reorder``): a long file handed out last is
+# the run's tail, so these go first, then the other end-to-end, integration and unit files in their order.
+SLOW_FIRST = (
+    "tests/e2e/test_fuzz_worker_socket.py",
+    "tests/e2e/test_fuzz_requests.py",
+    "tests/e2e/test_agent_long_prefill.py",
+    "tests/e2e/test_serve_group.py",
+    "tests/e2e/test_distributed_entry.py",
+    "tests/integration/test_long_prefill.py",
+    "tests/e2e/test_agent_sessions.py",
+    "tests/e2e/test_real_agents.py",
+    "tests/e2e/test_fleet.py",
+    "tests/integration/test_slow_bodies.py",
+    "tests/e2e/test_prompt_cache_damage.py",
+    "tests/e2e/test_wire_agents.py",
+    "tests/e2e/test_agent_compaction.py",
+    "tests/e2e/test_prompt_lookup_server.py",
+    "tests/e2e/test_prompt_cache_disk.py",
+    "tests/e2e/test_ring_links.py",
+    "tests/e2e/test_agent_run.py",
+    "tests/integration/test_gateway_lifecycle.py",
+    "tests/e2e/test_wheel_install.py",
+    "tests/e2e/test_gateway_real.py",
+)
+TIERS = ("tests/e2e/", "tests/integration/", "tests/unit/")
+
+
+def suite_order(nodeid: str) -> tuple[int, int]:
+    """Return where a test's file goes in the run: the slow files first, then by tier."""
+    path = nodeid.split("::", 1)[0]
+    if path in SLOW_FIRST:
+        return 0, SLOW_FIRST.index(path)
+    return 1, next((i for i, tier in enumerate(TIERS) if path.startswith(tier)), len(TIERS))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the slow files first (a stable sort: each file's tests keep their order)."""
+    items.sort(key=lambda item: suite_order(item.nodeid))
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build one tiny random-weight llama model for the whole session."""

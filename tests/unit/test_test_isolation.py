@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import PORT_BLOCK, REPO_ROOT
+from tests.conftest import PORT_BLOCK, REPO_ROOT, SLOW_FIRST, suite_order
 
 PICK = "import json; from tests.conftest import free_port; print(json.dumps([free_port() for _ in range(40)]))"
 
@@ -62,3 +62,12 @@ def test_a_run_of_ports_is_consecutive_free_and_inside_the_block() -> None:
     for _ in range(PORT_BLOCK):  # a full turn of the block, so a run never crosses its end
         first = free_ports(2)
         assert first >= _LOW and first + 1 < _LOW + PORT_BLOCK
+
+
+def test_the_slow_files_named_for_the_run_order_exist_and_go_first() -> None:
+    """Every file the run starts first exists (a rename cannot drop it silently) and sorts before the rest."""
+    missing = [path for path in SLOW_FIRST if not (REPO_ROOT / path).is_file()]
+    assert not missing
+    assert len(set(SLOW_FIRST)) == len(SLOW_FIRST)
+    order = [suite_order(f"{path}::test") for path in (*SLOW_FIRST, "tests/e2e/x.py", "tests/unit/y.py")]
+    assert order == sorted(order) and order[len(SLOW_FIRST) - 1] < order[len(SLOW_FIRST)]
