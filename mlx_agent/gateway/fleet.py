@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.metrics import FrontMetrics
 from mlx_agent.gateway.progress import machine_memory
+from mlx_agent.gateway.temp_sockets import TempSocketDir
 from mlx_agent.policy import Policy
 from mlx_agent.wire import FRONT_STATE_VERSION, MAX_QUEUE, STALL_TIMEOUT_S
 
@@ -51,6 +51,7 @@ class Fleet:
         self.min_headroom_gb = config["min_headroom_gb"] if policies is None else min_headroom_gb
         self.max_loaded = config["max_loaded"]
         self.started_at = time.time()
+        self._temp_sockets: TempSocketDir | None = None
         self.socket_dir = self._socket_dir()
         self.metrics = FrontMetrics(self)
         self.models: list[Lifecycle] = []
@@ -79,7 +80,8 @@ class Fleet:
         """Create the private directory of the workers' sockets (0700 whatever the umask)."""
         raw = self.config["socket_dir"]
         if not raw:
-            return Path(tempfile.mkdtemp(prefix="mlx-agent-"))
+            self._temp_sockets = TempSocketDir()
+            return self._temp_sockets.path
         return closed_dir(Path(raw))  # a link planted there is refused, never followed and chmodded
 
     def socket_path(self, index: int, load: int) -> Path:
@@ -295,7 +297,5 @@ class Fleet:
         if self._watch_task is not None:
             self._watch_task.cancel()
         await asyncio.gather(*(m.close() for m in self.models), return_exceptions=True)
-        if not self.config["socket_dir"]:
-            import shutil
-
-            shutil.rmtree(self.socket_dir, ignore_errors=True)
+        if self._temp_sockets is not None:
+            self._temp_sockets.close()
