@@ -21,7 +21,13 @@ from tests.gateway_support import gateway_config
 
 def fleet(tmp_path: Path) -> Fleet:
     """Return a fleet of a chat model (org/tiny) and an embedding model (embed, alias text-embedding-*)."""
-    config = gateway_config(tmp_path, 8080, ["python", "w.py", "--port", "{port}"], model_path=tmp_path / "tiny")
+    config = gateway_config(
+        tmp_path,
+        8080,
+        ["python", "w.py", "--port", "{port}"],
+        model_path=tmp_path / "tiny",
+        socket_dir=str(tmp_path / "sockets"),  # its own, not a temp one left for the next front to sweep
+    )
     config["models"][0]["worker"]["kind"] = "text"
     embed = {
         **config["models"][0],

@@ -44,7 +44,12 @@ def refused(body: Any, declaration: type[Body] = ChatBody) -> RequestRefused | B
 def fleet(tmp_path: Path) -> Fleet:
     """Return a fleet of two models: org/tiny (alias claude-*) and org/small (aliases gpt-4o, gpt-*)."""
     config = gateway_config(
-        tmp_path, 8080, ["python", "w.py", "--port", "{port}"], model_path=tmp_path / "tiny", alias=["claude-*"]
+        tmp_path,
+        8080,
+        ["python", "w.py", "--port", "{port}"],
+        model_path=tmp_path / "tiny",
+        alias=["claude-*"],
+        socket_dir=str(tmp_path / "sockets"),  # its own, not a temp one left for the next front to sweep
     )
     second = {
         **config["models"][0],
