@@ -17,15 +17,14 @@ import tempfile
 from pathlib import Path
 
 from mlx_agent.errors import StateDirUnsafe
-from mlx_agent.files import closed_dir
+from mlx_agent.files import closed_dir, open_private
 
 LOCK = ".front.lock"
 
 
 def _locked(path: Path, create: bool = False) -> int:
     """Open and lock ``path``'s lock file without waiting; return the descriptor (OSError when held)."""
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-    fd = os.open(path / LOCK, flags, 0o600)
+    fd = open_private(path / LOCK, os.O_RDWR | (os.O_CREAT if create else 0))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -42,9 +41,9 @@ def _sweep(root: Path) -> None:
         try:
             fd = _locked(entry)
         except FileNotFoundError:
-            fd = -1  # made by hand, or a front that died before its lock existed: not a live front's
-        except OSError:
-            continue  # held: a live front's
+            fd = -1  # no lock file: made by hand, never a front's (a front's is locked before its rename)
+        except (OSError, StateDirUnsafe):
+            continue  # held (a live front's), or a lock file that is not one
         shutil.rmtree(entry, ignore_errors=True)
         if fd >= 0:
             os.close(fd)
