@@ -54,11 +54,11 @@ class Front:
 
 
 @contextmanager
-def running_front(tiny_model: Path, home: Path) -> Iterator[Front]:
-    """Start an eager front on the tiny model (served as ``tiny``); stop it afterwards."""
+def running_front(tiny_model: Path, home: Path, *options: str) -> Iterator[Front]:
+    """Start an eager front on the tiny model (served as ``tiny``, with ``serve start`` OPTIONS); stop it afterwards."""
     agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home)})
     port = free_port()
-    agent.launch("--path", str(tiny_model), "--port", str(port), "--served-model-name", "tiny")
+    agent.launch("--path", str(tiny_model), "--port", str(port), "--served-model-name", "tiny", *options)
     started = Front(agent, port)
     started.first_worker = started.models()["worker"]["pid"]
     try:

@@ -127,10 +127,16 @@ values = st.recursive(
 deep = st.integers(min_value=60, max_value=1200).map(lambda n: json.loads("[" * min(n, 900) + "]" * min(n, 900)))
 
 
+# A case that drops or nulls the reply limit, or asks a large one, would otherwise generate the context's whole
+# room (~2,000 tokens, seconds each): the front's default and ceiling keep every reply as short as the bases'.
+# The hostile values still reach the same checks; a large limit is lowered to the ceiling, as it is for a user.
+REPLY_LIMITS = ("--max-tokens", "3", "--max-tokens-ceiling", "8")
+
+
 @contextmanager
 def fuzz_front(tiny_model: Path, home: Path, seen: Counter[str]) -> Iterator[Front]:
-    """Start one eager front on the tiny model for a whole fuzz file; print what its cases got."""
-    with running_front(tiny_model, home) as started:
+    """Start one eager front on the tiny model for a whole fuzz file (short replies); print what its cases got."""
+    with running_front(tiny_model, home, *REPLY_LIMITS) as started:
         yield started
         model = started.models()
         print(

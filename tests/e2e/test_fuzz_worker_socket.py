@@ -57,8 +57,9 @@ class UnixConnection(http.client.HTTPConnection):
         self.sock.connect(self.socket_path)
 
 
-def worker_socket(front: Front) -> str:
-    """Return the Unix socket the front's worker listens on."""
+@pytest.fixture(scope="module")
+def socket_path(front: Front) -> str:
+    """Return the Unix socket the front's worker listens on (once: a worker that restarted fails the next case)."""
     worker = front.models()["worker"]
     assert worker["transport"] == "unix", worker
     return str(worker["address"])
@@ -109,9 +110,8 @@ def worker_attempt(path: str, endpoint: str, answer: tuple[int, str, bytes], cas
 @pytest.mark.parametrize("endpoint", list(WORKER_BASES))
 @WORKER_FUZZ
 @given(data=st.data())
-def test_hostile_fields_never_break_the_worker_socket(front: Front, endpoint: str, data: st.DataObject) -> None:
+def test_hostile_fields_never_break_the_worker_socket(socket_path: str, endpoint: str, data: st.DataObject) -> None:
     """Straight to the worker's socket, one to three fields replaced by anything: a reply or a 4xx, never a 5xx."""
-    path = worker_socket(front)
     body = dict(WORKER_BASES[endpoint])
     names = data.draw(st.lists(st.sampled_from(FIELDS[endpoint]), min_size=1, max_size=3, unique=True))
     for name in names:
@@ -119,17 +119,16 @@ def test_hostile_fields_never_break_the_worker_socket(front: Front, endpoint: st
     if body.get("stream") is True:
         body["max_tokens"] = 3
     raw = json.dumps(body, allow_nan=True).encode()
-    worker_attempt(path, endpoint, worker_attempt_raw(path, endpoint, raw), raw[:300])
+    worker_attempt(socket_path, endpoint, worker_attempt_raw(socket_path, endpoint, raw), raw[:300])
 
 
 @WORKER_FUZZ
 @given(raw=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass"))))
-def test_bodies_that_are_not_json_are_4xx_on_the_worker_socket(front: Front, raw: bytes) -> None:
+def test_bodies_that_are_not_json_are_4xx_on_the_worker_socket(socket_path: str, raw: bytes) -> None:
     """Arbitrary bytes as a chat body on the worker's socket: a 4xx OpenAI error, and the worker serves on."""
-    path = worker_socket(front)
-    status, content_type, text = worker_attempt_raw(path, "/v1/chat/completions", raw)
+    status, content_type, text = worker_attempt_raw(socket_path, "/v1/chat/completions", raw)
     assert 400 <= status < 500, (raw, status, text[:300])
-    worker_attempt(path, "/v1/chat/completions", (status, content_type, text), raw)
+    worker_attempt(socket_path, "/v1/chat/completions", (status, content_type, text), raw)
 
 
 LENGTHS = st.sampled_from(["", "-1", "abc", "1e3", " 12", "99999999999999999999", str(MAX_BODY_BYTES + 1), "5"])
@@ -140,20 +139,19 @@ TARGETS = st.sampled_from(["/v1/chat/completions", "/v1/completions", "/health",
 @WORKER_FUZZ
 @given(method=METHODS, target=TARGETS, length=LENGTHS, version=st.sampled_from(["HTTP/1.0", "HTTP/1.1", "HTTP/9"]))
 def test_hostile_framing_never_breaks_the_worker_socket(
-    front: Front, method: str, target: str, length: str, version: str
+    socket_path: str, method: str, target: str, length: str, version: str
 ) -> None:
     """Odd methods, targets, versions and Content-Lengths (short bodies included): never a 5xx, never a hang."""
-    path = worker_socket(front)
     head = f"{method} {target} {version}\r\nHost: worker\r\nContent-Type: application/json\r\n"
     if length:
         head += f"Content-Length: {length}\r\n"
     raw = head.encode() + b"\r\n" + b'{"messages": []}'  # shorter than most lengths: a body cut short
-    status, content_type, text = worker_exchange(path, raw, method)
+    status, content_type, text = worker_exchange(socket_path, raw, method)
     SEEN[f"worker {status // 100}xx"] += 1
     assert status < 500, (raw, status, text[:300])
     if status >= 400 and method != "HEAD":
         assert content_type.startswith("application/json") and api_error("/", json.loads(text)), (raw, text)
-    assert worker_healthy(path), raw
+    assert worker_healthy(socket_path), raw
 
 
 def test_the_worker_never_restarted(front: Front) -> None:
