@@ -148,10 +148,29 @@ def test_a_client_leaving_a_seeded_reply_leaves_the_group_serving(tensor_group: 
         assert answer["usage"]["completion_tokens"] == 8
 
 
+def hostfiles(group: Group) -> list[str]:
+    """Return the hosts file mlx.launch's script made for each of the group's ranks (``MLX_HOSTFILE``)."""
+    import psutil
+
+    return [psutil.Process(pid).environ()["MLX_HOSTFILE"] for pid in group.ranks().values()]
+
+
+def test_our_ranks_remove_the_hosts_files_mlx_launch_leaves(tensor_group: Group) -> None:
+    """mlx.launch writes each rank a hosts file in the temp folder and never removes it; our ranks do, and serve on."""
+    made = hostfiles(tensor_group)
+    assert len(set(made)) == 2 and all(Path(path).name.startswith("tmp.") for path in made)
+    assert not any(os.path.lexists(path) for path in made)
+    assert greedy_replies(tensor_group.chat, PROMPTS[:1])
+
+
 def test_plain_mlx_launch_runs_the_entry_too(tensor_group: Group, tiny_model: Path, tmp_path: Path) -> None:
-    """The entry needs nothing of our launcher to serve: plain mlx.launch gives the same replies."""
+    """The entry needs nothing of our launcher: plain mlx.launch gives the same replies (and its files stay)."""
     with running_group(tiny_model, tmp_path, plain=True) as plain:
         assert greedy_replies(plain.chat, PROMPTS[:1]) == greedy_replies(tensor_group.chat, PROMPTS[:1])
+        left = hostfiles(plain)
+    assert all(os.path.isfile(path) for path in left)  # removed only for a launch of ours
+    for path in left:
+        os.unlink(path)
 
 
 def test_a_changed_model_file_on_one_rank_refuses_the_group(tiny_model: Path, tmp_path: Path) -> None:

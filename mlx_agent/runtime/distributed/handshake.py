@@ -27,6 +27,7 @@ import json
 import os
 import select
 import socket
+import stat
 import threading
 import time
 from typing import Any, NoReturn
@@ -232,3 +233,23 @@ def verify_group(rank: int, size: int) -> None:
     logging.info(
         "mlx-agent: rank %d of %d: every rank proved the launch's secret (%d link(s) here checked)", rank, size, checked
     )
+    remove_launch_hostfile()
+
+
+def remove_launch_hostfile() -> None:
+    """Remove the hosts file mlx.launch's ring script made for this rank, which nothing removes (one per start).
+
+    The script writes it with ``mktemp`` (``tmp.XXXXXXXXXX`` in the temp folder) and exports its path as
+    ``MLX_HOSTFILE``; the ring has formed (MLX keeps its group) and the links are checked when this runs, so
+    nothing reads it again. Only our launcher's ranks call it, and only a regular file of this user with
+    mktemp's name goes: never a file a person named.
+    """
+    path = os.environ.get("MLX_HOSTFILE", "")
+    if not os.path.basename(path).startswith("tmp."):
+        return
+    try:
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+            os.unlink(path)
+    except OSError:
+        pass  # already gone, or not ours to remove: it only ever costs a small file
