@@ -1,5 +1,6 @@
 import sys
 
+from mlx_agent.exiting import exit_without_teardown
 from mlx_agent.runtime.entry import main
 
-sys.exit(main(sys.argv[1:]))
+exit_without_teardown(main(sys.argv[1:]))  # a worker's stop is not kept waiting on freeing every module
