@@ -123,6 +123,7 @@ FRONT_MODULES = (
     "canonical.py",
     "disk.py",
     "errors.py",
+    "exiting.py",
     "files.py",
     "identity.py",
     "kept_cache.py",

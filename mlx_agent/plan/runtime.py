@@ -43,6 +43,7 @@ WORKER_MODULES = (
     "bodies.py",
     "disk.py",
     "errors.py",
+    "exiting.py",
     "files.py",
     "identity.py",
     "installed.py",
