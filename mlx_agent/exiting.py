@@ -14,12 +14,16 @@ import atexit
 import contextlib
 import os
 import sys
+import threading
 from typing import NoReturn
 
 
 def exit_without_teardown(status: int | None) -> NoReturn:
     """Exit with ``status`` (None: 0) as ``sys.exit`` would after ``main`` returned, less the modules' teardown."""
-    atexit._run_exitfuncs()  # what a normal exit runs: logging.shutdown, executors joined, temp files removed
+    for thread in threading.enumerate():  # a normal exit waits for these first, then runs the callbacks
+        if not thread.daemon and thread is not threading.current_thread():
+            thread.join()
+    atexit._run_exitfuncs()  # logging.shutdown, executors joined, temp files removed
     for stream in (s for s in (sys.stdout, sys.stderr) if s is not None):
         with contextlib.suppress(OSError, ValueError):  # closed or broken: a normal exit would lose it too
             stream.flush()

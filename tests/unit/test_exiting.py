@@ -8,7 +8,7 @@ import sys
 import pytest
 
 CHILD = """
-import atexit, sys
+import atexit, sys, threading, time
 from mlx_agent.exiting import exit_without_teardown
 
 class TornDown:
@@ -17,8 +17,11 @@ class TornDown:
 
 kept = TornDown()  # a module global: only the interpreter's teardown frees it
 atexit.register(print, "exit callback ran")
+written = threading.Event()
+threading.Thread(target=lambda: (written.wait(), time.sleep(0.1), print("thread finished", end=" "))).start()
 sys.stdout.write("buffered out ")  # no newline: still in the pipe's buffer
 sys.stderr.write("buffered err")
+written.set()  # the thread's line comes after these, and the exit must wait for it
 {ending}
 """
 
@@ -31,10 +34,10 @@ def run_child(ending: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("status", "code"), [("3", 3), ("None", 0), ("0", 0)])
 def test_the_status_callbacks_and_buffers_survive_and_the_teardown_is_skipped(status: str, code: int) -> None:
-    """The exit status is the one given (None: 0), atexit ran, both streams were flushed, no module was torn down."""
+    """The status given (None: 0); a running thread waited for, atexit run, streams flushed; no module torn down."""
     child = run_child(f"exit_without_teardown({status})")
     assert child.returncode == code
-    assert child.stdout == "buffered out exit callback ran\n" and child.stderr == "buffered err"
+    assert child.stdout == "buffered out thread finished exit callback ran\n" and child.stderr == "buffered err"
 
 
 def test_a_normal_exit_tears_the_modules_down() -> None:
