@@ -8,6 +8,7 @@ nothing left running (``tests/fixtures/group.py`` ends each launcher's session a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -256,11 +257,27 @@ def test_rank_0_that_cannot_listen_ends_the_group(tiny_model: Path, tmp_path: Pa
     assert refusal["code"] == ("port_in_use" if taken == "port" else "launch_failed")
 
 
+def pid_files(pids: Iterable[int]) -> list[Path]:
+    """Return the pid files mlx.launch's script wrote for these ranks (``mktemp`` files holding their pids)."""
+    wanted = {f"{pid}\n" for pid in pids}
+    found = []
+    for path in Path(os.environ.get("TMPDIR", "/tmp")).glob("tmp.*"):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if path.is_file() and path.stat().st_size < 16 and path.read_text() in wanted:
+                found.append(path)
+    return found
+
+
 @pytest.mark.parametrize("victim", ["rank 1", "rank 0", "launcher"])
 def test_losing_a_rank_or_the_launcher_ends_the_group(tiny_model: Path, tmp_path: Path, victim: str) -> None:
-    """Killing one rank (SIGKILL) or the launcher (SIGKILL) makes every other process of the group exit."""
+    """Killing one rank (SIGKILL) or the launcher (SIGKILL) makes every other process of the group exit.
+
+    While our launcher lives, it removes the pid file of each rank that ended without its kill script.
+    """
     with running_group(tiny_model, tmp_path) as group:
         ranks = group.ranks()
+        written = pid_files(ranks.values())
+        assert len(written) == 2
         if victim == "launcher":
             os.kill(group.process.pid, signal.SIGKILL)
             group.wait_exit()
@@ -272,6 +289,12 @@ def test_losing_a_rank_or_the_launcher_ends_the_group(tiny_model: Path, tmp_path
         while any(alive(pid) for pid in survivors) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(alive(pid) for pid in survivors), group.log()[-3000:]
+    left = [path for path in written if path.exists()]
+    if victim == "launcher":  # no launcher is left to remove them: mlx.launch's own behaviour
+        for path in left:
+            path.unlink()
+    else:
+        assert left == []
 
 
 def test_sigterm_to_the_launcher_stops_every_rank(tiny_model: Path, tmp_path: Path) -> None:

@@ -27,12 +27,12 @@ import json
 import os
 import select
 import socket
-import stat
 import threading
 import time
 from typing import Any, NoReturn
 
 from mlx_agent.errors import RingPeerUnverified, refusal_line
+from mlx_agent.runtime.distributed.launch_files import remove_mktemp_file
 from mlx_agent.wire import EXIT_REFUSED, RING_AUTH_ENV
 
 HANDSHAKE_SECONDS = 30.0  # every rank is past its init when the handshake starts: the rest is a few collectives
@@ -239,17 +239,7 @@ def verify_group(rank: int, size: int) -> None:
 def remove_launch_hostfile() -> None:
     """Remove the hosts file mlx.launch's ring script made for this rank, which nothing removes (one per start).
 
-    The script writes it with ``mktemp`` (``tmp.XXXXXXXXXX`` in the temp folder) and exports its path as
-    ``MLX_HOSTFILE``; the ring has formed (MLX keeps its group) and the links are checked when this runs, so
-    nothing reads it again. Only our launcher's ranks call it, and only a regular file of this user with
-    mktemp's name goes: never a file a person named.
+    The ring has formed (MLX keeps its group) and the links are checked when this runs, so nothing reads it
+    again. Only our launcher's ranks get here (``RING_AUTH_ENV``).
     """
-    path = os.environ.get("MLX_HOSTFILE", "")
-    if not os.path.basename(path).startswith("tmp."):
-        return
-    try:
-        info = os.lstat(path)
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
-            os.unlink(path)
-    except OSError:
-        pass  # already gone, or not ours to remove: it only ever costs a small file
+    remove_mktemp_file(os.environ.get("MLX_HOSTFILE"))

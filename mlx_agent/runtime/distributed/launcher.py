@@ -37,6 +37,7 @@ import time
 from types import FrameType
 from typing import Any
 
+from mlx_agent.runtime.distributed.launch_files import remove_mktemp_file
 from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_MODEL_CHANGED, EXIT_RANK_LOST, EXIT_REFUSED, RING_AUTH_ENV
 
 SEAMS = ("main", "RemoteProcess", "select", "_launch_with_io")
@@ -118,6 +119,8 @@ def rank_process_class(base: Any) -> Any:
                 self.recorded = True
                 with RANKS.lock:
                     RANKS.statuses.append((self.rank, 128 - code if code < 0 else code, self.stopped or killed))
+                if self._is_local and not (self.stopped or killed):  # no kill script will run for it
+                    remove_mktemp_file(self._pidfile)
             return status
 
         def terminate(self) -> None:
