@@ -257,13 +257,17 @@ def test_rank_0_that_cannot_listen_ends_the_group(tiny_model: Path, tmp_path: Pa
     assert refusal["code"] == ("port_in_use" if taken == "port" else "launch_failed")
 
 
-def pid_files(pids: Iterable[int]) -> list[Path]:
-    """Return the pid files mlx.launch's script wrote for these ranks (``mktemp`` files holding their pids)."""
+def pid_files(pids: Iterable[int], since: float) -> list[Path]:
+    """Return the pid files mlx.launch's script wrote for these ranks (``mktemp`` files holding their pids).
+
+    Only files written since ``since``: an older one left by another launch may hold a pid now reused.
+    """
     wanted = {f"{pid}\n" for pid in pids}
     found = []
     for path in Path(os.environ.get("TMPDIR", "/tmp")).glob("tmp.*"):
         with contextlib.suppress(OSError, UnicodeDecodeError):
-            if path.is_file() and path.stat().st_size < 16 and path.read_text() in wanted:
+            info = path.stat()
+            if path.is_file() and info.st_size < 16 and info.st_mtime >= since and path.read_text() in wanted:
                 found.append(path)
     return found
 
@@ -274,9 +278,10 @@ def test_losing_a_rank_or_the_launcher_ends_the_group(tiny_model: Path, tmp_path
 
     While our launcher lives, it removes the pid file of each rank that ended without its kill script.
     """
+    started = time.time() - 1  # the clock's granularity: a file written at the start counts
     with running_group(tiny_model, tmp_path) as group:
         ranks = group.ranks()
-        written = pid_files(ranks.values())
+        written = pid_files(ranks.values(), since=started)
         assert len(written) == 2
         if victim == "launcher":
             os.kill(group.process.pid, signal.SIGKILL)

@@ -36,3 +36,10 @@ def test_without_a_signal_the_first_failure_for_a_reason_is_the_status() -> None
 def test_a_real_cause_before_the_signal_still_names_the_failure() -> None:
     """A rank that refused on its own is the status even when a signal came after it."""
     assert ranks([(0, EXIT_REFUSED, False), (1, STOPPED, True)], signal.SIGTERM).exit_status() == EXIT_REFUSED
+
+
+def test_a_refusal_seen_after_a_peers_failure_is_the_status_though_we_were_stopping_it() -> None:
+    """Rank 1 failed first and rank 0's refusal raced our stop: the refusal still names the cause, unless signalled."""
+    seen = [(1, 1, False), (0, EXIT_REFUSED, True)]
+    assert ranks(seen).exit_status() == EXIT_REFUSED
+    assert ranks(seen, signal.SIGTERM).exit_status() == 1  # a signal's stop: a refusal then may be its consequence

@@ -63,8 +63,12 @@ class Ranks:
             failures = [(status, stopped) for _, status, stopped in self.statuses if status != 0]
         causes = [status for status, stopped in failures if not stopped and status not in CONSEQUENCES]
         # A refusal (a bind failure, a changed model) explains a peer's plain failure, whichever ended first:
-        # a rank still joining the group fails with status 1 when its peer refused and left.
-        refusals = [status for status in causes if status in REFUSALS]
+        # a rank still joining the group fails with status 1 when its peer refused and left. It counts even
+        # for a rank we were stopping after that failure (its exit raced our stop; stopping never gives it),
+        # but not when a signal stopped the group (a handshake cut short refuses too).
+        refusals = [
+            status for status, stopped in failures if status in REFUSALS and (not stopped or self.signalled is None)
+        ]
         # Told to stop, the launcher ends as the signal says: a rank that lost its peer to the stop (it may be
         # seen to exit first) is a consequence of it, never the reason.
         signalled = [128 + self.signalled] if self.signalled is not None else []
