@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
@@ -191,8 +193,30 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     runner = Agent(home, env)
     yield runner
     serve_dir = runner.serve_dir
-    for receipt in serve_dir.glob("*.json") if serve_dir.is_dir() else []:
+    answers = [
         runner.run("serve", "stop", "--port", receipt.stem)
+        for receipt in (serve_dir.glob("*.json") if serve_dir.is_dir() else [])
+        if receipt.stem.isdigit()  # beside each receipt lie the front's config, policy and hosts files
+    ]
+    left = _processes_naming(home)
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    if left:
+        said = "\n".join(answer.stdout + answer.stderr for answer in answers)
+        pytest.fail(f"still running after the test and its stops: {[p.pid for p in left]}\n{said}")
+
+
+def _processes_naming(home: Path) -> list[psutil.Process]:
+    """Return this user's live processes whose command line names ``home`` (what a test launched there)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "uids", "status"]):
+        info = process.info
+        if info["status"] == psutil.STATUS_ZOMBIE or not info["uids"] or info["uids"].real != os.getuid():
+            continue
+        if any(str(home) in arg for arg in info["cmdline"] or ()):
+            found.append(process)
+    return found
 
 
 FAKE_SERVER = """

@@ -51,8 +51,11 @@ class Fleet:
         self.min_headroom_gb = config["min_headroom_gb"] if policies is None else min_headroom_gb
         self.max_loaded = config["max_loaded"]
         self.started_at = time.time()
-        self._temp_sockets: TempSocketDir | None = None
-        self.socket_dir = self._socket_dir()
+        raw = config["socket_dir"]
+        # No directory planned: a private temporary one, removed at close.
+        self._temp_sockets = None if raw else TempSocketDir()
+        # A planned one is made 0700 whatever the umask; a link planted there is refused, never followed.
+        self.socket_dir = self._temp_sockets.path if self._temp_sockets else closed_dir(Path(raw))
         self.metrics = FrontMetrics(self)
         self.models: list[Lifecycle] = []
         for index, model in enumerate(config["models"]):
@@ -75,14 +78,6 @@ class Fleet:
         self._load_lock = asyncio.Lock()
 
     # -- addresses ----------------------------------------------------------------------------------------
-
-    def _socket_dir(self) -> Path:
-        """Create the private directory of the workers' sockets (0700 whatever the umask)."""
-        raw = self.config["socket_dir"]
-        if not raw:
-            self._temp_sockets = TempSocketDir()
-            return self._temp_sockets.path
-        return closed_dir(Path(raw))  # a link planted there is refused, never followed and chmodded
 
     def socket_path(self, index: int, load: int) -> Path:
         """Return the socket of a model's ``load``-th worker."""

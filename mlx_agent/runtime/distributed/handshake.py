@@ -233,13 +233,6 @@ def verify_group(rank: int, size: int) -> None:
     logging.info(
         "mlx-agent: rank %d of %d: every rank proved the launch's secret (%d link(s) here checked)", rank, size, checked
     )
-    remove_launch_hostfile()
-
-
-def remove_launch_hostfile() -> None:
-    """Remove the hosts file mlx.launch's ring script made for this rank, which nothing removes (one per start).
-
-    The ring has formed (MLX keeps its group) and the links are checked when this runs, so nothing reads it
-    again. Only our launcher's ranks get here (``RING_AUTH_ENV``).
-    """
+    # mlx.launch's ring script writes each rank a hosts file that nothing removes (one per start). The ring has
+    # formed (MLX keeps its group) and the links are checked, so nothing reads it again.
     remove_mktemp_file(os.environ.get("MLX_HOSTFILE"))
