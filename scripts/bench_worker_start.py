@@ -1,10 +1,14 @@
-"""Measure what transformers' saved index of its model files takes off a worker's start.
+"""Measure what transformers' saved index and the paused collector take off a worker's and a front's start.
 
-A worker's import, up to its argument parser (``python -m mlx_agent.runtime mlx_lm --help``: mlx_lm.server,
-transformers, mlx), is timed in interleaved rounds with an empty user cache (each round a fresh
-``XDG_CACHE_HOME``, so transformers scans its ~3,300 model files) and with the index saved by a warm-up run.
-Prints each median with min and max and the ratio warm / cold (median of per-round ratios). Information only:
-no target, and the exit status says nothing about the figures.
+1. A worker's import, up to its argument parser (``python -m mlx_agent.runtime mlx_lm --help``: mlx_lm.server,
+   transformers, mlx), is timed in interleaved rounds with an empty user cache (each round a fresh
+   ``XDG_CACHE_HOME``, so transformers scans its ~3,300 model files) and with the index saved by a warm-up run.
+2. The CPU time (the child's rusage, steadier than wall time on a shared machine) of the same worker import, and
+   of a front's (``mlx_agent.gateway.app`` and uvloop, what its ``main`` imports), with the cyclic collector
+   paused as they start (``mlx_agent.startup_gc``) and with ``collector_paused`` replaced by a no-op.
+
+Prints each median with min and max and each ratio (median of per-round ratios). Information only: no target,
+and the exit status says nothing about the figures.
 
 Usage (from the repository root): ``python scripts/bench_worker_start.py [--rounds N]``
 """
@@ -21,6 +25,16 @@ import time
 from pathlib import Path
 
 ARGV = [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--help"]
+NO_PAUSE = "import contextlib, mlx_agent.startup_gc as g; g.collector_paused = contextlib.nullcontext\n"
+WORKER = (
+    "import runpy, sys; sys.argv = ['x', 'mlx_lm', '--help']; "
+    "runpy.run_module('mlx_agent.runtime', run_name='__main__')"
+)
+FRONT = (
+    "from mlx_agent.startup_gc import collector_paused\n"
+    "with collector_paused():\n"
+    "    import mlx_agent.gateway.app, uvloop"
+)
 
 
 def start(cache: Path) -> float:
@@ -30,6 +44,39 @@ def start(cache: Path) -> float:
     began = time.perf_counter()
     subprocess.run(ARGV, env=env, stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - began
+
+
+def cpu_of(code: str) -> float:
+    """Run ``python -c code`` once (its output discarded); return the child's user + system CPU in seconds."""
+    env = {**os.environ}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"the measured start failed: {code!r}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def print_pair(label: str, base: list[float], new: list[float], new_label: str, base_label: str) -> None:
+    """Print both medians with min and max and the median per-round ratio new / base."""
+    for name, times in ((base_label, base), (new_label, new)):
+        print(f"{label} {name:22s} median {statistics.median(times):.3f} s  min {min(times):.3f}  max {max(times):.3f}")
+    ratios = [n / b for n, b in zip(new, base, strict=True)]
+    spread = f"min {min(ratios):.2f}, max {max(ratios):.2f}; {len(ratios)} rounds"
+    print(f"{label} {new_label} / {base_label}: {statistics.median(ratios):.2f} ({spread})")
+
+
+def collector_rounds(rounds: int) -> None:
+    """Time the worker's and the front's imports with the collector paused and not, interleaved."""
+    for label, code in (("worker", WORKER), ("front", FRONT)):
+        cpu_of(code)  # writes bytecode, and the transformers index
+        paused: list[float] = []
+        running: list[float] = []
+        for r in range(rounds):
+            order = [(paused, code), (running, NO_PAUSE + code)]
+            for times, run in order if r % 2 == 0 else reversed(order):
+                times.append(cpu_of(run))
+        print_pair(f"{label} import CPU,", running, paused, "collector paused", "collector running")
 
 
 def main() -> int:
@@ -51,6 +98,7 @@ def main() -> int:
     ratios = [w / c for w, c in zip(warm, cold, strict=True)]
     spread = f"min {min(ratios):.2f}, max {max(ratios):.2f}; {rounds} rounds"
     print(f"warm / cold: {statistics.median(ratios):.2f} ({spread})")
+    collector_rounds(rounds)
     return 0
 
 

@@ -132,6 +132,7 @@ FRONT_MODULES = (
     "readiness.py",
     "records.py",
     "spawn.py",
+    "startup_gc.py",
     "wire.py",
 )
 

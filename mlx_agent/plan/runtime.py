@@ -48,6 +48,7 @@ WORKER_MODULES = (
     "identity.py",
     "installed.py",
     "resources.py",
+    "startup_gc.py",
     "wire.py",
 )
 

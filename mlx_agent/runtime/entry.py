@@ -34,6 +34,9 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     from mlx_agent.runtime import transformers_index
+    from mlx_agent.startup_gc import collector_paused
 
-    transformers_index.install()  # before the runtime imports transformers: its index of model files, saved once
-    return load_entry(argv[0])(argv[1:])
+    with collector_paused():  # the runtime's imports: objects that live as long as the worker
+        transformers_index.install()  # before the runtime imports transformers: its index of model files, saved once
+        start = load_entry(argv[0])
+    return start(argv[1:])
