@@ -17,9 +17,14 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from mlx_agent.runtime import transformers_index
 from tests.fixtures.tiny_model import build_tiny_model
 from tests.ports import PORT_BLOCK as PORT_BLOCK  # re-exported: the tests import them from here
 from tests.ports import free_port as free_port
+
+# Before any test module imports transformers (tokenizers, chat templates): the test processes read the index
+# of its model files that the workers save, instead of each scanning ~3,300 files (nothing above imports it).
+transformers_index.install()
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO_ROOT / "scripts" / "mlx-agent"

@@ -122,6 +122,7 @@ def remembering(scan: Callable[[Any], Any], path: Path) -> Callable[[Any], Any]:
         return index[key]
 
     scan_once.scanned = []  # type: ignore[attr-defined]  # the folders this process scanned itself
+    scan_once.__wrapped__ = scan  # type: ignore[attr-defined]  # transformers' own scan, for whoever inspects it
     return scan_once
 
 

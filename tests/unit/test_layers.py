@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,9 +74,15 @@ def imported(path: Path) -> Iterator[tuple[int, str]]:
 SOURCES = sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+@functools.cache
+def imports_of(path: Path) -> tuple[tuple[int, str], ...]:
+    """Return ``imported(path)`` once per run: several tests read every module's imports."""
+    return tuple(imported(path))
+
+
 def graph() -> dict[str, set[str]]:
     """Return every package module's imports of package modules."""
-    return {module_name(p): {target for _, target in imported(p)} for p in SOURCES}
+    return {module_name(p): {target for _, target in imports_of(p)} for p in SOURCES}
 
 
 def test_the_layers_cover_the_package() -> None:
@@ -89,7 +96,7 @@ def test_no_module_imports_a_layer_above_or_beside_its_own() -> None:
     upward = [
         f"{path.relative_to(PACKAGE_DIR.parent)}:{line} imports {target}"
         for path in SOURCES
-        for line, target in imported(path)
+        for line, target in imports_of(path)
         if layer(target) not in ALLOWED[layer(module_name(path))]
     ]
     assert upward == []
