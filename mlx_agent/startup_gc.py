@@ -2,10 +2,11 @@
 
 A start imports aiohttp and the request bodies (a front) or mlx_lm, transformers and huggingface_hub (a
 worker): about 100,000 objects that live as long as the process. The collector, run every 700 allocations,
-scans them again and again while they are made: about a tenth of a worker's start-up CPU on these machines
-(a load-on-request's latency, every eviction's reload). Once the imports are done they are frozen
-(``gc.freeze``: left out of every later collection, which then scans only what serving makes) and the
-collector runs as usual. The few cycles made while it was paused stay (about 1,000 objects in a worker).
+scans them again and again while they are made: a quarter of a front's import CPU and a tenth of a worker's
+on these machines (``scripts/bench_worker_start.py``; a load-on-request's latency, every eviction's reload).
+Once the imports are done they are frozen (``gc.freeze``: left out of every later collection, which then scans
+only what serving makes) and the collector runs as usual. The few cycles made while it was paused stay (about
+1,000 objects in a worker).
 """
 
 from __future__ import annotations
