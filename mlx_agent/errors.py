@@ -146,13 +146,25 @@ def refusal_line(error: MlxAgentError) -> str:
     return REFUSAL_PREFIX + json.dumps({"code": error.code, "message": error.message, "details": error.details})
 
 
+def print_refusal(error: MlxAgentError) -> None:
+    """Write ``error``'s refusal line to stderr in one write.
+
+    ``print`` writes the newline apart from the line (stderr writes through), and a group's ranks share one log:
+    another rank's line could land between them and spoil the refusal's JSON for its reader.
+    """
+    import sys
+
+    sys.stderr.write(refusal_line(error) + "\n")
+    sys.stderr.flush()
+
+
 def exit_refused(error: MlxAgentError) -> NoReturn:
     """Print ``error``'s refusal line and exit with ``wire.EXIT_REFUSED`` (a child that will not serve)."""
     import sys
 
     from mlx_agent.wire import EXIT_REFUSED
 
-    print(refusal_line(error), file=sys.stderr, flush=True)
+    print_refusal(error)
     sys.exit(EXIT_REFUSED)
 
 

@@ -32,14 +32,14 @@ def main(argv: list[str]) -> int:
         if not await_word():  # started at confirm: nothing before its receipt exists, and nothing if it never will
             print("mlx-agent front: its supervisor ended before recording it; not starting", file=sys.stderr)
             return 1
-        from mlx_agent.errors import MlxAgentError, refusal_line
+        from mlx_agent.errors import MlxAgentError, print_refusal
         from mlx_agent.spawn import refuse_if_interpreter_moved
         from mlx_agent.wire import EXIT_REFUSED
 
         try:
             refuse_if_interpreter_moved()  # a link swapped since review: the swapped-in file is never what runs
         except MlxAgentError as exc:
-            print(refusal_line(exc), file=sys.stderr, flush=True)
+            print_refusal(exc)
             return EXIT_REFUSED
         from mlx_agent.errors import FrontConfigInvalid
         from mlx_agent.gateway.app import read_secrets, serve
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     try:
         return uvloop.run(serve(config, secrets))
     except MlxAgentError as exc:  # a refusal before it listens (an unsafe socket directory): its supervisor says so
-        print(refusal_line(exc), file=sys.stderr, flush=True)
+        print_refusal(exc)
         return EXIT_REFUSED
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mlx_agent.errors import MlxAgentError, PortInUse, refusal_line
+from mlx_agent.errors import MlxAgentError, PortInUse, print_refusal
 from mlx_agent.gateway.admission import read_policy_file
 from mlx_agent.gateway.anthropic.api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
@@ -155,7 +154,7 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
             f"port {config['port']} was taken before the front could listen: {exc.strerror or exc}",
             details={"port": config["port"]},
         )
-        print(refusal_line(taken), file=sys.stderr, flush=True)
+        print_refusal(taken)
         return EXIT_REFUSED
     names = ", ".join(m["served_model_name"] for m in config["models"])
     log.info("listening on http://%s:%d for %s (%s)", config["host"], config["port"], names, config["mode"])
@@ -176,6 +175,6 @@ async def serve(config: FrontConfig, secrets: Secrets) -> int:
     await app[FLEET].close()
     await runner.cleanup()
     if failure is not None:
-        print(refusal_line(failure), file=sys.stderr, flush=True)
+        print_refusal(failure)
         return EXIT_REFUSED
     return 0

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import io
+import json
 import re
+import sys
 from pathlib import Path
 
+import pytest
+
 import mlx_agent.errors as errors
+from mlx_agent.wire import REFUSAL_PREFIX
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -73,3 +79,18 @@ def test_tree_is_drawn_in_the_module_docstring() -> None:
         assert (cls.__bases__[0].__name__ if parent else None) == parent, name
         if not cls.__subclasses__() and cls is not errors.RequestRefused:
             assert code == cls.code, name
+
+
+def test_a_refusal_line_is_written_whole_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal line and its newline go out in one write, so another rank's line cannot land inside it."""
+    writes: list[str] = []
+
+    class Recorder(io.StringIO):
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    errors.print_refusal(errors.PortInUse("port 1 is taken"))
+    assert len(writes) == 1 and writes[0].endswith("}\n") and writes[0].count("\n") == 1
+    assert json.loads(writes[0].removeprefix(REFUSAL_PREFIX))["code"] == "port_in_use"

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any, NoReturn
 
-from mlx_agent.errors import RingPeerUnverified, refusal_line
+from mlx_agent.errors import RingPeerUnverified, print_refusal
 from mlx_agent.runtime.distributed.launch_files import remove_mktemp_file
 from mlx_agent.wire import EXIT_REFUSED, RING_AUTH_ENV
 
@@ -46,7 +46,7 @@ def refuse(message: str, **details: Any) -> NoReturn:
 
     error = RingPeerUnverified(message, details=details)
     print(f"mlx-agent: {message}", file=sys.stderr, flush=True)
-    print(refusal_line(error), file=sys.stderr, flush=True)
+    print_refusal(error)
     os._exit(EXIT_REFUSED)
 
 

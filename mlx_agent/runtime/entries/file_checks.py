@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlx_agent.errors import AdapterChanged, InvalidArguments, ModelChanged, exit_refused, refusal_line
+from mlx_agent.errors import AdapterChanged, InvalidArguments, ModelChanged, exit_refused, print_refusal
 from mlx_agent.files import changed_files
 from mlx_agent.wire import EXIT_MODEL_CHANGED, FILE_CHECK_FLAG, MODEL_CHECK_FLAG
 
@@ -134,5 +134,5 @@ def refuse_if_model_changed(expected: list[ModelExpectation], rank: int, host: s
     )
     print(f"mlx-agent: model_changed: {message}", file=sys.stderr, flush=True)
     error = ModelChanged(message, details={"rank": rank, "host": host, "changed": changed})
-    print(refusal_line(error), file=sys.stderr, flush=True)
+    print_refusal(error)
     sys.exit(EXIT_MODEL_CHANGED)

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 import mlx_lm.server as server
 
-from mlx_agent.errors import LaunchFailed, MlxAgentError, PortInUse, SeamChanged, exit_refused, refusal_line
+from mlx_agent.errors import LaunchFailed, MlxAgentError, PortInUse, SeamChanged, exit_refused, print_refusal
 from mlx_agent.runtime.distributed.group import launched_rank
 from mlx_agent.runtime.entries.accel_entry import AccelFlags, prepare
 from mlx_agent.runtime.entries.file_checks import refuse_if_model_changed, split_model_expectations
@@ -214,7 +214,7 @@ def refuse_listening(where: str, error: OSError, at_once: bool = False) -> NoRet
     )
     logging.error("mlx-agent: %s", message)
     if at_once:
-        print(refusal_line(cause), file=sys.stderr, flush=True)
+        print_refusal(cause)
         os._exit(EXIT_REFUSED)
     exit_refused(cause)
 
