@@ -37,10 +37,16 @@ FRONT = (
 )
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """Return this environment with ``extra``, bytecode written and used as on a user's machine."""
+    env = {**os.environ, **extra}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def start(cache: Path) -> float:
     """Run the worker's import once with ``cache`` as the user's cache; return its wall time in seconds."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = child_env(XDG_CACHE_HOME=str(cache))
     began = time.perf_counter()
     subprocess.run(ARGV, env=env, stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - began
@@ -48,9 +54,7 @@ def start(cache: Path) -> float:
 
 def cpu_of(code: str) -> float:
     """Run ``python -c code`` once (its output discarded); return the child's user + system CPU in seconds."""
-    env = {**os.environ}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen([sys.executable, "-c", code], env=child_env(), stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"the measured start failed: {code!r}")
@@ -60,7 +64,7 @@ def cpu_of(code: str) -> float:
 def print_pair(label: str, base: list[float], new: list[float], new_label: str, base_label: str) -> None:
     """Print both medians with min and max and the median per-round ratio new / base."""
     for name, times in ((base_label, base), (new_label, new)):
-        print(f"{label} {name:22s} median {statistics.median(times):.3f} s  min {min(times):.3f}  max {max(times):.3f}")
+        print(f"{label} {name:25s} median {statistics.median(times):.3f} s  min {min(times):.3f}  max {max(times):.3f}")
     ratios = [n / b for n, b in zip(new, base, strict=True)]
     spread = f"min {min(ratios):.2f}, max {max(ratios):.2f}; {len(ratios)} rounds"
     print(f"{label} {new_label} / {base_label}: {statistics.median(ratios):.2f} ({spread})")
@@ -93,11 +97,7 @@ def main() -> int:
             order = [(cold, Path(tmp) / f"cold-{r}"), (warm, warm_cache)]
             for times, cache in order if r % 2 == 0 else reversed(order):
                 times.append(start(cache))
-    for label, times in (("cold (transformers scans)", cold), ("warm (index read)", warm)):
-        print(f"{label:26s} median {statistics.median(times):.3f} s  min {min(times):.3f}  max {max(times):.3f}")
-    ratios = [w / c for w, c in zip(warm, cold, strict=True)]
-    spread = f"min {min(ratios):.2f}, max {max(ratios):.2f}; {rounds} rounds"
-    print(f"warm / cold: {statistics.median(ratios):.2f} ({spread})")
+    print_pair("worker import wall,", cold, warm, "warm (index read)", "cold (transformers scans)")
     collector_rounds(rounds)
     return 0
 

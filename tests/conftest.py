@@ -203,7 +203,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
         for receipt in (serve_dir.glob("*.json") if serve_dir.is_dir() else [])
         if receipt.stem.isdigit()  # beside each receipt lie the front's config, policy and hosts files
     ]
-    left = _processes_naming(home)
+    left = processes_mentioning(str(home))  # what the test launched there
     for process in left:
         with contextlib.suppress(psutil.Error):
             process.kill()
@@ -212,16 +212,13 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
         pytest.fail(f"still running after the test and its stops: {[p.pid for p in left]}\n{said}")
 
 
-def _processes_naming(home: Path) -> list[psutil.Process]:
-    """Return this user's live processes whose command line names ``home`` (what a test launched there)."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "uids", "status"]):
-        info = process.info
-        if info["status"] == psutil.STATUS_ZOMBIE or not info["uids"] or info["uids"].real != os.getuid():
-            continue
-        if any(str(home) in arg for arg in info["cmdline"] or ()):
-            found.append(process)
-    return found
+def processes_mentioning(marker: str) -> list[psutil.Process]:
+    """Return the live processes (not zombies) whose command line mentions ``marker`` (test-side orphan checks)."""
+    return [
+        proc
+        for proc in psutil.process_iter(["cmdline", "status"])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(proc.info["cmdline"] or [])
+    ]
 
 
 FAKE_SERVER = """

@@ -10,22 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import openai
-import psutil
 import pytest
 
-from tests.conftest import Agent, assert_valid, free_port
+from tests.conftest import Agent, assert_valid, free_port, processes_mentioning
 from tests.fixtures.tiny_model import build_hf_cache_repo
 
 pytestmark = pytest.mark.e2e
-
-
-def processes_mentioning(marker: str) -> list[int]:
-    """Return live pids whose command line mentions ``marker`` (a test-side orphan check)."""
-    pids = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(proc.info["cmdline"] or []):
-            pids.append(proc.pid)
-    return pids
 
 
 def test_preview_confirm_chat_status_stop(agent: Agent, model_copy: Path) -> None:

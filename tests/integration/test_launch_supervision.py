@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import FAKE_SERVER, Agent, assert_valid, fake_runtime, free_port
+from tests.conftest import FAKE_SERVER, Agent, assert_valid, fake_runtime, free_port, processes_mentioning
 
 
 def start_args(model: Path, exe: Path, port: int, *extra: str) -> list[str]:
@@ -25,14 +25,6 @@ def confirm(agent: Agent, args: list[str]) -> tuple[int, dict[str, object]]:
     preview_hash = agent.preview_hash(*args)
     result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
     return result.rc, result.doc
-
-
-def no_process_with(marker: str) -> bool:
-    """Say whether no live process has ``marker`` in its command line (test-side orphan check)."""
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(proc.info["cmdline"] or []):
-            return False
-    return True
 
 
 def test_child_that_exits_is_launch_failed_with_log_tail(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
@@ -57,7 +49,7 @@ def test_slow_child_is_readiness_timeout_and_stopped(agent: Agent, tiny_model: P
     assert isinstance(error, dict)
     assert (rc, error["code"]) == (1, "readiness_timeout")
     assert not list(agent.serve_dir.glob("*.json"))
-    assert no_process_with(str(exe))
+    assert processes_mentioning(str(exe)) == []
 
 
 def test_term_ignoring_child_is_killed(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
@@ -66,7 +58,7 @@ def test_term_ignoring_child_is_killed(agent: Agent, tiny_model: Path, tmp_path:
     exe = fake_runtime(tmp_path, body, name="stubborn-server")
     rc, _doc = confirm(agent, start_args(tiny_model, exe, free_port(), "--ready-timeout", "1"))
     assert rc == 1
-    assert no_process_with(str(exe))
+    assert processes_mentioning(str(exe)) == []
 
 
 def confirm_waiting(agent: Agent, tiny_model: Path, exe: Path, port: int) -> tuple[subprocess.Popen[str], Path]:
@@ -91,7 +83,7 @@ def test_interrupt_stops_the_child(agent: Agent, tiny_model: Path, tmp_path: Pat
     assert cli.returncode == 1
     assert '"launch_interrupted"' in stdout
     assert not receipt.exists()
-    assert no_process_with(str(exe))
+    assert processes_mentioning(str(exe)) == []
 
 
 def test_a_server_whose_confirm_was_killed_is_orphaned(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
@@ -104,7 +96,7 @@ def test_a_server_whose_confirm_was_killed_is_orphaned(agent: Agent, tiny_model:
     cli.wait(30)
     assert agent.run("serve", "status").data["servers"][0]["state"] == "orphaned"
     assert agent.run("serve", "stop", "--port", str(port)).data["result"] == "stopped"
-    assert no_process_with(str(exe))
+    assert processes_mentioning(str(exe)) == []
 
 
 def test_lifecycle_with_a_stand_in_server(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
