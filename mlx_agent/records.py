@@ -407,6 +407,7 @@ class ProcessIdentity(TypedDict):
     pgid: int
     create_time: float
     cmdline: list[str]
+    start_ticks: NotRequired[int]  # Linux: birth in clock ticks since boot, unmoved by wall-clock steps
 
 
 @with_config(STRICT)
@@ -453,10 +454,12 @@ class ServeReceipt(TypedDict):
     pgid: NotRequired[int]
     create_time: NotRequired[float]
     cmdline: NotRequired[list[str]]
+    start_ticks: NotRequired[int]  # Linux: compared instead of create_time, which moves when the clock is stepped
     started_at: NotRequired[str]
     ready_at: NotRequired[str | None]
     confirm_pid: NotRequired[int]  # the CLI that confirmed it, waiting for readiness
     confirm_create_time: NotRequired[float]
+    confirm_start_ticks: NotRequired[int]
     unit: NotRequired[UnitReceiptRecord]
     installed_at: NotRequired[str]
 
@@ -505,6 +508,7 @@ class TrainedProcess(TypedDict):
     create_time: float | None
     cmdline: list[str] | None
     argv: list[str]
+    start_ticks: NotRequired[int]
 
 
 class TrainedFile(TypedDict):

@@ -1,6 +1,6 @@
 """Spawning servers in their own process group, and recognising and stopping only our own processes.
 
-A process is ours only when its pid, create time and exact argv all match the receipt; a pid alone is
+A process is ours only when its pid, birth and exact argv all match the receipt; a pid alone is
 never enough, and processes are never searched for by name.
 """
 
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
     State = Literal["running", "exited", "foreign"]
 
-# psutil's create_time is derived from clock ticks since boot; two reads of one process agree to well
-# under this, while a reused pid is born at least a tick later.
+# Where the kernel gives no fixed birth (macOS, or a receipt written before ``start_ticks``), create times are
+# compared: two reads of one process agree to well under this, while a reused pid is born at least a tick later.
 CREATE_TIME_TOLERANCE = 0.005
 CMDLINE_WAIT_SECONDS = 5.0
 
@@ -46,19 +46,51 @@ def identity(pid: int) -> ProcessIdentity:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 raise ProcessLookupError(pid)
             time.sleep(0.005)
-        return {"pid": pid, "pgid": os.getpgid(pid), "create_time": proc.create_time(), "cmdline": cmdline}
+        found: ProcessIdentity = {
+            "pid": pid,
+            "pgid": os.getpgid(pid),
+            "create_time": proc.create_time(),
+            "cmdline": cmdline,
+        }
     except psutil.NoSuchProcess as exc:  # includes a child that already exited and is a zombie
         raise ProcessLookupError(pid) from exc
+    ticks = start_ticks(pid)
+    if ticks is not None:
+        found["start_ticks"] = ticks
+    return found
 
 
-def alive(pid: int, create_time: float) -> bool:
-    """Say whether ``pid`` is still the process born at ``create_time`` (not ended, not a reused pid)."""
+def start_ticks(pid: int) -> int | None:
+    """Return when ``pid`` was born in clock ticks since boot (Linux), or None where /proc does not say.
+
+    psutil's create_time adds /proc/stat's boot time, which moves whenever the wall clock is stepped (a VM
+    resumed, NTP): a receipt's create_time then no longer matches its own live server, which would be called
+    foreign and left running. The kernel's tick count never changes for the life of a process.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses; the fields after its last ")" are plain.
+    return int(text[text.rindex(b")") + 2 :].split()[19])
+
+
+def _born_as(proc: psutil.Process, create_time: float, ticks: object) -> bool:
+    if isinstance(ticks, int):
+        now = start_ticks(proc.pid)
+        if now is not None:
+            return now == ticks
+    return bool(abs(proc.create_time() - create_time) < CREATE_TIME_TOLERANCE)
+
+
+def alive(pid: int, create_time: float, ticks: object = None) -> bool:
+    """Say whether ``pid`` is still the process born then (not ended, not a reused pid); ``ticks``: its start_ticks."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
-        same = abs(proc.create_time() - create_time) < CREATE_TIME_TOLERANCE
-        return bool(same and proc.status() != psutil.STATUS_ZOMBIE)
+        return bool(_born_as(proc, create_time, ticks) and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
@@ -77,7 +109,7 @@ def classify(receipt: Mapping[str, Any]) -> State:
                 return "exited"
             if proc.uids().real != os.getuid():
                 return "foreign"  # another user's process is never ours to signal, whatever a receipt says
-            same_birth = abs(proc.create_time() - receipt["create_time"]) < CREATE_TIME_TOLERANCE
+            same_birth = _born_as(proc, receipt["create_time"], receipt.get("start_ticks"))
             same = same_birth and proc.cmdline() == receipt.get("cmdline", receipt["argv"])
     except psutil.NoSuchProcess:
         return "exited"

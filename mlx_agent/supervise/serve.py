@@ -144,7 +144,7 @@ class _Interrupts:
 
 def _receipt(plan: ServePlan, identity: ProcessIdentity, log: Path) -> ServeReceipt:
     me = process.identity(os.getpid())  # the confirming CLI: a server still starting without it is orphaned
-    return {
+    receipt: ServeReceipt = {
         **plan_receipt(plan, "mlx-agent", str(log)),
         **identity,
         "started_at": utc_now(),
@@ -152,6 +152,9 @@ def _receipt(plan: ServePlan, identity: ProcessIdentity, log: Path) -> ServeRece
         "confirm_pid": me["pid"],
         "confirm_create_time": me["create_time"],
     }
+    if "start_ticks" in me:
+        receipt["confirm_start_ticks"] = me["start_ticks"]
+    return receipt
 
 
 def _launch(plan: ServePlan, directory: Path, on_tick: Tick | None, interrupts: _Interrupts) -> ServeReceipt:

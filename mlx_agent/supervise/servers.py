@@ -200,7 +200,8 @@ def _state(receipt: Receipt, state: str) -> str:
     if state != "running" or receipt.get("ready_at") is not None:
         return state
     pid, born = receipt.get("confirm_pid"), receipt.get("confirm_create_time")
-    if isinstance(pid, int) and isinstance(born, float) and not process.alive(pid, born):
+    ticks = receipt.get("confirm_start_ticks")
+    if isinstance(pid, int) and isinstance(born, float) and not process.alive(pid, born, ticks):
         return "orphaned"  # the confirm was killed while it waited: nothing will mark it ready
     return "starting"
 
