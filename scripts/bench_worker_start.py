@@ -6,6 +6,8 @@
 2. The CPU time (the child's rusage, steadier than wall time on a shared machine) of the same worker import, and
    of a front's (``mlx_agent.gateway.app`` and uvloop, what its ``main`` imports), with the cyclic collector
    paused as they start (``mlx_agent.startup_gc``) and with ``collector_paused`` replaced by a no-op.
+3. The CPU time of the worker import with the entry's one OpenBLAS thread and with one a core (what numpy
+   starts unless told: ``OPENBLAS_NUM_THREADS`` set to the core count, which the entry then leaves alone).
 
 Prints each median with min and max and each ratio (median of per-round ratios). Information only: no target,
 and the exit status says nothing about the figures.
@@ -52,9 +54,9 @@ def start(cache: Path) -> float:
     return time.perf_counter() - began
 
 
-def cpu_of(code: str) -> float:
+def cpu_of(code: str, **extra: str) -> float:
     """Run ``python -c code`` once (its output discarded); return the child's user + system CPU in seconds."""
-    child = subprocess.Popen([sys.executable, "-c", code], env=child_env(), stdout=subprocess.DEVNULL)
+    child = subprocess.Popen([sys.executable, "-c", code], env=child_env(**extra), stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"the measured start failed: {code!r}")
@@ -83,6 +85,18 @@ def collector_rounds(rounds: int) -> None:
         print_pair(f"{label} import CPU,", running, paused, "collector paused", "collector running")
 
 
+def blas_rounds(rounds: int) -> None:
+    """Time the worker's import with one OpenBLAS thread (the entry's) and one a core, interleaved."""
+    cores = str(os.cpu_count() or 1)
+    one: list[float] = []
+    each: list[float] = []
+    for r in range(rounds):
+        order = [(one, {}), (each, {"OPENBLAS_NUM_THREADS": cores})]
+        for times, extra in order if r % 2 == 0 else reversed(order):
+            times.append(cpu_of(WORKER, **extra))
+    print_pair("worker import CPU,", each, one, "one BLAS thread", f"{cores} BLAS threads")
+
+
 def main() -> int:
     """Time cold and warm starts side by side and print the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,6 +113,7 @@ def main() -> int:
                 times.append(start(cache))
     print_pair("worker import wall,", cold, warm, "warm (index read)", "cold (transformers scans)")
     collector_rounds(rounds)
+    blas_rounds(rounds)
     return 0
 
 

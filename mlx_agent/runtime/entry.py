@@ -9,6 +9,7 @@ imports its own runtime and no other. The names are the recipes' (``recipes/NAME
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
@@ -17,6 +18,10 @@ ENTRIES: dict[str, str] = {
     "mlx-vlm": "mlx_agent.runtime.entries.mlx_vlm_server:serve",
     "mlx-vlm-embed": "mlx_agent.runtime.entries.mlx_vlm_embed:serve",
 }
+
+# numpy's OpenBLAS (Linux wheels) starts a thread per core as it is imported, ~70 ms of CPU on every worker's start;
+# a worker's math is MLX's, and what it asks of numpy (grammar masks, draft lookups) is elementwise, not BLAS.
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
 
 USAGE = f"usage: python -m mlx_agent.runtime {{{'|'.join(ENTRIES)}}} [the runtime server's arguments...]"
 
@@ -33,6 +38,8 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ENTRIES:
         print(USAGE, file=sys.stderr)
         return 2
+    for name, value in BLAS_THREADS.items():
+        os.environ.setdefault(name, value)  # read once, as numpy loads OpenBLAS: before any import below
     from mlx_agent.runtime import transformers_index
     from mlx_agent.startup_gc import collector_paused
 
