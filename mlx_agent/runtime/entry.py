@@ -19,10 +19,6 @@ ENTRIES: dict[str, str] = {
     "mlx-vlm-embed": "mlx_agent.runtime.entries.mlx_vlm_embed:serve",
 }
 
-# numpy's OpenBLAS (Linux wheels) starts a thread per core as it is imported, ~70 ms of CPU on every worker's start;
-# a worker's math is MLX's, and what it asks of numpy (grammar masks, draft lookups) is elementwise, not BLAS.
-BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
-
 USAGE = f"usage: python -m mlx_agent.runtime {{{'|'.join(ENTRIES)}}} [the runtime server's arguments...]"
 
 
@@ -38,8 +34,9 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ENTRIES:
         print(USAGE, file=sys.stderr)
         return 2
-    for name, value in BLAS_THREADS.items():
-        os.environ.setdefault(name, value)  # read once, as numpy loads OpenBLAS: before any import below
+    # numpy's OpenBLAS (Linux wheels) starts a thread per core as it loads, ~70 ms of CPU on every worker's start; a
+    # worker's math is MLX's, and what it asks of numpy is elementwise. Read once, at load: before any import below.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from mlx_agent.runtime import transformers_index
     from mlx_agent.startup_gc import collector_paused
 

@@ -92,7 +92,7 @@ def test_start_ticks_survive_a_command_name_with_parentheses() -> None:
         renamer.stdin.flush()
         renamer.stdout.readline()
         assert psutil.Process(renamer.pid).name() == "a) b (c"
-        assert process.start_ticks(renamer.pid) == before is not None
+        assert before is not None and process.start_ticks(renamer.pid) == before
     finally:
         renamer.kill()
         renamer.wait()
