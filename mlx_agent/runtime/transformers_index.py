@@ -1,14 +1,16 @@
 """Keep transformers' index of its model files between worker starts, instead of rebuilding it in each one.
 
 transformers 5 reads every one of its ~3,300 model source files when it is imported, to learn which names each
-exports and which backends they need (``create_import_structure_from_path``, then ``define_import_structure``):
-about half a second of each worker's start on these machines, and the same result every time for one installed
-transformers. The first worker saves the index under the user's cache directory
-(``$XDG_CACHE_HOME/mlx-agent``, ``~/Library/Caches/mlx-agent`` on macOS, else ``~/.cache/mlx-agent``), named
-by the sha256 of transformers' installed ``RECORD`` (which lists every file with its hash) and the models
-folder's modification time; later workers read it. Anything unexpected (no ``RECORD``, an editable install,
-a renamed function in a newer transformers, an unreadable or unsafe cache) falls back to transformers' own
-scan: the index only ever saves time.
+exports and which backends they need (``create_import_structure_from_path``), then regroups that by backend
+(``spread_import_structure``), twice over for the models folder (once for ``transformers``, once for
+``transformers.models``): about half a second of each worker's start on these machines, and the same result
+every time for one installed transformers. The seam is ``define_import_structure``, which does both: the first
+worker saves what it returned for each folder under the user's cache directory (``$XDG_CACHE_HOME/mlx-agent``,
+``~/Library/Caches/mlx-agent`` on macOS, else ``~/.cache/mlx-agent``), named by the sha256 of transformers'
+installed ``RECORD`` (which lists every file with its hash) and the models folder's modification time; later
+workers read it, and decode only the folders they import. Anything unexpected (no ``RECORD``, an editable
+install, a renamed function in a newer transformers, an unreadable or unsafe cache) falls back to transformers'
+own work: the index only ever saves time. A save also removes the indexes of installs that are gone or changed.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 MODULE = "transformers.utils.import_utils"
-FUNCTION = "create_import_structure_from_path"  # the seam: transformers' recursive scan of a folder
-FORMAT = 1
+FUNCTION = "define_import_structure"  # the seam: a folder scanned and regrouped by backend (lru-cached by transformers)
+FORMAT = 2
+NAME = "transformers-index-"
 
 
 def cache_root() -> Path:
@@ -43,42 +46,42 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "mlx-agent"
 
 
-def index_path(root: Path) -> Path | None:
-    """Return the index file for the installed transformers, or None when it has no ``RECORD`` to name it by."""
+def installed_package() -> Path | None:
+    """Return the folder of the transformers this process would import, or None if there is none."""
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         return None
-    package = Path(next(iter(spec.submodule_search_locations)))
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def index_name(package: Path) -> str | None:
+    """Return the index file's name for the transformers at ``package``, or None when no ``RECORD`` names it."""
     records = sorted(package.parent.glob("transformers-*.dist-info/RECORD"))
     if len(records) != 1:
         return None  # an editable or source checkout, or two installs in one folder: nothing names the files
     digest = hashlib.sha256(records[0].read_bytes())
     digest.update(f"{FORMAT}:{package}:{(package / 'models').stat().st_mtime_ns}".encode())
-    return root / f"transformers-index-{digest.hexdigest()[:32]}.json"
+    return f"{NAME}{digest.hexdigest()[:32]}.json"
 
 
-def encode(value: Any) -> Any:
-    """Write an import structure (dicts keyed by names or frozensets of backends, sets of names) as JSON."""
-    if isinstance(value, dict):
-        return {"dict": [[encode(k), encode(v)] for k, v in value.items()]}
-    if isinstance(value, frozenset):
-        return {"frozenset": sorted(value)}
-    if isinstance(value, set):
-        return {"set": sorted(value)}
-    if isinstance(value, str):
-        return value
-    raise TypeError(f"an import structure holds no {type(value).__name__}")
+def encode(structure: Any) -> list[Any]:
+    """Write what ``define_import_structure`` returns (backends -> module -> names) as JSON, in its order."""
+    out = []
+    for backends, modules in structure.items():
+        if not isinstance(backends, frozenset) or not isinstance(modules, dict):
+            raise TypeError("not an import structure of backends to modules")
+        rows = []
+        for module, names in modules.items():
+            if not isinstance(module, str) or not isinstance(names, set | frozenset):
+                raise TypeError("not an import structure of modules to names")
+            rows.append([module, sorted(names)])
+        out.append([sorted(backends), rows])
+    return out
 
 
-def decode(value: Any) -> Any:
+def decode(value: Any) -> dict[frozenset[str], dict[str, set[str]]]:
     """Read back what ``encode`` wrote."""
-    if isinstance(value, str):
-        return value
-    if "dict" in value:
-        return {decode(k): decode(v) for k, v in value["dict"]}
-    if "frozenset" in value:
-        return frozenset(value["frozenset"])
-    return set(value["set"])
+    return {frozenset(backends): {module: set(names) for module, names in rows} for backends, rows in value}
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -87,53 +90,70 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         check_private_dir(path.parent)
         with os.fdopen(open_private(path, os.O_RDONLY), "rb") as fh:
-            return {folder: decode(structure) for folder, structure in json.loads(fh.read()).items()}
+            folders = json.loads(fh.read())["folders"]
     except Exception:  # absent, damaged or not ours: rebuilt by transformers' own scan
         return {}
+    return folders if isinstance(folders, dict) else {}
 
 
-def _save(path: Path, index: dict[str, Any]) -> None:
+def prune(root: Path, keep: Path) -> None:
+    """Remove the other indexes in ``root`` whose transformers is gone or has changed since they were saved."""
+    for other in root.glob(f"{NAME}*.json"):
+        if other == keep:
+            continue
+        with contextlib.suppress(Exception):  # unreadable or another's: left as it is
+            saved = json.loads(other.read_bytes())
+            package = Path(saved["package"]) if isinstance(saved, dict) and "package" in saved else None
+            if package is None or not package.is_dir() or index_name(package) != other.name:
+                other.unlink()  # an earlier format, an install removed, or one upgraded in place
+
+
+def _save(path: Path, package: str, folders: dict[str, Any]) -> None:
     from mlx_agent.files import private_dir, replace_atomically
 
     with contextlib.suppress(Exception):  # a read-only or full home costs the next worker its half second, no more
         private_dir(path.parent)
-        data = json.dumps({folder: encode(structure) for folder, structure in index.items()})
+        data = json.dumps({"package": package, "folders": folders})
         replace_atomically(path, data.encode(), 0o600)
+        prune(path.parent, path)
 
 
-def remembering(scan: Callable[[Any], Any], path: Path) -> Callable[[Any], Any]:
-    """Wrap transformers' scan so a folder scanned once is read from ``path`` by every later process."""
-    index = _read(path)
-    scanning = False
+def remembering(define: Callable[..., Any], path: Path, package: Path) -> Callable[..., Any]:
+    """Wrap transformers' ``define_import_structure`` (of the install at ``package``) to read and fill ``path``."""
+    saved = _read(path)  # encoded; a folder is decoded only when it is asked for
+    held: dict[str, Any] = {}  # this process's answers: the same object every call, as lru_cache gives
 
-    def scan_once(module_path: Any) -> Any:
-        nonlocal scanning
-        key = str(module_path)
-        if scanning:  # the scan's own calls for its subfolders
-            return scan(module_path)
-        if key not in index:
-            scanning = True
-            try:
-                index[key] = scan(module_path)
-            finally:
-                scanning = False
-            scan_once.scanned.append(key)  # type: ignore[attr-defined]
-            _save(path, index)
-        return index[key]
+    def define_once(module_path: Any, prefix: str | None = None) -> Any:
+        key = f"{prefix or ''}:{module_path}"
+        if key in held:
+            return held[key]
+        structure = None
+        if key in saved:
+            with contextlib.suppress(Exception):  # a damaged entry is defined again
+                structure = decode(saved[key])
+        if structure is None:
+            structure = define(module_path, prefix)
+            with contextlib.suppress(TypeError):  # a shape this format does not know is not saved
+                saved[key] = encode(structure)  # before the caller adds to it (transformers' __init__ does)
+                define_once.defined.append(key)  # type: ignore[attr-defined]
+                _save(path, str(package), saved)
+        held[key] = structure
+        return structure
 
-    scan_once.scanned = []  # type: ignore[attr-defined]  # the folders this process scanned itself
-    scan_once.__wrapped__ = scan  # type: ignore[attr-defined]  # transformers' own scan, for whoever inspects it
-    return scan_once
+    define_once.defined = []  # type: ignore[attr-defined]  # the folders this process defined itself
+    define_once.__wrapped__ = define  # type: ignore[attr-defined]  # transformers' own, for whoever inspects it
+    return define_once
 
 
 class _Finder:
-    """Find transformers' import utilities as usual, and wrap the scan once the module has run.
+    """Find transformers' import utilities as usual, and wrap ``define_import_structure`` once the module has run.
 
     A meta path finder needs only ``find_spec`` (importlib.abc's base class would cost its import, 17 ms).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, package: Path) -> None:
         self.path = path
+        self.package = package
 
     def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> Any:
         if fullname != MODULE:
@@ -143,13 +163,13 @@ class _Finder:
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         run = spec.loader.exec_module
-        index = self.path
+        index, package = self.path, self.package
 
         def exec_module(module: ModuleType) -> None:
             run(module)
-            scan = getattr(module, FUNCTION, None)
-            if callable(scan):
-                setattr(module, FUNCTION, remembering(scan, index))
+            define = getattr(module, FUNCTION, None)
+            if callable(define):
+                setattr(module, FUNCTION, remembering(define, index, package))
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -158,12 +178,13 @@ class _Finder:
 def install(root: Path | None = None) -> bool:
     """Make this process's import of transformers read the saved index; say whether it will."""
     if MODULE in sys.modules:
-        return False  # too late: transformers has already scanned
+        return False  # too late: transformers has already defined its structure
     try:
-        path = index_path(cache_root() if root is None else root)
+        package = installed_package()
+        name = None if package is None else index_name(package)
     except OSError:
         return False
-    if path is None:
+    if package is None or name is None:
         return False
-    sys.meta_path.insert(0, _Finder(path))
+    sys.meta_path.insert(0, _Finder((cache_root() if root is None else root) / name, package))
     return True

@@ -20,8 +20,8 @@ hooked = transformers_index.install()
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 import transformers.models.llama
 from transformers.utils import import_utils
-scan = import_utils.create_import_structure_from_path
-print(json.dumps({"hooked": hooked, "scanned": getattr(scan, "scanned", None),
+define = import_utils.define_import_structure
+print(json.dumps({"hooked": hooked, "defined": getattr(define, "defined", None),
                   "fast": PreTrainedTokenizerFast.__name__, "auto": AutoTokenizer.__name__}))
 """
 
@@ -49,27 +49,41 @@ def saved(cache: Path) -> Path:
 
 
 def test_the_first_worker_scans_and_saves_and_the_next_reads_it(tmp_path: Path) -> None:
-    """The first import scans the models folder and saves the index privately; the second scans nothing."""
+    """The first import defines the models folder and saves the index privately; the second defines nothing."""
     first = worker_import(tmp_path)
     assert first["hooked"] is True
     assert first["fast"] == fast_tokenizer() and first["auto"] == "AutoTokenizer"
-    assert isinstance(first["scanned"], list) and first["scanned"][0].endswith("transformers/models")
+    assert isinstance(first["defined"], list) and first["defined"][0].endswith("transformers/models")
     path = saved(tmp_path)
     assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
     second = worker_import(tmp_path)
-    assert second["scanned"] == [] and second["fast"] == fast_tokenizer()
+    assert second["defined"] == [] and second["fast"] == fast_tokenizer()
 
 
-def test_the_saved_index_is_what_transformers_scans() -> None:
-    """The index read back equals transformers' own scan of its installed models folder, frozensets and sets."""
+def test_the_saved_index_is_what_transformers_defines() -> None:
+    """Read back, the index equals transformers' own structure of its models folder, in its order, with the prefix."""
     from transformers.utils import import_utils
 
-    scan = getattr(import_utils.create_import_structure_from_path, "__wrapped__", None) or (
-        import_utils.create_import_structure_from_path
-    )
+    define = getattr(import_utils.define_import_structure, "__wrapped__", import_utils.define_import_structure)
     folder = Path(import_utils.__file__).parent.parent / "models"
-    real = scan(str(folder))
-    assert transformers_index.decode(json.loads(json.dumps(transformers_index.encode(real)))) == real
+    real = define(folder, prefix="models")
+    back = transformers_index.decode(json.loads(json.dumps(transformers_index.encode(real))))
+    assert back == real and list(back) == list(real)
+    assert all(list(back[backends]) == list(modules) for backends, modules in real.items())
+
+
+def test_one_process_gets_the_same_structure_each_call(tmp_path: Path) -> None:
+    """As transformers' lru_cache does: a folder asked for twice is the same object, defined once."""
+    calls: list[tuple[str, str | None]] = []
+
+    def define(module_path: str, prefix: str | None = None) -> dict[frozenset[str], dict[str, set[str]]]:
+        calls.append((module_path, prefix))
+        return {frozenset(): {f"{prefix}.a": {"A"}}}
+
+    wrapped = transformers_index.remembering(define, tmp_path / "index.json", tmp_path)
+    assert wrapped("x", "p") is wrapped("x", prefix="p") and calls == [("x", "p")]
+    again = transformers_index.remembering(define, tmp_path / "index.json", tmp_path)
+    assert again("x", "p") == {frozenset(): {"p.a": {"A"}}} and calls == [("x", "p")]  # read from the file
 
 
 def test_a_damaged_index_is_scanned_again_and_replaced(tmp_path: Path) -> None:
@@ -79,8 +93,41 @@ def test_a_damaged_index_is_scanned_again_and_replaced(tmp_path: Path) -> None:
     whole = path.read_bytes()
     path.write_bytes(whole[: len(whole) // 2])
     again = worker_import(tmp_path)
-    assert again["scanned"] and again["fast"] == fast_tokenizer()
+    assert again["defined"] and again["fast"] == fast_tokenizer()
     assert json.loads(path.read_bytes()) == json.loads(whole)
+
+
+def test_a_damaged_entry_is_defined_again(tmp_path: Path) -> None:
+    """One folder's entry that does not decode is defined by transformers again, the others still read."""
+    worker_import(tmp_path)
+    path = saved(tmp_path)
+    index = json.loads(path.read_bytes())
+    first = next(iter(index["folders"]))
+    index["folders"][first] = [["not", "rows"]]
+    path.write_text(json.dumps(index))
+    again = worker_import(tmp_path)
+    assert again["defined"] == [first] and again["fast"] == fast_tokenizer()
+
+
+def test_a_save_removes_the_indexes_of_installs_gone_or_changed(tmp_path: Path) -> None:
+    """Saving prunes an earlier format's index, a removed install's and a changed one's; a current one stays."""
+    root = tmp_path / "mlx-agent"
+    root.mkdir(mode=0o700)
+    package = transformers_index.installed_package()
+    assert package is not None
+    current = root / str(transformers_index.index_name(package))
+    gone = root / "transformers-index-gone.json"
+    gone.write_text(json.dumps({"package": str(tmp_path / "removed" / "transformers"), "folders": {}}))
+    changed = root / "transformers-index-changed.json"  # the same install, saved before it was upgraded
+    changed.write_text(json.dumps({"package": str(package), "folders": {}}))
+    earlier = root / "transformers-index-earlier.json"
+    earlier.write_text(json.dumps({str(package / "models"): {"dict": []}}))
+    current.write_text(json.dumps({"package": str(package), "folders": {}}))  # a live install's, up to date
+    unrelated = root / "notes.json"
+    unrelated.write_text("{}")
+    target = root / "transformers-index-new.json"
+    transformers_index.remembering(lambda path, prefix=None: {frozenset(): {"m": {"A"}}}, target, package)("x")
+    assert sorted(p.name for p in root.iterdir()) == sorted([current.name, target.name, unrelated.name])
 
 
 def test_an_index_in_a_folder_others_can_write_is_not_read(tmp_path: Path) -> None:
@@ -89,12 +136,12 @@ def test_an_index_in_a_folder_others_can_write_is_not_read(tmp_path: Path) -> No
     path = saved(tmp_path)
     path.parent.chmod(0o777)
     seen = worker_import(tmp_path)
-    assert seen["scanned"] and seen["fast"] == fast_tokenizer()
+    assert seen["defined"] and seen["fast"] == fast_tokenizer()
     path.parent.chmod(0o700)
 
 
 def test_a_process_that_already_imported_transformers_is_not_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Installed after transformers' scan ran, the index would only be stale work: install says no."""
+    """Installed after transformers defined its structure, the index would only be stale work: install says no."""
     monkeypatch.setitem(sys.modules, transformers_index.MODULE, sys.modules.get("json"))
     before = list(sys.meta_path)
     assert transformers_index.install() is False
