@@ -10,7 +10,9 @@ PASS/FAIL against the issue's target:
    (all tokens over the time from the common start to the last reply's end), ours over bare measured back to
    back (the order alternating): chat
    completions whole and streamed (target >= 0.98), and ours through Messages and Responses (streamed) over
-   bare's streamed chat (target >= 0.97).
+   bare's streamed chat (target >= 0.97). A second bare server measured against the first the same way (an
+   A/A pair: the same software on both sides) shows what the machine's noise alone does to a ratio: where it
+   is as far from 1.000 as a verdict's margin, that verdict says nothing either way.
 2. Prompt lookup: two whole stacks, plain and with ``--mlx-agent-prompt-lookup``, on the model
    ``scripts/bench_prompt_lookup.py`` trains to copy (cached under ``.cache``; about three minutes the first
    time), as a random model copies nothing a draft could match. Four concurrent streamed chats, lookup over
@@ -27,7 +29,8 @@ PASS/FAIL against the issue's target:
 The machine is noisy: each ratio is the median of its rounds, and the run exits 1 only if something breaks.
 
 Usage (from the repository root): ``python scripts/bench_concurrency.py [--quick] [--rounds N] [--tokens N]
-[--long-tokens N] [--prefill-step N]``; ``--quick`` is one round of small sizes, to check that it runs.
+[--long-tokens N] [--prefill-step N] [--parts 123] [--streams 1,4,8]``; ``--quick`` is one round of small sizes, to
+check that it runs.
 """
 
 from __future__ import annotations
@@ -161,13 +164,18 @@ def report(label: str, ratios: list[float], target: float, at_most: bool = False
     print(f"  {label:<44} {median:6.3f}  (rounds: {rounds}; target {sign} {target}) {verdict(median, target, at_most)}")
 
 
-def throughput(ours: Target, bare: Target, rounds: int, tokens: int, stream_counts: list[int]) -> None:
-    """Part 1: ours over bare at each stream count, per API."""
+def throughput(ours: Target, bare: Target, twin: Target, rounds: int, tokens: int, stream_counts: list[int]) -> None:
+    """Part 1: ours over bare at each stream count, per API, and bare's twin over bare (the noise)."""
     print(f"1. throughput, ours (front + wrapped worker) / bare mlx_lm.server, {tokens} tokens per request:")
     for streams in stream_counts:
         ratios: dict[str, list[float]] = {api: [] for api in ("chat", "chat_stream", "messages", "responses")}
         rates: dict[str, list[float]] = {"bare": [], "ours": []}
+        noise: list[float] = []
         for round_ in range(rounds):
+            twins = [bare, twin] if round_ % 2 == 0 else [twin, bare]
+            tag = f"{streams}.{round_}.aa"
+            both = {target.name: rate(target, "chat_stream", streams, tokens, tag) for target in twins}
+            noise.append(both[twin.name] / both[bare.name])
             # Back-to-back pairs: each of ours next to bare's counterpart (bare speaks chat completions only).
             for index, (api, counterpart) in enumerate(PAIRS):
                 tag = f"{streams}.{round_}.{index}"
@@ -182,6 +190,11 @@ def throughput(ours: Target, bare: Target, rounds: int, tokens: int, stream_coun
         print(
             f" {streams} stream(s): streamed chat, bare {statistics.median(rates['bare']):.1f} tok/s, "
             f"ours {statistics.median(rates['ours']):.1f} tok/s"
+        )
+        median = statistics.median(noise)
+        print(
+            f"  {'A/A: bare twin / bare (streamed chat)':<44} {median:6.3f}  (rounds: "
+            f"{', '.join(f'{r:.3f}' for r in noise)}; the noise: {abs(1 - median):.3f} off 1.000)"
         )
         report("chat completions, whole", ratios["chat"], STACK_TARGET)
         report("chat completions, streamed", ratios["chat_stream"], STACK_TARGET)
@@ -347,12 +360,13 @@ def main() -> int:
     parser.add_argument("--long-tokens", type=int, help="the long prompt's tokens (default 4096; 768 with --quick)")
     parser.add_argument("--prefill-step", type=int, help="prefill chunk (default 256; 64 with --quick)")
     parser.add_argument("--parts", default="123", help="which parts to run (default 123)")
+    parser.add_argument("--streams", default="1,4,8", help="part 1's stream counts (default 1,4,8)")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.quick else 5)
     tokens = args.tokens or (16 if args.quick else 64)
     long_tokens = args.long_tokens or (768 if args.quick else 4096)
     step = str(args.prefill_step or (64 if args.quick else 256))
-    streams = [1, 4, 8]
+    streams = [int(count) for count in args.streams.split(",")]
     print(f"model: random llama, 256 wide, 4 layers; {rounds} round(s); greedy")
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp, ExitStack() as servers:
         directory = Path(tmp)
@@ -364,8 +378,11 @@ def main() -> int:
             bare = Target("bare", bare_server.port, "default_model")
             warm_up(bare, ("chat", "chat_stream"))  # bare mlx_lm loads its model on the first request
         if "1" in args.parts:
+            twin_server = servers.enter_context(running(model, directory, *bare_flags, bare=True))
+            twin = Target("twin", twin_server.port, "default_model")
+            warm_up(twin, ("chat", "chat_stream"))
             with stack(directory / "ours", model, ceiling) as ours:
-                throughput(ours, bare, rounds, tokens, streams)
+                throughput(ours, bare, twin, rounds, tokens, streams)
         if "2" in args.parts:
             copier = bench_prompt_lookup.build_model()
             with (
