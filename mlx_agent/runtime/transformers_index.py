@@ -132,7 +132,7 @@ def remembering(define: Callable[..., Any], path: Path, package: Path) -> Callab
             with contextlib.suppress(Exception):  # a damaged entry is defined again
                 structure = decode(saved[key])
         if structure is None:
-            structure = define(module_path, prefix)
+            structure = define(module_path) if prefix is None else define(module_path, prefix)  # as it was called
             with contextlib.suppress(TypeError):  # a shape this format does not know is not saved
                 saved[key] = encode(structure)  # before the caller adds to it (transformers' __init__ does)
                 define_once.defined.append(key)  # type: ignore[attr-defined]
