@@ -16,11 +16,10 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +194,7 @@ def test_a_changed_model_file_on_one_rank_refuses_the_group(tiny_model: Path, tm
         assert group.wait_exit() == EXIT_MODEL_CHANGED
     finally:
         end_group(group)
+    assert group.launch_files_left() == []  # the ring never formed: the launcher removed the ranks' hosts files
     (refusal,) = refusals(group.log())
     details = refusal["details"]
     assert refusal["code"] == "model_changed"
@@ -257,17 +257,13 @@ def test_rank_0_that_cannot_listen_ends_the_group(tiny_model: Path, tmp_path: Pa
     assert refusal["code"] == ("port_in_use" if taken == "port" else "launch_failed")
 
 
-def pid_files(pids: Iterable[int], since: float) -> list[Path]:
-    """Return the pid files mlx.launch's script wrote for these ranks (``mktemp`` files holding their pids).
-
-    Only files written since ``since``: an older one left by another launch may hold a pid now reused.
-    """
-    wanted = {f"{pid}\n" for pid in pids}
+def pid_files(group: Group) -> list[Path]:
+    """Return the pid files mlx.launch's script wrote for the group's ranks (``mktemp`` files holding their pids)."""
+    wanted = {f"{pid}\n" for pid in group.ranks().values()}
     found = []
-    for path in Path(os.environ.get("TMPDIR", "/tmp")).glob("tmp.*"):
+    for path in group.launch_files_left():
         with contextlib.suppress(OSError, UnicodeDecodeError):
-            info = path.stat()
-            if path.is_file() and info.st_size < 16 and info.st_mtime >= since and path.read_text() in wanted:
+            if path.is_file() and path.stat().st_size < 16 and path.read_text() in wanted:
                 found.append(path)
     return found
 
@@ -276,12 +272,12 @@ def pid_files(pids: Iterable[int], since: float) -> list[Path]:
 def test_losing_a_rank_or_the_launcher_ends_the_group(tiny_model: Path, tmp_path: Path, victim: str) -> None:
     """Killing one rank (SIGKILL) or the launcher (SIGKILL) makes every other process of the group exit.
 
-    While our launcher lives, it removes the pid file of each rank that ended without its kill script.
+    While our launcher lives, it removes the pid file of each rank that ended without its kill script, and every
+    file it wrote for them: nothing of the group is left in its temp folder.
     """
-    started = time.time() - 1  # the clock's granularity: a file written at the start counts
     with running_group(tiny_model, tmp_path) as group:
         ranks = group.ranks()
-        written = pid_files(ranks.values(), since=started)
+        written = pid_files(group)
         assert len(written) == 2
         if victim == "launcher":
             os.kill(group.process.pid, signal.SIGKILL)
@@ -294,12 +290,10 @@ def test_losing_a_rank_or_the_launcher_ends_the_group(tiny_model: Path, tmp_path
         while any(alive(pid) for pid in survivors) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(alive(pid) for pid in survivors), group.log()[-3000:]
-    left = [path for path in written if path.exists()]
     if victim == "launcher":  # no launcher is left to remove them: mlx.launch's own behaviour
-        for path in left:
-            path.unlink()
+        assert group.launch_files_left() == sorted(written)
     else:
-        assert left == []
+        assert group.launch_files_left() == []
 
 
 def test_sigterm_to_the_launcher_stops_every_rank(tiny_model: Path, tmp_path: Path) -> None:
@@ -337,11 +331,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_the_launcher_exits_with_the_status_of_the_failing_rank() -> None:
-    """The launcher exits with the status of the rank that failed (plain mlx.launch exits 0)."""
+def test_the_launcher_exits_with_the_status_of_the_failing_rank(tmp_path: Path) -> None:
+    """The launcher exits with the status of the rank that failed (plain mlx.launch exits 0), leaving no file."""
     argv = launcher_argv([sys.executable, "-c", "import os, sys; sys.exit(5 if os.environ['MLX_RANK'] == '1' else 0)"])
-    done = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert done.returncode == 5, done.stderr.decode()
+    group = start_group(Group(argv, tmp_path / "failing.log"))
+    try:
+        assert group.wait_exit() == 5, group.log()
+    finally:
+        end_group(group)
+    assert group.launch_files_left() == []
 
 
 def test_a_refusal_is_the_groups_status_whichever_rank_ended_first() -> None:

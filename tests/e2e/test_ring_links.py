@@ -134,6 +134,7 @@ def test_a_second_user_racing_for_the_links_is_refused_and_gets_nothing(
     finally:
         end_group(group)
     assert status == EXIT_REFUSED, group.log()[-3000:]
+    assert group.launch_files_left() == []
     (refusal,) = refusals(group.log())
     assert refusal["code"] == "ring_peer_unverified" and refusal["details"]["rank"] == 0, refusal
     assert refusal["details"]["uid"] == attacker.pw_uid and refusal["details"]["pid"] is None
@@ -145,7 +146,7 @@ def test_a_second_user_racing_for_the_links_is_refused_and_gets_nothing(
 def run_with_rank_1(namespace: Namespace, code: str, tiny_model: Path, log: Path) -> tuple[int, str]:
     """Run a group whose rank 1 is ``code`` (Python, as our user, under our launcher) in ``namespace``.
 
-    Return the launcher's status and the group's log.
+    Return the launcher's status and the group's log, once it has checked that no file of the group was left.
     """
     entry = entry_command(tiny_model, "--host", "127.0.0.1", "--port", str(free_port()))
     command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then exec "$0" -c "$1"; fi; shift; exec "$@"']
@@ -155,6 +156,7 @@ def run_with_rank_1(namespace: Namespace, code: str, tiny_model: Path, log: Path
         status = group.wait_exit(120)
     finally:
         end_group(group)
+    assert group.launch_files_left() == [], group.log()[-3000:]
     return status, group.log()
 
 

@@ -1,7 +1,7 @@
 """MLX's own launcher, fit to be supervised: ``python -m mlx_agent.runtime.distributed.launcher [mlx.launch args]``.
 
 It is mlx.launch (``mlx._distributed_utils.launch.main``, same arguments, same hostfiles and backends), with
-four of its behaviours changed through named seams (``SEAMS``, checked at start):
+five of its behaviours changed through named seams (``SEAMS``, checked at start):
 
 * **A secret per launch.** Each launch draws a fresh secret and writes it, hex, as the first line of every
   rank's stdin (a pipe to a local rank; ssh's channel to a remote one, after the rank's shell has turned its
@@ -18,6 +18,9 @@ four of its behaviours changed through named seams (``SEAMS``, checked at start)
   exited 0. mlx.launch already stops the other ranks once one exits non-zero.
 * **Signals.** mlx.launch dies alone on SIGTERM, SIGINT or SIGHUP and leaves its ranks running. Here they stop
   every rank (mlx.launch's own terminate: the local process, or the remote one through ssh), then it exits.
+* **Temp files.** mlx.launch's script writes each rank's hosts file in the temp folder and nothing removes it, so
+  every start whose ring never formed (a refusal, a peer that failed its proof) left one behind. A local rank's
+  files are written here instead, the same way (``launch_files.write_launch_files``), and removed once it ended.
 
 A rank whose launcher dies anyway (SIGKILL) exits by itself (``distributed.watch_launcher``).
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import secrets
 import select
@@ -37,10 +41,12 @@ import time
 from types import FrameType
 from typing import Any
 
-from mlx_agent.runtime.distributed.launch_files import remove_mktemp_file
+from mlx_agent.runtime.distributed.launch_files import remove_launch_files, remove_mktemp_file, write_launch_files
 from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_MODEL_CHANGED, EXIT_RANK_LOST, EXIT_REFUSED, RING_AUTH_ENV
 
 SEAMS = ("main", "RemoteProcess", "select", "_launch_with_io")
+LOCAL_HOST = "127.0.0.1"  # the host mlx.launch runs a rank of without ssh
+RANK_PARAMETERS = ("self", "rank", "host", "python", "cwd", "files", "env", "command")  # RemoteProcess.__init__
 # Statuses that follow from another rank's failure: the root cause is reported before them.
 CONSEQUENCES = (EXIT_RANK_LOST, EXIT_GENERATION_DIED)
 # Statuses that say why a rank refused to run; they are the group's status whatever else failed with them.
@@ -98,8 +104,18 @@ def rank_process_class(base: Any) -> Any:
     """Return mlx.launch's ``RemoteProcess`` recording its rank's exit status, and terminating only once."""
 
     class RankProcess(base):  # type: ignore[misc]
-        def __init__(self, rank: int, *args: Any) -> None:
-            super().__init__(rank, *args)
+        def __init__(
+            self, rank: int, host: str, python: Any, cwd: Any, files: dict[str, str], env: list[str], command: Any
+        ) -> None:
+            self.launch_files: dict[str, str] = {}
+            if host == LOCAL_HOST and files:  # mlx.launch's test for a rank it runs here (no ssh)
+                self.launch_files = write_launch_files(files)
+                files, env = {}, [*env, *(f"{name}={path}" for name, path in self.launch_files.items())]
+            try:
+                super().__init__(rank, host, python, cwd, files, env, command)
+            except BaseException:
+                remove_launch_files(self.launch_files.values())
+                raise
             self.rank = rank
             self.recorded = False
             self.stopped = False
@@ -125,19 +141,32 @@ def rank_process_class(base: Any) -> Any:
                     RANKS.statuses.append((self.rank, 128 - code if code < 0 else code, self.stopped or killed))
                 if self._is_local and not (self.stopped or killed):  # no kill script will run for it
                     remove_mktemp_file(self._pidfile)
+                remove_launch_files(self.launch_files.values())
             return status
 
         def terminate(self) -> None:
             # Both the forwarding thread (once another rank failed) and a signal handler may call this.
             with self.stopping:
-                if self.stopped or self.process.poll() is not None:
-                    return
-                self.stopped = True
-                # Its kill script fails when the rank never wrote its pid file: nothing is left to stop then.
-                with contextlib.suppress(subprocess.CalledProcessError):
-                    super().terminate()
+                if not self.stopped and self.process.poll() is None:
+                    self.stopped = True
+                    # Its kill script fails when the rank never wrote its pid file: nothing is left to stop then.
+                    with contextlib.suppress(subprocess.CalledProcessError):
+                        super().terminate()  # waits for the local process
+                if self.process.poll() is not None:  # never while it may still read them
+                    remove_launch_files(self.launch_files.values())
 
     return RankProcess
+
+
+def seams_changed(upstream: Any) -> str | None:
+    """Say how mlx.launch's module ``upstream`` differs from the seams this launcher patches, if it does."""
+    missing = [name for name in SEAMS if not hasattr(upstream, name)]
+    if missing:
+        return f"has no {', '.join(missing)}"
+    parameters = tuple(inspect.signature(upstream.RemoteProcess.__init__).parameters)
+    if parameters != RANK_PARAMETERS:  # RankProcess takes them by position and rewrites files and env
+        return f"makes a rank's process from {', '.join(parameters[1:])}, not {', '.join(RANK_PARAMETERS[1:])}"
+    return None
 
 
 def _on_signal(signum: int, _: FrameType | None) -> None:
@@ -149,9 +178,8 @@ def _on_signal(signum: int, _: FrameType | None) -> None:
 def main(argv: list[str]) -> int:
     """Run mlx.launch with ``argv`` (its own arguments); return the exit status (module docstring)."""
     upstream: Any = importlib.import_module("mlx._distributed_utils.launch")  # untyped, and patched below
-    missing = [name for name in SEAMS if not hasattr(upstream, name)]
-    if missing:
-        print(f"mlx-agent launcher: this mlx.launch has no {', '.join(missing)}", file=sys.stderr)
+    if changed := seams_changed(upstream):
+        print(f"mlx-agent launcher: this mlx.launch {changed}", file=sys.stderr)
         return 2
     if sys.stdin is None or sys.stdin.closed:
         sys.stdin = open(os.devnull)  # noqa: SIM115  # kept open: mlx.launch makes its stdin non-blocking
