@@ -12,7 +12,11 @@ PASS/FAIL against the issue's target:
    completions whole and streamed (target >= 0.98), and ours through Messages and Responses (streamed) over
    bare's streamed chat (target >= 0.97). A second bare server measured against the first the same way (an
    A/A pair: the same software on both sides) shows what the machine's noise alone does to a ratio: where it
-   is as far from 1.000 as a verdict's margin, that verdict says nothing either way.
+   is as far from 1.000 as a verdict's margin, that verdict says nothing either way. Each stream count starts with
+   a round that is not measured (a GPU backend compiles kernels for each new batch size). Beside the verdicts, the
+   servers' own CPU time per completion token (the front and its worker, against bare's process) over all
+   rounds: on a machine whose cores the client, the front and the worker share, throughput follows it, and it
+   is far steadier than wall time.
 2. Prompt lookup: two whole stacks, plain and with ``--mlx-agent-prompt-lookup``, on the model
    ``scripts/bench_prompt_lookup.py`` trains to copy (cached under ``.cache``; about three minutes the first
    time), as a random model copies nothing a draft could match. Four concurrent streamed chats, lookup over
@@ -36,6 +40,7 @@ check that it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import statistics
@@ -49,6 +54,8 @@ from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -68,12 +75,23 @@ SHORT = "Hello! How are you today?"
 
 
 class Target:
-    """A server to measure: its port and the model name its requests give."""
+    """A server to measure: its port, the model name its requests give, and its first process (``pid``)."""
 
-    def __init__(self, name: str, port: int, model: str) -> None:
+    def __init__(self, name: str, port: int, model: str, pid: int) -> None:
         self.name = name
         self.port = port
         self.model = model
+        self.pid = pid
+
+    def cpu_seconds(self) -> float:
+        """Return the CPU time (user and system) its processes used so far: the front and its worker, or bare's."""
+        root = psutil.Process(self.pid)
+        total = 0.0
+        for process in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
 
 
 def body(target: Target, api: str, prompt: str, tokens: int) -> tuple[str, dict[str, Any]]:
@@ -141,12 +159,32 @@ def together(calls: Sequence[Callable[[], Any]]) -> tuple[list[Any], float]:
     return results, time.perf_counter() - began
 
 
-def rate(target: Target, api: str, streams: int, tokens: int, tag: str) -> float:
-    """Return the aggregate completion tokens/s of ``streams`` concurrent requests."""
+class Cost:
+    """The servers' CPU seconds and the completion tokens they cost, summed over measurements (per target)."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = {}
+        self.tokens: dict[str, int] = {}
+
+    def add(self, target: Target, cpu: float, tokens: int) -> None:
+        """Count one measurement of ``target``."""
+        self.cpu[target.name] = self.cpu.get(target.name, 0.0) + cpu
+        self.tokens[target.name] = self.tokens.get(target.name, 0) + tokens
+
+    def per_token(self, target: Target) -> float:
+        """Return ``target``'s CPU seconds per completion token."""
+        return self.cpu[target.name] / self.tokens[target.name]
+
+
+def rate(target: Target, api: str, streams: int, tokens: int, tag: str, cost: Cost | None = None) -> float:
+    """Return the aggregate completion tokens/s of ``streams`` concurrent requests (their CPU added to ``cost``)."""
     calls = [
         partial(one_request, target, api, f"Story {tag}.{i}: tell me a long story.", tokens) for i in range(streams)
     ]
+    cpu = target.cpu_seconds()
     counts, seconds = together(calls)
+    if cost is not None:
+        cost.add(target, target.cpu_seconds() - cpu, sum(counts))
     return float(sum(counts) / seconds)
 
 
@@ -171,6 +209,10 @@ def throughput(ours: Target, bare: Target, twin: Target, rounds: int, tokens: in
         ratios: dict[str, list[float]] = {api: [] for api in ("chat", "chat_stream", "messages", "responses")}
         rates: dict[str, list[float]] = {"bare": [], "ours": []}
         noise: list[float] = []
+        costs = {api: Cost() for api in ratios}
+        # A round at this many streams first, not measured: a GPU backend compiles kernels for each new batch size.
+        for target, api in [(bare, "chat_stream"), (twin, "chat_stream"), *((ours, api) for api, _ in PAIRS)]:
+            rate(target, api, streams, tokens, f"{streams}.warm")
         for round_ in range(rounds):
             twins = [bare, twin] if round_ % 2 == 0 else [twin, bare]
             tag = f"{streams}.{round_}.aa"
@@ -182,7 +224,7 @@ def throughput(ours: Target, bare: Target, twin: Target, rounds: int, tokens: in
                 pair = [(bare, counterpart), (ours, api)]
                 measured: dict[str, float] = {}
                 for target, kind in pair if (round_ + index) % 2 == 0 else pair[::-1]:
-                    measured[target.name] = rate(target, kind, streams, tokens, tag)
+                    measured[target.name] = rate(target, kind, streams, tokens, tag, costs[api])
                 ratios[api].append(measured[ours.name] / measured[bare.name])
                 if api == "chat_stream":
                     rates["bare"].append(measured[bare.name])
@@ -200,6 +242,14 @@ def throughput(ours: Target, bare: Target, twin: Target, rounds: int, tokens: in
         report("chat completions, streamed", ratios["chat_stream"], STACK_TARGET)
         report("Messages (streamed) / bare streamed chat", ratios["messages"], API_TARGET)
         report("Responses (streamed) / bare streamed chat", ratios["responses"], API_TARGET)
+        # What a machine whose cores are all busy turns into throughput, read from the servers' own CPU time.
+        spent = ", ".join(
+            f"{api} {costs[api].per_token(bare) * 1e3:.2f} / {costs[api].per_token(ours) * 1e3:.2f}" for api in costs
+        )
+        print(f"  CPU ms per token, bare / ours (front and worker): {spent}")
+        for label, api in (("whole", "chat"), ("streamed", "chat_stream")):
+            ratio = costs[api].per_token(bare) / costs[api].per_token(ours)
+            print(f"  {'CPU per token, bare / ours, chat ' + label:<44} {ratio:6.3f}  (all rounds; information)")
 
 
 def decode_stream(target: Target, messages: list[dict[str, Any]], tokens: int) -> tuple[str, float, float, int]:
@@ -251,6 +301,8 @@ def lookup_part(plain: Target, lookup: Target, rounds: int, tokens: int) -> None
     four: list[float] = []
     code: list[float] = []
     same = total = 0
+    for target in (plain, lookup):  # four streams once first, not measured (a GPU compiles their batch's kernels)
+        together([partial(decode_stream, target, chats[i % len(chats)], tokens) for i in range(4)])
     for round_ in range(rounds):
         order = [plain, lookup] if round_ % 2 == 0 else [lookup, plain]
         rates: dict[str, float] = {}
@@ -345,7 +397,7 @@ def stack(directory: Path, model: Path, tokens: int, *flags: str) -> Iterator[Ta
     directory.mkdir(parents=True, exist_ok=True)
     gateway = bench_gateway.front(directory, model, tokens, eager=True, worker_flags=flags)
     try:
-        target = Target(f"ours{'+' + '+'.join(flags) if flags else ''}", gateway.port, "org/tiny")
+        target = Target(f"ours{'+' + '+'.join(flags) if flags else ''}", gateway.port, "org/tiny", gateway.proc.pid)
         warm_up(target, ("chat", "chat_stream", "messages", "responses"))
         yield target
     finally:
@@ -375,11 +427,11 @@ def main() -> int:
         if "1" in args.parts or "3" in args.parts:
             bare_flags = ("--prefill-step-size", step) if "3" in args.parts else ()
             bare_server = servers.enter_context(running(model, directory, *bare_flags, bare=True))
-            bare = Target("bare", bare_server.port, "default_model")
+            bare = Target("bare", bare_server.port, "default_model", bare_server.process.pid)
             warm_up(bare, ("chat", "chat_stream"))  # bare mlx_lm loads its model on the first request
         if "1" in args.parts:
             twin_server = servers.enter_context(running(model, directory, *bare_flags, bare=True))
-            twin = Target("twin", twin_server.port, "default_model")
+            twin = Target("twin", twin_server.port, "default_model", twin_server.process.pid)
             warm_up(twin, ("chat", "chat_stream"))
             with stack(directory / "ours", model, ceiling) as ours:
                 throughput(ours, bare, twin, rounds, tokens, streams)
