@@ -14,12 +14,17 @@ def _operation(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; a usage error under ``--json`` still prints one envelope and exits 2."""
+    """Run the CLI; a usage error under ``--json`` still prints one envelope and exits 2.
+
+    A command the fast path served exits from here, without the interpreter's teardown (``exiting``).
+    """
     args = sys.argv[1:] if argv is None else argv
     from mlx_agent.cli.fast import run_fast
 
     if run_fast(args):
-        return
+        from mlx_agent.exiting import exit_without_teardown
+
+        exit_without_teardown(0)  # the answer is out: the modules' teardown would only delay the caller
     import click
 
     from mlx_agent.cli.app import cli
