@@ -149,14 +149,14 @@ def test_a_client_leaving_a_seeded_reply_leaves_the_group_serving(tensor_group: 
 
 
 def hostfiles(group: Group) -> list[str]:
-    """Return the hosts file mlx.launch's script made for each of the group's ranks (``MLX_HOSTFILE``)."""
+    """Return the hosts file made for each of the group's ranks (``MLX_HOSTFILE``: our launcher's or mlx.launch's)."""
     import psutil
 
     return [psutil.Process(pid).environ()["MLX_HOSTFILE"] for pid in group.ranks().values()]
 
 
-def test_our_ranks_remove_the_hosts_files_mlx_launch_leaves(tensor_group: Group) -> None:
-    """mlx.launch writes each rank a hosts file in the temp folder and never removes it; our ranks do, and serve on."""
+def test_our_ranks_remove_their_hosts_files_once_the_ring_formed(tensor_group: Group) -> None:
+    """Each rank's hosts file (tmp.* in the temp folder) is removed by the rank once the ring formed; it serves on."""
     made = hostfiles(tensor_group)
     assert len(set(made)) == 2 and all(Path(path).name.startswith("tmp.") for path in made)
     assert not any(os.path.lexists(path) for path in made)
@@ -253,6 +253,7 @@ def test_rank_0_that_cannot_listen_ends_the_group(tiny_model: Path, tmp_path: Pa
             assert group.wait_exit() == EXIT_REFUSED
         finally:
             end_group(group)
+    assert group.launch_files_left() == []  # nor the pid files of ranks that exited by themselves
     (refusal,) = refusals(group.log())
     assert refusal["code"] == ("port_in_use" if taken == "port" else "launch_failed")
 
@@ -303,6 +304,7 @@ def test_sigterm_to_the_launcher_stops_every_rank(tiny_model: Path, tmp_path: Pa
         os.kill(group.process.pid, signal.SIGTERM)
         assert group.wait_exit() == 128 + signal.SIGTERM
         assert not any(alive(pid) for pid in ranks)
+    assert group.launch_files_left() == []  # stopped ranks' pid files and hosts files too
 
 
 def test_requests_in_parallel_are_served_by_the_group(tensor_group: Group) -> None:

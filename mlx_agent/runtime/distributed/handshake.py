@@ -233,6 +233,7 @@ def verify_group(rank: int, size: int) -> None:
     logging.info(
         "mlx-agent: rank %d of %d: every rank proved the launch's secret (%d link(s) here checked)", rank, size, checked
     )
-    # mlx.launch's ring script writes each rank a hosts file that nothing removes (one per start). The ring has
-    # formed (MLX keeps its group) and the links are checked, so nothing reads it again.
+    # A rank's hosts file (mlx.launch's script writes a remote rank's, our launcher a local one's) is not read
+    # again: the ring has formed (MLX keeps its group) and the links are checked. Nothing else removes a remote
+    # one, nor any under plain mlx.launch.
     remove_mktemp_file(os.environ.get("MLX_HOSTFILE"))

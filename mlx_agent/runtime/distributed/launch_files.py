@@ -2,10 +2,10 @@
 
 For every rank the script writes a pid file and a hosts file with ``mktemp`` (``tmp.XXXXXXXXXX`` in the temp
 folder). Its kill script removes the pid file, but only for a rank mlx.launch stops; nothing removes the
-hosts file. Our launcher writes a local rank's files itself (``write_launch_files``) and removes them once that
-rank has ended, however it ended (a refusal, a stop, a signal), and its pid file once it has exited by itself
-(``launcher.rank_process_class``). A remote rank's files are on its own host: our ranks remove their hosts file
-once the ring has formed (``handshake.verify_group``).
+hosts file. Our launcher writes a local rank's files itself (``write_launch_files``) and removes them, with its
+pid file, once that rank has ended, however it ended (a refusal, a stop, a signal): ``launcher.rank_process_class``.
+A remote rank's files are on its own host: our ranks remove their hosts file once the ring has formed
+(``handshake.verify_group``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ def write_launch_files(files: Mapping[str, str]) -> dict[str, str]:
         for name, content in files.items():
             descriptor, path = tempfile.mkstemp(prefix="tmp.")
             written[name] = path
-            with os.fdopen(descriptor, "w") as file:
-                file.write(content + "\n")
+            try:  # the descriptor itself, so nothing can fail between mkstemp and its close
+                data = memoryview((content + "\n").encode())
+                while data:
+                    data = data[os.write(descriptor, data) :]
+            finally:
+                os.close(descriptor)
     except BaseException:
         remove_launch_files(written.values())
         raise

@@ -1,7 +1,7 @@
 """MLX's own launcher, fit to be supervised: ``python -m mlx_agent.runtime.distributed.launcher [mlx.launch args]``.
 
 It is mlx.launch (``mlx._distributed_utils.launch.main``, same arguments, same hostfiles and backends), with
-five of its behaviours changed through named seams (``SEAMS``, checked at start):
+six of its behaviours changed through named seams (``SEAMS``, checked at start):
 
 * **A secret per launch.** Each launch draws a fresh secret and writes it, hex, as the first line of every
   rank's stdin (a pipe to a local rank; ssh's channel to a remote one, after the rank's shell has turned its
@@ -20,7 +20,11 @@ five of its behaviours changed through named seams (``SEAMS``, checked at start)
   every rank (mlx.launch's own terminate: the local process, or the remote one through ssh), then it exits.
 * **Temp files.** mlx.launch's script writes each rank's hosts file in the temp folder and nothing removes it, so
   every start whose ring never formed (a refusal, a peer that failed its proof) left one behind. A local rank's
-  files are written here instead, the same way (``launch_files.write_launch_files``), and removed once it ended.
+  files are written here instead, the same way (``launch_files.write_launch_files``), and removed once it ended,
+  with its pid file. A rank that cannot start (its files, its process) fails the group's status.
+* **Stopping a local rank.** mlx.launch terminates and reaps it, then runs its kill script, which signals the pid
+  in the rank's pid file if a process has it: by then another's. Here a local rank is terminated and reaped
+  only; a remote one still through its kill script over ssh.
 
 A rank whose launcher dies anyway (SIGKILL) exits by itself (``distributed.watch_launcher``).
 """
@@ -45,8 +49,16 @@ from mlx_agent.runtime.distributed.launch_files import remove_launch_files, remo
 from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_MODEL_CHANGED, EXIT_RANK_LOST, EXIT_REFUSED, RING_AUTH_ENV
 
 SEAMS = ("main", "RemoteProcess", "select", "_launch_with_io")
-LOCAL_HOST = "127.0.0.1"  # the host mlx.launch runs a rank of without ssh
-RANK_PARAMETERS = ("self", "rank", "host", "python", "cwd", "files", "env", "command")  # RemoteProcess.__init__
+LOCAL_HOST = "127.0.0.1"  # the host mlx.launch runs a rank of without ssh (checked: ``seams_changed``)
+# RemoteProcess's methods, with the parameters RankProcess takes them by (in order) or overrides them with.
+RANK_METHODS: dict[str, tuple[str, ...]] = {
+    "__init__": ("self", "rank", "host", "python", "cwd", "files", "env", "command"),
+    "make_launch_script": ("rank", "python", "cwd", "files", "env", "command", "is_local"),  # exports env first
+    "preprocess_output": ("self", "data", "is_stdout"),
+    "terminate": ("self",),
+}
+RANK_PROPERTIES = ("process", "exit_status")
+RANK_ATTRIBUTES = ("_is_local", "_pidfile", "_process")  # set by RemoteProcess.__init__, read by RankProcess
 # Statuses that follow from another rank's failure: the root cause is reported before them.
 CONSEQUENCES = (EXIT_RANK_LOST, EXIT_GENERATION_DIED)
 # Statuses that say why a rank refused to run; they are the group's status whatever else failed with them.
@@ -100,6 +112,15 @@ def quiet_select(rlist: list[int], wlist: list[int], xlist: list[int], timeout: 
     return select.select(readable, [], xlist, timeout)
 
 
+def local_launch_files(rank: int, files: dict[str, str]) -> dict[str, str]:
+    """Write a local rank's launch files (``write_launch_files``); none if that fails: its script writes them."""
+    try:
+        return write_launch_files(files)
+    except OSError as exc:  # a full temp folder, say: mlx.launch's own way then, which fails the rank as it can
+        print(f"mlx-agent launcher: rank {rank}: cannot write its launch files: {exc}", file=sys.stderr, flush=True)
+        return {}
+
+
 def rank_process_class(base: Any) -> Any:
     """Return mlx.launch's ``RemoteProcess`` recording its rank's exit status, and terminating only once."""
 
@@ -108,13 +129,18 @@ def rank_process_class(base: Any) -> Any:
             self, rank: int, host: str, python: Any, cwd: Any, files: dict[str, str], env: list[str], command: Any
         ) -> None:
             self.launch_files: dict[str, str] = {}
-            if host == LOCAL_HOST and files:  # mlx.launch's test for a rank it runs here (no ssh)
-                self.launch_files = write_launch_files(files)
-                files, env = {}, [*env, *(f"{name}={path}" for name, path in self.launch_files.items())]
             try:
+                if host == LOCAL_HOST and files:  # mlx.launch's test for a rank it runs here (no ssh)
+                    self.launch_files = local_launch_files(rank, files)
+                if self.launch_files:
+                    files, env = {}, [*env, *(f"{name}={path}" for name, path in self.launch_files.items())]
                 super().__init__(rank, host, python, cwd, files, env, command)
-            except BaseException:
+            except BaseException as exc:
+                # mlx.launch's forwarding thread dies of it without a status: the group must not exit 0.
                 remove_launch_files(self.launch_files.values())
+                with RANKS.lock:
+                    RANKS.statuses.append((rank, 1, False))
+                print(f"mlx-agent launcher: rank {rank} could not start: {exc}", file=sys.stderr, flush=True)
                 raise
             self.rank = rank
             self.recorded = False
@@ -139,9 +165,7 @@ def rank_process_class(base: Any) -> Any:
                 self.recorded = True
                 with RANKS.lock:
                     RANKS.statuses.append((self.rank, 128 - code if code < 0 else code, self.stopped or killed))
-                if self._is_local and not (self.stopped or killed):  # no kill script will run for it
-                    remove_mktemp_file(self._pidfile)
-                remove_launch_files(self.launch_files.values())
+                self.remove_files()
             return status
 
         def terminate(self) -> None:
@@ -149,11 +173,23 @@ def rank_process_class(base: Any) -> Any:
             with self.stopping:
                 if not self.stopped and self.process.poll() is None:
                     self.stopped = True
-                    # Its kill script fails when the rank never wrote its pid file: nothing is left to stop then.
-                    with contextlib.suppress(subprocess.CalledProcessError):
-                        super().terminate()  # waits for the local process
+                    if self._is_local:
+                        # The rank is our child (its shell exec'd it): stopped and reaped here. mlx.launch's
+                        # kill script would then signal the pid in its pid file, which may be another's by then.
+                        self.process.terminate()
+                        self.process.wait()
+                    else:
+                        # Its kill script fails when the rank never wrote its pid file: nothing is left to stop.
+                        with contextlib.suppress(subprocess.CalledProcessError):
+                            super().terminate()
                 if self.process.poll() is not None:  # never while it may still read them
-                    remove_launch_files(self.launch_files.values())
+                    self.remove_files()
+
+        def remove_files(self) -> None:
+            """Remove what this rank's start wrote here, once it has exited: its launch files and pid file."""
+            if self._is_local:  # a remote rank's pid file is on its host, removed by its kill script
+                remove_mktemp_file(self._pidfile)
+            remove_launch_files(self.launch_files.values())
 
     return RankProcess
 
@@ -163,9 +199,21 @@ def seams_changed(upstream: Any) -> str | None:
     missing = [name for name in SEAMS if not hasattr(upstream, name)]
     if missing:
         return f"has no {', '.join(missing)}"
-    parameters = tuple(inspect.signature(upstream.RemoteProcess.__init__).parameters)
-    if parameters != RANK_PARAMETERS:  # RankProcess takes them by position and rewrites files and env
-        return f"makes a rank's process from {', '.join(parameters[1:])}, not {', '.join(RANK_PARAMETERS[1:])}"
+    process = upstream.RemoteProcess
+    missing = [f"RemoteProcess.{name}" for name in (*RANK_METHODS, *RANK_PROPERTIES) if not hasattr(process, name)]
+    if missing:
+        return f"has no {', '.join(missing)}"
+    for name, expected in RANK_METHODS.items():
+        parameters = tuple(inspect.signature(getattr(process, name)).parameters)
+        if parameters != expected:
+            return f"takes RemoteProcess.{name}({', '.join(parameters)}), not ({', '.join(expected)})"
+    init = getattr(process.__init__, "__code__", None)
+    names, constants = (init.co_names, init.co_consts) if init is not None else ((), ())
+    unset = [name for name in RANK_ATTRIBUTES if name not in names]
+    if unset:
+        return f"no longer sets RemoteProcess's {', '.join(unset)}"
+    if LOCAL_HOST not in constants:
+        return f"no longer runs a rank on {LOCAL_HOST} without ssh"
     return None
 
 
