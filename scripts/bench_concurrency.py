@@ -15,8 +15,8 @@ PASS/FAIL against the issue's target:
    is as far from 1.000 as a verdict's margin, that verdict says nothing either way. Each stream count starts with
    a round that is not measured (a GPU backend compiles kernels for each new batch size). Beside the verdicts, the
    servers' own CPU time per completion token (the front and its worker, against bare's process) over all
-   rounds: on a machine whose cores the client, the front and the worker share, throughput follows it, and it
-   is far steadier than wall time.
+   rounds: on a machine whose cores the client, the front and the worker share, throughput follows it. It is
+   steadier than wall time, yet it too moved about 5% between runs on a 2-core machine (docs/profiles.md).
 2. Prompt lookup: two whole stacks, plain and with ``--mlx-agent-prompt-lookup``, on the model
    ``scripts/bench_prompt_lookup.py`` trains to copy (cached under ``.cache``; about three minutes the first
    time), as a random model copies nothing a draft could match. Four concurrent streamed chats, lookup over
@@ -43,6 +43,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -172,8 +173,9 @@ class Cost:
         self.tokens[target.name] = self.tokens.get(target.name, 0) + tokens
 
     def per_token(self, target: Target) -> float:
-        """Return ``target``'s CPU seconds per completion token."""
-        return self.cpu[target.name] / self.tokens[target.name]
+        """Return ``target``'s CPU seconds per completion token (NaN if it returned none)."""
+        tokens = self.tokens.get(target.name, 0)
+        return self.cpu.get(target.name, 0.0) / tokens if tokens else math.nan
 
 
 def rate(target: Target, api: str, streams: int, tokens: int, tag: str, cost: Cost | None = None) -> float:
@@ -211,7 +213,8 @@ def throughput(ours: Target, bare: Target, twin: Target, rounds: int, tokens: in
         noise: list[float] = []
         costs = {api: Cost() for api in ratios}
         # A round at this many streams first, not measured: a GPU backend compiles kernels for each new batch size.
-        for target, api in [(bare, "chat_stream"), (twin, "chat_stream"), *((ours, api) for api, _ in PAIRS)]:
+        warm = [(bare, "chat"), (bare, "chat_stream"), (twin, "chat_stream"), *((ours, api) for api, _ in PAIRS)]
+        for target, api in warm:
             rate(target, api, streams, tokens, f"{streams}.warm")
         for round_ in range(rounds):
             twins = [bare, twin] if round_ % 2 == 0 else [twin, bare]

@@ -16,12 +16,15 @@ def _operation(argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a usage error under ``--json`` still prints one envelope and exits 2.
 
-    A command the fast path served exits from here, without the interpreter's teardown (``exiting``).
+    Run as the command (``argv`` None), one the fast path served exits from here, without the interpreter's
+    teardown (``exiting``); called with ``argv``, it returns, leaving the caller's process to the caller.
     """
     args = sys.argv[1:] if argv is None else argv
     from mlx_agent.cli.fast import run_fast
 
     if run_fast(args):
+        if argv is not None:
+            return
         from mlx_agent.exiting import exit_without_teardown
 
         exit_without_teardown(0)  # the answer is out: the modules' teardown would only delay the caller

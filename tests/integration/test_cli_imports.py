@@ -86,3 +86,19 @@ def test_serve_status_imports_nothing_heavy(agent: Agent) -> None:
     assert [entry["state"] for entry in entries] == ["exited"] * 3
     imported = set(json.loads(done.stderr.splitlines()[-1]))
     assert {name for name in imported if name.split(".")[0] in HEAVY} == set()
+
+
+def test_main_called_with_arguments_returns_to_its_caller(agent: Agent) -> None:
+    """``main(argv)`` from Python answers a fast-path command and returns; only the command itself exits at once."""
+    caller = "from mlx_agent.cli import main\nmain(['serve', 'status', '--json'])\nprint('returned')\n"
+    done = subprocess.run(
+        [sys.executable, "-c", caller],
+        capture_output=True,
+        text=True,
+        env={**agent.env, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=agent.home,
+        timeout=60,
+        check=True,
+    )
+    answer, returned = done.stdout.removesuffix("\n").rsplit("\n", 1)
+    assert json.loads(answer)["status"] == "ok" and returned == "returned"
