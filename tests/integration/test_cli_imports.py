@@ -66,15 +66,10 @@ def exited_receipt(port: int, agent: Agent) -> dict[str, object]:
     }
 
 
-def test_serve_status_imports_nothing_heavy(agent: Agent) -> None:
-    """``serve status --json`` over receipts of exited servers answers without any of the heavy modules."""
-    agent.serve_dir.mkdir(parents=True)
-    for port in (20001, 20002, 20003):
-        path = agent.serve_dir / f"{port}.json"
-        path.write_text(json.dumps(exited_receipt(port, agent)))
-        path.chmod(0o600)
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, "serve", "status", "--json"],
+def run_python(agent: Agent, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code args`` from this checkout in ``agent``'s home; return it, finished and successful."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         env={**agent.env, "PYTHONPATH": str(REPO_ROOT)},
@@ -82,6 +77,16 @@ def test_serve_status_imports_nothing_heavy(agent: Agent) -> None:
         timeout=60,
         check=True,
     )
+
+
+def test_serve_status_imports_nothing_heavy(agent: Agent) -> None:
+    """``serve status --json`` over receipts of exited servers answers without any of the heavy modules."""
+    agent.serve_dir.mkdir(parents=True)
+    for port in (20001, 20002, 20003):
+        path = agent.serve_dir / f"{port}.json"
+        path.write_text(json.dumps(exited_receipt(port, agent)))
+        path.chmod(0o600)
+    done = run_python(agent, PROBE, "serve", "status", "--json")
     entries = json.loads(done.stdout)["data"]["servers"]
     assert [entry["state"] for entry in entries] == ["exited"] * 3
     imported = set(json.loads(done.stderr.splitlines()[-1]))
@@ -91,14 +96,6 @@ def test_serve_status_imports_nothing_heavy(agent: Agent) -> None:
 def test_main_called_with_arguments_returns_to_its_caller(agent: Agent) -> None:
     """``main(argv)`` from Python answers a fast-path command and returns; only the command itself exits at once."""
     caller = "from mlx_agent.cli import main\nmain(['serve', 'status', '--json'])\nprint('returned')\n"
-    done = subprocess.run(
-        [sys.executable, "-c", caller],
-        capture_output=True,
-        text=True,
-        env={**agent.env, "PYTHONPATH": str(REPO_ROOT)},
-        cwd=agent.home,
-        timeout=60,
-        check=True,
-    )
+    done = run_python(agent, caller)
     answer, returned = done.stdout.removesuffix("\n").rsplit("\n", 1)
     assert json.loads(answer)["status"] == "ok" and returned == "returned"
