@@ -15,6 +15,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 
 def remove_mktemp_file(path: str | None) -> None:
@@ -37,13 +38,9 @@ def write_launch_files(files: Mapping[str, str]) -> dict[str, str]:
     try:
         for name, content in files.items():
             descriptor, path = tempfile.mkstemp(prefix="tmp.")
+            os.close(descriptor)  # closed at once, so nothing can leak it; mkstemp's mode (0600) stays
             written[name] = path
-            try:  # the descriptor itself, so nothing can fail between mkstemp and its close
-                data = memoryview((content + "\n").encode())
-                while data:
-                    data = data[os.write(descriptor, data) :]
-            finally:
-                os.close(descriptor)
+            Path(path).write_text(content + "\n")
     except BaseException:
         remove_launch_files(written.values())
         raise
