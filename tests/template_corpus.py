@@ -36,7 +36,7 @@ class Template:
         generation: bool = True,
         **kwargs: Any,
     ) -> str:
-        """Render ``messages`` as ``apply_chat_template(..., tokenize=False)`` would; raises what the template raises."""
+        """Render ``messages`` as ``apply_chat_template(tokenize=False)`` would; raises what the template raises."""
         return str(
             _compiled(self.source).render(
                 messages=[dict(m) for m in messages],
@@ -49,7 +49,7 @@ class Template:
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(source: str) -> Any:
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
