@@ -5,6 +5,10 @@ keys (a path of names from the document's root) and the value each gets; everyth
 kept. TOML goes through tomlkit, which keeps comments, order and formatting. JSON has no such library in the
 standard one, so a JSON file is re-serialised with its own indentation and key order: only whitespace inside
 its arrays and its escaped characters can change, and the plan says so (``normalised``) when they would.
+
+A config file is read only up to ``MAX_CONFIG_BYTES`` and parsed only to ``MAX_DEPTH`` levels: an agent's
+settings are kilobytes a few levels deep, and a file past either bound (a 200 MB or a 100,000-deep one) is
+refused at once as ``agent_config_unparsable`` saying which bound, before it is hashed, diffed or re-serialised.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import difflib
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +27,7 @@ from mlx_agent.plan.agent_settings import AGENTS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
     from mlx_agent.plan.agent_settings import ServedFacts
 
@@ -30,6 +35,8 @@ SCOPES = ("user", "project")
 WIRED_FORMAT = "1.0"
 Key = tuple[str, ...]
 Edit = tuple[Key, Any]  # a leaf key and the value it gets
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # the largest config file wire, unwire and wire status read
+MAX_DEPTH = 64  # the deepest nesting of objects and arrays they parse (re-serialising recurses per level)
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,16 @@ def read_current(cf: ConfigFile) -> bytes | None:
         return None
     if not target.is_file():
         raise AgentConfigUnparsable(f"{cf.path} is not a regular file", details={"path": str(cf.path)})
-    return target.read_bytes()
+    with open(target, "rb") as fh:
+        data = fh.read(MAX_CONFIG_BYTES + 1)  # never more: a file that grows while read is refused the same way
+    if len(data) > MAX_CONFIG_BYTES:
+        size = max(len(data), os.stat(target).st_size)
+        why = f"the file is {size} bytes, over the {MAX_CONFIG_BYTES} bytes mlx-agent reads of an agent config"
+        raise AgentConfigUnparsable(
+            f"{cf.path}: {why}; nothing was written",
+            details={"path": str(cf.path), "line": None, "error": why, "size": size, "limit_bytes": MAX_CONFIG_BYTES},
+        )
+    return data
 
 
 def sha256_bytes(data: bytes | None) -> str | None:
@@ -178,12 +194,37 @@ class TomlDoc:
         return text[:-1] if text.endswith("\n\n") and not self.text.endswith("\n\n") else text
 
 
+def depth(value: object) -> int:
+    """Return how deeply objects and arrays nest in ``value`` (a scalar is 0), without recursing."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, Mapping):
+            children: Iterable[object] = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, level + 1)
+        if deepest > MAX_DEPTH:
+            break  # deep enough to refuse: the rest need not be walked
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def load(cf: ConfigFile, data: bytes | None) -> JsonDoc | TomlDoc:
-    """Parse a config file's bytes by its kind; refuse one that does not parse, naming its line."""
+    """Parse a config file's bytes by its kind; refuse one that does not parse (naming its line) or nests too deep."""
+    too_deep = f"objects and arrays nest deeper than the {MAX_DEPTH} levels mlx-agent reads of an agent config"
     try:
-        return JsonDoc(cf, data) if cf.kind == "json" else TomlDoc(cf, data)
+        doc = JsonDoc(cf, data) if cf.kind == "json" else TomlDoc(cf, data)
     except UnicodeDecodeError as exc:
         raise _unparsable(cf, f"not UTF-8 text ({exc.reason})", None) from None
+    except RecursionError:  # the parsers recurse once per level: far deeper than MAX_DEPTH
+        raise _unparsable(cf, too_deep, None) from None
+    if depth(doc.root) > MAX_DEPTH:
+        raise _unparsable(cf, too_deep, None)
+    return doc
 
 
 def _plain(value: Any) -> Any:

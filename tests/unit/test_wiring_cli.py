@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,21 @@ def test_status_with_nothing_wired(cli: Agent) -> None:
     """`wire status` with no wiring lists none."""
     result = cli.run("wire", "status")
     assert result.rc == 0 and result.data["wirings"] == []
+
+
+@pytest.mark.parametrize("shape", ["deep", "huge"])
+def test_a_settings_file_too_deep_or_too_large_is_an_envelope_not_a_traceback(cli: Agent, shape: str) -> None:
+    """A settings.json nested 100,000 deep or of 200 MB is agent_config_unparsable at once, the file untouched."""
+    settings = home_of(cli) / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    if shape == "deep":
+        settings.write_text('{"env": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    else:
+        settings.write_text("{}")
+        os.truncate(settings, 200 * 1024 * 1024)  # sparse: a read of it all would take seconds and gigabytes
+    before = settings.stat()
+    result = cli.run("wire", "claude", "--port", str(free_port()))
+    assert (result.rc, result.code) == (1, "agent_config_unparsable"), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and result.doc["error"]["details"]["path"] == str(settings)
+    assert result.doc["error"]["details"].get("limit_bytes") == (None if shape == "deep" else 4 * 1024 * 1024)
+    assert (settings.stat().st_size, settings.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
