@@ -168,17 +168,25 @@ def changed_links(checks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return changed
 
 
-def replace_atomically(path: Path, data: bytes, mode: int) -> None:
+def temp_name(path: Path) -> Path:
+    """Return a fresh temporary name beside ``path``: ``.<name>.<pid>.<12 hex>.tmp`` (``stale_temps`` reads it)."""
+    return path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+
+
+def replace_atomically(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
     """Replace ``path`` with ``data`` (file mode ``mode``): readers see the old file or the new one, never a half.
 
     The bytes go to a private temporary file beside it (O_EXCL on a random name, as tempfile.mkstemp does,
-    without its import cost), are synced, renamed over ``path``, and the directory is synced too.
+    without its import cost), are synced, renamed over ``path``, and the directory is synced too. With
+    ``owner`` (uid, gid) the new file is given to them first, as far as this process may (root: always).
     """
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+    tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), mode)
+            if owner is not None:
+                give(fh.fileno(), owner)
+            os.fchmod(fh.fileno(), mode)  # after the owner: a change of owner may clear set-id bits
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -191,6 +199,80 @@ def replace_atomically(path: Path, data: bytes, mode: int) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def give(fd: int, owner: tuple[int, int]) -> None:
+    """Give the open file ``fd`` to ``owner`` (uid, gid) where this process may.
+
+    Root may give a file to anyone; another user only to a group of theirs, so a refused change is left as it
+    is: the new file is theirs, as any editor's save would make it.
+    """
+    st = os.fstat(fd)
+    uid = owner[0] if owner[0] != st.st_uid else -1
+    gid = owner[1] if owner[1] != st.st_gid else -1
+    if uid == -1 and gid == -1:
+        return
+    try:
+        os.fchown(fd, uid, gid)
+    except PermissionError:
+        if gid != -1 and uid != -1:
+            import contextlib
+
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, -1, gid)  # the group alone, where it is one of this user's
+
+
+def stale_temps(directory: Path) -> list[Path]:
+    """Return the temporary files of ``replace_atomically`` in ``directory`` whose writers have died.
+
+    Only names of its own pattern (``temp_name``), regular files of this user's, whose pid is no live process:
+    a writer killed between creating and renaming one (a SIGKILL during confirm) leaves it behind.
+    """
+    import re
+    import stat
+
+    pattern = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[0-9a-f]{12}\.tmp")
+    found: list[Path] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None or _alive(int(match["pid"])):
+            continue
+        try:
+            st = os.lstat(directory / name)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+            found.append(directory / name)
+    return sorted(found)
+
+
+def sweep_stale_temps(directory: Path) -> list[Path]:
+    """Remove ``stale_temps(directory)`` and return those removed."""
+    removed = []
+    for path in stale_temps(directory):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue  # another sweep took it first
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Say whether a process ``pid`` exists (another user's too); pid 0 and the like count as alive."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process, or a pid no process can have: not ours to judge dead
+    return True
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -120,11 +120,32 @@ def preview(plan: dict[str, Any]) -> dict[str, Any]:
     return hashed
 
 
+def owner_of(path: Path) -> tuple[int, int]:
+    """Return the (uid, gid) a config file written at ``path`` keeps: the file's, else its nearest directory's.
+
+    Run as root on another user's file (``sudo mlx-agent wire`` with their HOME), the file stays theirs; a file
+    or directory the wire makes belongs to whoever owns the directory it is made in.
+    """
+    probe = path
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    st = os.stat(probe)
+    return st.st_uid, st.st_gid
+
+
 def write_config(target: Path, data: bytes, mode: int | None) -> None:
-    """Replace ``target`` with ``data`` so readers see the old file or the new one (same mode; 0600 if new)."""
-    if not target.parent.exists():
-        os.makedirs(target.parent, mode=0o700)
-    replace_atomically(target, data, 0o600 if mode is None else mode)
+    """Replace ``target`` with ``data``: readers see the old file or the new one (same mode and owner; 0600 if new)."""
+    owner = owner_of(target)
+    missing = []
+    probe = target.parent
+    while not os.path.lexists(probe):
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        os.mkdir(directory, 0o700)
+        if os.geteuid() == 0:
+            os.chown(directory, *owner, follow_symlinks=False)
+    replace_atomically(target, data, 0o600 if mode is None else mode, owner)
 
 
 def _keep_original(path: Path, data: bytes) -> None:
@@ -291,10 +312,14 @@ def wiring_status(wired: Path, directory: Path) -> list[dict[str, Any]]:
 
 
 def wiring_lock(wired: Path, agent: str, scope: str, files: Sequence[ConfigFile]) -> Any:
-    """Return the lock that serialises confirms of one wiring (two at once would both keep an "original")."""
+    """Return the lock that serialises confirms of one wiring (two at once would both keep an "original").
+
+    Its file (``wired/locks/<stem>.lock``) is removed when the confirm ends, so none stays after an ``unwire``;
+    ``wire status`` reads only the records, so one left by a killed command changes nothing.
+    """
     from mlx_agent.errors import LockTimeout
     from mlx_agent.supervise.locks import file_lock
 
     stem = record_stem(agent, scope, files)
     busy = LockTimeout(f"another mlx-agent command is wiring {agent} ({scope})", details={"agent": agent})
-    return file_lock(wired / "locks" / f"{stem}.lock", timeout=10, busy=busy)
+    return file_lock(wired / "locks" / f"{stem}.lock", timeout=10, busy=busy, remove=True)

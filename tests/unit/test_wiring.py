@@ -13,8 +13,9 @@ import pytest
 from mlx_agent import errors
 from mlx_agent.canonical import with_hash
 from mlx_agent.plan.wired import claims_on_port, read_wired
-from mlx_agent.plan.wiring import ConfigFile, Edit, config_files, file_drift
+from mlx_agent.plan.wiring import MAX_CONFIG_BYTES, ConfigFile, Edit, config_files, file_drift
 from mlx_agent.supervise import wiring
+from mlx_agent.supervise.locks import file_lock
 
 CLAUDE_SETTINGS = """{
   "permissions": {
@@ -449,3 +450,99 @@ def test_a_key_where_a_table_must_be_is_refused(home: Path) -> None:
     with pytest.raises(errors.AgentConfigUnparsable) as caught:
         wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
     assert "env.ANTHROPIC_BASE_URL" in caught.value.message and cf.path.read_text() == '{\n  "env": "EDITOR=vim"\n}\n'
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [
+        ("claude", '{"env": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("claude", '{"a": ' * 65 + "1" + "}" * 65),
+        ("codex", "a = " + "[" * 100_000 + "]" * 100_000),
+    ],
+)
+def test_a_config_nested_too_deep_is_unparsable_not_a_recursion_error(home: Path, kind: str, text: str) -> None:
+    """A settings file nested past MAX_DEPTH (100,000 deep, or 65) is agent_config_unparsable saying so."""
+    cf = claude_file(home, text) if kind == "claude" else codex_file(home, text)
+    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+        wiring.plan_wire(kind, "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
+    assert caught.value.details["path"] == str(cf.path) and "nest" in caught.value.message
+    assert cf.path.read_text() == text and not wired_dir(home).exists()
+
+
+def test_a_config_over_the_size_bound_is_refused_unread(home: Path) -> None:
+    """A 200 MB settings file is agent_config_unparsable naming its size and the bound, for wire, unwire and status."""
+    cf = claude_file(home, CLAUDE_SETTINGS)
+    record = wire(home, "claude", cf, CLAUDE_EDITS)
+    with open(cf.path, "r+b") as fh:
+        fh.truncate(200 * 1024 * 1024)  # sparse: nothing is written, and a read past the bound would be slow
+    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+        wiring.plan_unwire(wired_dir(home), "claude", "user", [cf])
+    assert caught.value.details["size"] == 200 * 1024 * 1024
+    assert caught.value.details["limit_bytes"] == MAX_CONFIG_BYTES and str(MAX_CONFIG_BYTES) in caught.value.message
+    assert file_drift(record["files"][0])["state"] == "unreadable"
+    Path(record["files"][0]["backup"]).unlink()
+    next(wired_dir(home).glob("*.json")).unlink()
+    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+        wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
+    assert caught.value.details["size"] == 200 * 1024 * 1024
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to write another user's file")
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_wire_and_unwire_as_root_keep_another_users_owner_and_mode(home: Path, agent: str) -> None:
+    """Root wiring another user's file leaves it theirs with its mode, after the wire and after the unwire."""
+    cf = claude_file(home) if agent == "claude" else codex_file(home)
+    os.chown(cf.path, 65534, 65534)
+    cf.path.chmod(0o640)
+    wire(home, agent, cf, CLAUDE_EDITS if agent == "claude" else CODEX_EDITS)
+    st = cf.path.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o640)
+    unwire(home, agent, cf)
+    st = cf.path.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o640)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to write into another user's directory")
+def test_a_file_and_directory_the_wire_makes_as_root_belong_to_the_home_owner(home: Path) -> None:
+    """Root wiring a HOME of another user makes .claude and settings.json theirs, not root's."""
+    os.chown(home, 65534, 65534)
+    cf = claude_file(home, None)
+    wire(home, "claude", cf, CLAUDE_EDITS[:2])
+    assert (cf.path.parent.stat().st_uid, cf.path.stat().st_uid, cf.path.stat().st_gid) == (65534, 65534, 65534)
+
+
+def test_confirms_leave_no_lock_file_and_a_waiter_locks_the_file_at_the_path(home: Path) -> None:
+    """Wire and unwire under their lock leave wired/locks empty; a waiter on a removed lock file locks the new one."""
+    import threading
+
+    cf = claude_file(home)
+    locks = wired_dir(home) / "locks"
+    with wiring.wiring_lock(wired_dir(home), "claude", "user", [cf]):
+        wire(home, "claude", cf, CLAUDE_EDITS)
+    with wiring.wiring_lock(wired_dir(home), "claude", "user", [cf]):
+        unwire(home, "claude", cf)
+    assert list(locks.iterdir()) == []
+
+    lock = locks / "held.lock"
+    busy = errors.LockTimeout("busy")
+    release, held, outcome = threading.Event(), threading.Event(), []
+
+    def second() -> None:
+        with file_lock(lock, timeout=60, busy=busy, remove=True):
+            held.set()
+            release.wait(60)
+
+    with file_lock(lock, timeout=0, busy=busy, remove=True):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        while sum(os.path.realpath(f"/proc/self/fd/{fd}") == str(lock) for fd in os.listdir("/proc/self/fd")) < 2:
+            pass  # until the waiter has opened the lock file this block holds (then removes)
+    assert held.wait(60)
+    try:
+        with file_lock(lock, timeout=0, busy=busy):
+            outcome.append("locked")  # a third command got a lock while the waiter holds it: two files, one lock
+    except errors.LockTimeout:
+        outcome.append("busy")
+    release.set()
+    waiter.join(60)
+    assert outcome == ["busy"] and not lock.exists()
