@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported, StateDirUnsafe
-from mlx_agent.files import open_private, write_json_atomic
+from mlx_agent.files import open_private, sweep_stale_temps, write_json_atomic
 from mlx_agent.wire import PLAN_VERSION
 
 TYPE_CHECKING = False
@@ -183,7 +183,13 @@ def receipt_files(directory: Path) -> list[Path]:
 
 
 def write_receipt(directory: Path, receipt: ServeReceipt) -> Path:
-    """Write a receipt atomically (temp, fsync, rename, mode 0600) and return its path."""
+    """Write a receipt atomically (temp, fsync, rename, mode 0600) and return its path.
+
+    The temporary files a killed writer left in ``directory`` (a CLI SIGKILLed while it wrote a receipt or a
+    front's config: ``.<port>.front.json.<pid>.<hex>.tmp``) are removed first, those of dead writers only
+    (``files.stale_temps``): every confirm sweeps them.
+    """
+    sweep_stale_temps(directory)
     path = receipt_path(directory, int(receipt["port"]))
     write_json_atomic(path, receipt)
     return path

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
+from mlx_agent.files import stale_temps, temp_name
 from mlx_agent.supervise.receipts import has_front, read_receipt, receipt_files, write_receipt
 
 RECEIPT: Any = {
@@ -119,3 +120,38 @@ def test_a_current_receipt_keeps_its_names(tmp_path: Path) -> None:
     read = read_receipt(path)
     assert has_front(read)
     assert read["models"] == [model]
+
+
+def test_a_receipt_write_sweeps_the_temp_files_of_dead_writers_only(tmp_path: Path) -> None:
+    """A temp file left by a SIGKILLed writer goes at the next receipt write; a live writer's and others' stay."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys; from pathlib import Path; from mlx_agent.files import temp_name; "
+        f"t = temp_name(Path({str(tmp_path / '8081.front.json')!r})); os.close(os.open(t, os.O_CREAT | os.O_WRONLY)); "
+        "print(t, flush=True); sys.stdin.read()"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None
+    dead = Path(writer.stdout.readline().strip())
+    writer.send_signal(signal.SIGKILL)  # killed between creating its temp file and renaming it, as a confirm can be
+    writer.wait()
+    live = temp_name(tmp_path / "8082.front.json")  # this process's: alive
+    live.write_text("{}")
+    kept = [tmp_path / ".8083.json.tmp", tmp_path / f".8084.json.{writer.pid}.zz.tmp"]  # not the pattern
+    for path in kept:
+        path.write_text("{}")
+    link = tmp_path / f".8085.json.{writer.pid}.{'a' * 12}.tmp"
+    link.symlink_to(tmp_path / "elsewhere")
+    if os.geteuid() == 0:  # another user's file of our pattern: not ours to remove
+        others = tmp_path / f".8086.json.{writer.pid}.{'b' * 12}.tmp"
+        others.write_text("{}")
+        os.chown(others, 65534, 65534)
+        kept.append(others)
+    assert dead.exists() and stale_temps(tmp_path) == [dead]
+    write_receipt(tmp_path, RECEIPT)
+    assert not dead.exists()
+    assert all(p.exists() for p in [live, *kept]) and link.is_symlink()
