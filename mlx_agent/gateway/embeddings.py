@@ -35,6 +35,7 @@ from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.http_errors import json_response, refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.ollama.names import route_tagged
 from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.wire import WORKER_MODEL_NAME
 
@@ -53,8 +54,12 @@ class Embedded:
 
 
 def embedding_model(fleet: Fleet, name: object) -> Lifecycle:
-    """Return the model a request names when it embeds; 400 ``model_not_embedding`` for a chat model."""
-    model = fleet.route(name)
+    """Return the model a request names when it embeds; 400 ``model_not_embedding`` for a chat model.
+
+    ``NAME:latest`` names ``NAME`` here, as on Ollama's endpoints (``ollama.names``): Ollama's embedding clients
+    send the tag on ``/v1/embeddings`` as well.
+    """
+    model = route_tagged(fleet, name)
     if model.model["worker"].get("kind") != "embedding":
         embedders = [m.name for m in fleet.models if m.model["worker"].get("kind") == "embedding"]
         hint = f"name an embedding model: {', '.join(embedders)}" if embedders else "serve an embedding model"

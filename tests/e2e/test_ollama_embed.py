@@ -55,9 +55,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
         agent.run("serve", "stop", "--port", str(port))
 
 
-def openai_vectors(url: str, inputs: list[str]) -> Any:
-    """Return the front's /v1/embeddings answer (floats) for ``inputs``."""
-    body = json.dumps({"model": "embed", "input": inputs, "encoding_format": "float"}).encode()
+def openai_vectors(url: str, inputs: list[str], model: str = "embed") -> Any:
+    """Return the front's /v1/embeddings answer (floats) for ``inputs`` from ``model``."""
+    body = json.dumps({"model": model, "input": inputs, "encoding_format": "float"}).encode()
     request = urllib.request.Request(url + "/v1/embeddings", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as reply:
         return json.loads(reply.read())
@@ -74,6 +74,16 @@ def test_embed_gives_the_vectors_of_v1_embeddings(fleet: str) -> None:
     assert reply.total_duration and reply.total_duration > 0 and reply.model == "embed"
     single = client.embeddings(model="embed", prompt=TEXTS[1])
     assert list(single.embedding) == expected["data"][1]["embedding"]
+
+
+def test_ollamas_latest_tag_embeds_on_both_apis(fleet: str) -> None:
+    """``embed:latest`` gives embed's vectors on /api/embed and on /v1/embeddings, named as the client named it."""
+    expected = openai_vectors(fleet, TEXTS)
+    tagged = ollama.Client(host=fleet, timeout=300).embed(model="embed:latest", input=TEXTS)
+    assert [list(v) for v in tagged.embeddings] == [d["embedding"] for d in expected["data"]]
+    assert tagged.model == "embed:latest"
+    openai = openai_vectors(fleet, TEXTS, "embed:latest")
+    assert (openai["data"], openai["model"]) == (expected["data"], "embed:latest")
 
 
 def test_the_fleet_says_which_model_embeds_and_refuses_the_wrong_one(fleet: str) -> None:

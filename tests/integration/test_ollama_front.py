@@ -90,6 +90,20 @@ def test_think_asked_of_a_model_without_thinking_is_refused_as_ollama_does(keyed
     assert keyed.request("POST", "/api/chat", plain, headers=auth()).status == 200
 
 
+def test_every_ollama_endpoint_without_a_model_is_missing_parameter(keyed: Gateway) -> None:
+    """Chat, generate, show, embed and embeddings without ``model`` are 400 missing_parameter, as documented."""
+    for path, body in [
+        ("/api/chat", {"messages": HI}),
+        ("/api/generate", {"prompt": "hi"}),
+        ("/api/show", {}),
+        ("/api/embed", {"input": "hi"}),
+        ("/api/embeddings", {"prompt": "hi"}),
+    ]:
+        reply = keyed.request("POST", path, body, headers=auth())
+        doc = reply.json()
+        assert (reply.status, doc["code"], isinstance(doc["error"], str)) == (400, "missing_parameter", True), path
+
+
 def test_model_management_is_refused_clearly(keyed: Gateway) -> None:
     """Pull, push, create, copy, delete and blobs are 501 model_management_unsupported; nothing is loaded."""
     for method, path in MANAGEMENT:

@@ -89,6 +89,16 @@ def test_only_an_embedding_model_embeds(tmp_path: Path) -> None:
     assert missing.value.code == "model_not_found"
 
 
+def test_ollamas_latest_tag_names_the_embedding_model(tmp_path: Path) -> None:
+    """NAME:latest routes to NAME for embeddings, as on Ollama's chat; another tag, or a chat model's, does not."""
+    models = fleet(tmp_path)
+    assert embedding_model(models, "embed:latest").name == "embed"
+    for name, code in [("embed:v2", "model_not_found"), ("org/tiny:latest", "model_not_embedding")]:
+        with pytest.raises(RequestRefused) as info:
+            embedding_model(models, name)
+        assert info.value.code == code
+
+
 def test_base64_is_little_endian_float32() -> None:
     """The base64 encoding read back is the packed little-endian float32 values, as OpenAI writes them."""
     vector = [0.5, -1.25, 3.0]

@@ -28,7 +28,6 @@ from aiohttp import web
 
 from mlx_agent import __version__
 from mlx_agent.api_errors import Code, ollama_body
-from mlx_agent.errors import RequestRefused
 from mlx_agent.files import utc_iso
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.endpoints import Key
@@ -39,6 +38,7 @@ from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGe
 from mlx_agent.gateway.ollama.embed import OllamaEmbedApi
 from mlx_agent.gateway.ollama.keep_alive import KeepAlive
 from mlx_agent.gateway.ollama.models import ModelInfo, read_info
+from mlx_agent.gateway.ollama.names import required_model, route_tagged
 from mlx_agent.gateway.ollama.request import OllamaRequest, translate_chat, translate_generate
 from mlx_agent.gateway.ollama.stream import NDJSON, OllamaStream, load_duration, reply
 from mlx_agent.gateway.security import OLLAMA_PREFIX
@@ -47,7 +47,6 @@ from mlx_agent.gateway.upstream import CHAT_PATH, Upstream, read_error
 
 COMPLETIONS_PATH = "/v1/completions"  # a raw generate's (no chat template)
 OLLAMA_API_VERSION = "0.12.0"  # the Ollama API this front speaks (the fields of its 0.12 releases)
-LATEST = ":latest"
 NEVER_CHANGED = (
     "this server never downloads, creates or changes models: it serves the models its reviewed serve plan names; "
     "preview and confirm a new plan (mlx-agent serve) to serve another"
@@ -67,15 +66,8 @@ class OllamaApi:
     # -- models -------------------------------------------------------------------------------------------
 
     def route(self, name: object) -> Lifecycle:
-        """Return the model a request names; Ollama's ``:latest`` tag may follow a served name."""
-        if not isinstance(name, str) or not name:
-            raise refused(Code.MISSING_PARAMETER, "'model' is required", param="model")
-        try:
-            return self.fleet.route(name)
-        except RequestRefused as refusal:
-            if refusal.code != Code.MODEL_NOT_FOUND or not name.endswith(LATEST):
-                raise
-            return self.fleet.route(name.removesuffix(LATEST))
+        """Return the model a request names (required); Ollama's ``:latest`` tag may follow a served name."""
+        return route_tagged(self.fleet, required_model(name))
 
     async def info(self, model: Lifecycle) -> ModelInfo:
         """Return the model's details, read from its files once."""

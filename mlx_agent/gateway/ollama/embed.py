@@ -1,6 +1,7 @@
 """Ollama's ``/api/embed`` and the older ``/api/embeddings``, over the embedding model behind ``/v1/embeddings``.
 
-Both go through ``gateway.embeddings`` (``embedding_model``, ``embed``): only a model whose worker embeds
+Both go through ``gateway.embeddings`` (``embedding_model``, ``embed``): ``model`` is required (400
+``missing_parameter``) and may carry Ollama's ``:latest`` tag (``names``), only a model whose worker embeds
 answers (a chat model is 400 ``model_not_embedding``), the inputs are checked the same way, and the worker's
 vectors are returned as it wrote them. ``/api/embed`` takes ``input`` (a string or a list of strings) and
 ``dimensions``, and answers ``embeddings`` (one vector per input), ``prompt_eval_count`` (the tokens read) and
@@ -22,6 +23,7 @@ from mlx_agent.gateway.http_errors import json_response
 from mlx_agent.gateway.observe import exchange_of
 from mlx_agent.gateway.ollama.bodies import OllamaEmbedBody, OllamaEmbeddingsBody
 from mlx_agent.gateway.ollama.keep_alive import KeepAlive
+from mlx_agent.gateway.ollama.names import required_model
 from mlx_agent.gateway.ollama.request import parse_keep_alive
 from mlx_agent.gateway.ollama.stream import load_duration
 from mlx_agent.gateway.upstream import Upstream
@@ -41,7 +43,7 @@ class OllamaEmbedApi:
         arrived_ns = int(exchange.started * 1e9) if exchange is not None else time.perf_counter_ns()
         arrived = exchange.wall if exchange is not None else time.time()
         seconds = parse_keep_alive(keep)
-        model = embedding_model(self.upstream.fleet, name)
+        model = embedding_model(self.upstream.fleet, required_model(name))
         inputs = inputs_of(value, param)
         if exchange is not None:
             exchange.routed(model.name, False, inputs)
