@@ -407,3 +407,24 @@ def test_input_items_are_listed_and_a_response_deleted_by_its_key_only(tmp_path:
         for gone in (alice.responses.retrieve, alice.responses.input_items.list, alice.responses.delete):
             with pytest.raises(openai.NotFoundError):
                 gone(response.id)
+
+
+SELF_REFERENCING: Any = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}},
+    "required": ["name", "children"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("schema", [SELF_REFERENCING, {"$ref": "#"}])
+def test_compact_with_a_self_referencing_text_format_summarises_as_plain_text(tiny: Gateway, schema: Any) -> None:
+    """A compaction whose conversation asks for a recursive text.format gives the plain summary, never a 502."""
+    client = client_for(tiny)
+    fmt = {"format": {"type": "json_schema", "name": "tree", "schema": schema, "strict": True}}
+    plain = client.responses.compact(model="org/tiny", input=COMPACT_INPUT, instructions="Be brief.")
+    body = {"model": "org/tiny", "input": COMPACT_INPUT, "instructions": "Be brief.", "text": fmt}
+    formatted = tiny.request("POST", "/v1/responses/compact", body)
+    assert formatted.status == 200, formatted.body
+    doc = formatted.json()
+    assert doc["output"][-1]["encrypted_content"] == plain.model_dump(warnings=False)["output"][-1]["encrypted_content"]

@@ -478,6 +478,14 @@ def test_a_compaction_asks_for_a_summary_after_the_conversation_as_a_turn_sends_
     assert is_trigger(trigger) and not is_trigger(parsed(body))
 
 
+def test_a_compaction_asks_for_its_summary_as_plain_text_whatever_the_turns_format() -> None:
+    """A text.format of the conversation (a self-referencing schema here) is not enforced on the summary."""
+    fmt = {"type": "json_schema", "name": "tree", "schema": {"$ref": "#"}}
+    body = {"model": "m", "input": [*CODEX_HISTORY, {"type": "compaction_trigger"}], "text": {"format": fmt}}
+    assert "response_format" in to_chat({**body, "input": CODEX_HISTORY}, default_model="m").chat
+    assert "response_format" not in summary_request(parsed(body), default_model="m").chat
+
+
 def test_the_compacted_history_keeps_the_user_messages_and_one_summary_item() -> None:
     """/v1/responses/compact answers the user messages, as sent, then a compaction item holding the summary."""
     doc = {

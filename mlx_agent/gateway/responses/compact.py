@@ -10,9 +10,12 @@ Codex asks in one of two ways (its ``remote_compaction_v2`` feature chooses):
 
 Either way the worker gets the conversation as a ``/v1/responses`` turn would send it (instructions, tools,
 items: so its prompt cache reuses the previous turn's whole prefix), then one more user message,
-``SUMMARY_REQUEST``. The reply's text (reasoning left out; inside ``<summary>`` tags when it used them) is the
-summary. OpenAI's ``encrypted_content`` is opaque to clients; here it is the summary itself after
-``SUMMARY_MARK``, and a later request that sends the item back gets it as a user message (``request.py``).
+``SUMMARY_REQUEST``. The summary is plain text whatever ``text.format`` the conversation's turns ask for: that
+format shapes a turn's answer, and enforced on the summary it would take away the ``<summary>`` tags, or leave
+nothing a schema allows (a self-referencing one: ``{"$ref": "#"}``). The reply's text (reasoning left out;
+inside ``<summary>`` tags when it used them) is the summary. OpenAI's ``encrypted_content`` is opaque to
+clients; here it is the summary itself after ``SUMMARY_MARK``, and a later request that sends the item back gets
+it as a user message (``request.py``).
 A reply with no summary text is a 502 ``compaction_failed``. A summary cut by the reply limit is kept (a
 shorter context is what the client needs); compaction responses are not stored.
 """
@@ -62,6 +65,7 @@ def summary_request(
 ) -> ResponsesRequest:
     """Translate a compaction request: the conversation as a turn would send it, then ``SUMMARY_REQUEST``."""
     translated = to_chat(body, default_model=default_model, history=history)
+    translated.chat.pop("response_format", None)  # the summary is text: a turn's format is not the checkpoint's
     translated.chat["messages"].append({"role": "user", "content": SUMMARY_REQUEST})
     translated.chat["stream"] = stream
     return translated
