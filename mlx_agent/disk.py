@@ -6,6 +6,12 @@ worker that stopped answering did so because its disk filled), and the worker sa
 * The **floor** of a file system is ``max(8 MiB, min(1 GiB, 1% of its size))``: below it the disk is reported
   full (``disk_full`` in status, health and a failed request's error), and no prompt-cache entry is saved
   that would take the free space under it. Logs, receipts and policy changes need the room that is left.
+* A server whose places (``server_places``: its state directory, each worker's log directory and prompt-cache
+  root) are under their floor still starts and serves, **degraded**: its ``/health`` says ``"status":
+  "degraded"`` with ``"ready": true``, which readiness accepts, and ``serve start`` says so at once, in the
+  preview's warnings and the confirm's (``floor_warnings``: the path, its free bytes and the floor). It is
+  not refused: a home smaller than the floor (a 3 MB disk, whose floor is 8 MiB) runs a server whose logs and
+  receipts need kilobytes; only the prompt cache, which needs room, saves nothing there.
 * The kept prompt cache's **effective limit** is ``min(--prompt-cache-disk-gb, half of (free + kept))``,
   where ``kept`` is what its saved entries already take: the cache never takes more than half of the space
   it could use, and shrinks with the disk. It is computed when a worker starts and when it saves (the plan
@@ -17,6 +23,11 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 MIB = 1024 * 1024
 FLOOR_MIN_BYTES = 8 * MIB
@@ -110,3 +121,28 @@ def disks(paths: list[Path | str]) -> list[DiskSpace]:
         if space is not None and space.device not in seen:
             seen[space.device] = space
     return list(seen.values())
+
+
+def server_places(state_dir: Path | str, models: Sequence[Mapping[str, Any]]) -> list[tuple[str, Path]]:
+    """Return where a server writes, by role: its state directory, each worker's log directory, each cache root.
+
+    The first two are ``state``, a prompt-cache root ``prompt_cache``; ``models`` are a plan's or a front
+    config's (both hold ``worker.log_path`` and ``prompt_cache``).
+    """
+    places = [("state", Path(state_dir))]
+    for model in models:
+        places.append(("state", Path(model["worker"]["log_path"]).parent))
+        if model.get("prompt_cache") is not None:
+            places.append(("prompt_cache", Path(model["prompt_cache"]["root"])))
+    return places
+
+
+def floor_warnings(places: list[tuple[str, Path]]) -> list[str]:
+    """Return one warning per file system among ``places`` that is under its floor (the first path names it)."""
+    return [
+        f"disk_full: {space.path} has {space.free_bytes} bytes free, under its floor of {space.floor_bytes} bytes; "
+        "the server starts and answers, but reports itself degraded (/health, serve status) and saves no prompt "
+        "cache there until space is freed"
+        for space in disks([path for _, path in places])
+        if space.low
+    ]

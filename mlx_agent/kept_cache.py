@@ -119,11 +119,8 @@ def disk_warnings(roots: dict[str, float]) -> list[str]:
         if disk is None:
             continue
         if disk["low"]:
-            warnings.append(
-                f"the disk of {root} has {disk['free_bytes'] / 1e6:.1f} MB free, under its floor of "
-                f"{disk['floor_bytes'] / 1e6:.1f} MB: no prompt cache entry is saved until space is freed"
-            )
-        elif found["limit_bytes"] < int(disk_gb * 1e9):
+            continue  # disk.floor_warnings says so, once per disk, with the server's other places
+        if found["limit_bytes"] < int(disk_gb * 1e9):
             warnings.append(
                 f"the disk of {root} has {disk['free_bytes'] / 1e9:.2f} GB free: a worker keeps at most "
                 f"{found['limit_bytes'] / 1e9:.2f} GB of prompt caches there (half of free plus kept), not the "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.disk import DiskSpace, disk_space
+from mlx_agent.disk import DiskSpace, disk_space, server_places
 from mlx_agent.files import utc_iso
 from mlx_agent.gateway.http_errors import refused
 
@@ -31,10 +31,7 @@ REMEDIATION = "free some space on that disk (or lower --prompt-cache-disk-gb); n
 
 def model_places(model: FrontModelConfig) -> list[tuple[str, Path]]:
     """Return where a model's worker writes, by role: its log's directory, and its prompt cache's root."""
-    places = [("state", Path(model["worker"]["log_path"]).parent)]
-    if model["prompt_cache"] is not None:
-        places.append(("prompt_cache", Path(model["prompt_cache"]["root"])))
-    return places
+    return server_places(Path(model["worker"]["log_path"]).parent, [model])[1:]
 
 
 def spaces(places: list[tuple[str, Path]]) -> list[tuple[str, DiskSpace]]:
@@ -56,12 +53,10 @@ def add_disk(doc: dict[str, Any], fleet: Fleet) -> None:
     """Add ``disk`` to a ``/health`` document, and make an ``ok`` status ``degraded`` when a place is low.
 
     The answer stays 200: the front listens and answers, and readiness and ``serve status`` probe it; the body
-    says what is wrong (a stronger status, such as ``wedged``, is kept).
+    says what is wrong (a stronger status, such as ``wedged``, is kept). ``ready`` is left as it is: a degraded
+    front that has loaded its models is ready (``plan/front.FRONT_READINESS``), and ``serve start`` warns.
     """
-    places = [("state", Path(fleet.config["policy_path"]).parent)]
-    for model in fleet.models:
-        places += model_places(model.model)
-    found = spaces(places)
+    found = spaces(server_places(Path(fleet.config["policy_path"]).parent, [m.model for m in fleet.models]))
     doc["disk"] = [public(role, space) for role, space in found]
     if doc.get("status") == "ok" and any(space.low for _, space in found):
         doc["status"] = "degraded"

@@ -32,8 +32,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mlx_agent.records import FrontConfig, FrontModelConfig, FrontRecord, ModelPlan, ReadinessRecord, ServePlan
 
-# The front answers /health at once; "ready" says every model it preloads has loaded.
-FRONT_READINESS: ReadinessRecord = {"path": "/health", "status": 200, "json": {"status": "ok", "ready": True}}
+# The front answers /health at once; "ready" says every model it preloads has loaded. Its "status" is not asked:
+# "degraded" (a disk under its floor, mlx_agent.disk) is still ready, and serve start warns of it.
+FRONT_READINESS: ReadinessRecord = {"path": "/health", "status": 200, "json": {"ready": True}}
 # AF_UNIX paths are limited to 108 bytes; a longer state directory gets a private temporary one at start.
 MAX_SOCKET_DIR = 80
 MLX_LM_DECODE_CONCURRENCY = 32  # mlx_lm.server's --decode-concurrency default, which plans do not change

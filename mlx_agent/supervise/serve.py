@@ -80,10 +80,13 @@ def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:
     if not port_is_free(port, plan["host"]):
         raise PortInUse(f"port {port} on {plan['host']} is already bound by another program", details={"port": port})
     check_given_ring_ports(plan)
+    from mlx_agent.disk import floor_warnings, server_places
     from mlx_agent.kept_cache import disk_warnings
 
     kept = {m["prompt_cache"]["root"]: m["prompt_cache"]["disk_gb"] for m in plan["models"] if m["prompt_cache"]}
-    return warnings + disk_warnings(kept)  # the effective cache limit, which the plan does not hold
+    places = server_places(Path(plan["front"]["policy_path"]).parent, plan["models"])
+    # A disk under its floor (a warning: the server runs degraded), and the effective cache limit: not in the plan.
+    return warnings + floor_warnings(places) + disk_warnings(kept)
 
 
 def preview(req: ServeRequest, directory: Path) -> tuple[ServePlan, list[str]]:

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mlx_agent import disk
 from tests.conftest import FAKE_SERVER, Agent, fake_runtime, free_port
 from tests.disk_support import tmpfs
 from tests.gateway_support import squatting
@@ -420,6 +421,31 @@ def test_a_full_disk_is_an_envelope_and_leaves_nothing_running(
     assert "Traceback" not in result.stderr
     time.sleep(0.5)
     assert not any("full-disk-server" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+
+
+@pytest.mark.parametrize("size", ["512k", "3m"])
+def test_a_home_under_its_floor_starts_degraded_with_a_warning_not_a_timeout(
+    agent: Agent, tiny_model: Path, tmp_path: Path, size: str
+) -> None:
+    """A disk smaller than its 8 MiB floor: preview and confirm warn (path, free bytes, floor); it runs degraded."""
+    exe = fake_runtime(tmp_path, FAKE_SERVER, name="small-home-server")
+    with small_disk(tmp_path, size) as receipts:
+        port = free_port()
+        args = [*start_args(tiny_model, exe, port), "--receipts-dir", str(receipts), "--ready-timeout", "60"]
+        preview = agent.run("serve", "start", *args)
+        assert preview.rc == 0, preview.stdout + preview.stderr
+        [warning] = [w for w in preview.doc["warnings"] if w.startswith("disk_full")]
+        assert warning.startswith(f"disk_full: {receipts / 'serve'} has ")
+        assert f"under its floor of {disk.FLOOR_MIN_BYTES} bytes" in warning
+        plan_hash = preview.data["plan"]["preview_hash"]
+        confirm = agent.run("serve", "start", *args, "--confirm", "--preview-hash", plan_hash)
+        try:
+            assert (confirm.rc, confirm.code) == (0, None), confirm.stdout + confirm.stderr
+            assert [w for w in confirm.doc["warnings"] if w.startswith("disk_full")]
+            server = agent.run("serve", "status", "--receipts-dir", str(receipts)).data["servers"][0]
+            assert (server["health"], [p["code"] for p in server["problems"]]) == ("degraded", ["disk_full"])
+        finally:
+            agent.run("serve", "stop", "--port", str(port), "--receipts-dir", str(receipts))
 
 
 def test_status_says_when_the_disk_a_server_writes_to_is_full(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from mlx_agent.disk import (
     floor_bytes,
     is_full,
     room_for,
+    server_places,
 )
 
 GB = 10**9
@@ -97,3 +98,17 @@ def test_places_on_one_file_system_report_once(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     found = disks([tmp_path / "a", tmp_path / "b"])
     assert [d.path for d in found] == [str(tmp_path / "a")]
+
+
+def test_a_servers_places_are_its_state_its_worker_logs_and_its_caches(tmp_path: Path) -> None:
+    """A plan's or a front's places: the state directory, each worker's log directory, each prompt-cache root."""
+    models: list[dict[str, object]] = [
+        {"worker": {"log_path": str(tmp_path / "serve" / "8080.worker.log")}, "prompt_cache": None},
+        {"worker": {"log_path": "/logs/w1.log"}, "prompt_cache": {"root": "/cache"}},
+    ]
+    assert server_places(tmp_path / "serve", models) == [
+        ("state", tmp_path / "serve"),
+        ("state", tmp_path / "serve"),
+        ("state", Path("/logs")),
+        ("prompt_cache", Path("/cache")),
+    ]
