@@ -13,7 +13,7 @@ import pytest
 from mlx_agent import errors
 from mlx_agent.canonical import with_hash
 from mlx_agent.plan.wired import claims_on_port, read_wired
-from mlx_agent.plan.wiring import MAX_CONFIG_BYTES, ConfigFile, Edit, config_files, file_drift
+from mlx_agent.plan.wiring import MAX_CONFIG_BYTES, ConfigFile, Edit, config_files, file_drift, record_stem
 from mlx_agent.supervise import wiring
 from mlx_agent.supervise.locks import file_lock
 
@@ -546,3 +546,16 @@ def test_confirms_leave_no_lock_file_and_a_waiter_locks_the_file_at_the_path(hom
     release.set()
     waiter.join(60)
     assert outcome == ["busy"] and not lock.exists()
+
+
+def test_a_stale_lock_file_is_not_a_wiring_and_goes_with_the_next_confirm(home: Path) -> None:
+    """A lock file a killed command left is not listed by wire status; the next confirm of its wiring removes it."""
+    cf = claude_file(home)
+    stale = wired_dir(home) / "locks" / f"{record_stem('claude', 'user', [cf])}.lock"
+    stale.parent.mkdir(parents=True, mode=0o700)
+    stale.touch(mode=0o600)
+    assert wiring.wiring_status(wired_dir(home), home / "serve") == []
+    with wiring.wiring_lock(wired_dir(home), "claude", "user", [cf]):
+        wire(home, "claude", cf, CLAUDE_EDITS)
+    assert [w["agent"] for w in wiring.wiring_status(wired_dir(home), home / "serve")] == ["claude"]
+    assert not stale.exists()
