@@ -17,6 +17,7 @@ the generation prompt, as ``tokenizer.apply_chat_template(..., add_generation_pr
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from mlx_agent.runtime.serving.limits import Limits
 from mlx_agent.runtime.serving.request_options import Served, prepare_body
 from mlx_agent.runtime.serving.system_turns import common_prefix
 from tests.gateway_support import translate_messages, translate_responses
-from tests.template_corpus import Template
+from tests.template_corpus import Template, template
 
 TURNS = 10
 QUESTION = 5  # turn 5 (1-based) is answered and a new question follows: request index 5 brings it
@@ -251,3 +252,18 @@ def served_prompts(
             continue
         out.append(ServedPrompt(prompt, prompt[: common_prefix(prompt, bare)]))
     return out
+
+
+@functools.cache
+def conversations_of(name: str) -> Conversations:
+    """Return the worker's adapter for the corpus template ``name``, decided once (as a worker decides it)."""
+    return Conversations(template_render(template(name)))
+
+
+def assert_served_grows(name: str, bodies: Sequence[dict[str, Any]]) -> None:
+    """Check every body renders through the worker's path and each prompt starts with the previous one's cut."""
+    previous = ""
+    for prompt in served_prompts(template(name), bodies, conversations_of(name)):
+        assert prompt.error is None, (name, prompt.error.message)
+        assert prompt.prompt.startswith(previous), (name, previous, prompt.prompt)
+        previous = prompt.cut

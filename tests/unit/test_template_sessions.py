@@ -23,47 +23,16 @@ from mlx_agent.runtime.serving.conversation import (
     REMEDY,
     Adapter,
     Conversations,
+    for_provider,
     short_id,
     single_calls,
 )
 from mlx_agent.runtime.serving.system_turns import MARKER
 from tests.agent_sessions import CHAT_TOOLS, QUESTION, SHAPES, TURNS, served_prompts, template_render
-from tests.template_corpus import corpus, template
+from tests.template_corpus import QUESTION_REWRITES, REFUSED, TOOL_TAIL_REWRITES, corpus, template
 
 NAMES = [t.name for t in corpus()]
 PROPERTY = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-
-# Templates that refuse every agent session as shipped, with the template's own words (each turn from the first
-# tool call on answers 400 with them and the remedy).
-REFUSED = {
-    # transformers' sandboxed renderer refuses the template's ``list.append`` (the template as its checkpoint shipped)
-    "Kimi-K2-Instruct": "access to attribute 'append' of 'list' object is unsafe",
-    "Kimi-K2-Thinking": "access to attribute 'append' of 'list' object is unsafe",
-    # no tool role: a tool result breaks the template's strict user/assistant alternation
-    "google-gemma-2-2b-it": "Conversation roles must alternate user/assistant/user/assistant/...",
-    "google-gemma-3-it": "Conversation roles must alternate user/assistant/user/assistant/...",
-    # the template leaves tool messages out: refused by the adapter rather than served without the results
-    "microsoft-Phi-3.5-mini-instruct": "The chat template renders no tool results",
-}
-# Turns a template rewrites by its own design, whatever the conversation's form: the reason, and the turns.
-# A new question (the request at index QUESTION) after tool calls:
-QUESTION_REWRITES = {
-    # the empty <think></think> of assistant turns after the last user query is dropped once a new query comes
-    "Qwen3.5-4B": ("codex", "opencode"),
-    # [AVAILABLE_TOOLS] is written before the last user message: a new one moves it
-    "mistralai-Mistral-Nemo-Instruct-2407": ("claude_code", "codex", "opencode"),
-    "Mistral-Small-3.2-24B-Instruct-2506": ("claude_code", "codex", "opencode"),
-    # Harmony drops the analysis (the text beside earlier calls) of turns before the last final answer
-    "openai-gpt-oss-120b": ("claude_code",),
-}
-# A turn after a request that ended in a tool result: the template closes the last result differently from one
-# that is followed by more. Hermes: the last "</tool_response>" comes without its newline, whatever follows; the
-# R1 distill: the last output closes the outputs block, and a following call turn is written without reopening it.
-TOOL_TAIL_REWRITES = {
-    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use": False,
-    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": False,
-    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": True,  # only when the next turn calls again
-}
 
 # The steps each template's rendering decides (the request's tools: CHAT_TOOLS), beyond the plain ones.
 STEPS = {
@@ -238,3 +207,53 @@ def test_conversations_decide_once_per_set_of_tools() -> None:
     conversations.adapt(late, CHAT_TOOLS)
     assert 0 < decided < probed == len(calls)
     assert conversations.adapter(None) is not conversations.adapter(CHAT_TOOLS)
+
+
+def _hostile_messages() -> Any:
+    text = st.text(max_size=8)
+    part = st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", "x"]), "text": text | st.integers()})
+    content = st.none() | text | st.integers() | st.lists(part, max_size=3) | st.dictionaries(text, text, max_size=2)
+    function = st.fixed_dictionaries({"name": text, "arguments": text | st.just("{}") | st.dictionaries(text, text)})
+    call = st.fixed_dictionaries({"id": text | st.integers() | st.none(), "function": function}) | text
+    message = st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "developer", "user", "assistant", "tool", "other"]), "content": content},
+        optional={"tool_calls": st.none() | st.lists(call, max_size=3) | text, "tool_call_id": text | st.integers()},
+    )
+    return st.lists(message, min_size=1, max_size=6)
+
+
+@pytest.mark.parametrize(
+    "name", ["Mistral-Small-3.2-24B-Instruct-2506", "meta-llama-Llama-3.3-70B-Instruct", "google-gemma-2-2b-it"]
+)
+@PROPERTY
+@given(messages=_hostile_messages())
+def test_a_hostile_conversation_renders_or_answers_400(name: str, messages: list[dict[str, Any]]) -> None:
+    """Whatever the messages hold, the adapter and the template give a prompt or a 400, never another error."""
+    (prompt,) = served_prompts(template(name), [{"model": "default_model", "messages": messages, "tools": CHAT_TOOLS}])
+    assert prompt.error is None or prompt.error.status == 400
+
+
+def test_the_worker_renders_with_the_requests_tools_and_the_generation_prompt() -> None:
+    """The mlx_lm worker's adapter calls the tokenizer's template with the tools and generation prompt it is given."""
+    seen: list[dict[str, Any]] = []
+
+    class Tokenizer:
+        has_chat_template = True
+
+        def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+            seen.append(kwargs)
+            return str(
+                template("Qwen3-Coder").render(
+                    messages, tools=kwargs["tools"], generation=kwargs["add_generation_prompt"]
+                )
+            )
+
+    class Provider:
+        tokenizer = Tokenizer()
+        cli_args = type("Args", (), {"chat_template_args": {"enable_thinking": False}})()
+
+    conversations = for_provider(Provider())
+    assert conversations is not None
+    conversations.adapter(CHAT_TOOLS)
+    assert seen and all(k["tools"] == CHAT_TOOLS and k["tokenize"] is False for k in seen)
+    assert {k["add_generation_prompt"] for k in seen} == {True} and seen[0]["enable_thinking"] is False

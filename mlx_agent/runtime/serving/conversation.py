@@ -42,7 +42,7 @@ from typing import Any
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import HttpError, TemplateFailed
 from mlx_agent.runtime.serving.errors_http import bad_request
-from mlx_agent.runtime.serving.system_turns import SystemTurns, place, text_of
+from mlx_agent.runtime.serving.system_turns import SystemTurns, Way, place, text_of
 
 # Renders messages with the served template, the request's tools and the generation prompt as given.
 ToolsRender = Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]] | None, bool], str]
@@ -331,24 +331,20 @@ class Adapter:
     def adaptations(self, messages: Sequence[Message]) -> list[str]:
         """Return the names of the steps and system-message ways that adapting ``messages`` uses."""
         used = list(self.steps)
-        placed, start = _leading(plain_content(list(messages)))
-        for index in range(max(start, 1), len(placed)):
-            if placed[index].get("role") in ("system", "developer"):
-                way = self.turns.way(str(placed[index - 1].get("role")))
-                if f"late_system_{way}" not in used:
-                    used.append(f"late_system_{way}")
+
+        def noted(before: str) -> Way:
+            way = self.turns.way(before)
+            if f"late_system_{way}" not in used:
+                used.append(f"late_system_{way}")
+            return way
+
+        place(plain_content(list(messages)), noted)
         return used
 
 
 def _texts(messages: list[Message]) -> list[str]:
     """Return the texts of ``messages`` a rendering must show (the probes' words: plain text every template keeps)."""
     return [str(m["content"]) for m in messages if isinstance(m.get("content"), str) and m["content"]]
-
-
-def _leading(messages: list[Message]) -> tuple[list[Message], int]:
-    from mlx_agent.runtime.serving.system_turns import fold_leading
-
-    return fold_leading(messages)
 
 
 class Conversations:
