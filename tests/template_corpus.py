@@ -52,6 +52,7 @@ TOOL_TAIL_REWRITES = {
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": True,  # only when the next turn calls again
 }
 
+
 def known_limits(name: str) -> bool:
     """Whether the template ``name`` refuses agent sessions or rewrites some turns by its own design."""
     return name in REFUSED or name in QUESTION_REWRITES or name in TOOL_TAIL_REWRITES
