@@ -360,11 +360,17 @@ class Conversations:
         key = json.dumps(tools, sort_keys=True, default=str) if tools else ""
         with self._lock:
             adapter = self._adapters.get(key)
-            if adapter is None:
-                adapter = self._adapters[key] = Adapter(self._render, tools or None)
-                while len(self._adapters) > KEPT_DECISIONS:
-                    self._adapters.popitem(last=False)
+            if adapter is not None:
+                self._adapters.move_to_end(key)
+                return adapter
+        # Decided outside the lock (a large tool list takes tenths of a second): other requests go on meanwhile.
+        # Two requests deciding at once decide alike (the rendering is deterministic); the first one kept wins.
+        decided = Adapter(self._render, tools or None)
+        with self._lock:
+            adapter = self._adapters.setdefault(key, decided)
             self._adapters.move_to_end(key)
+            while len(self._adapters) > KEPT_DECISIONS:
+                self._adapters.popitem(last=False)
             return adapter
 
     def adapt(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None) -> list[Message]:
