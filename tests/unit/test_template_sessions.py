@@ -257,3 +257,19 @@ def test_the_worker_renders_with_the_requests_tools_and_the_generation_prompt() 
     conversations.adapter(CHAT_TOOLS)
     assert seen and all(k["tools"] == CHAT_TOOLS and k["tokenize"] is False for k in seen)
     assert {k["add_generation_prompt"] for k in seen} == {True} and seen[0]["enable_thinking"] is False
+
+
+def test_two_user_messages_with_an_image_join_on_an_alternating_template() -> None:
+    """On Mistral Small 3.2 a user message with an image after another joins it, the image kept, and turns grow."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    first: list[dict[str, Any]] = [
+        {"role": "system", "content": "Rules."},
+        {"role": "user", "content": "<environment_context/>"},
+        {"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]},
+    ]
+    second = [*first, {"role": "assistant", "content": "A cat."}, {"role": "user", "content": "And now?"}]
+    bodies = [{"model": "default_model", "messages": m} for m in (first, second)]
+    prompts = served_prompts(template("Mistral-Small-3.2-24B-Instruct-2506"), bodies)
+    assert all(p.error is None for p in prompts), [p.error and p.error.message for p in prompts]
+    assert "[INST]<environment_context/>\n\n[IMG]What is this?[/INST]" in prompts[0].prompt
+    assert prompts[1].prompt.startswith(prompts[0].cut) and prompts[1].prompt.count("[IMG]") == 1

@@ -21,7 +21,8 @@ the probe without it and renders it with it:
   pairs, every call and result kept, results matched by id (Llama 3.x);
 * ``user_into_tool``: a user message right after tool results (Claude Code's reminder) joined into the last
   result, where the template insists that a tool result is followed by the assistant (Mistral);
-* ``join_users``: consecutive user messages joined into one (alternating roles: Mistral, Gemma).
+* ``join_users``: consecutive user messages joined into one, their parts kept where one holds an image
+  (alternating roles: Mistral, Gemma).
 
 Late system and developer messages are then placed by ``system_turns`` (kept, written as a user turn, merged, or
 folded to the front), its probes rendered through these same steps. What still does not render is answered 400
@@ -194,20 +195,33 @@ def _texts_of(*messages: Message) -> bool:
 
 
 def join_users(messages: list[Message]) -> list[Message]:
-    """Return ``messages`` with consecutive user messages of text joined into one."""
+    """Return ``messages`` with consecutive user messages joined into one (text, or parts where one has an image)."""
     out: list[Message] = []
     for message in messages:
         before = out[-1] if out else None
-        if (
-            message.get("role") == "user"
-            and before is not None
-            and before.get("role") == "user"
-            and _texts_of(before, message)
-        ):
-            out[-1] = {**before, "content": "\n\n".join(t for t in (before["content"], message["content"]) if t)}
-            continue
+        if message.get("role") == "user" and before is not None and before.get("role") == "user":
+            joined = _joined(before.get("content"), message.get("content"))
+            if joined is not None:
+                out[-1] = {**before, "content": joined}
+                continue
         out.append(message)
     return out
+
+
+def _joined(first: object, second: object) -> str | list[Any] | None:
+    """Return two contents as one, a blank line between (None where either is neither text nor a list of parts)."""
+    if isinstance(first, str) and isinstance(second, str):
+        return "\n\n".join(t for t in (first, second) if t)
+    if not all(isinstance(c, str | list) for c in (first, second)):
+        return None
+    parts = [_parts(first), _parts(second)]
+    return [*parts[0], {"type": "text", "text": "\n\n"}, *parts[1]] if all(parts) else [*parts[0], *parts[1]]
+
+
+def _parts(content: object) -> list[Any]:
+    if isinstance(content, list):
+        return content
+    return [{"type": "text", "text": content}] if content else []
 
 
 def system_in_user(messages: list[Message]) -> list[Message]:
