@@ -7,9 +7,10 @@ alternating roles (as Gemma and Mistral templates do), the cut-down Harmony temp
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from mlx_agent.runtime.serving.system_turns import SystemTurns
+from mlx_agent.runtime.serving.conversation import Conversations
 from tests.e2e.harmony_support import HARMONY_TEMPLATE
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 from tests.fixtures.tiny_vlm import VLM_CHAT_TEMPLATE
@@ -104,10 +105,16 @@ def renderer(template: str) -> Any:
 RENDERS = {name: renderer(template) for name, template in TEMPLATES.items()}
 
 
-def rendered(name: str, messages: list[dict[str, Any]], generation: bool = False) -> str:
-    """Render ``messages`` as the worker would: system messages placed for the template, then the template."""
+@functools.cache
+def conversations(name: str) -> Conversations:
+    """Return the worker's adapter for the hand-written template ``name`` (its probes rendered without tools)."""
     render = RENDERS[name]
-    return str(render(SystemTurns(render).place(messages), generation))
+    return Conversations(lambda messages, _tools, generation: str(render(messages, generation)))
+
+
+def rendered(name: str, messages: list[dict[str, Any]], generation: bool = False) -> str:
+    """Render ``messages`` as the worker would: adapted for the template (system messages placed), then rendered."""
+    return str(RENDERS[name](conversations(name).adapt(messages, None), generation))
 
 
 def assert_grows(name: str, turns: list[list[dict[str, Any]]]) -> None:

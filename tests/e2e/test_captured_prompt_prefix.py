@@ -5,7 +5,9 @@ Each agent runs once inside a network namespace with only loopback against the c
 the agent does (an assistant turn with thinking or reasoning and a tool call, the tool's result with a
 reminder, now and then a system message inside the conversation, a fresh billing nonce every turn), translates
 every turn as the front does, and checks on every text template the suite ships that each turn's rendered
-prompt starts with the previous one's (``tests/prompt_templates.assert_grows``).
+prompt starts with the previous one's (``tests/prompt_templates.assert_grows``), and on every real template of
+the corpus without a listed limit through the worker's whole path, the agent's own tools included
+(``tests/agent_sessions.assert_served_grows``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.agent_sessions import assert_served_grows
 from tests.agents_support import (
     Namespace,
     agent_binary,
@@ -29,11 +32,13 @@ from tests.agents_support import (
 from tests.conftest import free_port
 from tests.gateway_support import translate_messages, translate_responses
 from tests.prompt_templates import assert_grows
+from tests.template_corpus import corpus, known_limits
 
 pytestmark = pytest.mark.e2e
 
 TEMPLATES = ["chatml", "qwen3", "llama3", "raising", "dropping", "harmony"]
 TURNS = 4
+REAL_TEMPLATES = [t.name for t in corpus() if not known_limits(t.name)]
 
 
 @pytest.fixture
@@ -90,10 +95,13 @@ def test_claude_code_sessions_render_growing_prompts(tmp_path: Path, namespace: 
     sent = capture(namespace, port, argv, env, tmp_path)
     first = next(r["body"] for r in sent if r["path"].startswith("/v1/messages") and r["body"].get("tools"))
     assert first["system"][0]["text"].startswith("x-anthropic-billing-header")
-    chats = [translate_messages(body).chat["messages"] for body in claude_code_turns(first)]
+    bodies = [translate_messages(body).chat for body in claude_code_turns(first)]
+    chats = [body["messages"] for body in bodies]
     assert any(m["role"] == "system" for m in chats[-1][1:])  # a late system message is in the session
     for name in TEMPLATES:
         assert_grows(name, chats)
+    for name in REAL_TEMPLATES:
+        assert_served_grows(name, bodies)
 
 
 def test_codex_sessions_render_growing_prompts(tmp_path: Path, namespace: Namespace) -> None:
@@ -104,7 +112,10 @@ def test_codex_sessions_render_growing_prompts(tmp_path: Path, namespace: Namesp
     argv = [str(agent_binary("codex")), "exec", "--skip-git-repo-check", "Say hi."]
     sent = capture(namespace, port, argv, env, tmp_path)
     first = next(r["body"] for r in sent if r["path"] == "/v1/responses")
-    chats = [translate_responses(body, default_model="gpt-5-codex").chat["messages"] for body in codex_turns(first)]
+    bodies = [translate_responses(body, default_model="gpt-5-codex").chat for body in codex_turns(first)]
+    chats = [body["messages"] for body in bodies]
     assert any(m["role"] == "system" for m in chats[-1][1:])
     for name in TEMPLATES:
         assert_grows(name, chats)
+    for name in REAL_TEMPLATES:
+        assert_served_grows(name, bodies)

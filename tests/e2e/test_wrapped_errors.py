@@ -100,6 +100,7 @@ def test_a_template_error_is_400_not_404(server: Server) -> None:
     error = error_of(answer)
     assert (error["code"], error["param"]) == ("template_error", "messages")
     assert "Unknown role: oracle" in error["message"]
+    assert "--chat-template FILE" in error["message"]  # the remedy
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -3,7 +3,10 @@
 Turn N+1's rendered prompt must start with turn N's (without its generation prompt, which the reply replaces)
 for the worker's prompt cache to serve all of turn N. Checked as a property over conversations (hypothesis)
 through the worker's system-message placement (``runtime/serving/system_turns``), for chat bodies and for the bodies
-the Anthropic and Responses translators make of Claude Code- and Codex-shaped sessions.
+the Anthropic and Responses translators make of Claude Code- and Codex-shaped sessions: on the hand-written
+templates below, and on every real template of the corpus (``tests/template_corpus.py``) that has no listed limit,
+through the worker's whole path (``prepare_body``'s adapter, the request's tools, the generation prompt). The
+templates with limits are checked turn by turn in ``test_template_sessions.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlx_agent.runtime.serving.system_turns import MARKER, SystemTurns, place
+from tests.agent_sessions import CHAT_TOOLS, assert_served_grows
 from tests.gateway_support import translate_messages, translate_responses
 from tests.prompt_templates import RENDERS, TEMPLATES, assert_grows, rendered
+from tests.template_corpus import corpus, known_limits
 
 TEXT_TEMPLATES = [name for name in TEMPLATES if name != "vlm"]
+REAL_TEMPLATES = [t.name for t in corpus() if not known_limits(t.name)]  # real ones, as shipped
+# Fewer examples per real template: there are many, and each renders its tools every turn.
+REAL = settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 USER_FIRST: Any = {"role": "user", "content": "Hello."}
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 words = st.text(alphabet="abcdefghij klmnop", min_size=1, max_size=12).map(lambda t: t.strip() or "x")
@@ -61,6 +69,15 @@ def conversation_turns(template: str, first_reminder: bool, plan: list[tuple[boo
 def test_an_append_only_conversation_renders_a_growing_prompt(name: str, first: bool, plan: Any) -> None:
     """On every template, each turn's rendered prompt starts with the previous turn's, late reminders included."""
     assert_grows(name, conversation_turns(name, first, plan))
+
+
+@pytest.mark.parametrize("name", REAL_TEMPLATES)
+@REAL
+@given(first=st.booleans(), plan=rounds)
+def test_an_append_only_conversation_grows_on_real_templates(name: str, first: bool, plan: Any) -> None:
+    """On every real template without a listed limit, through the worker's path with tools, each prompt grows."""
+    turns = conversation_turns("chatml", first, plan)
+    assert_served_grows(name, [{"model": "default_model", "messages": m, "tools": CHAT_TOOLS} for m in turns])
 
 
 @pytest.mark.parametrize(
@@ -258,6 +275,24 @@ def test_a_codex_session_renders_a_growing_prompt(name: str, plan: Any) -> None:
     """Translated as the front does, a Codex session's prompts grow (developer items and reasoning included)."""
     assert_grows(
         name, [translate_responses(body, default_model="gpt-5-codex").chat["messages"] for body in codex_bodies(plan)]
+    )
+
+
+@pytest.mark.parametrize("name", REAL_TEMPLATES)
+@REAL
+@given(plan=rounds)
+def test_a_claude_code_session_grows_on_real_templates(name: str, plan: Any) -> None:
+    """A translated Claude Code session's prompts grow on every real template without a listed limit."""
+    assert_served_grows(name, [translate_messages(body).chat for body in claude_code_bodies(plan)])
+
+
+@pytest.mark.parametrize("name", REAL_TEMPLATES)
+@REAL
+@given(plan=rounds)
+def test_a_codex_session_grows_on_real_templates(name: str, plan: Any) -> None:
+    """A translated Codex session's prompts grow on every real template without a listed limit."""
+    assert_served_grows(
+        name, [translate_responses(body, default_model="gpt-5-codex").chat for body in codex_bodies(plan)]
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import mlx_lm.server as server
 
-from mlx_agent.errors import ContextLengthExceeded, EmptyPrompt, SchemaFailed, TemplateFailed
+from mlx_agent.errors import ContextLengthExceeded, EmptyPrompt, SchemaFailed
 from mlx_agent.runtime.accel.lookup_serving import (
     BATCHED_ATTRIBUTE,
     HANDOVER_ATTRIBUTE,
@@ -52,7 +52,7 @@ from mlx_agent.runtime.reply.harmony_serving import (
     prompt_mode,
 )
 from mlx_agent.runtime.reply.watcher import WATCHER_ATTRIBUTE, Grammar, ReplyWatcher, Vocabulary
-from mlx_agent.runtime.serving import progress, system_turns
+from mlx_agent.runtime.serving import conversation, progress
 from mlx_agent.runtime.serving.cancel import POLL_SECONDS, ReplyStream
 from mlx_agent.runtime.serving.chunked_prefill import ArrivalBudget
 from mlx_agent.runtime.serving.errors_http import bad_request, from_generation_error, generation_unavailable
@@ -145,8 +145,8 @@ class WrappedGenerator(server.ResponseGenerator):
         context_window: int | None = None,
     ) -> None:
         # Set before mlx_lm starts the generation thread, which may call _tokenize at once.
-        turns = system_turns.for_provider(model_provider)  # late system messages: written as the template allows
-        self.served = Served(served_names(model_provider.cli_args.model), limit_defaults, turns)
+        conversations = conversation.for_provider(model_provider)  # adapted to what the template accepts
+        self.served = Served(served_names(model_provider.cli_args.model), limit_defaults, conversations)
         self.prompt_lookup = prompt_lookup
         self.context_window = context_window
         self._ll_tokenizers: dict[Any, Any] = {}
@@ -206,10 +206,8 @@ class WrappedGenerator(server.ResponseGenerator):
             rendering = CallingTokenizer(rendering)
         try:
             result = super()._tokenize(rendering, request, args)  # type: ignore[no-untyped-call]
-        except Exception as error:
-            raise TemplateFailed(
-                f"The chat template could not render this request: {type(error).__name__}: {error}"
-            ) from error
+        except Exception as error:  # the template's refusal: a 400 with its message and the remedy
+            raise conversation.template_failed(error) from error
         if not result[0]:  # mlx_lm's batch raises on an empty sequence, and that ends the generation thread
             raise EmptyPrompt("messages" if request.request_type == "chat" else "prompt")
         asked = args.max_tokens

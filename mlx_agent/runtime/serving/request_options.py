@@ -1,8 +1,9 @@
 """A request body, checked and prepared before mlx_lm reads it, and the options only the wrapper reads.
 
 Pure: no mlx, no sockets. ``prepare_body`` answers a bad field with an ``HttpError`` (400, or 404 for an
-unknown model), places the system messages (the leading ones fold into one; later ones stay at their place,
-written as the template allows: ``system_turns``), carries a top-level
+unknown model), adapts the conversation to what the served template accepts (``conversation``: the leading
+system messages fold into one, later ones stay at their place, ids, alternation and parallel calls written as
+the template takes them), carries a top-level
 ``reasoning_effort`` into ``chat_template_kwargs``, and takes ``add_generation_prompt`` and
 ``continue_final_message`` out of ``chat_template_kwargs`` (mlx_lm passes ``add_generation_prompt=True``
 itself, so either key there used to fail the request).
@@ -18,9 +19,9 @@ from mlx_agent.api_errors import Code
 from mlx_agent.bodies import ChatBody, CompletionBody, check
 from mlx_agent.errors import BodyInvalid
 from mlx_agent.runtime.reply.structured import format_is_enforced, grammar_for
+from mlx_agent.runtime.serving.conversation import Conversations, unadapted
 from mlx_agent.runtime.serving.errors_http import bad_request, model_not_found
 from mlx_agent.runtime.serving.limits import Limits, limits_from_body
-from mlx_agent.runtime.serving.system_turns import SystemTurns, place
 
 TOOL_CHOICES = ("none", "auto", "required")
 
@@ -47,7 +48,7 @@ class Served:
 
     model_names: frozenset[str]
     limit_defaults: Limits
-    system_turns: SystemTurns | None = None  # the served template's way with late system messages
+    conversations: Conversations | None = None  # the served template's adapter (None: no chat template)
 
 
 def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tuple[dict[str, Any], RequestOptions]:
@@ -68,8 +69,10 @@ def prepare_body(body: Mapping[str, Any], served: Served, *, chat: bool) -> tupl
                 code=Code.UNSUPPORTED_PARAMETER,
             )
     if chat:
-        turns = served.system_turns
-        body["messages"] = turns.place(_messages(body)) if turns else place(_messages(body), lambda _: "keep")
+        # adapted for the tools the template will see (none when tool_choice is "none")
+        sent_tools = None if body.get("tool_choice") == "none" else body.get("tools")
+        conversations, messages = served.conversations, _messages(body)
+        body["messages"] = conversations.adapt(messages, sent_tools) if conversations else unadapted(messages)
     kwargs = dict(body.get("chat_template_kwargs") or {})
     add_generation_prompt = _flag(kwargs.pop("add_generation_prompt", None), "add_generation_prompt")
     continue_final = _flag(kwargs.pop("continue_final_message", None), "continue_final_message") or False

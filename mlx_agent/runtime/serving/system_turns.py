@@ -4,7 +4,7 @@ An agent resends the whole conversation every turn, plus what is new; the worker
 longest token prefix it holds, so a turn hits only as far as its rendered prompt starts with the previous one.
 Folding a late system message into the first one (what the workers used to do, and what mlx_vlm's own server
 does) rewrites the first message, and everything after it is prefilled again. The mlx_lm worker places through
-``for_provider``, the mlx-vlm one through ``mlx_vlm_server.InstructionPlacer``.
+``conversation.Conversations``, the mlx-vlm one through ``mlx_vlm_server.InstructionPlacer``.
 
 So the leading run of system (and developer) messages joins into one first system message, as templates
 expect, and every later one stays at its place, written one of three ways:
@@ -18,8 +18,11 @@ expect, and every later one stays at its place, written one of three ways:
   served, and its cache hits up to that first message only.
 
 The way is chosen by rendering, not by model name: ``SystemTurns`` renders a probe conversation once per
-shape (the role of the message before the late one) and remembers the first way whose rendering succeeds,
-shows the text where it was sent, and keeps the probe's rendering a prefix of its continuations.
+shape (the role of the message before the late one) as serving renders it (with the generation prompt; the
+request's tools and the other adaptations come with the ``Render`` that ``conversation.Adapter`` gives it) and
+remembers the first way whose rendering succeeds, shows the text where it was sent, keeps the previous turn's
+prompt as far as the turn without it would (a template's "last user query" logic must not rewrite earlier
+turns: Qwen3.5), and keeps the probe's rendering a prefix of its continuations (``works``).
 Pure: no mlx; the template is called through a ``Render`` callable.
 """
 
@@ -37,7 +40,7 @@ WAYS: tuple[Way, ...] = ("keep", "user", "merge")  # in order of preference; "fr
 Render = Callable[[list[dict[str, Any]], bool], str]
 
 # The probe: words the tiny test tokenizers and real ones keep whole, so the checks read plain text.
-_FIRST, _ASK, _SAID, _RESULT, _LATE, _NEXT_USER, _NEXT_SAID = (
+_FIRST, _ASK, _SAID, _RESULT, _LATE, _NEXT_USER, _NEXT_SAID, _EARLIER, _NEXT_ASK = (
     "Alpha rules.",
     "Bravo question.",
     "Charlie answer.",
@@ -45,8 +48,10 @@ _FIRST, _ASK, _SAID, _RESULT, _LATE, _NEXT_USER, _NEXT_SAID = (
     "Zulu reminder.",
     "Echo question.",
     "Foxtrot answer.",
+    "Golf result.",
+    "Hotel question.",
 )
-_SAYS = {"assistant": (_SAID,), "tool": (_RESULT,), "system": (_SAID,)}
+_SAYS = {"assistant": (_SAID,), "tool": (_RESULT,), "system": (_SAID,), "user": (_NEXT_ASK,)}
 _CALL = {"id": "call_probe", "type": "function", "function": {"name": "probe", "arguments": {"query": "probe"}}}
 
 
@@ -130,19 +135,30 @@ def place(messages: Sequence[dict[str, Any]], way_for: Callable[[str], Way]) -> 
     return placed
 
 
-def _probe(before: str) -> list[dict[str, Any]]:
-    """Return a conversation ending in a message of role ``before``, ready for a late system message."""
-    probe: list[dict[str, Any]] = [{"role": "system", "content": _FIRST}, {"role": "user", "content": _ASK}]
-    if before == "assistant":
-        probe.append({"role": "assistant", "content": _SAID})
-    elif before == "tool":
-        probe += [
+def _prior(with_call: bool) -> list[dict[str, Any]]:
+    """Return the probe's previous turn: a question, and (where the template takes calls) a call and its result."""
+    prior: list[dict[str, Any]] = [{"role": "system", "content": _FIRST}, {"role": "user", "content": _ASK}]
+    if with_call:
+        prior += [
             {"role": "assistant", "content": "", "tool_calls": [_CALL]},
-            {"role": "tool", "tool_call_id": "call_probe", "name": "probe", "content": _RESULT},
+            {"role": "tool", "tool_call_id": "call_probe", "name": "probe", "content": _EARLIER},
         ]
-    elif before == "system":  # a late system message right after another: both get the same way
-        probe += [{"role": "assistant", "content": _SAID}, {"role": "system", "content": _FIRST}]
-    return probe
+    return prior
+
+
+def _since(before: str) -> list[dict[str, Any]]:
+    """Return what a turn appends after the previous one, ending in a message of role ``before``."""
+    if before == "assistant":
+        return [{"role": "assistant", "content": _SAID}]
+    if before == "tool":
+        call = {**_CALL, "id": "call_probe2"}
+        return [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_probe2", "name": "probe", "content": _RESULT},
+        ]
+    if before == "system":  # a late system message right after another: both get the same way
+        return [{"role": "assistant", "content": _SAID}, {"role": "system", "content": _FIRST}]
+    return [{"role": "assistant", "content": _SAID}, {"role": "user", "content": _NEXT_ASK}]
 
 
 FOLLOWERS: tuple[tuple[dict[str, Any], ...], ...] = (
@@ -152,30 +168,66 @@ FOLLOWERS: tuple[tuple[dict[str, Any], ...], ...] = (
 )
 
 
-def works(render: Render, before: str, way: Way, followers: Sequence[Sequence[dict[str, Any]]]) -> bool:
-    """Whether writing a late system message ``way`` after a ``before`` message renders it where it was sent.
+def served_cut(render: Render, messages: list[dict[str, Any]]) -> str:
+    """Return the part of ``messages``' prompt the next turn must start with.
 
-    For every follower: the rendering succeeds, the late text appears once, after what came before it and
-    before what follows, and the conversation up to it renders as a prefix of the rendering with the follower.
+    That is the longest common prefix of the rendering with and without the generation prompt: the generation
+    prompt is replaced by the reply's own turn, and some templates end a turn differently without it (Phi-3.5
+    appends ``eos_token``), so neither rendering alone is what the next turn repeats.
     """
-    base = _probe(before)
-    if before == "system":
-        write(base, len(base) - 1, way)  # the earlier late message, written the same way
+    served, bare = render(messages, True), render(messages, False)
+    return served[: common_prefix(served, bare)]
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Return the length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def works(render: Render, before: str, way: Way, followers: Sequence[Sequence[dict[str, Any]]]) -> bool:
+    """Whether writing a late system message ``way`` after a ``before`` message keeps the prompt growing.
+
+    The probe is a previous turn (ending in a tool result) and what the next turn appends (ending in a
+    ``before`` message), then the late message written ``way``. Rendered as serving renders (the generation
+    prompt), the late message must keep as much of the previous turn's prompt as the turn without it does (so a
+    template's "last user query" logic does not rewrite earlier turns), show its text once, after what came
+    before it, and the turn with it must be a prefix of its continuation by every follower.
+    """
     try:
+        for with_call in (True, False):
+            prior = _prior(with_call)
+            try:
+                previous = served_cut(render, prior)
+                break
+            except Exception:  # a template without tool calls: a previous turn without one
+                if not with_call:
+                    raise
+        since = _since(before)
+        if before == "system":
+            write(since, len(since) - 1, way)  # the earlier late message, written the same way
+        base = [*prior, *since]
+        try:
+            kept_without = common_prefix(render(base, True), previous)
+        except Exception:  # the turn without the late message does not render: it must keep all
+            kept_without = len(previous)
+        turn = [*base, {"role": "system", "content": _LATE}]
+        write(turn, len(base), way)
+        head = served_cut(render, turn)
+        if common_prefix(render(turn, True), previous) < kept_without or head.count(_LATE) != 1:
+            return False
+        late_at = head.index(_LATE)
+        if any(text not in head[:late_at] for text in (_FIRST, _ASK, *_SAYS.get(before, ()))):
+            return False
         for follower in followers:
-            conversation = [*base, {"role": "system", "content": _LATE}, *[dict(m) for m in follower]]
-            write(conversation, len(base), way)
-            up_to = conversation[: len(conversation) - len(follower)]
-            head = render(up_to, False)
-            whole = render(conversation, False)
-            if head.count(_LATE) != 1 or not whole.startswith(head):
-                return False
-            late_at = head.index(_LATE)
-            if any(text not in head[:late_at] for text in (_FIRST, _ASK, *_SAYS.get(before, ()))):
+            whole = render([*turn, *[dict(m) for m in follower]], True)
+            if not whole.startswith(head):
                 return False
             if follower and text_of(follower[0]["content"]) not in whole[len(head) :]:
                 return False
-            render(conversation, True)  # the generation prompt renders too
     except Exception:  # the template's own refusal (raise_exception), or any error rendering the probe
         return False
     return True
@@ -209,17 +261,3 @@ def decide(render: Render, before: str) -> Way:
             if works(render, before, way, followers):
                 return way
     return "front"  # what renders wherever a template takes a system message at all
-
-
-def for_provider(provider: Any) -> SystemTurns | None:
-    """Return the ``SystemTurns`` of the loaded model's template (None without a chat template)."""
-    tokenizer = getattr(provider, "tokenizer", None)
-    if tokenizer is None or not getattr(tokenizer, "has_chat_template", False):
-        return None
-    defaults = dict(getattr(provider.cli_args, "chat_template_args", None) or {})
-
-    def render(messages: list[dict[str, Any]], generation: bool) -> str:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation, **defaults)
-        return str(text)
-
-    return SystemTurns(render)
