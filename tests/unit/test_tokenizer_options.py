@@ -86,7 +86,7 @@ def test_seam_mlx_lm_renders_with_a_given_chat_template_and_infers_its_parser(ti
     from mlx_lm.tokenizer_utils import load
 
     tokenizer = load(tiny_model, {"chat_template": QWEN_STYLE})
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)  # type: ignore[no-untyped-call]
     assert rendered.startswith("hi<tool_call>")
     assert tokenizer.tool_parser.__module__ == "mlx_lm.tool_parsers.qwen3_coder"
 
