@@ -8,7 +8,9 @@ given the plan's flags as the front gives them (``wire.CHAT_TEMPLATE_FLAG``, ``w
 * a template file changes the prompt the worker renders (its token count is the file's rendering, counted with the
   model's own tokenizer) and, as it names json_tools' markers, the parser mlx_lm infers;
 * ``--tool-parser`` picks the parser over what the template implies, both ways;
-* a template file edited after review is refused before anything loads.
+* a template file edited after review is refused before anything loads;
+* through the CLI, a JIT server with both options serves the file's rendering and reads the call, and once the
+  file is edited its next load is refused by the front, and the reviewed worker argv by the worker.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from mlx_agent.wire import CHAT_TEMPLATE_FLAG, EXIT_REFUSED, REFUSAL_PREFIX, TOOL_PARSER_FLAG
+from tests.adapter_support import restart_refusal
+from tests.conftest import Agent, free_port
 from tests.e2e.test_wrapped_support import REPO_ROOT, Server, running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
@@ -162,3 +168,38 @@ def test_a_template_file_edited_after_review_is_refused_before_loading(model: Pa
     assert refusal["code"] == "adapter_changed"
     assert [(f["path"], f["reason"]) for f in refusal["details"]["files"]] == [(str(path), "content_changed")]
     assert "mlx-agent: loading" not in done.stderr  # refused before the model was read
+
+
+def test_through_the_cli_the_reviewed_template_serves_and_an_edited_one_fails_the_next_load(
+    agent: Agent, model: Path, template_file: Path, tmp_path: Path
+) -> None:
+    """Serve start --jit with both options serves the file's rendering; edited, the next load is refused."""
+    path = tmp_path / "tools.jinja"
+    shutil.copy(template_file, path)
+    port = free_port()
+    args = [
+        "--path",
+        str(model),
+        "--port",
+        str(port),
+        "--jit",
+        "--chat-template",
+        str(path),
+        "--tool-parser",
+        "json_tools",
+    ]
+    receipt = agent.launch(*args)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0)
+        reply = client.chat.completions.create(model=model.name, messages=MESSAGES, tools=TOOLS, max_tokens=16)
+        assert reply.usage is not None and reply.usage.prompt_tokens == rendered_tokens(model, TOOL_TEMPLATE)
+        assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["get_time"]
+        unloaded = agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(receipt["pid"]))
+        assert unloaded.rc == 0, unloaded.stdout
+        path.write_text(TOOL_TEMPLATE.replace("Tools:", "Tool list:"), encoding="utf-8")
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(model=model.name, messages=MESSAGES, max_tokens=4)
+        assert "adapter_changed" in refused.value.response.text
+    finally:
+        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+    assert restart_refusal(receipt, tmp_path / "restart.log") == (EXIT_REFUSED, "adapter_changed")

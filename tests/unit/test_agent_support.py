@@ -230,3 +230,17 @@ def test_the_harmony_tokens_are_the_workers() -> None:
     from mlx_agent.runtime.reply.harmony import REQUIRED_TOKENS
 
     assert HARMONY_TOKENS == REQUIRED_TOKENS
+
+
+def test_runtimes_other_than_wrapped_mlx_lm(tiny_model: Path, tmp_path: Path) -> None:
+    """mlx-vlm picks its own parser (not predicted, not warned); an embedding model has no agents record."""
+    from mlx_agent.plan.requests import ServeRequest
+    from mlx_agent.plan.serve_plan import build_serve_plan
+    from tests.fixtures.tiny_embed import build_tiny_embed
+
+    vlm = build_serve_plan(ServeRequest(path=str(tiny_model), runtime="mlx-vlm", port=18998))["models"][0]
+    assert (vlm["agents"] or {}).get("tool_parser_from") == "runtime"
+    assert agent_warnings([vlm]) == [f"{vlm['served_model_name']}: {NO_TOOLS}"]
+    embed = build_tiny_embed(tmp_path / "embed")
+    embedding = build_serve_plan(ServeRequest(path=str(embed), runtime="mlx-vlm-embed", port=18998))["models"][0]
+    assert embedding["agents"] is None and agent_warnings([embedding]) == []
