@@ -239,7 +239,7 @@ def test_runtimes_other_than_wrapped_mlx_lm(tiny_model: Path, tmp_path: Path) ->
     from tests.fixtures.tiny_embed import build_tiny_embed
 
     vlm = build_serve_plan(ServeRequest(path=str(tiny_model), runtime="mlx-vlm", port=18998))["models"][0]
-    assert (vlm["agents"] or {}).get("tool_parser_from") == "runtime"
+    assert vlm["agents"] is not None and vlm["agents"]["tool_parser_from"] == "runtime"
     assert agent_warnings([vlm]) == [f"{vlm['served_model_name']}: {NO_TOOLS}"]
     embed = build_tiny_embed(tmp_path / "embed")
     embedding = build_serve_plan(ServeRequest(path=str(embed), runtime="mlx-vlm-embed", port=18998))["models"][0]
