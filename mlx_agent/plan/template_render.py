@@ -43,6 +43,7 @@ PROBE_TOOL: dict[str, Any] = {
         },
     },
 }
+MESSAGE_CHARS = 300  # of an error's message, in the plan
 USER = {"role": "user", "content": "Read README.md."}
 # An assistant turn after the last user turn, so templates that drop earlier turns' reasoning still render it;
 # transformers passes a message's reasoning as both reasoning_content and thinking (gpt-oss reads the latter).
@@ -141,8 +142,14 @@ def _render(template: Any, tokens: Mapping[str, Any], messages: list[dict[str, A
 
 
 def describe(error: Exception) -> str:
-    """Return an error as the plan records it: its type and its message's first line."""
-    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    """Return an error as the plan records it: its type and its message's first line, without object addresses.
+
+    The plan is hashed: an address (``<function f at 0x7f...>``) would make every preview differ.
+    """
+    import re
+
+    lines = str(error).strip().splitlines()
+    message = re.sub(r" at 0x[0-9a-fA-F]+", "", lines[0])[:MESSAGE_CHARS] if lines else ""
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 

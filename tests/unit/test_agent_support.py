@@ -244,3 +244,11 @@ def test_runtimes_other_than_wrapped_mlx_lm(tiny_model: Path, tmp_path: Path) ->
     embed = build_tiny_embed(tmp_path / "embed")
     embedding = build_serve_plan(ServeRequest(path=str(embed), runtime="mlx-vlm-embed", port=18998))["models"][0]
     assert embedding["agents"] is None and agent_warnings([embedding]) == []
+
+
+def test_a_render_error_is_recorded_the_same_on_every_preview(tmp_path: Path) -> None:
+    """An error naming an object is recorded without its address, so the plan's hash does not move."""
+    source = checkpoint(tmp_path, {"chat_template": "{{ raise_exception(raise_exception) }}"})
+    first, second = record_of(source), record_of(source)
+    assert first["render_error"] == second["render_error"]
+    assert first["render_error"].startswith("a user turn (TemplateError: ") and " at 0x" not in first["render_error"]
