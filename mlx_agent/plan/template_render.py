@@ -43,6 +43,7 @@ PROBE_TOOL: dict[str, Any] = {
         },
     },
 }
+TRUSTED_JINJA = (3, 1, 6)
 MESSAGE_CHARS = 300  # of an error's message, in the plan
 USER = {"role": "user", "content": "Read README.md."}
 # An assistant turn after the last user turn, so templates that drop earlier turns' reasoning still render it;
@@ -124,13 +125,21 @@ def _environment() -> Any:
 
 
 def compile_template(source: str) -> Any:
-    """Return the compiled template; raise ``SyntaxProblem`` naming the line of a template that is not jinja."""
+    """Return the compiled template; raise ``SyntaxProblem`` naming the line of a template that is not jinja.
+
+    A checkpoint's template is someone else's code: as transformers does, no jinja2 older than ``TRUSTED_JINJA``
+    (whose sandbox has known escapes) is given one.
+    """
     import jinja2
+
+    version = tuple(int(part) for part in jinja2.__version__.split(".")[:3] if part.isdigit())
+    if version < TRUSTED_JINJA:
+        raise SyntaxProblem(f"jinja2 {jinja2.__version__} is older than 3.1.6, whose sandbox is trusted: upgrade it")
 
     try:
         return _environment().from_string(source)
     except jinja2.exceptions.TemplateSyntaxError as error:
-        raise SyntaxProblem(f"line {error.lineno}: {error.message}") from error
+        raise SyntaxProblem(f"TemplateSyntaxError: line {error.lineno}: {error.message}") from error
 
 
 def _render(template: Any, tokens: Mapping[str, Any], messages: list[dict[str, Any]], **kwargs: Any) -> str | None:
@@ -158,7 +167,7 @@ def probe(source: str, tokens: Mapping[str, Any]) -> Probe:
     try:
         template = compile_template(source)
     except SyntaxProblem as error:
-        return Probe(False, False, f"any request (TemplateSyntaxError: {error})")
+        return Probe(False, False, f"any request ({error})")
     try:
         with_tools = str(template.render(messages=[USER], tools=[PROBE_TOOL], add_generation_prompt=True, **tokens))
     except Exception as error:  # what an agent's first request renders; a template raises whatever its code does

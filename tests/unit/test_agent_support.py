@@ -252,3 +252,21 @@ def test_a_render_error_is_recorded_the_same_on_every_preview(tmp_path: Path) ->
     first, second = record_of(source), record_of(source)
     assert first["render_error"] == second["render_error"]
     assert first["render_error"].startswith("a user turn (TemplateError: ") and " at 0x" not in first["render_error"]
+
+
+def test_a_template_is_never_given_to_an_untrusted_jinja2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below jinja2 3.1.6 (sandbox escapes) nothing is rendered, and the plan says why."""
+    import jinja2
+
+    monkeypatch.setattr(jinja2, "__version__", "3.1.5")
+    record = record_of(corpus_source(template("Qwen3-Coder"), tmp_path))
+    assert (
+        record["render_error"] == "any request (jinja2 3.1.5 is older than 3.1.6, whose sandbox is trusted: upgrade it)"
+    )
+    assert not record["renders_tools"]
+
+
+def test_a_template_that_is_not_jinja_is_recorded_with_its_line(tmp_path: Path) -> None:
+    """A checkpoint's broken template is not refused (completions still work): the plan names the error."""
+    record = record_of(checkpoint(tmp_path, {"chat_template": "{{ messages }}\n{% if %}"}))
+    assert record["render_error"].startswith("any request (TemplateSyntaxError: line 2: ")
