@@ -169,6 +169,8 @@ class RecipeCapabilities(TypedDict):
     jit: bool
     draft_model: NotRequired[bool]
     kv_bits: NotRequired[bool]
+    chat_template: NotRequired[bool]  # --chat-template FILE: the worker renders with the reviewed file instead
+    tool_parser: NotRequired[bool]  # --tool-parser NAME: the worker reads calls with the named parser
 
 
 @with_config(STRICT)
@@ -301,6 +303,35 @@ class PromptCacheRecord(TypedDict):
 
 
 @with_config(STRICT)
+class ChatTemplateRecord(TypedDict):
+    """The chat template a model's worker renders with tools, and how it is bound.
+
+    A checkpoint's file is bound with the source; ``--chat-template FILE`` here, by sha256 and size, rechecked at
+    every load.
+    """
+
+    source: Literal["checkpoint", "file"]
+    path: AbsPath  # the file holding it (tokenizer_config.json for a template inside it)
+    name: str | None  # of the checkpoint's named templates, the one rendered with tools ("tool_use", "default")
+    sha256: NotRequired[Sha256]  # the file's, as the source record binds it (a plain directory) or --chat-template
+    blob: NotRequired[str]  # a cached checkpoint's: the file's blob id, as the source record binds it
+    size: NotRequired[Count]
+
+
+@with_config(STRICT)
+class AgentsRecord(TypedDict):
+    """What a chat model can do for an agent, decided from its template at preview (plan/agent_support.py)."""
+
+    chat_template: ChatTemplateRecord | None  # None: the model has none, and every chat request fails
+    renders_tools: bool  # a request's tools appear in the rendered prompt
+    render_error: str | None  # what the template cannot render in the sandbox, and the error
+    tool_parser: str | None  # the parser that reads the model's calls; None: they arrive as text
+    tool_parser_from: Literal["option", "checkpoint", "template", "runtime"]  # runtime: chosen there, not predicted
+    thinking: bool  # the template thinks, or can be told to
+    context_window: Positive | None
+
+
+@with_config(STRICT)
 class ModelPlan(TypedDict):
     """One served model of a plan: its names, files, runtime, options and worker (keys named as the flags)."""
 
@@ -327,6 +358,7 @@ class ModelPlan(TypedDict):
     runtime_checks: list[FileCheck]  # interpreter, entry and runtime sources, rechecked before every load
     policy: ModelPolicyRecord
     worker: WorkerRecord
+    agents: NotRequired[AgentsRecord | None]  # plan 3.1; None for an embedding model
 
 
 @with_config(STRICT)

@@ -8,8 +8,9 @@ the control path, the environment every child gets, and the limits of a request 
 
 # Format versions: readers refuse an unknown major version and read older minors.
 ENVELOPE_VERSION = "1.0"  # the CLI's --json envelope
-PLAN_VERSION = "3.0"  # serve plans and the serve receipts that embed them (3.0: the seed's decode_profile and
-# prefill_kernel names again, max_tokens null when --max-tokens is not given; 2.0: every server has a front)
+PLAN_VERSION = "3.1"  # serve plans and the serve receipts that embed them (3.1: each model's agents record; 3.0:
+# the seed's decode_profile and prefill_kernel names again, max_tokens null when --max-tokens is not given; 2.0:
+# every server has a front)
 TRAINING_VERSION = "1.0"  # lora train plans and receipts
 FRONT_CONFIG_VERSION = "2.0"  # the config file the front reads
 FRONT_STATE_VERSION = "2.0"  # the front's control status document
@@ -62,6 +63,8 @@ EXPECT_VERSIONS_FLAG = "--mlx-agent-expect-versions"  # mlx=V,mlx-lm=V[,mlx-meta
 EXPECT_SOURCE_FLAG = "--mlx-agent-expect-source"  # NAME=SHA256 of a bundled source or the support file
 SOCKET_FLAG = "--mlx-agent-socket"  # the Unix socket a worker behind the front listens on
 CONTEXT_WINDOW_FLAG = "--mlx-agent-context-window"  # the model's context: longer prompts are refused, replies cut
+CHAT_TEMPLATE_FLAG = "--mlx-agent-chat-template"  # PATH=SHA256:SIZE of --chat-template, read and checked at load
+TOOL_PARSER_FLAG = "--mlx-agent-tool-parser"  # --tool-parser's name, given to mlx_lm's own parser selection
 # The front's body cap and read deadlines, applied by the wrapped worker to what it reads off its own socket
 # (absent: MAX_BODY_BYTES, HEADER_TIMEOUT_S and BODY_TIMEOUT_S, the plan's values).
 MAX_BODY_FLAG = "--mlx-agent-max-body-bytes"

@@ -42,11 +42,12 @@ def serve_start(req: ServeRequest, flags: dict[str, Any]) -> None:
         hashing = hash_progress("hashing weights")
 
     def preview() -> tuple[Previewed, list[str]]:
+        from mlx_agent.plan.agent_support import agent_warnings
         from mlx_agent.supervise.serve import preview as build_preview
 
         with hashing:
             plan, warnings = build_preview(req, directory)
-        return {"plan": plan, "requires_confirmation": True}, warnings
+        return {"plan": plan, "requires_confirmation": True}, warnings + agent_warnings(plan["models"])
 
     def confirm() -> tuple[Launched, list[str]]:
         from mlx_agent.supervise.serve import confirm as launch
@@ -56,9 +57,12 @@ def serve_start(req: ServeRequest, flags: dict[str, Any]) -> None:
             from mlx_agent.cli.render import spinner
 
             spin = spinner("loading the model")
+        from mlx_agent.plan.agent_support import agent_warnings
+
         with hashing, spin as tick:
             receipt, warnings = launch(req, flags["preview_hash"], directory, tick)
         path = str(directory / f"{receipt['port']}.json")
+        warnings += agent_warnings(receipt["plan"]["models"])
         return {"receipt": receipt, "receipt_path": path, "requires_confirmation": False}, warnings
 
     if flags["confirm"]:

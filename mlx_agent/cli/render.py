@@ -7,6 +7,7 @@ import shlex
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -131,6 +132,9 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
         ):
             if asked:
                 table.add_row(label, "applies" if fits else escape("native MLX: " + "; ".join(reasons)))
+        agents = model.get("agents")
+        if agents is not None:
+            table.add_row("agents", escape(agents_summary(agents)))
         table.add_row("runtime", f"{runtime['name']} ({runtime['launcher']})")
         versions = ", ".join(f"{k} {v}" for k, v in (runtime.get("versions") or {}).items())
         table.add_row("versions", escape(versions))
@@ -138,6 +142,27 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
     table.add_row("api keys", escape(front["api_key_file"] or "none (every loopback client is trusted)"))
     table.add_row("argv", escape(shlex.join(plan["argv"])))
     _finish_plan(table, plan, warnings, "To launch it")
+
+
+def agents_summary(agents: Mapping[str, Any]) -> str:
+    """Return one line of what a model can do for agents: its template, tools, parser, thinking, window."""
+    template = agents["chat_template"]
+    if template is None:
+        return "no chat template"
+    where = Path(template["path"]).name + (f" [{template['name']}]" if template.get("name") else "")
+    parts = [f"template {where} ({template['source']})"]
+    parts.append("renders tools" if agents["renders_tools"] else "does not render tools")
+    parser = agents["tool_parser"]
+    if agents["tool_parser_from"] == "runtime" and parser is None:
+        parts.append("tool parser: the runtime's own")
+    else:
+        parts.append(f"tool parser {parser} ({agents['tool_parser_from']})" if parser else "no tool parser")
+    parts.append("thinks" if agents["thinking"] else "no thinking")
+    if agents["context_window"] is not None:
+        parts.append(f"context {agents['context_window']}")
+    if agents["render_error"] is not None:
+        parts.append(f"cannot render {agents['render_error']}")
+    return ", ".join(parts)
 
 
 def render_receipt(data: Launched, warnings: list[str]) -> None:

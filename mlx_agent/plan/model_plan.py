@@ -19,6 +19,7 @@ from mlx_agent.identity import read_safetensors_header, with_digests
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
+from mlx_agent.plan.agent_support import agents_record, check_options, template_checks
 from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
 from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.model_spec import validate_spec
@@ -28,6 +29,7 @@ from mlx_agent.plan.runtime_select import MLX_VLM, select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
 from mlx_agent.wire import (
+    CHAT_TEMPLATE_FLAG,
     CONTEXT_WINDOW_FLAG,
     HOST,
     KEY_ENV,
@@ -36,6 +38,7 @@ from mlx_agent.wire import (
     PORT_PLACEHOLDER,
     SOCKET_FLAG,
     SOCKET_PLACEHOLDER,
+    TOOL_PARSER_FLAG,
     WORKER_MODEL_NAME,
 )
 
@@ -43,9 +46,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Literal
 
+    from mlx_agent.plan.agent_support import Template
     from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import (
         AdapterRecord,
+        AgentsRecord,
         DraftRecord,
         FileCheck,
         ModelPlan,
@@ -230,6 +235,27 @@ def file_checks(adapter: AdapterRecord | None) -> list[FileCheck]:
     return checks
 
 
+def agents_plan(
+    spec: ModelRequest, recipe: Recipe, model: ResolvedModel, window: int | None
+) -> tuple[AgentsRecord | None, Template | None, list[str]]:
+    """Return a chat model's ``agents`` record, its template, and the worker's arguments for the two options.
+
+    An embedding model has none. Only the wrapped mlx_lm worker's parser is predicted (``tool_parser`` capability).
+    """
+    check_options(spec, recipe, model.runtime)
+    if model_kind(recipe, model.config) == "embedding":
+        return None, None, []
+    predicts = bool(recipe.get("capabilities", {}).get("tool_parser")) and model.runtime["launcher"] == "wrapped"
+    record, template = agents_record(spec, model.source, model.runtime, predicts_parser=predicts, window=window)
+    args: list[str] = []
+    if template is not None and template.record["source"] == "file":
+        bound = template.record
+        args += [CHAT_TEMPLATE_FLAG, f"{bound['path']}={bound['sha256']}:{bound['size']}"]
+    if spec.tool_parser is not None:
+        args += [TOOL_PARSER_FLAG, spec.tool_parser]
+    return record, template, args
+
+
 def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
     """Return the name clients use by default: the repo id, or the model directory's name (never a path)."""
     if trained is not None:
@@ -310,6 +336,9 @@ def build_model_plan(
         "--draft-model": draft is not None,
         "--prompt-lookup": spec.prompt_lookup,
         "--m5-prefill": spec.m5_prefill,
+        # each rank would read the file on its own host, and sharded loads take no parser: not wired for groups
+        "--chat-template": spec.chat_template is not None,
+        "--tool-parser": spec.tool_parser is not None,
     }
     group = group_plan(spec, recipe, runtime, source, config, refused=asked, hostfile_path=hostfile_path)
     prompt_cache = None if group is not None else prompt_cache_plan(spec, recipe, runtime)
@@ -317,6 +346,8 @@ def build_model_plan(
     if group is not None:
         extra_args += model_expectations(source)  # each rank checks its own copy
     window = context_window(config)
+    agents, chat_template, agent_args = agents_plan(spec, recipe, model, window)
+    extra_args += agent_args
     wrapped = runtime["launcher"] == "wrapped"
     cuts = wrapped and bool(recipe.get("cuts_to_context"))
     if cuts and window is not None:
@@ -364,7 +395,7 @@ def build_model_plan(
         "max_tokens_ceiling": spec.max_tokens_ceiling,
         "context_window": window,
         "weight_bytes": loaded,
-        "file_checks": file_checks(adapter),
+        "file_checks": file_checks(adapter) + template_checks(chat_template),
         "runtime_checks": runtime_checks(runtime),
         "policy": policy,
         "worker": {
@@ -383,4 +414,5 @@ def build_model_plan(
             "stop_timeout": WORKER_SAVING_STOP_TIMEOUT if prompt_cache else WORKER_STOP_TIMEOUT,
             "log_path": str(log_path),
         },
+        "agents": agents,
     }

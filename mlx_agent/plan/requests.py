@@ -90,6 +90,17 @@ class ModelRequest(Record):
     chat_template_args: str | None = option(
         "--chat-template-args", "json", "A JSON object of chat template arguments (mlx_lm), merged with --thinking."
     )
+    chat_template: str | None = option(
+        "--chat-template",
+        "str",
+        "mlx_lm: a jinja chat template file (absolute) the worker renders with instead of the checkpoint's.",
+        file_path="path",
+    )
+    tool_parser: str | None = option(
+        "--tool-parser",
+        "str",
+        "mlx_lm: the parser that reads the model's tool calls (an mlx_lm tool parser, or one of mlx-agent's).",
+    )
     prompt_lookup: bool = option(
         "--prompt-lookup",
         "flag",

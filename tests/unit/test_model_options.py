@@ -18,6 +18,7 @@ from mlx_agent.plan.requests import COMMANDS, ModelRequest, ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.plan.source import resolve_path_source
 from mlx_agent.records import ModelPlan
+from tests.conftest import REPO_ROOT
 from tests.fixtures.tiny_model import build_hf_cache_repo, build_tiny_model
 from tests.unit.test_accel import native_executable
 from tests.unit.test_adapter import make_adapter
@@ -51,6 +52,8 @@ CASES = [
     Case("alias", {"path": "@model", "alias": ("claude-*", "gpt-4o")}),
     Case("thinking", {"path": "@model", "thinking": "off"}),
     Case("chat_template_args", {"path": "@model", "chat_template_args": '{"reasoning_effort": "low"}'}),
+    Case("chat_template", {"path": "@model", "chat_template": "@template"}),
+    Case("tool_parser", {"path": "@model", "tool_parser": "json_tools"}),
     Case("prompt_lookup", {"path": "@model", "prompt_lookup": True}),
     Case("m5_prefill", {"path": "@model", "m5_prefill": True}),
     Case("prompt_cache_disk_gb", {"path": "@model", "prompt_cache_disk_gb": 1.5}),
@@ -98,6 +101,8 @@ def files(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     (root / "receipt.json").write_text(json.dumps(receipt))
     (root / "hosts.json").write_text(json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2))
     build_hf_cache_repo(root / "hf", "org/tiny", tiny_model)
+    template = root / "chat_template.jinja"
+    template.write_text((REPO_ROOT / "tests" / "templates" / "Qwen3-Coder.jinja").read_text(encoding="utf-8"))
     return {
         "@model": str(tiny_model),
         "@draft": str(build_tiny_model(root / "draft", seed=7, num_layers=1)),
@@ -106,6 +111,7 @@ def files(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         "@executable": str(native_executable(root)),
         "@hostfile": str(root / "hosts.json"),
         "@hf": str(root / "hf"),
+        "@template": str(template),
     }
 
 

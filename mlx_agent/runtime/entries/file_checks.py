@@ -8,6 +8,10 @@ A rank of a group serving one model across hosts (docs/distributed.md) also gets
 ``--mlx-agent-expect-model PATH=METHOD:HEX:SIZE`` (``wire.MODEL_CHECK_FLAG``): each host holds its own copy, so
 they are bound by what every copy shares (content, header or blob hashes, sizes), never by inode or mtime. On
 a mismatch the rank prints ``model_changed`` with its rank and host and exits with ``wire.EXIT_MODEL_CHANGED``.
+
+A ``--chat-template`` file comes as ``--mlx-agent-chat-template PATH=SHA256:SIZE`` (``wire.CHAT_TEMPLATE_FLAG``):
+``reviewed_template`` reads it once and hands on the bytes it checked, so the text the worker renders with is
+the reviewed one, not a file swapped between a check and a read. A mismatch is refused as an adapter's is.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from mlx_agent.errors import AdapterChanged, InvalidArguments, ModelChanged, exit_refused, print_refusal
 from mlx_agent.files import changed_files
-from mlx_agent.wire import EXIT_MODEL_CHANGED, FILE_CHECK_FLAG, MODEL_CHECK_FLAG
+from mlx_agent.wire import CHAT_TEMPLATE_FLAG, EXIT_MODEL_CHANGED, FILE_CHECK_FLAG, MODEL_CHECK_FLAG
 
 
 def take_flag(argv: list[str], flag: str) -> tuple[list[str], list[str]]:
@@ -52,6 +56,50 @@ def refuse_if_changed(expected: list[tuple[Path, str, int]]) -> None:
         exit_refused(
             AdapterChanged("adapter files changed since the plan was reviewed; not loading", details={"files": changed})
         )
+
+
+def _expectation(value: str, flag: str) -> tuple[Path, str, int]:
+    """Return ``PATH=SHA256:SIZE`` read; refuse a malformed one."""
+    path, _, identity = value.rpartition("=")
+    digest, _, size = identity.partition(":")
+    if not path or len(digest) != 64 or not size.isdigit():
+        exit_refused(InvalidArguments(f"{flag} {value!r} is not PATH=SHA256:SIZE", details={"value": value}))
+    return Path(path), digest, int(size)
+
+
+def reviewed_template(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Return the reviewed ``--chat-template`` text (None without one) and argv without its flag.
+
+    The file is read once: its bytes are the ones hashed and the ones returned. Gone, unreadable, or not the
+    reviewed size and content, the worker refuses before anything loads (``adapter_changed``, as the front's
+    check of the plan's ``file_checks`` calls it).
+    """
+    import hashlib
+
+    values, rest = take_flag(argv, CHAT_TEMPLATE_FLAG)
+    if not values:
+        return None, rest
+    path, digest, size = _expectation(values[-1], CHAT_TEMPLATE_FLAG)
+    entry: dict[str, Any] = {"path": str(path), "expected_size": size, "expected_sha256": digest}
+    try:
+        if path.is_symlink():
+            raise FileNotFoundError(path)
+        data = path.read_bytes()
+    except FileNotFoundError:
+        change = {**entry, "reason": "missing"}
+    except OSError as error:
+        change = {**entry, "reason": "unreadable", "error": error.strerror or str(error)}
+    else:
+        actual = hashlib.sha256(data).hexdigest()
+        if len(data) == size and actual == digest:
+            return data.decode("utf-8"), rest
+        change = {**entry, "size": len(data), "sha256": actual, "reason": "content_changed"}
+    exit_refused(
+        AdapterChanged(
+            f"the chat template file {path} changed since the plan was reviewed; not loading",
+            details={"files": [change]},
+        )
+    )
 
 
 @dataclass(frozen=True)
