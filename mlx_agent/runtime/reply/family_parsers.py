@@ -1,0 +1,143 @@
+r"""Every corpus family's tool calls read exactly: our parsers installed through mlx_lm's own selection, its own fixed.
+
+mlx_lm's ``tokenizer_utils.load`` asks ``_infer_tool_parser(tokenizer)`` for a parser name, then imports
+``mlx_lm.tool_parsers.<name>`` and reads its ``parse_tool_call``, ``tool_call_start`` and ``tool_call_end``.
+``install`` (idempotent, before the model loads) extends that one road rather than adding a second:
+
+* our parsers (``reply/parsers/``: ``deepseek_v3``, ``llama3_json``) are importable under that name, and
+  ``_infer_tool_parser`` is wrapped so that mlx_lm's answer stands and ours (``tool_formats.our_parser_for``, the
+  declaration the plan reads too) is used only where it has none;
+* Mistral Small 3.2 writes ``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}``, where mlx_lm's header reader takes the id
+  for the name: ``header_calls`` replaces that reader (``mistral._parse_header_calls``), reading the name, the
+  model's id (kept as the call's id) and the arguments;
+* GLM-4.6/4.7 and MiniMax M2 write a string argument as it is, between tags, and mlx_lm strips its whitespace
+  (an Edit's ``old_string`` ``"x = 1\n"`` arrived as ``"x = 1"``): their ``parse_tool_call`` is wrapped so that a
+  string value mlx_lm read is the text between the tags exactly (``exact_strings``).
+
+A call no parser reads stays visible: the ``unparsed_tool_calls`` marker (``tool_calls``), a log line, and the
+front's ``mlx_agent_unparsed_tool_calls_total`` counter.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mlx_agent.tool_formats import OUR_PARSERS, our_parser_for
+
+TOOL_PARSERS = "mlx_lm.tool_parsers"
+WRAPPED = "mlx_agent_family_parsers"  # marks what install wrapped, so that installing twice wraps once
+# Mistral's header, with the id Mistral Small 3.2 writes between the name and the arguments.
+MISTRAL_HEADER = re.compile(r"([\w.-]+)(?:\s*\[CALL_ID\]\s*([\w-]+))?\s*\[ARGS\]\s*")
+
+Parse = Callable[..., Any]
+
+
+def install() -> None:
+    """Install our parsers and fixes into mlx_lm (module docstring); idempotent."""
+    for name in OUR_PARSERS:
+        sys.modules.setdefault(
+            f"{TOOL_PARSERS}.{name}", importlib.import_module(f"mlx_agent.runtime.reply.parsers.{name}")
+        )
+    tokenizer_utils = importlib.import_module("mlx_lm.tokenizer_utils")
+    infer = tokenizer_utils._infer_tool_parser
+    if not getattr(infer, WRAPPED, False):
+        setattr(tokenizer_utils, "_infer_tool_parser", with_our_parsers(infer))  # noqa: B010  (the seam)
+    mistral = importlib.import_module(f"{TOOL_PARSERS}.mistral")
+    setattr(mistral, "_parse_header_calls", header_calls)  # noqa: B010  (the seam)
+    for module_name, raw_values in (
+        (f"{TOOL_PARSERS}.glm47", glm_values),
+        (f"{TOOL_PARSERS}.minimax_m2", minimax_values),
+    ):
+        module = importlib.import_module(module_name)
+        parse = getattr(module, "parse_tool_call")  # noqa: B009  (untyped upstream)
+        if not getattr(parse, WRAPPED, False):
+            setattr(module, "parse_tool_call", exact_strings(parse, functools.partial(raw_values, module)))  # noqa: B010
+
+
+def with_our_parsers(infer: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """Wrap ``_infer_tool_parser``: mlx_lm's choice, else ours for the tokenizer's chat template."""
+
+    @functools.wraps(infer)
+    def choose(tokenizer: Any) -> str | None:
+        chosen = infer(tokenizer)
+        if chosen is not None:
+            return chosen
+        template = getattr(tokenizer, "chat_template", None)
+        return our_parser_for(template) if isinstance(template, str) else None
+
+    setattr(choose, WRAPPED, True)
+    return choose
+
+
+def header_calls(text: str) -> list[dict[str, Any]]:
+    """Read Mistral's ``NAME[ARGS]{...}`` calls (repeated), with Small 3.2's ``[CALL_ID]ID`` kept as the id."""
+    decoder = json.JSONDecoder()
+    calls: list[dict[str, Any]] = []
+    at = 0
+    while (match := MISTRAL_HEADER.search(text, at)) is not None:
+        try:
+            arguments, at = decoder.raw_decode(text, match.end())
+        except json.JSONDecodeError as error:  # the template writes valid JSON: the reply was cut short
+            raise ValueError(f"Could not parse tool call from: {text}") from error
+        call: dict[str, Any] = {"name": match.group(1), "arguments": arguments}
+        if match.group(2):
+            call["id"] = match.group(2)
+        calls.append(call)
+    return calls
+
+
+def exact_strings(parse: Parse, raw_values: Callable[[str], list[dict[str, str]]]) -> Parse:
+    """Wrap a parser so that each string value it read is the text the model wrote for it, whitespace and all.
+
+    ``raw_values(text)`` gives, per call in the parser's order, each argument's text as written. A value is
+    replaced only when it is a string equal to that text stripped (what mlx_lm's GLM and MiniMax readers make of
+    it), so a value the parser read as JSON (a quoted string, a number) stays the parser's.
+    """
+
+    @functools.wraps(parse)
+    def read(text: str, tools: Any = None) -> Any:
+        parsed = parse(text, tools)
+        calls = parsed if isinstance(parsed, list) else [parsed]
+        written = raw_values(text)
+        if len(written) != len(calls):  # the parser skipped something: leave its reading alone
+            return parsed
+        for call, raw in zip(calls, written, strict=True):
+            arguments = call.get("arguments") if isinstance(call, dict) else None
+            if not isinstance(arguments, dict):
+                continue
+            for key, value in arguments.items():
+                text_ = raw.get(key)
+                if isinstance(value, str) and text_ is not None and text_.strip() == value:
+                    arguments[key] = text_
+        return parsed
+
+    setattr(read, WRAPPED, True)
+    return read
+
+
+def glm_values(module: Any, text: str) -> list[dict[str, str]]:
+    """Return the one GLM call's argument texts as written, by glm47's own pattern (keys stripped as it does)."""
+    return [{match.group(1).strip(): match.group(2) for match in module._func_arg_regex.finditer(text)}]
+
+
+def minimax_values(module: Any, text: str) -> list[dict[str, str]]:
+    """Return each MiniMax invoke's parameter texts as written, by minimax_m2's own patterns and name reader."""
+    return list(_minimax_invokes(module, text))
+
+
+def _minimax_invokes(module: Any, text: str) -> Iterator[dict[str, str]]:
+    for invoke in module._invoke_complete_regex.findall(text):
+        if not re.search(r"^([^>]+)", invoke):  # skipped by the parser too
+            continue
+        values: dict[str, str] = {}
+        for match in module._parameter_complete_regex.findall(invoke):
+            found = re.search(r"^([^>]+)>(.*)", match, re.DOTALL)
+            if found:
+                values[module._extract_name(found.group(1))] = found.group(2)
+        yield values

@@ -1,0 +1,7 @@
+"""Tool-call parsers for families mlx_lm 0.32 has none for, each a module shaped like ``mlx_lm.tool_parsers.*``.
+
+A module here holds what mlx_lm's ``tokenizer_utils.load`` reads from a parser module: ``parse_tool_call(text,
+tools)``, ``tool_call_start`` and ``tool_call_end``. ``family_parsers.install`` makes each importable under
+``mlx_lm.tool_parsers.<name>``, so mlx_lm loads it as one of its own (``mlx_agent.tool_formats.OUR_RULES`` says
+which template gets which).
+"""
