@@ -145,6 +145,7 @@ MODULE_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_lm.tool_parsers.longcat": {"_deserialize": ("value",)},
     "mlx_lm.tool_parsers.muse_spark": {"_param_value": ("raw",)},
     "mlx_lm.tool_parsers.kimi_k3": {"_decode_value": ("value", "value_type")},
+    "mlx_lm.tool_parsers.kimi_k2": {"parse_tool_call": ("text", "tools")},
     # family_parsers: the selection it wraps, the Mistral reader it replaces, the parsers whose strings it restores
     "mlx_lm.tokenizer_utils": {"_infer_tool_parser": ("tokenizer",), "load": ("model_path",)},
     "mlx_lm.tool_parsers.mistral": {"_parse_header_calls": ("text",), "parse_tool_call": ("text", "tools")},

@@ -12,7 +12,9 @@ mlx_lm's ``tokenizer_utils.load`` asks ``_infer_tool_parser(tokenizer)`` for a p
   model's id (kept as the call's id) and the arguments;
 * GLM-4.6/4.7 and MiniMax M2 write a string argument as it is, between tags, and mlx_lm strips its whitespace
   (an Edit's ``old_string`` ``"x = 1\n"`` arrived as ``"x = 1"``): their ``parse_tool_call`` is wrapped so that a
-  string value mlx_lm read is the text between the tags exactly (``exact_strings``).
+  string value mlx_lm read is the text between the tags exactly (``exact_strings``);
+* a GLM or Kimi K2 call cut by max_tokens inside a tag pair came back as a call (GLM's without the cut argument,
+  Kimi's named after its markers): it raises instead (``whole``), so the formatter keeps it as text.
 
 A call no parser reads stays visible: the ``unparsed_tool_calls`` marker (``tool_calls``), a log line, and the
 front's ``mlx_agent_unparsed_tool_calls_total`` counter.
@@ -50,14 +52,11 @@ def install() -> None:
         setattr(tokenizer_utils, "_infer_tool_parser", with_our_parsers(infer))  # noqa: B010  (the seam)
     mistral = importlib.import_module(f"{TOOL_PARSERS}.mistral")
     setattr(mistral, "_parse_header_calls", header_calls)  # noqa: B010  (the seam)
-    for module_name, raw_values in (
-        (f"{TOOL_PARSERS}.glm47", glm_values),
-        (f"{TOOL_PARSERS}.minimax_m2", minimax_values),
-    ):
-        module = importlib.import_module(module_name)
+    for module_name, wrap in WRAPS.items():
+        module = importlib.import_module(f"{TOOL_PARSERS}.{module_name}")
         parse = getattr(module, "parse_tool_call")  # noqa: B009  (untyped upstream)
         if not getattr(parse, WRAPPED, False):
-            setattr(module, "parse_tool_call", exact_strings(parse, functools.partial(raw_values, module)))  # noqa: B010
+            setattr(module, "parse_tool_call", wrap(module, parse))  # noqa: B010  (the seam)
 
 
 def with_our_parsers(infer: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
@@ -121,6 +120,24 @@ def exact_strings(parse: Parse, raw_values: Callable[[str], list[dict[str, str]]
     return read
 
 
+def whole(parse: Parse, pairs: tuple[tuple[str, str], ...]) -> Parse:
+    """Wrap a parser so that a call cut inside a tag pair (an opening without its closing) raises, kept as text.
+
+    mlx_lm's GLM reader drops an argument whose ``</arg_value>`` never came, and returns the call without it;
+    its Kimi K2 reader reads a call without its ``<|tool_call_end|>`` as one named after the markers before it.
+    """
+
+    @functools.wraps(parse)
+    def read(text: str, tools: Any = None) -> Any:
+        for opening, closing in pairs:
+            if text.count(opening) != text.count(closing):
+                raise ValueError(f"a tool call cut short: {opening} without {closing}")
+        return parse(text, tools)
+
+    setattr(read, WRAPPED, True)
+    return read
+
+
 def glm_values(module: Any, text: str) -> list[dict[str, str]]:
     """Return the one GLM call's argument texts as written, by glm47's own pattern (keys stripped as it does)."""
     return [{match.group(1).strip(): match.group(2) for match in module._func_arg_regex.finditer(text)}]
@@ -141,3 +158,13 @@ def _minimax_invokes(module: Any, text: str) -> Iterator[dict[str, str]]:
             if found:
                 values[module._extract_name(found.group(1))] = found.group(2)
         yield values
+
+
+GLM_PAIRS = (("<arg_key>", "</arg_key>"), ("<arg_value>", "</arg_value>"))
+KIMI_PAIRS = (("<|tool_call_begin|>", "<|tool_call_end|>"),)
+# mlx_lm's parsers wrapped, by module under mlx_lm.tool_parsers: (module, its parse_tool_call) -> ours.
+WRAPS: dict[str, Callable[[Any, Parse], Parse]] = {
+    "glm47": lambda module, parse: whole(exact_strings(parse, functools.partial(glm_values, module)), GLM_PAIRS),
+    "minimax_m2": lambda module, parse: exact_strings(parse, functools.partial(minimax_values, module)),
+    "kimi_k2": lambda module, parse: whole(parse, KIMI_PAIRS),
+}

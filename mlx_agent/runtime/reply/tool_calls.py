@@ -46,6 +46,9 @@ class KeepingToolCallFormatter(server.ToolCallFormatter):
                     raise ValueError("the model has no tool parser")
                 parsed = self.parser(text, self.tools)
                 calls = parsed if isinstance(parsed, list) else [parsed]
+                for call in calls:  # a parser's fallback can read text as a call whose arguments are not an object
+                    if not isinstance(call.get("arguments"), dict):
+                        raise ValueError(f"the arguments of {call.get('name')!r} are not an object")
                 formatted = [
                     self._format({**call, "arguments": json_safe(call["arguments"])})  # type: ignore[no-untyped-call]
                     for call in calls

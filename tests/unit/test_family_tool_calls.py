@@ -1,0 +1,105 @@
+"""Every corpus family's tool calls, as its models write them, come back exact through the worker's own path.
+
+The cases and the path are ``tests/tool_call_cases.py``: mlx_lm's tokenizer load (its parser selection, with
+``family_parsers`` installed), its text state machine fed token by token, and our ``KeepingToolCallFormatter``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlx_agent.runtime.reply import family_parsers
+from mlx_agent.tool_formats import parser_for
+from tests import tool_call_cases as cc
+from tests.template_corpus import template
+
+CASES = [(family, case) for family in cc.FAMILIES for case in cc.cases(family)]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Load each family's tokenizer through mlx_lm's own load, with the worker's parsers installed."""
+    cc.install()
+    folder = tmp_path_factory.mktemp("families")
+    return {f.template: cc.tokenizer_for(f, folder / f.template) for f in cc.FAMILIES}
+
+
+@pytest.mark.parametrize(("family", "case"), CASES, ids=[f"{f.template}: {c.name}" for f, c in CASES])
+def test_every_case_of_every_family_is_exact(family: cc.Family, case: cc.Case, tokenizers: dict[str, Any]) -> None:
+    """Each call arrives with its exact name, arguments and own id; a cut call comes back as text, never a call."""
+    reply = cc.read(family, case, tokenizers[family.template])
+    assert cc.exact(family, case, reply), reply
+
+
+def test_the_worker_loads_the_parser_the_plan_declares(tokenizers: dict[str, Any]) -> None:
+    """mlx_lm's load picks, for every family's template, the parser tool_formats declares (ours where it has none)."""
+    for family in cc.FAMILIES:
+        module = parser_for(template(family.template).source)
+        assert module is not None
+        expected = __import__(f"mlx_lm.tool_parsers.{module}", fromlist=["parse_tool_call"])
+        assert tokenizers[family.template].tool_call_start == expected.tool_call_start, family.template
+
+
+def test_mlx_lm_choice_stands_and_ours_fills_only_its_gaps() -> None:
+    """The wrapped selection returns mlx_lm's own answer when it has one, ours only when it has none."""
+
+    class Tokenizer:
+        chat_template = '{{ "<｜tool▁calls▁begin｜><｜tool▁sep｜>" }}'  # noqa: RUF001
+
+    choose = family_parsers.with_our_parsers(lambda tokenizer: None)
+    assert choose(Tokenizer()) == "deepseek_v3"
+    assert family_parsers.with_our_parsers(lambda tokenizer: "mistral")(Tokenizer()) == "mistral"
+    Tokenizer.chat_template = "plain"
+    assert choose(Tokenizer()) is None
+
+
+def test_installing_twice_wraps_once() -> None:
+    """A second install leaves each wrapped parser as the first install made it."""
+    import mlx_lm.tokenizer_utils as tokenizer_utils
+    import mlx_lm.tool_parsers.glm47 as glm47
+
+    family_parsers.install()
+    first = (tokenizer_utils._infer_tool_parser, glm47.parse_tool_call)
+    family_parsers.install()
+    assert (tokenizer_utils._infer_tool_parser, glm47.parse_tool_call) == first
+
+
+def test_mistral_small_keeps_the_model_id_and_the_name() -> None:
+    """``NAME[CALL_ID]ID[ARGS]{...}`` is the call NAME with the model's id, not a call named ID."""
+    assert family_parsers.header_calls('get_time[CALL_ID]123456789[ARGS]{"city": "x"}') == [
+        {"name": "get_time", "arguments": {"city": "x"}, "id": "123456789"}
+    ]
+    assert family_parsers.header_calls('get_time[ARGS]{"city": "x"}') == [
+        {"name": "get_time", "arguments": {"city": "x"}}
+    ]
+    with pytest.raises(ValueError, match="Could not parse"):
+        family_parsers.header_calls('get_time[CALL_ID]1[ARGS]{"city": ')
+
+
+def test_an_edit_keeps_its_newlines_in_glm_and_minimax() -> None:
+    """GLM and MiniMax string values keep the whitespace written; a value read as JSON stays JSON."""
+    import mlx_lm.tool_parsers.glm47 as glm47
+    import mlx_lm.tool_parsers.minimax_m2 as minimax_m2
+
+    family_parsers.install()
+    glm = glm47.parse_tool_call(
+        "Edit<arg_key>old_string</arg_key><arg_value>x = 1\n</arg_value><arg_key>n</arg_key><arg_value> 5 </arg_value>"
+        '<arg_key>q</arg_key><arg_value>"quoted"</arg_value>',
+        None,
+    )
+    assert glm["arguments"] == {"old_string": "x = 1\n", "n": 5, "q": "quoted"}
+    minimax = minimax_m2.parse_tool_call('<invoke name="Edit">\n<parameter name="s">\n  y\n\n</parameter>\n</invoke>\n')
+    assert minimax["arguments"] == {"s": "\n  y\n\n"}
+
+
+def test_the_family_table_counts_every_case(tmp_path: Path) -> None:
+    """``family_rows`` gives one row per family's template, every case counted and, with our parsers, exact."""
+    rows = cc.family_rows(cc.FAMILIES[:2])
+    assert [(r["template"], r["exact"], r["failed"]) for r in rows] == [
+        (f.template, len(cc.cases(f)), []) for f in cc.FAMILIES[:2]
+    ]
+    assert json.loads(json.dumps(rows)) == rows
