@@ -18,9 +18,11 @@ collected per state as mlx_lm's ``handle_completion`` loop does, then our ``Keep
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -677,25 +679,51 @@ def _own_id(call_id: str) -> bool:
     return not re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", call_id)
 
 
-def install(fixed: bool = True) -> None:
-    """Install what the worker installs into mlx_lm's parsing (``fixed=False``: all but ``family_parsers``)."""
+@contextlib.contextmanager
+def installed(fixed: bool = True) -> Iterator[None]:
+    """Install what the worker installs into mlx_lm's parsing, and put mlx_lm back as it was on exit.
+
+    ``fixed=False`` leaves ``family_parsers`` out: mlx_lm's parsers as the worker had them before it.
+    """
     from mlx_agent.runtime.reply import lenient_tools
 
-    lenient_tools.install()
+    places = [*lenient_tools.TYPED_READERS.items(), *lenient_tools.TEXT_KEEPING_READERS.items()]
+    ours: list[str] = []
     if fixed:
         from mlx_agent.runtime.reply import family_parsers
+        from mlx_agent.tool_formats import OUR_PARSERS
 
-        family_parsers.install()
+        places += [
+            ("mlx_lm.tokenizer_utils", "_infer_tool_parser"),
+            ("mlx_lm.tool_parsers.mistral", "_parse_header_calls"),
+        ]
+        places += [(f"mlx_lm.tool_parsers.{module}", "parse_tool_call") for module in family_parsers.WRAPS]
+        ours = [f"mlx_lm.tool_parsers.{name}" for name in OUR_PARSERS]
+    saved = [(importlib.import_module(module), name) for module, name in places]
+    values = [getattr(module, name) for module, name in saved]
+    modules = {name: sys.modules.get(name) for name in ours}
+    try:
+        lenient_tools.install()
+        if fixed:
+            family_parsers.install()
+        yield
+    finally:
+        for (module, name), value in zip(saved, values, strict=True):
+            setattr(module, name, value)
+        for name, module_ in modules.items():
+            if module_ is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module_
 
 
 def results(families: Sequence[Family] = FAMILIES, fixed: bool = True) -> Iterator[tuple[Family, Case, Reply, bool]]:
     """Yield every case of every family with the reply the worker's path gives and whether it is exact.
 
     ``fixed=False`` leaves ``family_parsers`` out (mlx_lm's parsers as the worker had them before it), in a
-    process where it was never installed: installing is for the life of the process.
+    process where it was never installed.
     """
-    install(fixed)
-    with tempfile.TemporaryDirectory(prefix="families-") as folder:
+    with installed(fixed), tempfile.TemporaryDirectory(prefix="families-") as folder:
         for index, family in enumerate(families):
             tokenizer = tokenizer_for(family, Path(folder) / str(index))
             for case in cases(family):

@@ -7,7 +7,7 @@ The cases and the path are ``tests/tool_call_cases.py``: mlx_lm's tokenizer load
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,11 +21,18 @@ CASES = [(family, case) for family in cc.FAMILIES for case in cc.cases(family)]
 
 
 @pytest.fixture(scope="module")
-def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Load each family's tokenizer through mlx_lm's own load, with the worker's parsers installed."""
-    cc.install()
+def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Load each family's tokenizer through mlx_lm's own load, with the worker's parsers installed (then removed)."""
     folder = tmp_path_factory.mktemp("families")
-    return {f.template: cc.tokenizer_for(f, folder / f.template) for f in cc.FAMILIES}
+    with cc.installed():
+        yield {f.template: cc.tokenizer_for(f, folder / f.template) for f in cc.FAMILIES}
+
+
+@pytest.fixture
+def fixed() -> Iterator[None]:
+    """Install the worker's parsers for one test, then put mlx_lm back as it was."""
+    with cc.installed():
+        yield
 
 
 @pytest.mark.parametrize(("family", "case"), CASES, ids=[f"{f.template}: {c.name}" for f, c in CASES])
@@ -57,12 +64,11 @@ def test_mlx_lm_choice_stands_and_ours_fills_only_its_gaps() -> None:
     assert choose(Tokenizer()) is None
 
 
-def test_installing_twice_wraps_once() -> None:
+def test_installing_twice_wraps_once(fixed: None) -> None:
     """A second install leaves each wrapped parser as the first install made it."""
     import mlx_lm.tokenizer_utils as tokenizer_utils
     import mlx_lm.tool_parsers.glm47 as glm47
 
-    family_parsers.install()
     first = (tokenizer_utils._infer_tool_parser, glm47.parse_tool_call)
     family_parsers.install()
     assert (tokenizer_utils._infer_tool_parser, glm47.parse_tool_call) == first
@@ -80,12 +86,11 @@ def test_mistral_small_keeps_the_model_id_and_the_name() -> None:
         family_parsers.header_calls('get_time[CALL_ID]1[ARGS]{"city": ')
 
 
-def test_an_edit_keeps_its_newlines_in_glm_and_minimax() -> None:
+def test_an_edit_keeps_its_newlines_in_glm_and_minimax(fixed: None) -> None:
     """GLM and MiniMax string values keep the whitespace written; a value read as JSON stays JSON."""
     import mlx_lm.tool_parsers.glm47 as glm47
     import mlx_lm.tool_parsers.minimax_m2 as minimax_m2
 
-    family_parsers.install()
     glm = glm47.parse_tool_call(
         "Edit<arg_key>old_string</arg_key><arg_value>x = 1\n</arg_value><arg_key>n</arg_key><arg_value> 5 </arg_value>"
         '<arg_key>q</arg_key><arg_value>"quoted"</arg_value>',
@@ -96,7 +101,7 @@ def test_an_edit_keeps_its_newlines_in_glm_and_minimax() -> None:
     assert minimax["arguments"] == {"s": "\n  y\n\n"}
 
 
-def test_the_family_table_counts_every_case(tmp_path: Path) -> None:
+def test_the_family_table_counts_every_case() -> None:
     """``family_rows`` gives one row per family's template, every case counted and, with our parsers, exact."""
     rows = cc.family_rows(cc.FAMILIES[:2])
     assert [(r["template"], r["exact"], r["failed"]) for r in rows] == [
