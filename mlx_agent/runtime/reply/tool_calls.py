@@ -19,10 +19,11 @@ import mlx_lm.server as server
 
 from mlx_agent.runtime.reply.harmony import CUT_OFF
 from mlx_agent.runtime.reply.lenient_tools import json_safe
+from mlx_agent.wire import UNPARSED_TOOL_CALLS
 
 log = logging.getLogger(__name__)
 
-MARKER = "unparsed_tool_calls"
+MARKER = UNPARSED_TOOL_CALLS
 
 
 class UnparsedToolCall(dict[str, str]):
