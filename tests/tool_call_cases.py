@@ -348,6 +348,12 @@ FAMILIES: tuple[Family, ...] = (
                     '{"name": "special_function", "parameters": {"arg1": 1}}',
                     (Call("special_function", {"arg1": 1}),),
                 ),
+                Case(
+                    "llama.cpp: the python built-in",
+                    "<|python_tag|>python.call(code=\"print('hey')\")",
+                    (Call("python", {"code": "print('hey')"}),),
+                ),
+                Case("<|python_tag|> before the JSON", "<|python_tag|>" + llama3(ONE), ONE),
             ),
         )
         for name, file in (

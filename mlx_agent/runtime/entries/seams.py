@@ -56,6 +56,7 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "LRUPromptCache.fetch_nearest_cache": ("self", "model", "tokens"),
     "LRUPromptCache.insert_cache": ("self", "model", "tokens", "prompt_cache"),
     "_image_parts": ("messages",),
+    "make_text_state_machine": ("tokenizer", "stop_words"),  # wrapped: family_parsers' extra call starts
     "APIHandler.__init__": ("self", "response_generator"),
     "APIHandler.do_POST": ("self",),
     "APIHandler.validate_model_parameters": ("self",),
@@ -263,6 +264,12 @@ def _check_parser_seams() -> None:
     missing = [name for name in LOAD_USES if name not in load.__code__.co_names]
     if missing:
         raise SeamChanged(f"mlx_lm.tokenizer_utils.load no longer uses {missing}")
+    if not isinstance(getattr(tokenizer_utils.TokenizerWrapper, "response_transitions", None), property):
+        raise SeamChanged("mlx_lm.tokenizer_utils.TokenizerWrapper.response_transitions is no longer a property")
+    server = importlib.import_module("mlx_lm.server")
+    used = inspect.unwrap(server.make_text_state_machine).__code__.co_names
+    if not {"response_transitions", "tool_call_start"} <= set(used):
+        raise SeamChanged("mlx_lm.server.make_text_state_machine no longer reads response_transitions")
     mistral = importlib.import_module("mlx_lm.tool_parsers.mistral")
     if "_parse_header_calls" not in inspect.unwrap(mistral.parse_tool_call).__code__.co_names:
         raise SeamChanged("mlx_lm.tool_parsers.mistral.parse_tool_call no longer calls _parse_header_calls")

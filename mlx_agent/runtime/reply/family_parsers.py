@@ -14,7 +14,11 @@ mlx_lm's ``tokenizer_utils.load`` asks ``_infer_tool_parser(tokenizer)`` for a p
   (an Edit's ``old_string`` ``"x = 1\n"`` arrived as ``"x = 1"``): their ``parse_tool_call`` is wrapped so that a
   string value mlx_lm read is the text between the tags exactly (``exact_strings``);
 * a GLM or Kimi K2 call cut by max_tokens inside a tag pair came back as a call (GLM's without the cut argument,
-  Kimi's named after its markers): it raises instead (``whole``), so the formatter keeps it as text.
+  Kimi's named after its markers): it raises instead (``whole``), so the formatter keeps it as text;
+* mlx_lm's text machine knows one start marker per parser; a parser module of ours that names more
+  (``TOOL_CALL_STARTS``: Llama's ``{"name":`` and ``<|python_tag|>``) gets them all as ways into the tool state:
+  ``mlx_lm.server.make_text_state_machine`` is wrapped to hand mlx_lm's own builder a view of the tokenizer whose
+  response transitions carry them (``CallStarts``), the road mlx_lm gives a response format.
 
 A call no parser reads stays visible: the ``unparsed_tool_calls`` marker (``tool_calls``), a log line, and the
 front's ``mlx_agent_unparsed_tool_calls_total`` counter.
@@ -50,6 +54,9 @@ def install() -> None:
     infer = tokenizer_utils._infer_tool_parser
     if not getattr(infer, WRAPPED, False):
         setattr(tokenizer_utils, "_infer_tool_parser", with_our_parsers(infer))  # noqa: B010  (the seam)
+    server = importlib.import_module("mlx_lm.server")
+    if not getattr(server.make_text_state_machine, WRAPPED, False):
+        setattr(server, "make_text_state_machine", with_call_starts(server.make_text_state_machine))  # noqa: B010
     mistral = importlib.import_module(f"{TOOL_PARSERS}.mistral")
     setattr(mistral, "_parse_header_calls", header_calls)  # noqa: B010  (the seam)
     for module_name, wrap in WRAPS.items():
@@ -57,6 +64,50 @@ def install() -> None:
         parse = getattr(module, "parse_tool_call")  # noqa: B009  (untyped upstream)
         if not getattr(parse, WRAPPED, False):
             setattr(module, "parse_tool_call", wrap(module, parse))  # noqa: B010  (the seam)
+
+
+def with_call_starts(make: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``make_text_state_machine(tokenizer, stop_words)`` to give a parser's every start marker to mlx_lm's."""
+
+    @functools.wraps(make)
+    def build(tokenizer: Any, stop_words: Any = None) -> Any:
+        starts = call_starts(tokenizer)
+        return make(CallStarts(tokenizer, starts) if starts else tokenizer, stop_words)
+
+    setattr(build, WRAPPED, True)
+    return build
+
+
+def call_starts(tokenizer: Any) -> tuple[str, ...]:
+    """Return the start markers the tokenizer's parser module declares beyond ``tool_call_start`` (or none)."""
+    parser = getattr(tokenizer, "tool_parser", None)
+    module = sys.modules.get(getattr(parser, "__module__", "") or "")
+    starts: tuple[str, ...] = getattr(module, "TOOL_CALL_STARTS", ())
+    return starts if len(starts) > 1 else ()
+
+
+class CallStarts:
+    """A tokenizer as mlx_lm's text-machine builder reads it, with a transition into ``tool`` for each start."""
+
+    def __init__(self, tokenizer: Any, starts: tuple[str, ...]) -> None:
+        self._tokenizer = tokenizer
+        self._starts = starts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+    @property
+    def response_transitions(self) -> dict[str, list[tuple[str, str]]]:
+        """Return the tokenizer's own transitions plus ``normal -> tool`` on every start marker.
+
+        A response format that goes to ``tool`` decides where calls start, so mlx_lm adds no edge of its own
+        from ``normal`` (it still adds ``reasoning -> tool`` on ``tool_call_start``; the others are added here).
+        """
+        transitions = {state: list(edges) for state, edges in self._tokenizer.response_transitions.items()}
+        transitions.setdefault("normal", []).extend((start, "tool") for start in self._starts)
+        if self._tokenizer.has_thinking:
+            transitions.setdefault("reasoning", []).extend((start, "tool") for start in self._starts[1:])
+        return transitions
 
 
 def with_our_parsers(infer: Callable[[Any], str | None]) -> Callable[[Any], str | None]:

@@ -2,10 +2,11 @@
 
 The model writes the object alone (Llama 3.1 sometimes after ``<|python_tag|>``), with no end marker but its end of
 turn; a model that makes more than one call writes the objects one after another, separated by ``;`` or
-whitespace. ``{"name":`` starts the text machine's tool state, so it is not in ``text``: it is put back before
-reading. The built-in tools' form, ``<|python_tag|>NAME.call(key="value", ...)`` (the template's
-``builtin_tools``), is read too when it reaches the parser. Anything else raises, so the formatter keeps it as
-text: an answer that merely quotes ``{"name":`` comes back as written, with the ``unparsed_tool_calls`` marker.
+whitespace. The built-in tools' form is ``<|python_tag|>NAME.call(key="value", ...)`` (the template's
+``builtin_tools``). Both ``{"name":`` and ``<|python_tag|>`` start the text machine's tool state
+(``TOOL_CALL_STARTS``, installed by ``family_parsers``), which takes the marker out of ``text``: ``{"name":`` is
+put back before reading. Anything else raises, so the formatter keeps it as text: an answer that merely quotes
+``{"name":`` comes back as written, with the ``unparsed_tool_calls`` marker.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 tool_call_start = '{"name":'
 tool_call_end = ""
 PYTHON_TAG = "<|python_tag|>"
+TOOL_CALL_STARTS = (tool_call_start, PYTHON_TAG)  # every text that starts a call (tool_call_start is the first)
 _decoder = json.JSONDecoder()
 
 
