@@ -325,6 +325,12 @@ FAMILIES: tuple[Family, ...] = (
     Family("qwq", "Qwen-QwQ-32B", QWEN, json_tools, thinks=True),
     Family(
         "hermes",
+        "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+        (*LLAMA, "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"),
+        json_tools,
+    ),
+    Family(
+        "hermes",
         "NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
         (*LLAMA, "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"),
         json_tools,

@@ -51,6 +51,16 @@ def test_the_worker_loads_the_parser_the_plan_declares(tokenizers: dict[str, Any
         assert tokenizers[family.template].tool_call_start == expected.tool_call_start, family.template
 
 
+def test_every_corpus_template_with_a_call_syntax_is_a_family() -> None:
+    """Each corpus template whose calls a parser reads has its cases here (gpt-oss's Harmony has its own tests)."""
+    from tests.template_corpus import corpus
+
+    read = {t.name for t in corpus() if parser_for(t.source) is not None}
+    assert read == {f.template for f in cc.FAMILIES}
+    harmony_or_none = {t.family for t in corpus() if t.name not in read}
+    assert harmony_or_none == {"gpt-oss", "gemma2", "gemma3", "phi3.5", "phi4-mini", "smollm3"}
+
+
 def test_mlx_lm_choice_stands_and_ours_fills_only_its_gaps() -> None:
     """The wrapped selection returns mlx_lm's own answer when it has one, ours only when it has none."""
 
