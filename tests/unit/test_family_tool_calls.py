@@ -118,3 +118,32 @@ def test_the_family_table_counts_every_case() -> None:
         (f.template, len(cc.cases(f)), []) for f in cc.FAMILIES[:2]
     ]
     assert json.loads(json.dumps(rows)) == rows
+
+
+def test_llama_reads_only_calls() -> None:
+    """An answer that merely starts like a call, or JSON without parameters, raises (kept as text, marked)."""
+    from mlx_agent.runtime.reply.parsers import llama3_json
+
+    assert llama3_json.parse_tool_call(' "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}') == [
+        {"name": "f", "arguments": {"a": 1}},
+        {"name": "g", "arguments": {}},
+    ]
+    for text in (
+        ' "Bob", "age": 3}',
+        ' "f", "parameters": [1]}',
+        ' "f", "parameters": {"a": 1}} and more',
+        "os.system('x')",
+    ):
+        with pytest.raises(ValueError):
+            llama3_json.parse_tool_call(text)
+
+
+def test_deepseek_refuses_a_call_without_its_end() -> None:
+    """A DeepSeek call cut before its end marker, or text that is not a call, raises rather than guessing."""
+    from mlx_agent.runtime.reply.parsers import deepseek_v3 as ds
+
+    whole = f'{ds.CALL_BEGIN}f{ds.SEP}{{"a": 1}}{ds.CALL_END}'
+    assert ds.parse_tool_call(whole) == {"name": "f", "arguments": {"a": 1}}
+    for text in (whole[: -len(ds.CALL_END)], "no call", f"{ds.CALL_BEGIN}f{ds.SEP}[1]{ds.CALL_END}"):
+        with pytest.raises(ValueError):
+            ds.parse_tool_call(text)

@@ -40,3 +40,13 @@ def test_calls_are_split_and_written_back_with_their_markers() -> None:
     assert split_calls([good, kept]) == ([good], [kept])
     assert as_written(kept, "<tool_call>", "</tool_call>", finished=True) == "<tool_call>{bad</tool_call>"
     assert as_written(kept, "<tool_call>", "</tool_call>", finished=False) == "<tool_call>{bad"
+
+
+def test_a_call_whose_arguments_are_not_an_object_is_kept() -> None:
+    """A parser's reading with arguments that are not a JSON object (a string, none) is not sent as a call."""
+
+    def loose(text: str, tools: Any) -> Any:
+        return {"name": "f", "arguments": text}
+
+    [kept] = KeepingToolCallFormatter(loose, None)(['"a string"'])
+    assert isinstance(kept, UnparsedToolCall) and "not an object" in kept["error"]
