@@ -50,7 +50,7 @@ class Case:
     name: str
     text: str  # the reply as the model writes it, after the prompt
     calls: tuple[Call, ...]
-    content: str = ""  # the reply's text outside reasoning and calls, whitespace aside
+    content: str = ""  # the reply's text outside reasoning and calls (what did not parse included), whitespace aside
     cut: bool = False  # ended by max_tokens: no call may come back, and the text must (the marker)
 
 
@@ -114,6 +114,7 @@ WHITESPACE = (
 )
 SCALARS = (Call("configure", {"count": 3, "ratio": -0.5, "big": 12345678901, "on": True, "off": False, "none": None}),)
 BEFORE = "Let me check the time there."
+ANSWER = '{"name": "Ada Lovelace", "born": 1815}'  # JSON a user asked for, not a call
 THOUGHT = "The user wants the time, so I call get_time."
 
 
@@ -360,6 +361,7 @@ FAMILIES: tuple[Family, ...] = (
                     (Call("python", {"code": "print('hey')"}),),
                 ),
                 Case("<|python_tag|> before the JSON", "<|python_tag|>" + llama3(ONE), ONE),
+                Case("an answer in JSON, no call", ANSWER, (), content=ANSWER),
             ),
         )
         for name, file in (
@@ -621,7 +623,7 @@ def pieces(text: str, specials: Sequence[str]) -> Iterator[str]:
 
 def read(family: Family, case: Case, tokenizer: Any) -> Reply:
     """Run ``case`` as the worker's handler does (module docstring) and return what it would send."""
-    from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter, split_calls
+    from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter, as_written, split_calls
 
     initial = first_state(tokenizer)
     text = case.text
@@ -669,7 +671,11 @@ def read(family: Family, case: Case, tokenizer: Any) -> Reply:
         tool_calls.append(tool_text)
     formatted = KeepingToolCallFormatter(tokenizer.tool_parser, TOOLS)(tool_calls)
     parsed, unparsed = split_calls(formatted)
-    return Reply(parsed, [dict(u) for u in unparsed], content, reasoning)
+    for index, call in enumerate(unparsed):  # the handler's generate_response: what did not parse is content
+        last = index == len(unparsed) - 1
+        content += as_written(call, tokenizer.tool_call_start, tokenizer.tool_call_end, not (case.cut and last))
+    marked = [dict(u) for u in unparsed if getattr(u, "marked", True)]  # (main has no PlainText: all marked)
+    return Reply(parsed, marked, content, reasoning)
 
 
 def exact(family: Family, case: Case, reply: Reply) -> bool:

@@ -38,8 +38,10 @@ ASK: Any = {"messages": [{"role": "user", "content": "Edit it."}], "tools": TOOL
 DS = (ds.tool_call_start, ds.CALL_BEGIN, ds.SEP, ds.CALL_END, ds.tool_call_end)  # DeepSeek's own tokens
 
 
-def served_call(tmp_path: Path, markers: str, steps: list[str], special: list[str]) -> dict[str, Any]:
-    """Serve a model that writes ``steps`` (one token each) after the prompt; return the reply's first choice."""
+def served_call(
+    tmp_path: Path, markers: str, steps: list[str], special: list[str], asks: tuple[Any, ...] = (ASK,)
+) -> Any:
+    """Serve a model that writes ``steps`` (one token each) after the prompt; return each ask's first choice."""
     chain = dict(zip(["\n", *steps], [*steps, "<|im_end|>"], strict=True))
     model = scripted_model(
         tmp_path / "model",
@@ -49,11 +51,13 @@ def served_call(tmp_path: Path, markers: str, steps: list[str], special: list[st
         plain=[step for step in steps if step not in special],
         template=CHAT_TEMPLATE + "{# " + markers + " #}",
     )
+    choices = []
     with running(model, tmp_path) as server:
-        status, answer = server.post(ASK)
-    assert status == 200, answer
-    choice: dict[str, Any] = answer["choices"][0]
-    return choice
+        for ask in asks:
+            status, answer = server.post(ask)
+            assert status == 200, answer
+            choices.append(answer["choices"][0])
+    return choices[0] if len(asks) == 1 else choices
 
 
 def the_edit(choice: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
@@ -65,11 +69,14 @@ def the_edit(choice: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
 
 
 def test_a_llama_call_is_a_call(tmp_path: Path) -> None:
-    """``{"name": "Edit", "parameters": {...}}`` arrives as the Edit call, its strings exact."""
+    """``{"name": "Edit", "parameters": {...}}`` arrives as the Edit call; asked without tools, as the answer."""
     rest = ' "Edit", "parameters": ' + ARGS + "}"
-    choice = served_call(tmp_path, '"parameters" <|python_tag|>', ['{"name":', rest], [])
+    no_tools = {key: value for key, value in ASK.items() if key != "tools"}
+    choice, answer = served_call(tmp_path, '"parameters" <|python_tag|>', ['{"name":', rest], [], (ASK, no_tools))
     assert the_edit(choice)[:2] == ("Edit", ARGUMENTS)
     assert not choice["message"]["content"]
+    assert answer["message"]["content"] == '{"name":' + rest  # the JSON the model wrote, as it wrote it
+    assert "unparsed_tool_calls" not in answer["message"] and answer["finish_reason"] == "stop"
 
 
 def test_a_deepseek_call_is_a_call(tmp_path: Path) -> None:

@@ -121,21 +121,23 @@ def test_the_family_table_counts_every_case() -> None:
 
 
 def test_llama_reads_only_calls() -> None:
-    """An answer that merely starts like a call, or JSON without parameters, raises (kept as text, marked)."""
-    from mlx_agent.runtime.reply.parsers import llama3_json
+    """Calls are read; an ordinary answer that starts like one is no call; a broken call raises (kept, marked)."""
+    from mlx_agent.runtime.reply.parsers import NotACall, llama3_json
 
-    assert llama3_json.parse_tool_call(' "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}') == [
+    def parse(text: str, tools: Any = cc.TOOLS) -> Any:
+        return llama3_json.parse_tool_call(text, tools)
+
+    assert parse(' "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}') == [
         {"name": "f", "arguments": {"a": 1}},
         {"name": "g", "arguments": {}},
     ]
-    for text in (
-        ' "Bob", "age": 3}',
-        ' "f", "parameters": [1]}',
-        ' "f", "parameters": {"a": 1}} and more',
-        "os.system('x')",
-    ):
-        with pytest.raises(ValueError):
-            llama3_json.parse_tool_call(text)
+    for answer, tools in ((' "Bob", "age": 3}', cc.TOOLS), (' "f", "parameters": {"a": 1}}', None)):
+        with pytest.raises(NotACall):
+            parse(answer, tools)
+    for broken in (' "f", "parameters": [1]}', ' "f", "parameters": {"a": 1}} and more', "os.system('x')"):
+        with pytest.raises(ValueError) as raised:
+            parse(broken)
+        assert not isinstance(raised.value, NotACall)
 
 
 def test_deepseek_refuses_a_call_without_its_end() -> None:

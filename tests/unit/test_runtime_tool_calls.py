@@ -50,3 +50,16 @@ def test_a_call_whose_arguments_are_not_an_object_is_kept() -> None:
 
     [kept] = KeepingToolCallFormatter(loose, None)(['"a string"'])
     assert isinstance(kept, UnparsedToolCall) and "not an object" in kept["error"]
+
+
+def test_text_a_parser_says_is_no_call_goes_back_unmarked() -> None:
+    """A parser's NotACall keeps the text for the content, without the unparsed_tool_calls marker."""
+    from mlx_agent.runtime.reply.parsers import NotACall
+    from mlx_agent.runtime.reply.tool_calls import PlainText
+
+    def answer(text: str, tools: Any) -> Any:
+        raise NotACall("an answer")
+
+    [kept] = KeepingToolCallFormatter(answer, None)([' "Bob"}'])
+    assert isinstance(kept, PlainText) and kept["text"] == ' "Bob"}' and not kept.marked
+    assert UnparsedToolCall(text="x", error="e").marked

@@ -5,8 +5,10 @@ turn; a model that makes more than one call writes the objects one after another
 whitespace. The built-in tools' form is ``<|python_tag|>NAME.call(key="value", ...)`` (the template's
 ``builtin_tools``). Both ``{"name":`` and ``<|python_tag|>`` start the text machine's tool state
 (``TOOL_CALL_STARTS``, installed by ``family_parsers``), which takes the marker out of ``text``: ``{"name":`` is
-put back before reading. Anything else raises, so the formatter keeps it as text: an answer that merely quotes
-``{"name":`` comes back as written, with the ``unparsed_tool_calls`` marker.
+put back before reading. A reply to a request without tools, or a JSON object without ``parameters`` (an answer
+that merely starts with ``{"name":``), raises ``NotACall``: the formatter hands it back as the content it was.
+Anything else that does not read raises, and the formatter keeps it as text with the ``unparsed_tool_calls``
+marker.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import ast
 import json
 from typing import Any
+
+from mlx_agent.runtime.reply.parsers import NotACall
 
 tool_call_start = '{"name":'
 tool_call_end = ""
@@ -24,6 +28,8 @@ _decoder = json.JSONDecoder()
 
 def parse_tool_call(text: str, tools: Any = None) -> dict[str, Any] | list[dict[str, Any]]:
     """Return the call (or calls, in order) written in ``text``; raise ``ValueError`` on anything else."""
+    if not tools:
+        raise NotACall("the request has no tools: the text is the answer")
     body = text.removeprefix(PYTHON_TAG).strip()
     if not body.startswith("{"):
         if _is_builtin(body):
@@ -46,6 +52,8 @@ def parse_tool_call(text: str, tools: Any = None) -> dict[str, Any] | list[dict[
 def _call(value: object) -> dict[str, Any]:
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise ValueError(f"not a call: {value!r}")
+    if "parameters" not in value and "arguments" not in value:
+        raise NotACall(f"a JSON object without parameters: {value!r}")
     arguments = value.get("parameters", value.get("arguments"))
     if isinstance(arguments, str):  # some fine-tunes write the arguments as a JSON string
         arguments = json.loads(arguments)
