@@ -750,12 +750,24 @@ def results(families: Sequence[Family] = FAMILIES, fixed: bool = True) -> Iterat
 
 
 def family_rows(families: Sequence[Family] = FAMILIES, fixed: bool = True) -> list[dict[str, Any]]:
-    """Return one row per family and template: ``{"family", "template", "exact", "total", "failed"}``."""
+    """Return one row per family and template: ``{"family", "template", "parser", "exact", "total", "failed"}``.
+
+    ``parser`` is the one the worker's selection gives the template (``tool_formats.parser_for``); ``exact`` counts
+    the cases whose calls came back exactly, of ``total``; ``failed`` names the others.
+    """
+    parsers = parser_names(families)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for family, case, _, ok in results(families, fixed):
         row = rows.setdefault(
             (family.name, family.template),
-            {"family": family.name, "template": family.template, "exact": 0, "total": 0, "failed": []},
+            {
+                "family": family.name,
+                "template": family.template,
+                "parser": parsers[family.template],
+                "exact": 0,
+                "total": 0,
+                "failed": [],
+            },
         )
         row["total"] += 1
         row["exact"] += ok

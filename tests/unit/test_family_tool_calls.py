@@ -114,8 +114,8 @@ def test_an_edit_keeps_its_newlines_in_glm_and_minimax(fixed: None) -> None:
 def test_the_family_table_counts_every_case() -> None:
     """``family_rows`` gives one row per family's template, every case counted and, with our parsers, exact."""
     rows = cc.family_rows(cc.FAMILIES[:2])
-    assert [(r["template"], r["exact"], r["failed"]) for r in rows] == [
-        (f.template, len(cc.cases(f)), []) for f in cc.FAMILIES[:2]
+    assert [(r["template"], r["parser"], r["exact"], r["failed"]) for r in rows] == [
+        (f.template, parser_for(template(f.template).source), len(cc.cases(f)), []) for f in cc.FAMILIES[:2]
     ]
     assert json.loads(json.dumps(rows)) == rows
 
