@@ -1,7 +1,8 @@
 """Every corpus family's tool calls, as its models write them, come back exact through the worker's own path.
 
-The cases and the path are ``tests/tool_call_cases.py``: mlx_lm's tokenizer load (its parser selection, with
-``family_parsers`` installed), its text state machine fed token by token, and our ``KeepingToolCallFormatter``.
+The cases are ``tests/tool_call_cases.py``; the path is ``tests/tool_call_reading.py``: mlx_lm's tokenizer load
+(its parser selection, with ``family_parsers`` installed), its text state machine fed token by token, and our
+``KeepingToolCallFormatter``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from mlx_agent.runtime.reply import family_parsers
 from mlx_agent.tool_formats import parser_for
 from tests import tool_call_cases as cc
+from tests import tool_call_reading as reading
 from tests.template_corpus import template
 
 CASES = [(family, case) for family in cc.FAMILIES for case in cc.cases(family)]
@@ -24,22 +26,22 @@ CASES = [(family, case) for family in cc.FAMILIES for case in cc.cases(family)]
 def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Load each family's tokenizer through mlx_lm's own load, with the worker's parsers installed (then removed)."""
     folder = tmp_path_factory.mktemp("families")
-    with cc.installed():
-        yield {f.template: cc.tokenizer_for(f, folder / f.template) for f in cc.FAMILIES}
+    with reading.installed():
+        yield {f.template: reading.tokenizer_for(f, folder / f.template) for f in cc.FAMILIES}
 
 
 @pytest.fixture
 def fixed() -> Iterator[None]:
     """Install the worker's parsers for one test, then put mlx_lm back as it was."""
-    with cc.installed():
+    with reading.installed():
         yield
 
 
 @pytest.mark.parametrize(("family", "case"), CASES, ids=[f"{f.template}: {c.name}" for f, c in CASES])
 def test_every_case_of_every_family_is_exact(family: cc.Family, case: cc.Case, tokenizers: dict[str, Any]) -> None:
     """Each call arrives with its exact name, arguments and own id; a cut call comes back as text, never a call."""
-    reply = cc.read(family, case, tokenizers[family.template])
-    assert cc.exact(family, case, reply), reply
+    reply = reading.read(family, case, tokenizers[family.template])
+    assert reading.exact(family, case, reply), reply
 
 
 def test_the_worker_loads_the_parser_the_plan_declares(tokenizers: dict[str, Any]) -> None:
