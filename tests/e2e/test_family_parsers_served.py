@@ -56,8 +56,22 @@ def served_call(
         for ask in asks:
             status, answer = server.post(ask)
             assert status == 200, answer
-            choices.append(answer["choices"][0])
+            choices.append(streamed(answer) if ask.get("stream") else answer["choices"][0])
     return choices[0] if len(asks) == 1 else choices
+
+
+def streamed(text: str) -> dict[str, Any]:
+    """Return a stream's choice as one message: its content, tool calls and marker joined, its last finish."""
+    chunks = [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: {")]
+    choices = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+    deltas = [choice["delta"] for choice in choices]
+    message: dict[str, Any] = {
+        "content": "".join(d.get("content") or "" for d in deltas),
+        "tool_calls": [call for d in deltas for call in d.get("tool_calls") or []],
+    }
+    if marked := [m for d in deltas for m in d.get("unparsed_tool_calls") or []]:
+        message["unparsed_tool_calls"] = marked
+    return {"message": message, "finish_reason": choices[-1]["finish_reason"]}
 
 
 def the_edit(choice: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
@@ -69,12 +83,14 @@ def the_edit(choice: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
 
 
 def test_a_llama_call_is_a_call(tmp_path: Path) -> None:
-    """``{"name": "Edit", "parameters": {...}}`` arrives as the Edit call; asked without tools, as the answer."""
+    """``{"name": "Edit", "parameters": {...}}`` is the Edit call, streamed or not; asked without tools, the answer."""
     rest = ' "Edit", "parameters": ' + ARGS + "}"
     no_tools = {key: value for key, value in ASK.items() if key != "tools"}
-    choice, answer = served_call(tmp_path, '"parameters" <|python_tag|>', ['{"name":', rest], [], (ASK, no_tools))
-    assert the_edit(choice)[:2] == ("Edit", ARGUMENTS)
-    assert not choice["message"]["content"]
+    asks = (ASK, {**ASK, "stream": True}, no_tools)
+    choice, stream, answer = served_call(tmp_path, '"parameters" <|python_tag|>', ['{"name":', rest], [], asks)
+    for reply in (choice, stream):
+        assert the_edit(reply)[:2] == ("Edit", ARGUMENTS)
+        assert not reply["message"]["content"]
     assert answer["message"]["content"] == '{"name":' + rest  # the JSON the model wrote, as it wrote it
     assert "unparsed_tool_calls" not in answer["message"] and answer["finish_reason"] == "stop"
 
