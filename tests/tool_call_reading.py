@@ -174,11 +174,7 @@ def installed(fixed: bool = True) -> Iterator[None]:
         from mlx_agent.runtime.reply import family_parsers
         from mlx_agent.tool_formats import OUR_PARSERS
 
-        places += [
-            ("mlx_lm.tokenizer_utils", "_infer_tool_parser"),
-            ("mlx_lm.tool_parsers.mistral", "_parse_header_calls"),
-        ]
-        places += [(f"mlx_lm.tool_parsers.{module}", "parse_tool_call") for module in family_parsers.WRAPS]
+        places += family_parsers.REPLACED
         ours = [f"mlx_lm.tool_parsers.{name}" for name in OUR_PARSERS]
     saved = [(importlib.import_module(module), name) for module, name in places]
     values = [getattr(module, name) for module, name in saved]

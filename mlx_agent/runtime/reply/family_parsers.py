@@ -219,3 +219,10 @@ WRAPS: dict[str, Callable[[Any, Parse], Parse]] = {
     "minimax_m2": lambda module, parse: exact_strings(parse, functools.partial(minimax_values, module)),
     "kimi_k2": lambda module, parse: whole(parse, KIMI_PAIRS),
 }
+# Every (module, attribute) install replaces, for whoever must put mlx_lm back (tests).
+REPLACED: tuple[tuple[str, str], ...] = (
+    ("mlx_lm.tokenizer_utils", "_infer_tool_parser"),
+    ("mlx_lm.server", "make_text_state_machine"),
+    (f"{TOOL_PARSERS}.mistral", "_parse_header_calls"),
+    *((f"{TOOL_PARSERS}.{module}", "parse_tool_call") for module in WRAPS),
+)
