@@ -1,12 +1,12 @@
 """``GET /metrics``: the front's counters in the Prometheus text format, written by ``prometheus_client``.
 
 Per model: requests by endpoint and status, prompt, completion and cached prompt tokens, tool calls no parser
-could read (``mlx_agent_unparsed_tool_calls_total``), time to first token
-and tokens/s (histograms), loads and load seconds, evictions, open requests and streams, whether it is
-loaded, and admission refusals by reason. Counts the lifecycles already keep (loads, evictions, open work)
-are read from them at scrape time rather than kept twice; so are the kept prompt-cache entries quarantined,
-and what the worker reports of its progress (``progress.py``): a load's fraction read, the prefills' fraction
-read and prefill tokens/s over the last minute, and the worker's resident memory.
+could read (``mlx_agent_unparsed_tool_calls_total``), time to first token and tokens/s (histograms), loads and
+load seconds, evictions, open requests and streams, whether it is loaded, and admission refusals by reason.
+Counts the lifecycles already keep (loads, evictions, open work) are read from them at scrape time rather than
+kept twice; so are the kept prompt-cache entries quarantined, and what the worker reports of its progress
+(``progress.py``): a load's fraction read, the prefills' fraction read and prefill tokens/s over the last
+minute, and the worker's resident memory.
 """
 
 from __future__ import annotations
