@@ -1,11 +1,12 @@
 """``GET /metrics``: the front's counters in the Prometheus text format, written by ``prometheus_client``.
 
-Per model: requests by endpoint and status, prompt, completion and cached prompt tokens, time to first token
-and tokens/s (histograms), loads and load seconds, evictions, open requests and streams, whether it is
-loaded, and admission refusals by reason. Counts the lifecycles already keep (loads, evictions, open work)
-are read from them at scrape time rather than kept twice; so are the kept prompt-cache entries quarantined,
-and what the worker reports of its progress (``progress.py``): a load's fraction read, the prefills' fraction
-read and prefill tokens/s over the last minute, and the worker's resident memory.
+Per model: requests by endpoint and status, prompt, completion and cached prompt tokens, tool calls no parser
+could read (``mlx_agent_unparsed_tool_calls_total``), time to first token and tokens/s (histograms), loads and
+load seconds, evictions, open requests and streams, whether it is loaded, and admission refusals by reason.
+Counts the lifecycles already keep (loads, evictions, open work) are read from them at scrape time rather than
+kept twice; so are the kept prompt-cache entries quarantined, and what the worker reports of its progress
+(``progress.py``): a load's fraction read, the prefills' fraction read and prefill tokens/s over the last
+minute, and the worker's resident memory.
 """
 
 from __future__ import annotations
@@ -142,6 +143,12 @@ class FrontMetrics:
         )
         self.load_seconds = Histogram(
             "mlx_agent_load_seconds", "Seconds a worker took to load.", ["model"], buckets=LOAD_BUCKETS, registry=r
+        )
+        self.unparsed_tool_calls = Counter(
+            "mlx_agent_unparsed_tool_calls",
+            "Tool calls the model wrote that its parser could not read (returned as text, marked unparsed_tool_calls).",
+            ["model"],
+            registry=r,
         )
         self.refusals = Counter(
             "mlx_agent_admission_refusals", "Cold loads refused by admission.", ["model", "reason"], registry=r

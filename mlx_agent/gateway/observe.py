@@ -8,7 +8,8 @@ line::
     request {"time", "model", "endpoint", "status", "stream", "prompt_tokens", "completion_tokens",
              "cached_tokens", "ttft_ms", "duration_ms", "max_tokens", "max_tokens_requested"}
 
-(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics`` and to its model's
+(``prompt`` too, only when the plan has ``--log-prompts``) and adds it to ``FrontMetrics`` (with the tool calls
+the worker marked ``unparsed_tool_calls``, counted from the reply or its stream's chunks) and to its model's
 one-second samples (``samples``: a stream's tokens are counted there as its events arrive). A client that hangs
 up before its reply ended gets ``status`` 499; one that closes after its stream's last event, the stream's 200.
 ``max_tokens`` is the reply limit the request was given (as far as the front knows: our worker reports its cut
@@ -30,6 +31,7 @@ from aiohttp import web
 
 from mlx_agent.files import utc_iso
 from mlx_agent.gateway.limit_notice import lowered_headers
+from mlx_agent.wire import UNPARSED_TOOL_CALLS
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Middleware
@@ -63,6 +65,7 @@ class Exchange:
     max_tokens_requested: int | None = None  # the client's own reply limit
     max_tokens: int | None = None  # the reply limit granted (``limit_notice``)
     completed: int | None = None  # the status of a stream whose last event reached the client
+    unparsed_tool_calls: int = 0  # calls the worker's parser could not read, returned as text (never silent)
     samples: Samples | None = None  # the front's per-second samples (``samples.py``)
     streamed: int = 0  # the stream's data events so far, each counted as a token in the samples
     # The model's ring in the samples, once the first token came.
@@ -99,6 +102,22 @@ class Exchange:
         self.completion_tokens = _count(usage.get("completion_tokens"))
         details = usage.get("prompt_tokens_details")
         self.cached_tokens = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+
+    def unparsed(self, doc: object, part: str) -> None:
+        """Count the tool calls the worker could not parse in a reply (``part`` "message") or a chunk ("delta")."""
+        self.unparsed_tool_calls += unparsed_calls(doc, part)
+
+
+def unparsed_calls(doc: object, part: str) -> int:
+    """Return how many calls ``doc``'s choices list under the worker's ``unparsed_tool_calls`` marker."""
+    if not isinstance(doc, dict):
+        return 0
+    found = 0
+    for choice in doc.get("choices") or ():
+        message = choice.get(part) if isinstance(choice, dict) else None
+        calls = message.get(UNPARSED_TOOL_CALLS) if isinstance(message, dict) else None
+        found += len(calls) if isinstance(calls, list) else 0
+    return found
 
 
 def _count(value: object) -> int | None:
@@ -160,6 +179,8 @@ def record(metrics: FrontMetrics, exchange: Exchange, endpoint: str, status: int
     ):
         if value:
             counter.labels(model).inc(value)
+    if exchange.unparsed_tool_calls:
+        metrics.unparsed_tool_calls.labels(model).inc(exchange.unparsed_tool_calls)
     if ttft is not None:
         metrics.ttft.labels(model).observe(ttft)
     ring = metrics.samples.ring(model)

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from mlx_agent.gateway.observe import Exchange, exchange_of
 from mlx_agent.gateway.worker_stream import WorkerReply
+from mlx_agent.wire import UNPARSED_TOOL_CALLS
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]"
@@ -38,6 +39,7 @@ HIGH_WATER, LOW_WATER = 64 * 1024, 16 * 1024  # bytes waiting for a client befor
 DRAIN_POLL_S = 0.005
 KEEPALIVE_S = 2.0  # the client's head is sent this long after arrival at the latest; then bytes at least every 2x
 KEEPALIVE = b": keepalive"  # the front's own keep-alive, as a worker writes one (an SSE comment)
+UNPARSED = UNPARSED_TOOL_CALLS.encode()
 Accountant = Callable[[dict[str, Any]], None]  # sees each chunk with usage first (per-key cached_tokens)
 
 
@@ -166,13 +168,23 @@ class Events:
             elif event.startswith(b":"):
                 out.append(translator.keepalive(event))
             elif event.startswith(DATA):
+                payload = event[len(DATA) :]
                 if self.exchange is not None:
                     self.exchange.token()  # the first one's time, and each counted in the model's samples
-                out.append(translator.data(event[len(DATA) :]))
+                    if UNPARSED in payload:  # rare: parse only the chunk that carries the marker
+                        self.exchange.unparsed(_json(payload), "delta")
+                out.append(translator.data(payload))
         self.pending = pending
         if translator.ended and self.exchange is not None:
             self.exchange.completed = 200  # its last event is out: a client may close now (Codex does)
         return b"".join(out)
+
+
+def _json(payload: bytes) -> object:
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
 
 
 class ClientWriter:

@@ -155,6 +155,8 @@ class Upstream:
         exchange = exchange_of(request)
 
         def account(doc: dict[str, Any]) -> None:
+            if exchange is not None:
+                exchange.unparsed(doc, "message")  # a whole reply's (a stream's chunks are counted as they pass)
             usage = doc.get("usage")
             if not isinstance(usage, dict):
                 return

@@ -40,3 +40,26 @@ def test_calls_are_split_and_written_back_with_their_markers() -> None:
     assert split_calls([good, kept]) == ([good], [kept])
     assert as_written(kept, "<tool_call>", "</tool_call>", finished=True) == "<tool_call>{bad</tool_call>"
     assert as_written(kept, "<tool_call>", "</tool_call>", finished=False) == "<tool_call>{bad"
+
+
+def test_a_call_whose_arguments_are_not_an_object_is_kept() -> None:
+    """A parser's reading with arguments that are not a JSON object (a string, none) is not sent as a call."""
+
+    def loose(text: str, tools: Any) -> Any:
+        return {"name": "f", "arguments": text}
+
+    [kept] = KeepingToolCallFormatter(loose, None)(['"a string"'])
+    assert isinstance(kept, UnparsedToolCall) and "not an object" in kept["error"]
+
+
+def test_text_a_parser_says_is_no_call_goes_back_unmarked() -> None:
+    """A parser's NotACall keeps the text for the content, without the unparsed_tool_calls marker."""
+    from mlx_agent.runtime.reply.parsers import NotACall
+    from mlx_agent.runtime.reply.tool_calls import PlainText
+
+    def answer(text: str, tools: Any) -> Any:
+        raise NotACall("an answer")
+
+    [kept] = KeepingToolCallFormatter(answer, None)([' "Bob"}'])
+    assert isinstance(kept, PlainText) and kept["text"] == ' "Bob"}' and not kept.marked
+    assert UnparsedToolCall(text="x", error="e").marked

@@ -74,6 +74,50 @@ def test_a_lost_tokenizer_property_fails_loudly(monkeypatch: pytest.MonkeyPatch)
         seams.check_seams()
 
 
+@pytest.mark.parametrize(
+    ("module", "name", "match"),
+    [
+        ("mlx_lm.tokenizer_utils", "_infer_tool_parser", "_infer_tool_parser"),
+        ("mlx_lm.tool_parsers.mistral", "_parse_header_calls", "_parse_header_calls"),
+        ("mlx_lm.tool_parsers.glm47", "_func_arg_regex", "_func_arg_regex"),
+        ("mlx_lm.tool_parsers.minimax_m2", "_parameter_complete_regex", "_parameter_complete_regex"),
+        ("mlx_lm.tool_parsers.kimi_k2", "parse_tool_call", "parse_tool_call"),
+    ],
+)
+def test_a_lost_tool_parser_seam_fails_loudly(
+    monkeypatch: pytest.MonkeyPatch, module: str, name: str, match: str
+) -> None:
+    """If mlx_lm loses what family_parsers wraps or reads (its parser choice, a reader, a pattern), it is named."""
+    import importlib
+
+    monkeypatch.delattr(importlib.import_module(module), name)
+    with pytest.raises(SeamChanged, match=match):
+        seams.check_seams()
+
+
+def test_a_tokenizer_load_that_no_longer_asks_for_a_parser_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If mlx_lm's tokenizer load stops asking _infer_tool_parser (ours would never be chosen), the check says so."""
+    import mlx_lm.tokenizer_utils
+
+    def load(model_path: Any, tokenizer_config_extra: Any = None) -> None:
+        raise AssertionError
+
+    monkeypatch.setattr(mlx_lm.tokenizer_utils, "load", load)
+    with pytest.raises(SeamChanged, match="no longer uses"):
+        seams.check_seams()
+
+
+def test_a_text_machine_that_no_longer_reads_response_transitions_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama's second call start reaches mlx_lm's text machine through response_transitions: its loss is named."""
+
+    def make_text_state_machine(tokenizer: Any, stop_words: Any = None) -> None:
+        return tokenizer.tool_call_start  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(mlx_lm.server, "make_text_state_machine", make_text_state_machine)
+    with pytest.raises(SeamChanged, match="response_transitions"):
+        seams.check_seams()
+
+
 def test_a_changed_seam_stops_the_entry(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """serve() exits with status 2 and says which seam changed, before parsing arguments or listening."""
     monkeypatch.delattr(mlx_lm.server, "_make_logits_processors")

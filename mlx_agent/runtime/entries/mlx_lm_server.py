@@ -280,7 +280,7 @@ def serving_run(
 
 def install(limit_defaults: Limits, accel: AccelFlags | None = None, listening: Listening | None = None) -> None:
     """Replace the module-level seams of mlx_lm.server with the wrapper's."""
-    from mlx_agent.runtime.reply import harmony_serving, lenient_tools
+    from mlx_agent.runtime.reply import family_parsers, harmony_serving, lenient_tools
     from mlx_agent.runtime.reply.tool_calls import KeepingToolCallFormatter
     from mlx_agent.runtime.serving import chunked_prefill
     from mlx_agent.runtime.serving.generator import with_watcher
@@ -293,6 +293,7 @@ def install(limit_defaults: Limits, accel: AccelFlags | None = None, listening: 
     server.scan_cache_dir = tolerant_scan(server.scan_cache_dir)  # type: ignore[attr-defined]
     harmony_serving.install()
     lenient_tools.install()
+    family_parsers.install()  # our parsers through mlx_lm's own selection, and its readers' fixes
     chunked_prefill.install()  # long prompts prefill beside the batch's decoding
 
 

@@ -3,8 +3,10 @@
 The wrapper subclasses mlx_lm.server's ``APIHandler``, ``ResponseGenerator``, ``ToolCallFormatter``,
 ``TextStateMachine`` and ``CompletionRequest``, replaces its module-level ``run``, ``_make_logits_processors``,
 ``ToolCallFormatter`` and ``TextStateMachine`` (Harmony), wraps the value readers of mlx_lm's tool parsers
-(``lenient_tools``), and reads a few tokenizer properties; with ``--prompt-lookup`` it also serves requests
-itself through ``_serve_single`` with mlx_lm's prompt cache and KV cache helpers. It replaces the batch generator
+(``lenient_tools``), installs our tool-call parsers through ``tokenizer_utils._infer_tool_parser`` and fixes
+mlx_lm's Mistral, GLM and MiniMax readers (``family_parsers``), and reads a few tokenizer properties; with
+``--prompt-lookup`` it also serves requests itself through ``_serve_single`` with mlx_lm's prompt cache and KV
+cache helpers. It replaces the batch generator
 the generation loop builds (``BatchGenerator``, subclassed) and the loop's time slice (``chunked_prefill``).
 pyproject.toml pins the tested range,
 ``mlx-lm>=0.32.2,<0.33`` (``SUPPORTED_MLX_LM``); a newer mlx_lm must pass these checks (and the e2e tests)
@@ -54,6 +56,7 @@ SEAMS: dict[str, tuple[str, ...]] = {
     "LRUPromptCache.fetch_nearest_cache": ("self", "model", "tokens"),
     "LRUPromptCache.insert_cache": ("self", "model", "tokens", "prompt_cache"),
     "_image_parts": ("messages",),
+    "make_text_state_machine": ("tokenizer", "stop_words"),  # wrapped: family_parsers' extra call starts
     "APIHandler.__init__": ("self", "response_generator"),
     "APIHandler.do_POST": ("self",),
     "APIHandler.validate_model_parameters": ("self",),
@@ -133,13 +136,28 @@ MODULE_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     # The tool parsers' value readers that lenient_tools wraps (it calls them with these parameters).
     "mlx_lm.tool_parsers.qwen3_coder": {"_convert_param_value": ("param_value", "param_name", "param_config")},
-    "mlx_lm.tool_parsers.minimax_m2": {"_convert_param_value_with_types": ("value", "param_types")},
+    "mlx_lm.tool_parsers.minimax_m2": {
+        "_convert_param_value_with_types": ("value", "param_types"),
+        "parse_tool_call": ("text", "tools"),  # wrapped by family_parsers, as the next ones
+        "_extract_name": ("name_str",),
+    },
     "mlx_lm.tool_parsers.minicpm5": {"_convert_param_value_with_types": ("value", "param_types")},
-    "mlx_lm.tool_parsers.glm47": {"_deserialize": ("value",)},
+    "mlx_lm.tool_parsers.glm47": {"_deserialize": ("value",), "parse_tool_call": ("text", "tools")},
     "mlx_lm.tool_parsers.longcat": {"_deserialize": ("value",)},
     "mlx_lm.tool_parsers.muse_spark": {"_param_value": ("raw",)},
     "mlx_lm.tool_parsers.kimi_k3": {"_decode_value": ("value", "value_type")},
+    "mlx_lm.tool_parsers.kimi_k2": {"parse_tool_call": ("text", "tools")},
+    # family_parsers: the selection it wraps, the Mistral reader it replaces, the parsers whose strings it restores
+    "mlx_lm.tokenizer_utils": {"_infer_tool_parser": ("tokenizer",), "load": ("model_path",)},
+    "mlx_lm.tool_parsers.mistral": {"_parse_header_calls": ("text",), "parse_tool_call": ("text", "tools")},
 }
+# The patterns family_parsers reads a call's values with, by module (compiled patterns with one group or two).
+PATTERNS: dict[str, tuple[str, ...]] = {
+    "mlx_lm.tool_parsers.glm47": ("_func_arg_regex",),
+    "mlx_lm.tool_parsers.minimax_m2": ("_invoke_complete_regex", "_parameter_complete_regex"),
+}
+# Names mlx_lm's tokenizer load must still use: it asks _infer_tool_parser, imports the module, reads its parts.
+LOAD_USES = ("_infer_tool_parser", "import_module", "parse_tool_call", "tool_call_start", "tool_call_end")
 
 # Chunked prefill (serving/chunked_prefill.py): the batch generator it subclasses, the members it calls or
 # overrides, and the data it reads; the generation loop must still build ``BatchGenerator`` by its module name
@@ -231,6 +249,30 @@ def check_seams() -> None:
             names = list(inspect.signature(_lookup(module, dotted)).parameters)
             if names[: len(params)] != list(params):
                 raise SeamChanged(f"{module_name}.{dotted} now takes {names}, expected to start with {list(params)}")
+    _check_parser_seams()
+
+
+def _check_parser_seams() -> None:
+    """Raise ``SeamChanged`` when what ``family_parsers`` relies on in mlx_lm's tool-call parsing changed."""
+    for module_name, names in PATTERNS.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            if not hasattr(getattr(module, name, None), "finditer"):
+                raise SeamChanged(f"{module_name}.{name} is no longer a compiled pattern")
+    tokenizer_utils = importlib.import_module("mlx_lm.tokenizer_utils")
+    load = inspect.unwrap(tokenizer_utils.load)
+    missing = [name for name in LOAD_USES if name not in load.__code__.co_names]
+    if missing:
+        raise SeamChanged(f"mlx_lm.tokenizer_utils.load no longer uses {missing}")
+    if not isinstance(getattr(tokenizer_utils.TokenizerWrapper, "response_transitions", None), property):
+        raise SeamChanged("mlx_lm.tokenizer_utils.TokenizerWrapper.response_transitions is no longer a property")
+    server = importlib.import_module("mlx_lm.server")
+    used = inspect.unwrap(server.make_text_state_machine).__code__.co_names
+    if not {"response_transitions", "tool_call_start"} <= set(used):
+        raise SeamChanged("mlx_lm.server.make_text_state_machine no longer reads response_transitions")
+    mistral = importlib.import_module("mlx_lm.tool_parsers.mistral")
+    if "_parse_header_calls" not in inspect.unwrap(mistral.parse_tool_call).__code__.co_names:
+        raise SeamChanged("mlx_lm.tool_parsers.mistral.parse_tool_call no longer calls _parse_header_calls")
 
 
 def _code(obj: Any) -> Any:

@@ -6,7 +6,9 @@ client sees an empty reply (and ``finish_reason: "tool_calls"`` with no calls). 
 sends the transcript back shows the model what it wrote, and the message (or stream delta) gets the
 documented marker ``unparsed_tool_calls: [{"text": ..., "error": ...}]``. ``finish_reason`` is
 ``"tool_calls"`` only when at least one call was parsed. A value no JSON parser reads (a number too large, say)
-is sent as the text JSON would need (``lenient_tools.json_safe``), so the arguments stay JSON.
+is sent as the text JSON would need (``lenient_tools.json_safe``), so the arguments stay JSON. Text a parser says
+is no call at all (``parsers.NotACall``: Llama's ``{"name":`` starting an ordinary answer) goes back into the
+content as written, without the marker.
 """
 
 from __future__ import annotations
@@ -19,14 +21,24 @@ import mlx_lm.server as server
 
 from mlx_agent.runtime.reply.harmony import CUT_OFF
 from mlx_agent.runtime.reply.lenient_tools import json_safe
+from mlx_agent.runtime.reply.parsers import NotACall
+from mlx_agent.wire import UNPARSED_TOOL_CALLS
 
 log = logging.getLogger(__name__)
 
-MARKER = "unparsed_tool_calls"
+MARKER = UNPARSED_TOOL_CALLS
 
 
 class UnparsedToolCall(dict[str, str]):
     """A tool call the parser rejected, travelling in the formatter's result until the handler renders it."""
+
+    marked = True  # listed under the ``unparsed_tool_calls`` marker (and counted by the front)
+
+
+class PlainText(UnparsedToolCall):
+    """Text a call marker started that the parser says is no call (``parsers.NotACall``): content, unmarked."""
+
+    marked = False
 
 
 class KeepingToolCallFormatter(server.ToolCallFormatter):
@@ -46,10 +58,16 @@ class KeepingToolCallFormatter(server.ToolCallFormatter):
                     raise ValueError("the model has no tool parser")
                 parsed = self.parser(text, self.tools)
                 calls = parsed if isinstance(parsed, list) else [parsed]
+                for call in calls:  # a parser's fallback can read text as a call whose arguments are not an object
+                    if not isinstance(call.get("arguments"), dict):
+                        raise ValueError(f"the arguments of {call.get('name')!r} are not an object")
                 formatted = [
                     self._format({**call, "arguments": json_safe(call["arguments"])})  # type: ignore[no-untyped-call]
                     for call in calls
                 ]
+            except NotACall as error:
+                result.append(PlainText(text=text, error=f"{type(error).__name__}: {error}"))
+                continue
             except Exception as error:  # parsers raise anything from ValueError to KeyError on bad input
                 log.warning(
                     "mlx-agent: a tool call did not parse (%s: %s); returning it as text", type(error).__name__, error

@@ -22,7 +22,7 @@ import mlx_lm.server as server
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import load_json
 from mlx_agent.errors import BodyInvalid, ClientGone, HttpError
-from mlx_agent.runtime.reply.tool_calls import MARKER, as_written, split_calls
+from mlx_agent.runtime.reply.tool_calls import MARKER, UnparsedToolCall, as_written, split_calls
 from mlx_agent.runtime.serving import socket_limits
 from mlx_agent.runtime.serving.errors_http import api_error, bad_request, from_upstream_validation
 from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
@@ -191,6 +191,7 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
     ) -> dict[str, Any]:
         """Build mlx_lm's response, moving tool calls that did not parse into the content and the marker."""
         parsed, unparsed = split_calls(tool_calls)
+        marked: list[tuple[str, UnparsedToolCall]] = []  # text a parser said is no call (``PlainText``) is content
         if self.options.one_tool_call:
             parsed = parsed[: max(0, 1 - self.tool_calls_parsed)]  # parallel_tool_calls: false keeps the first
         self.tool_calls_parsed += len(parsed)
@@ -202,6 +203,7 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
                 for index, call in enumerate(unparsed)
             ]
             text = (text or "") + "".join(written)
+            marked = [(text_, call) for text_, call in zip(written, unparsed, strict=True) if call.marked]
         if finish_reason == "tool_calls" and not self.tool_calls_parsed:
             finish_reason = "stop"  # no call the client can run
         response: dict[str, Any] = super().generate_response(
@@ -216,13 +218,11 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
             tool_calls=parsed,  # type: ignore[arg-type]  # upstream annotates str; it passes formatted dicts
             reasoning_text=reasoning_text,
         )
-        if unparsed:
+        if marked:
             choice = response["choices"][0]
             message = choice.get("message") or choice.get("delta")
             if message is not None:
-                message[MARKER] = [
-                    {"text": text_, "error": call["error"]} for text_, call in zip(written, unparsed, strict=True)
-                ]
+                message[MARKER] = [{"text": text_, "error": call["error"]} for text_, call in marked]
         return response
 
     def completion_usage_response(
