@@ -14,7 +14,8 @@ generation prompt. One row per template, the three shapes summed:
 
 ``--before REV`` measures the placement of revision REV instead (its ``runtime/serving/system_turns.py``, read
 with ``git show``, probes rendered without tools, as that worker did), for a before/after pair.
-A colleague's per-family tool-call rows go in their own function beside ``template_rows``.
+Then one row per family and template: its tool calls as the real models write them (``tests/tool_call_cases.py``),
+read through the worker's path, and how many came back exactly.
 
 Usage (from the repository root): ``python scripts/bench_families.py [--before REV] [--markdown]``
 """
@@ -24,9 +25,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
+import logging
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ from mlx_agent.runtime.serving.conversation import Conversations, plain_content 
 from mlx_agent.runtime.serving.system_turns import common_prefix  # noqa: E402
 from tests.agent_sessions import SHAPES, ServedPrompt, served_prompts, template_render  # noqa: E402
 from tests.template_corpus import Template, corpus  # noqa: E402
+from tests.tool_call_cases import family_rows  # noqa: E402
 
 
 @dataclass
@@ -126,9 +130,19 @@ def _module_at(revision: str, path: str) -> Any:
     return module
 
 
+def print_table(head: tuple[str, ...], lines: Sequence[tuple[str, ...]], markdown: bool) -> None:
+    """Print rows under their head: aligned columns, or a markdown table for docs/families.md."""
+    if markdown:
+        for line in [head, tuple("---" for _ in head), *lines]:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
+    for line in [head, *lines]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+
+
 def print_template_rows(rows: list[Row], markdown: bool) -> None:
-    """Print the template table (plain, or as a markdown table for docs/families.md)."""
-    head = ("template", "family", "grew", "refused", "cached", "adaptations")
+    """Print the template table, with a last row summing every template."""
     lines = [
         (
             r.name,
@@ -145,24 +159,37 @@ def print_template_rows(rows: list[Row], markdown: bool) -> None:
     reused, cut = sum(r.reused for r in rows), sum(r.cut for r in rows)
     refused = str(sum(r.refused for r in rows))
     total = ("all", f"{full}/{len(rows)} at 100%", f"{grew}/{turns}", refused, f"{100 * reused / cut:.1f}%", "")
-    if markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for line in [*lines, total]:
-            print("| " + " | ".join(line) + " |")
-        return
-    widths = [max(len(x[i]) for x in [head, *lines, total]) for i in range(len(head))]
-    for line in [head, *lines, total]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+    print_table(("template", "family", "grew", "refused", "cached", "adaptations"), [*lines, total], markdown)
+
+
+def print_family_rows(rows: list[dict[str, Any]], markdown: bool) -> None:
+    """Print the tool-call table (``tool_call_cases.family_rows``): calls parsed exactly per family and template."""
+    lines = [
+        (
+            row["family"],
+            row["template"],
+            row["parser"] or "-",
+            f"{row['exact']}/{row['total']}",
+            ", ".join(row["failed"]) or "-",
+        )
+        for row in rows
+    ]
+    exact, total = sum(row["exact"] for row in rows), sum(row["total"] for row in rows)
+    lines.append(("all", f"{len(rows)} templates", "", f"{exact}/{total}", ""))
+    print_table(("family", "template", "parser", "exact", "failed"), lines, markdown)
 
 
 def main() -> int:
-    """Print the template table."""
+    """Print the template table, then the tool-call table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", metavar="REV", help="measure revision REV's system-message placement instead")
-    parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    parser.add_argument("--markdown", action="store_true", help="print markdown tables")
     args = parser.parse_args()
     print_template_rows(template_rows(args.before), args.markdown)
+    print()
+    # The cut-short cases are kept as text on purpose; the worker's log line for each is not the table's.
+    logging.getLogger("mlx_agent.runtime.reply.tool_calls").setLevel(logging.ERROR)
+    print_family_rows(family_rows(), args.markdown)
     return 0
 
 
