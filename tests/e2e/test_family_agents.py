@@ -8,7 +8,12 @@ tokens and writes the family's own tool-call text: Qwen3-Coder's ``<function=...
 serves both agents: each runs five tool turns that include an edit whose strings end in newlines, then ends
 on the answer. The edited file must hold exactly the bytes the call asked for, every turn from the second must
 read at least 95% of the previous prompt from the cache (the front's request lines), the agent must exit 0
-with no error on stderr.
+with no error on stderr. Before any server, the model is run in-process on prompts its template renders, so a
+script the weights do not follow fails there, not as an agent's puzzling session.
+
+Codex's edits go through apply_patch, whose envelope (``*** Begin Patch`` ... ``*** End Patch`` and a newline) is the
+argument's first and last text: a parser that strips an argument's outer whitespace (GLM's) does not change
+them; Claude Code's Edit strings are the ones that show it.
 """
 
 from __future__ import annotations
@@ -155,25 +160,34 @@ def conversation(script: Script, prompt: str, results: int) -> list[dict[str, An
     return messages
 
 
+def offered_tools(script: Script) -> list[dict[str, Any]]:
+    """Return the tools the script calls, each with the string parameters its calls pass."""
+    properties: dict[str, dict[str, Any]] = {}
+    for name, arguments in script.calls:
+        properties.setdefault(name, {}).update({key: {"type": "string"} for key in arguments})
+    return [
+        {
+            "type": "function",
+            "function": {"name": name, "description": name, "parameters": {"type": "object", "properties": found}},
+        }
+        for name, found in properties.items()
+    ]
+
+
 def test_family_model_follows_its_script(built: Built) -> None:
     """The model, run in-process on its own template's prompts, writes each turn's scripted call, then the answer."""
     from mlx_lm import generate, load
 
-    model, tokenizer = load(str(built.model))
+    model, tokenizer = load(str(built.model))[:2]
     for agent, prompt in (("claude", CLAUDE_PROMPT), ("codex", CODEX_PROMPT)):
         script = built.scripts[agent]
-        names = dict.fromkeys(name for name, _ in script.calls)
-        string = {"type": "string"}
-        tools = [
-            {"type": "function", "function": {"name": name, "description": name, "parameters": {"type": "object",
-             "properties": {key: string for n, args in script.calls if n == name for key in args}}}}
-            for name in names
-        ]  # fmt: skip
         replies = [built.family.call(k, *call) for k, call in enumerate(script.calls)]
         replies.append(built.family.answer(script.answer))
         for results, pieces in enumerate(replies):
             messages = conversation(script, prompt, results)
-            ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True)
+            ids = tokenizer.apply_chat_template(  # type: ignore[no-untyped-call]
+                messages, tools=offered_tools(script), add_generation_prompt=True
+            )
             written = generate(model, tokenizer, ids, max_tokens=len(pieces) + 2)
             # A generation prompt that opens the thinking (mlx_lm turns it on where the tokenizer has <think>).
             closing = "</think>" if tokenizer.convert_ids_to_tokens(ids[-1]) == "<think>" else ""
