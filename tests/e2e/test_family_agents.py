@@ -204,9 +204,11 @@ def session(served: FamilyServer, seen: int, prompt: str) -> list[dict[str, Any]
     return turns
 
 
-def report(name: str, figures: list[tuple[int, int]]) -> None:
-    """Print a session's per-turn prompt and cached tokens (``pytest -s`` shows them)."""
-    print(f"\n{name}: " + ", ".join(f"turn {n}: {p}/{c}" for n, (p, c) in enumerate(figures, start=1)))
+def report(name: str, turns: list[dict[str, Any]]) -> None:
+    """Check the cache reuse and print each turn's prompt and cached tokens, and the first prefill's time."""
+    figures = assert_cache_reuse(turns)
+    shown = ", ".join(f"turn {n}: {p}/{c}" for n, (p, c) in enumerate(figures, start=1))
+    print(f"\n{name}: {shown}; turn 1 answered its first token in {turns[0]['ttft_ms']} ms")
 
 
 def test_claude_code_session(served: FamilyServer) -> None:
@@ -243,7 +245,7 @@ def test_claude_code_session(served: FamilyServer) -> None:
     assert (work / "notes.txt").read_bytes() == EDITED.encode(), said
     result = events[-1]
     assert result["type"] == "result" and result["is_error"] is False and result["result"] == ANSWER, said
-    report(f"{served.family.name} claude -p", assert_cache_reuse(session(served, seen, CLAUDE_PROMPT)))
+    report(f"{served.family.name} claude -p", session(served, seen, CLAUDE_PROMPT))
 
 
 def test_codex_exec_session(served: FamilyServer) -> None:
@@ -261,4 +263,4 @@ def test_codex_exec_session(served: FamilyServer) -> None:
     assert (work / "notes.txt").read_bytes() == EDITED.encode(), said
     assert (work / "done.txt").read_bytes() == DONE.encode(), said
     assert done.stdout.strip().splitlines()[-1] == ANSWER, said
-    report(f"{served.family.name} codex exec", assert_cache_reuse(session(served, seen, CODEX_PROMPT)))
+    report(f"{served.family.name} codex exec", session(served, seen, CODEX_PROMPT))
