@@ -46,7 +46,8 @@ from tests.agents_support import (
     tool_results,
 )
 from tests.conftest import Agent
-from tests.fixtures.family_model import FAMILIES, Family, Script, build_family_model
+from tests.fixtures.families import FAMILIES, Family
+from tests.fixtures.family_model import Script, build_family_model
 
 pytestmark = pytest.mark.e2e
 
