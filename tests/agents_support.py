@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -565,3 +566,30 @@ def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[s
     billed = [line for line in lines if "x-anthropic-billing-header" in json.dumps(line.get("prompt"))]
     assert not billed, billed  # no billing block reached the template
     return found
+
+
+def module_agent(directory: Path) -> Agent:
+    """Return a CLI runner with its own MLX_AGENT_HOME under ``directory``, for a fixture wider than one test.
+
+    The caller stops what it started (the ``agent`` fixture's sweep is per test).
+    """
+    home = directory / "home"
+    home.mkdir(parents=True)
+    env = {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(directory / "hf")}
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("HUGGINGFACE_HUB_CACHE", None)
+    return Agent(home, env)
+
+
+def log_tail(agent: Agent, port: int, source: str, count: int = 20) -> str:
+    """Return the last ``count`` lines of the server's ``source`` log (``front``, or a worker's: any other)."""
+    result = agent.run("serve", "logs", "--port", str(port), "--lines", str(count))
+    if result.rc != 0:
+        return result.stdout + result.stderr
+    logs = [log for log in result.data["logs"] if (log["source"] == "front") == (source == "front")]
+    return "\n".join(line for log in logs for line in log["lines"])
+
+
+def error_lines(stderr: str) -> list[str]:
+    """Return the lines of an agent's stderr that report an error (the word error, in any case)."""
+    return [line for line in stderr.splitlines() if re.search(r"\berror\b", line, re.IGNORECASE)]
