@@ -49,6 +49,7 @@ WORKER_MODULES = (
     "installed.py",
     "resources.py",
     "startup_gc.py",
+    "tool_formats.py",
     "wire.py",
 )
 

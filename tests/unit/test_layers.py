@@ -25,7 +25,7 @@ ALLOWED = {
     "cli": {"bottom", "plan", "supervise", "cli"},
     "entry": {"cli"},  # python -m mlx_agent
 }
-STDLIB_ONLY = {"mlx_agent.wire"}  # what crosses a process boundary, importable by anything
+STDLIB_ONLY = {"mlx_agent.wire", "mlx_agent.tool_formats"}  # shared by every process, importable by anything
 
 
 def module_name(path: Path) -> str:
