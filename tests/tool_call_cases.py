@@ -329,19 +329,22 @@ FAMILIES: tuple[Family, ...] = (
         )
         for file in ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B")
     ),
-    Family(
-        "glm-4.6",
-        "GLM-4.6",
-        GLM_ALL,
-        glm46,
-        thinks=True,
-        real=(
-            Case(
-                "llama.cpp: special_function",
-                "<tool_call>special_function\n<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
-                (Call("special_function", {"arg1": 1}),),
+    *(
+        Family(
+            family,
+            file,
+            GLM_ALL,
+            glm46,
+            thinks=True,
+            real=(
+                Case(
+                    "llama.cpp: special_function",
+                    "<tool_call>special_function\n<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+                    (Call("special_function", {"arg1": 1}),),
+                ),
             ),
-        ),
+        )
+        for family, file in (("glm-4.5", "zai-org-GLM-4.5-Air"), ("glm-4.6", "GLM-4.6"))  # the same call syntax
     ),
     Family(
         "glm-4.7",

@@ -44,6 +44,7 @@ EXPECTED: dict[str, tuple[bool, str | None, bool, str | None]] = {
     "deepseek-ai-DeepSeek-V3.1": (False, "deepseek_v3", True, None),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": (False, "deepseek_v3", True, None),
     "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": (False, "deepseek_v3", True, None),
+    "zai-org-GLM-4.5-Air": (True, "glm47", True, None),
     "GLM-4.6": (True, "glm47", True, None),
     "GLM-4.7-Flash": (True, "glm47", True, None),
     "Kimi-K2-Instruct": (True, "kimi_k2", False, "SecurityError: access to attribute 'append' of 'list'"),
