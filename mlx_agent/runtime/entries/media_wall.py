@@ -31,7 +31,7 @@ from mlx_agent.runtime.serving.asgi_limits import App, Message, Receive, Send
 
 IMAGE_TYPES = ("image_url", "input_image", "image")
 MEDIA_TYPES = ("video_url", "input_video", "video", "input_audio", "audio", "audio_url", "input_file", "file")
-# The string values of an image part that say how, not what (OpenAI's ``detail``).
+# The keys of an image part (at any depth) whose strings say how, not what (OpenAI's ``detail``).
 IMAGE_SETTINGS = ("type", "detail")
 # The functions of mlx_vlm that pick media out of a request by part type (``check_media_types``).
 MEDIA_READERS: dict[str, tuple[str, ...]] = {
@@ -64,7 +64,7 @@ def refusal(doc: object) -> tuple[Code, str] | None:
         if kind in MEDIA_TYPES:
             return Code.MEDIA_UNSUPPORTED, f"'{kind}' parts are not taken by this worker (no URL or path is opened)"
         if kind in IMAGE_TYPES:
-            for text in _strings({k: v for k, v in value.items() if k not in IMAGE_SETTINGS}):
+            for text in _strings(value):
                 if not text.startswith("data:image/"):
                     return Code.IMAGE_INVALID, "an image must be a data:image/... URL; no URL or path is opened"
         stack.extend(value.values())
@@ -72,7 +72,7 @@ def refusal(doc: object) -> tuple[Code, str] | None:
 
 
 def _strings(value: object) -> list[str]:
-    """Return every string inside ``value``."""
+    """Return every string inside ``value`` but those of ``IMAGE_SETTINGS`` keys."""
     out: list[str] = []
     stack = [value]
     while stack:
@@ -80,7 +80,7 @@ def _strings(value: object) -> list[str]:
         if isinstance(item, str):
             out.append(item)
         elif isinstance(item, dict):
-            stack.extend(item.values())
+            stack.extend(v for k, v in item.items() if k not in IMAGE_SETTINGS)
         elif isinstance(item, list):
             stack.extend(item)
     return out
