@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,10 @@ def test_data_images_and_text_pass() -> None:
     assert refusal({"messages": [{"role": "user", "content": "http://example.com/a.png"}]}) is None
 
 
-def serve_through_wall(body: bytes) -> tuple[list[dict[str, Any]], bytes | None]:
+def serve_through_wall(body: bytes) -> tuple[list[MutableMapping[str, Any]], bytes | None]:
     """Send ``body`` in two pieces through the wall to an app; return what was answered and what the app read."""
     seen: list[bytes] = []
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         parts = []
@@ -69,12 +70,15 @@ def serve_through_wall(body: bytes) -> tuple[list[dict[str, Any]], bytes | None]
         seen.append(b"".join(parts))
         await send({"type": "http.response.start", "status": 200, "headers": []})
 
-    pieces = [{"type": "http.request", "body": body[:5], "more_body": True}, {"type": "http.request", "body": body[5:]}]
+    pieces: list[MutableMapping[str, Any]] = [
+        {"type": "http.request", "body": body[:5], "more_body": True},
+        {"type": "http.request", "body": body[5:]},
+    ]
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> MutableMapping[str, Any]:
         return pieces.pop(0)
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     asyncio.run(MediaWall(app)({"type": "http"}, receive, send))
