@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import select
 import socket
 import struct
 import threading
@@ -23,13 +24,18 @@ NOBODY = 65534
 
 
 class Listener:
-    """A TCP listener on loopback that counts the connections it accepts (closing each at once)."""
+    """A TCP listener on loopback that counts the connections made to it (accepting and closing each).
+
+    A thread accepts as connections come, so a client that connects is not left waiting; ``connections`` also
+    takes what the kernel has queued, so a connection made before a reply was sent is counted when it is read.
+    """
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
-        self.connections = 0
+        self._count = 0
+        self._closed = False
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     @property
@@ -38,23 +44,37 @@ class Listener:
         port: int = self.sock.getsockname()[1]
         return port
 
+    @property
+    def connections(self) -> int:
+        """Return how many connections were made so far, queued ones included."""
+        with self._lock:
+            self._drain()
+            return self._count
+
     def url(self, path: str, scheme: str = "http") -> str:
         """Return a URL on this listener."""
         return f"{scheme}://127.0.0.1:{self.port}{path}"
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
+    def _drain(self) -> None:
+        while not self._closed and select.select([self.sock], [], [], 0)[0]:
+            conn, _ = self.sock.accept()
             conn.close()
+            self._count += 1
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                select.select([self.sock], [], [], 0.2)  # a poll, so close() is seen
+                with self._lock:
+                    self._drain()
+            except (OSError, ValueError):
+                return
 
     def close(self) -> None:
         """Stop listening."""
-        self.sock.close()
+        with self._lock:
+            self._closed = True
+            self.sock.close()
 
 
 class SecretFile:
@@ -72,13 +92,15 @@ class SecretFile:
         self.events = 0
 
     def touched(self) -> bool:
-        """Say whether anything opened or read the file since the watch began."""
+        """Say whether anything opened or read the file since the last call (or the watch began)."""
+        seen = 0
         while True:
             try:
                 data = os.read(self.fd, 4096)
             except BlockingIOError:
-                return self.events > 0
-            self.events += len(data) // 16  # a struct inotify_event with no name is 16 bytes
+                self.events += seen
+                return seen > 0
+            seen += len(data) // 16  # a struct inotify_event with no name is 16 bytes
 
     def close(self) -> None:
         """End the watch."""
