@@ -118,12 +118,10 @@ def _too_many_bytes(size: int, limits: ImageLimits, param: str) -> RequestRefuse
     )
 
 
-def check_image(
-    raw: bytes, param: str, limits: ImageLimits = LIMITS, *, decode: bool = False
-) -> tuple[int, int] | None:
+def check_image(raw: bytes, param: str, limits: ImageLimits = LIMITS, *, whole: bool = False) -> tuple[int, int] | None:
     """Check one decoded image against the limits; return its (width, height), or None without Pillow.
 
-    The header alone is read unless ``decode``: then every pixel is, as mlx-vlm's ``load_image`` reads them
+    The header alone is read unless ``whole``: then every pixel is, as mlx-vlm's ``load_image`` reads them
     (its EXIF turn and its RGB conversion), so data that ends early or lies about its size is refused here.
     """
     if len(raw) > limits.max_bytes:
@@ -138,7 +136,7 @@ def check_image(
             with Image.open(io.BytesIO(raw)) as image:  # lazy: reads the header, decodes no pixel
                 width, height = image.size
                 _check_size(width, height, param, limits)
-                if decode:
+                if whole:
                     with DECODING:
                         ImageOps.exif_transpose(image).convert("RGB")
     except RequestRefused:
@@ -146,7 +144,7 @@ def check_image(
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         _check_size(limits.max_pixels + 1, 1, param, limits)  # Pillow's own bound is far above ours
     except Exception as exc:  # Pillow raises many kinds for a body it cannot read
-        what = "cannot be decoded (its data is damaged or ends early)" if decode else "cannot be read"
+        what = "cannot be decoded (its data is damaged or ends early)" if whole else "cannot be read"
         raise refused(
             Code.IMAGE_INVALID, f"the image {what}: {_reason(exc)}; send a whole PNG, JPEG, GIF or WebP", param=param
         ) from None
@@ -214,10 +212,10 @@ def check_images(parts: list[tuple[str, Mapping[str, Any]]], limits: ImageLimits
 
 
 def decode_all(body: Mapping[str, Any], limits: ImageLimits = LIMITS) -> int:
-    """Decode every image of a chat body whole (``check_image(decode=True)``); return how many (blocking)."""
+    """Decode every image of a chat body whole (``check_image(whole=True)``); return how many (blocking)."""
     parts = list(image_parts(body.get("messages")))
     for param, part in parts:
-        check_image(decode(part_url(part), param, limits), param, limits, decode=True)
+        check_image(decode(part_url(part), param, limits), param, limits, whole=True)
     return len(parts)
 
 

@@ -39,7 +39,7 @@ def test_the_header_alone_passes_what_only_decoding_refuses(name: str) -> None:
     """Damaged data passes the header check (as it did before the decode): the decode is what finds it."""
     raw = BAD_IMAGES[name]()
     assert check_image(raw, "p") is not None
-    error = refusal(check_image, raw, "p", decode=True)
+    error = refusal(check_image, raw, "p", whole=True)
     assert error.code == "image_invalid" and "ends early" in error.message
 
 
@@ -47,7 +47,7 @@ def test_a_thin_image_is_refused_at_its_header() -> None:
     """An aspect ratio past 200 is refused from the header, with its size named; 200 itself passes."""
     error = refusal(check_image, thin_png(), "p")
     assert error.code == "image_invalid" and "4000x1" in error.message
-    assert check_image(png_bytes(200, 1), "p", decode=True) == (200, 1)
+    assert check_image(png_bytes(200, 1), "p", whole=True) == (200, 1)
 
 
 def test_a_chat_images_param_is_its_place_in_the_chat_body() -> None:
@@ -61,7 +61,7 @@ def test_a_sound_image_decodes_and_is_counted_off_the_event_loop() -> None:
     body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG_URL}}] * 2}]}
     assert asyncio.run(check_decoded(body)) == 2
     assert asyncio.run(check_decoded({"messages": [{"role": "user", "content": "hi"}]})) == 0
-    assert check_image(PNG, "p", decode=True) == (4, 3)
+    assert check_image(PNG, "p", whole=True) == (4, 3)
 
 
 def test_the_aspect_bound_is_mlx_vlms() -> None:
