@@ -103,6 +103,7 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     TOO_MANY_IMAGES = "too_many_images", 400, TYPE_INVALID_REQUEST
     IMAGE_TOO_LARGE = "image_too_large", 400, TYPE_INVALID_REQUEST  # too many pixels (too many bytes: 413)
     MODEL_NOT_VISION = "model_not_vision", 400, TYPE_INVALID_REQUEST  # an image sent to a text-only model
+    MEDIA_UNSUPPORTED = "media_unsupported", 400, TYPE_INVALID_REQUEST  # a video, audio or file part: not taken yet
     MODEL_NOT_EMBEDDING = "model_not_embedding", 400, TYPE_INVALID_REQUEST  # embeddings asked of a chat model
     MODEL_NOT_CHAT = "model_not_chat", 400, TYPE_INVALID_REQUEST  # chat asked of an embedding model
     MODEL_NOT_THINKING = "model_not_thinking", 400, TYPE_INVALID_REQUEST  # Ollama think, to a template without it

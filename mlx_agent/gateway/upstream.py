@@ -33,6 +33,7 @@ from mlx_agent.gateway.disk_check import disk_full
 from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.fleet import Fleet
 from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.images import check_decoded
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.limit_notice import lowered_headers, worker_granted
 from mlx_agent.gateway.observe import current_exchange, exchange_of
@@ -48,6 +49,7 @@ from mlx_agent.gateway.worker_stream import WorkerReply, open_reply
 CHAT_PATH = "/v1/chat/completions"
 log = logging.getLogger("mlx_agent.gateway")
 EXIT_NOTICE_S = 1.0
+MAX_DETAIL = 300  # characters of a worker's own error message a client is shown
 
 
 def dropped_tools(names: list[str]) -> dict[str, str]:
@@ -67,10 +69,20 @@ def read_error(status: int, doc: object) -> RequestRefused:
         code = str(error.get("code") or Code.WORKER_ERROR)
         param = error.get("param") if isinstance(error.get("param"), str) else None
         return RequestRefused(status, message, code=code, type_=type_, param=param)
-    message = error if isinstance(error, str) else f"the model worker answered {status}"
+    message = error if isinstance(error, str) else _detail(doc) or f"the model worker answered {status}"
     return RequestRefused(
         status, message, code=Code.WORKER_ERROR, type_=TYPE_INVALID_REQUEST if status < 500 else TYPE_SERVER
     )
+
+
+def _detail(doc: object) -> str | None:
+    """Return the message of a FastAPI error (mlx-vlm's ``{"detail": ...}``), never the input it may echo back."""
+    detail = doc.get("detail") if isinstance(doc, dict) else None
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):  # a validation error: its first field
+        first = detail[0]
+        where = ".".join(str(part) for part in first.get("loc") or [] if part != "body")
+        detail = f"{where}: {first.get('msg')}" if where else first.get("msg")
+    return f"the model worker refused the request: {detail[:MAX_DETAIL]}" if isinstance(detail, str) else None
 
 
 class Upstream:
@@ -100,12 +112,15 @@ class Upstream:
     ) -> AsyncIterator[tuple[WorkerReply, WorkerProcess]]:
         """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
 
+        A non-streamed request's images are first decoded whole (``images.check_decoded``: 400 ``image_invalid``).
         The request counts as open (``stream`` says which kind) from before the load until the block ends, and
         waits in the model's queue for a ready worker and a slot in it (``queue``), after its memory check
         (``request_memory``). A full queue (503 ``queue_full``), a request that cannot fit (503
         ``insufficient_memory``), a refused or failed load, and a worker that does not answer (502
         ``worker_failed``, or 503 ``worker_wedged`` when the front ended a stalled worker) raise ``RequestRefused``.
         """
+        if not stream:  # a stream's images were decoded before its early head could go out (``stream``)
+            await check_decoded(body)
         model.request_started(stream)
         try:
             check_request(model, body, self.fleet.min_headroom_gb)
@@ -205,6 +220,7 @@ class Upstream:
         The client's head goes out when the worker's answer begins, or earlier if that takes a while
         (``sse.ClientStream``); a refusal before the head is an HTTP error, after it the stream's error event.
         """
+        await check_decoded(prepared.body)  # 400 image_invalid, before the client's head may go out early
         client = ClientStream(request, translator, headers or {})
         try:
             async with self.worker_request(model, prepared.body, path, stream=True) as (reply, worker):

@@ -134,9 +134,9 @@ REPLY_LIMITS = ("--max-tokens", "3", "--max-tokens-ceiling", "8")
 
 
 @contextmanager
-def fuzz_front(tiny_model: Path, home: Path, seen: Counter[str]) -> Iterator[Front]:
+def fuzz_front(tiny_model: Path, home: Path, seen: Counter[str], *options: str) -> Iterator[Front]:
     """Start one eager front on the tiny model for a whole fuzz file (short replies); print what its cases got."""
-    with running_front(tiny_model, home, *REPLY_LIMITS) as started:
+    with running_front(tiny_model, home, *REPLY_LIMITS, *options) as started:
         yield started
         model = started.models()
         print(
@@ -156,6 +156,7 @@ REPLIES: dict[str, tuple[str, Any]] = {
     "/v1/completions": ("object", "text_completion"),
     "/v1/messages": ("type", "message"),
     "/v1/responses": ("object", "response"),
+    "/api/chat": ("done", True),
 }
 
 
@@ -173,6 +174,8 @@ def post(front: Front, path: str, raw: bytes) -> tuple[int, str, bytes]:
 
 def api_error(path: str, answer: Any) -> bool:
     """Say whether ``answer`` is an error document of ``path``'s API, with a message."""
+    if path.startswith("/api/"):  # Ollama: {"error": "message", "code"}
+        return isinstance(answer, dict) and isinstance(answer.get("error"), str) and bool(answer["error"])
     if path.startswith("/v1/messages"):  # Anthropic: {"type": "error", "error": {"type", "message"}}
         inner = answer.get("error") if isinstance(answer, dict) and answer.get("type") == "error" else None
     else:  # OpenAI: {"error": {"message", "type", "param", "code"}}
@@ -186,6 +189,8 @@ def reply(path: str, content_type: str, text: bytes) -> bool:
     """Say whether a 2xx answer is the endpoint's reply: its JSON document, or a stream of events."""
     if content_type.startswith("text/event-stream"):
         return text.startswith((b"data: ", b"event: "))
+    if content_type.startswith("application/x-ndjson"):  # Ollama's stream: one JSON object a line, the last done
+        return bool(json.loads(text.splitlines()[-1]).get("done"))
     answer = json.loads(text)
     if path == "/v1/messages/count_tokens":
         return isinstance(answer.get("input_tokens"), int)

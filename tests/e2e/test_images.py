@@ -7,10 +7,18 @@ reports the same prompt token count, and more tokens than the question without t
 returned (a Messages ``tool_result``, a Responses ``function_call_output``) makes the prompt of its chat form (the
 tool message, then a user message with the picture) on both APIs, streamed and not. A second front over the tiny
 text model (kind ``text``) refuses the picture on every API with ``model_not_vision``, a tool's picture too.
+
+The front's wall: a part that names a URL or a path (video, audio, an image by URL, ``file://`` or path) is 400 on
+every API while a loopback listener sees no connection and a 0600 file of ``nobody``'s is never opened; an image
+no worker could decode (a lying, a 4000x1 and a truncated 12 MP PNG) is 400 ``image_invalid`` naming the part on
+every API, streamed or not; ``image_url`` as a plain string works; a worker's FastAPI refusal comes back in the
+API's shape.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +33,7 @@ from tests.conftest import free_port
 from tests.e2e.test_runtimes import png
 from tests.fixtures.tiny_vlm import build_tiny_vlm
 from tests.gateway_support import Gateway, gateway_config, real_worker_argv, start_gateway
+from tests.media_traps import Listener, SecretFile, lying_png, thin_png, truncated_png
 
 pytestmark = pytest.mark.e2e
 
@@ -274,3 +283,206 @@ def test_a_text_only_model_refuses_a_tool_results_image(text_only: Gateway, api:
         error = openai_info.value
         detail = error.body
     assert detail["code"] == "model_not_vision" and "'org/tiny'" in detail["message"]
+
+
+# -- the front's wall: no part names a URL or a path, every image decodes -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Listener, SecretFile]]:
+    """Yield a loopback listener and a 0600 file of nobody's, watched for the whole module."""
+    listener, secret = Listener(), SecretFile(tmp_path_factory.mktemp("secret"))
+    try:
+        yield listener, secret
+    finally:
+        listener.close()
+        secret.close()
+
+
+def hostile_parts(listener: Listener, secret: Path) -> dict[str, tuple[dict[str, Any], str]]:
+    """Return each chat part that names a URL or a path, with the code it must get."""
+    return {
+        "video_url": ({"type": "video_url", "video_url": {"url": listener.url("/v.mp4")}}, "media_unsupported"),
+        "video_path": ({"type": "video", "video": str(secret)}, "media_unsupported"),
+        "input_video_file": ({"type": "input_video", "video_url": f"file://{secret}"}, "media_unsupported"),
+        "input_audio_url": (
+            {"type": "input_audio", "input_audio": {"data": listener.url("/a.wav"), "format": "wav"}},
+            "media_unsupported",
+        ),
+        "input_audio_path": ({"type": "input_audio", "input_audio": {"data": str(secret)}}, "media_unsupported"),
+        "image_url_http": ({"type": "image_url", "image_url": {"url": listener.url("/i.png")}}, "image_invalid"),
+        "image_url_string": ({"type": "image_url", "image_url": listener.url("/i.png")}, "image_invalid"),
+        "image_url_file": ({"type": "image_url", "image_url": {"url": f"file://{secret}"}}, "image_invalid"),
+        "image_path": ({"type": "image", "image": str(secret)}, "image_invalid"),
+    }
+
+
+def error_of(api: str, reply: Any) -> tuple[str | None, str | None]:
+    """Return the code and param of an error reply in ``api``'s own shape (asserting the shape)."""
+    doc = reply.json()
+    if api == "ollama":
+        assert isinstance(doc["error"], str), doc
+        return doc.get("code"), doc.get("param")
+    if api == "messages":
+        assert doc["type"] == "error", doc
+    return doc["error"]["code"], doc["error"].get("param")
+
+
+API_PATHS = {
+    "chat": "/v1/chat/completions",
+    "messages": "/v1/messages",
+    "responses": "/v1/responses",
+    "ollama": "/api/chat",
+}
+
+
+def api_body(api: str, stream: bool, chat_parts: list[Any] | None = None, image: bytes | None = None) -> Any:
+    """Return a request of ``api`` with the chat parts (chat only) or the image ``image`` in its own shape."""
+    b64 = base64.b64encode(image).decode() if image is not None else ""
+    url = "data:image/png;base64," + b64
+    if api == "chat":
+        parts = chat_parts or [{"type": "image_url", "image_url": {"url": url}}]
+        return {
+            "model": "org/tiny",
+            "max_tokens": 2,
+            "stream": stream,
+            "messages": [{"role": "user", "content": parts}],
+        }
+    if api == "messages":
+        block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
+        return {
+            "model": "org/tiny",
+            "max_tokens": 2,
+            "stream": stream,
+            "messages": [{"role": "user", "content": [block]}],
+        }
+    if api == "responses":
+        part = {"type": "input_image", "image_url": url}
+        return {
+            "model": "org/tiny",
+            "max_output_tokens": 2,
+            "stream": stream,
+            "input": [{"role": "user", "content": [part]}],
+        }
+    return {"model": "org/tiny", "stream": stream, "messages": [{"role": "user", "content": "x", "images": [b64]}]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "video_url",
+        "video_path",
+        "input_video_file",
+        "input_audio_url",
+        "input_audio_path",
+        "image_url_http",
+        "image_url_string",
+        "image_url_file",
+        "image_path",
+    ],
+)
+def test_a_chat_part_naming_a_url_or_a_path_is_refused_before_any_fetch(
+    vision: Gateway, traps: tuple[Listener, SecretFile], case: str, stream: bool
+) -> None:
+    """Each part is 400 with its code naming the part; the listener sees no connection, the file no open."""
+    listener, secret = traps
+    part, code = hostile_parts(listener, secret.path)[case]
+    connections = listener.connections
+    body = api_body("chat", stream, [{"type": "text", "text": QUESTION}, part])
+    reply = vision.request("POST", API_PATHS["chat"], body)
+    assert reply.status == 400 and error_of("chat", reply) == (code, "messages.0.content.1"), reply.body[:300]
+    assert listener.connections == connections and not secret.touched()
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "code"),
+    [
+        (
+            "messages",
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "SECRET_URL"}}]}
+                ]
+            },
+            "image_invalid",
+        ),
+        (
+            "messages",
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "LISTENER"}}]}
+                ]
+            },
+            "image_invalid",
+        ),
+        (
+            "responses",
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "SECRET"}]}]},
+            "image_invalid",
+        ),
+        (
+            "responses",
+            {"input": [{"role": "user", "content": [{"type": "input_video", "video_url": "LISTENER"}]}]},
+            "media_unsupported",
+        ),
+        (
+            "responses",
+            {"input": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "SECRET"}}]}]},
+            "media_unsupported",
+        ),
+        ("ollama", {"messages": [{"role": "user", "content": "x", "images": ["SECRET"]}]}, "image_invalid"),
+    ],
+)
+def test_no_other_api_lets_a_part_name_a_url_or_a_path(
+    vision: Gateway, traps: tuple[Listener, SecretFile], api: str, body: dict[str, Any], code: str
+) -> None:
+    """Messages, Responses and /api/chat refuse such parts in their own shape; nothing is fetched or opened."""
+    listener, secret = traps
+    connections = listener.connections
+    raw = json.dumps({"model": "org/tiny", "stream": False, **body})
+    raw = raw.replace("SECRET_URL", f"file://{secret.path}").replace("SECRET", str(secret.path))
+    raw = raw.replace("LISTENER", listener.url("/m"))
+    extra = {"max_tokens": 2} if api == "messages" else {}
+    reply = vision.request("POST", API_PATHS[api], {**json.loads(raw), **extra})
+    assert reply.status == 400 and error_of(api, reply)[0] == code, reply.body[:300]
+    assert listener.connections == connections and not secret.touched()
+
+
+UNDECODABLE = {"lying": lying_png, "thin": thin_png, "truncated": truncated_png}
+IMAGE_PARAMS = {
+    "chat": "messages.0.content.0",
+    "messages": "messages.0.content.0.source.data",
+    "responses": "input.0.content.0.image_url",
+    "ollama": "messages.0.images.0",
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", sorted(API_PATHS))
+@pytest.mark.parametrize("name", sorted(UNDECODABLE))
+def test_an_image_no_worker_could_decode_is_400_naming_its_part(
+    vision: Gateway, name: str, api: str, stream: bool
+) -> None:
+    """A lying, a 4000x1 and a truncated 12 MP PNG are 400 image_invalid in the API's shape, streamed or not."""
+    reply = vision.request("POST", API_PATHS[api], api_body(api, stream, image=UNDECODABLE[name]()))
+    assert reply.status == 400, reply.body[:300]
+    assert error_of(api, reply) == ("image_invalid", IMAGE_PARAMS[api])
+
+
+def test_image_url_as_a_plain_string_reaches_the_worker(vision: Gateway, chat_prompt: int) -> None:
+    """A chat image_url given as the URL string (as documented) makes the prompt the object form makes."""
+    parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": IMAGE_URL}]
+    reply = vision.request("POST", API_PATHS["chat"], api_body("chat", False, parts))
+    assert reply.status == 200, reply.body[:300]
+    assert reply.json()["usage"]["prompt_tokens"] == chat_prompt
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_workers_fastapi_refusal_comes_back_in_the_apis_shape(vision: Gateway, stream: bool) -> None:
+    """A role mlx-vlm's schema refuses (its 422 {"detail": [...]}) is answered as an OpenAI error with its status."""
+    body = {"model": "org/tiny", "max_tokens": 2, "stream": stream, "messages": [{"role": "narrator", "content": "x"}]}
+    reply = vision.request("POST", API_PATHS["chat"], body)
+    assert 400 <= reply.status < 500, reply.body[:300]
+    doc = reply.json()
+    assert "detail" not in doc and doc["error"]["code"] == "worker_error" and "role" in doc["error"]["message"]

@@ -2,7 +2,9 @@
 
 Raw HTTP to a real mlx-vlm worker on the tiny Qwen2-VL model, as a broken or hostile client past the front
 would send it: a body over the cap is 413 before it is read, a body that trickles in is 408 at its deadline,
-and the worker still answers a chat after both.
+and the worker still answers a chat after both. The second wall (``media_wall``): a media part naming a URL or a
+path, on chat completions or Responses, is 400 from the worker itself while a loopback listener sees no
+connection and a 0600 file of ``nobody``'s is never opened.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +21,7 @@ from mlx_agent.wire import BODY_TIMEOUT_FLAG, MAX_BODY_BYTES
 from tests.e2e.test_worker_socket import CHAT_HEAD, is_api_error
 from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer, socket_worker
 from tests.fixtures.tiny_vlm import build_tiny_vlm
+from tests.media_traps import Listener, SecretFile
 
 pytestmark = pytest.mark.e2e
 
@@ -60,4 +64,65 @@ def test_a_body_sent_a_byte_at_a_time_is_408_at_its_deadline_by_the_vlm_worker(
     assert received is not None, "the worker never answered the slow body"
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.split()[1] == b"408" and is_api_error(json.loads(body), Code.BODY_TIMEOUT), received
+    assert chat_served(worker, tiny_vlm)
+
+
+@pytest.fixture(scope="module")
+def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Listener, SecretFile]]:
+    """Yield a loopback listener and a 0600 file of nobody's, watched for the whole module."""
+    listener, secret = Listener(), SecretFile(tmp_path_factory.mktemp("secret"))
+    try:
+        yield listener, secret
+    finally:
+        listener.close()
+        secret.close()
+
+
+def worker_parts(listener: Listener, secret: Path) -> dict[str, tuple[Any, str]]:
+    """Return each body part that names a URL or a path, with the code the worker must answer."""
+    return {
+        "video_url": ({"type": "video_url", "video_url": {"url": listener.url("/v.mp4")}}, Code.MEDIA_UNSUPPORTED),
+        "video_path": ({"type": "video", "video": str(secret)}, Code.MEDIA_UNSUPPORTED),
+        "input_video_file": ({"type": "input_video", "video_url": f"file://{secret}"}, Code.MEDIA_UNSUPPORTED),
+        "input_audio_url": (
+            {"type": "input_audio", "input_audio": {"data": listener.url("/a.wav"), "format": "wav"}},
+            Code.MEDIA_UNSUPPORTED,
+        ),
+        "input_audio_path": ({"type": "input_audio", "input_audio": {"data": str(secret)}}, Code.MEDIA_UNSUPPORTED),
+        "image_url_http": ({"type": "image_url", "image_url": {"url": listener.url("/i.png")}}, Code.IMAGE_INVALID),
+        "image_url_file": ({"type": "image_url", "image_url": {"url": f"file://{secret}"}}, Code.IMAGE_INVALID),
+        "input_image_path": ({"type": "input_image", "image_url": str(secret)}, Code.IMAGE_INVALID),
+    }
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "video_url",
+        "video_path",
+        "input_video_file",
+        "input_audio_url",
+        "input_audio_path",
+        "image_url_http",
+        "image_url_file",
+        "input_image_path",
+    ],
+)
+def test_the_vlm_worker_itself_refuses_a_part_naming_a_url_or_a_path(
+    worker: SocketWorker, tiny_vlm: Path, traps: tuple[Listener, SecretFile], case: str, path: str
+) -> None:
+    """Straight to the socket, past the front: 400 with its code; no connection to the listener, no open of the file."""
+    listener, secret = traps
+    part, code = worker_parts(listener, secret.path)[case]
+    connections = listener.connections
+    content = [{"type": "text", "text": "look"}, part]
+    body: dict[str, Any] = {"model": str(tiny_vlm), "max_tokens": 2}
+    if path == "/v1/chat/completions":
+        body["messages"] = [{"role": "user", "content": content}]
+    else:
+        body["input"] = [{"role": "user", "content": content}]
+    answer = worker.post(body, path)
+    assert answer.status == 400 and is_api_error(answer.json(), code), answer
+    assert listener.connections == connections and not secret.touched()
     assert chat_served(worker, tiny_vlm)

@@ -151,10 +151,16 @@ def test_reply_limits_are_honoured_up_to_the_ceiling_and_the_model_renamed(tmp_p
 
 
 def test_worker_errors_pass_through_with_their_status(tmp_path: Path) -> None:
-    """A non-stream error from the worker reaches the client with the worker's status and body."""
+    """A non-stream error from the worker keeps its status and message, in OpenAI's shape when it was not in it."""
     with running_gateway(tmp_path) as gateway:
         reply = gateway.chat(x_status=422)
-        assert (reply.status, reply.json()) == (422, {"error": "stand-in error"})
+        assert reply.status == 422
+        error = reply.json()["error"]
+        assert (error["message"], error["code"], error["type"]) == (
+            "stand-in error",
+            "worker_error",
+            "invalid_request_error",
+        )
 
 
 def test_a_reply_the_worker_breaks_off_is_502_and_the_stream_ends_with_an_error(tmp_path: Path) -> None:

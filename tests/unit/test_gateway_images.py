@@ -15,8 +15,9 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway import images
 from mlx_agent.gateway.anthropic import request as anthropic
 from mlx_agent.gateway.config import parse_config
+from mlx_agent.gateway.content_parts import check_messages
 from mlx_agent.gateway.endpoints import parse
-from mlx_agent.gateway.images import ImageLimits, check_request
+from mlx_agent.gateway.images import ImageLimits
 from mlx_agent.gateway.openai.request import prepare
 from mlx_agent.gateway.responses import request as responses
 from mlx_agent.records import FrontModelConfig
@@ -158,6 +159,11 @@ def test_a_responses_image_by_file_or_remote_url_is_refused(part: dict[str, Any]
     body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "x"}, part]}]}
     error = refusal(responses_chat, body)
     assert (error.status, error.code, error.param) == (400, "image_invalid", param)
+
+
+def check_request(body: dict[str, Any], **checks: Any) -> int:
+    """Return how many images a chat body carries, once its parts pass ``check_messages``."""
+    return check_messages(body["messages"], **checks)[1]
 
 
 def chat_with(*urls: str) -> dict[str, Any]:

@@ -300,7 +300,7 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},
             "input.0.content.0",
-            "unsupported_content",
+            "media_unsupported",
         ),
         (
             {
@@ -313,7 +313,7 @@ def test_tool_choice_none_sends_no_tools_but_echoes_them() -> None:
                 ]
             },
             "input.0.output.0",
-            "unsupported_content",
+            "media_unsupported",
         ),
         ({"input": "x", "tool_choice": "required"}, "tool_choice", "unsupported_tool_choice"),
         (

@@ -56,6 +56,7 @@ from typing import Any
 from mlx_agent.api_errors import Code
 from mlx_agent.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, media_refusal
 from mlx_agent.gateway.images import check_data_url, data_url, image_part
 from mlx_agent.gateway.tools import ToolSet, anthropic_tools, refuse
 
@@ -213,9 +214,11 @@ def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
                 f"{where}.source",
                 Code.IMAGE_INVALID,
             )
-        return image_part(check_data_url(data_url(media, data), f"{where}.source.data"))
+        param = f"{where}.source.data"
+        return image_part(check_data_url(data_url(media, data), param), param)
     if kind == "url" and isinstance(source, Mapping):
-        return image_part(check_data_url(source.get("url"), f"{where}.source.url"))
+        param = f"{where}.source.url"
+        return image_part(check_data_url(source.get("url"), param), param)
     raise refuse(
         f"image source type {kind!r} is not supported here: send base64 data or a data: URL (nothing is fetched)",
         f"{where}.source.type",
@@ -228,6 +231,8 @@ def _unsupported_block(kind: str, param: str) -> RequestRefused:
         return refuse(
             "an image is taken in a user turn's content or a tool_result only", param, Code.UNSUPPORTED_CONTENT
         )
+    if kind in MEDIA_PART_TYPES:
+        return media_refusal(kind, param)
     if kind in ("document", "search_result", "container_upload"):
         return refuse(
             f"{kind} content is not supported: the local model reads text only", param, Code.UNSUPPORTED_CONTENT

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlx_agent.api_errors import Code
+from mlx_agent.gateway.images import image_part
 from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGenerateBody, Options
 from mlx_agent.gateway.tools import refuse
 
@@ -138,7 +139,7 @@ def image_parts(images: object, where: str) -> list[dict[str, Any]]:
         return []
     if not isinstance(images, list):
         raise refuse("'images' must be a list of base64 strings", where, Code.INVALID_TYPE)
-    parts = []
+    parts: list[dict[str, Any]] = []
     for index, image in enumerate(images):
         if not isinstance(image, str):
             raise refuse("each image must be a base64 string", f"{where}.{index}", Code.INVALID_TYPE)
@@ -154,7 +155,7 @@ def image_parts(images: object, where: str) -> list[dict[str, Any]]:
             kind = "image/webp"
         if kind is None:
             raise refuse("an image must be PNG, JPEG, GIF or WebP", f"{where}.{index}", Code.IMAGE_INVALID)
-        parts.append({"type": "image_url", "image_url": {"url": f"data:{kind};base64,{image}"}})
+        parts.append(image_part(f"data:{kind};base64,{image}", f"{where}.{index}"))
     return parts
 
 

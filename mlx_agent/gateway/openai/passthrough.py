@@ -25,7 +25,7 @@ from mlx_agent.gateway.http_errors import json_response, refusal_response, retry
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
-from mlx_agent.gateway.upstream import Upstream
+from mlx_agent.gateway.upstream import Upstream, read_error
 from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE
 
 
@@ -212,10 +212,25 @@ class OpenAiApi:
             status, content_type = reply.status, reply.content_type
         if status == 200:
             raw = _rewrite_json(raw, prepared, account)
-        # A worker's own error passes as written, with the front's retry advice like every other refusal.
+        elif not _is_openai_error(raw):  # mlx-vlm's FastAPI {"detail": ...}, or no JSON: the API's own shape
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                doc = None
+            return refusal_response(read_error(status, doc))
+        # A worker's own OpenAI error passes as written, with the front's retry advice like every other refusal.
         return web.Response(
             body=raw, status=status, content_type=content_type or "application/json", headers=retry_headers(status)
         )
+
+
+def _is_openai_error(raw: bytes) -> bool:
+    """Say whether a worker's error body is an OpenAI error object (``{"error": {"message": ...}}``)."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("error"), dict) and isinstance(doc["error"].get("message"), str)
 
 
 def _rewrite_json(raw: bytes, prepared: PreparedRequest, account: Accountant | None) -> bytes:

@@ -3,8 +3,9 @@
 The front has already chosen the model (``Fleet.route``); the worker serves its one model only, so the
 body is sent on with ``model: default_model`` and the reply names the model as the client did (or by its
 served name when the request named none). Request-time adapters and draft models are refused, and so is a
-chat request to an embedding model (``model_not_chat``); images are held to ``images``' limits, and refused by
-a text-only model (``model_not_vision``). Reply limits: a request's own ``max_tokens`` /
+chat request to an embedding model (``model_not_chat``); every content part is held to its model kind's
+whitelist (``content_parts``: images to ``images``' limits and one shape, refused by a text-only model; video,
+audio and files refused). Reply limits: a request's own ``max_tokens`` /
 ``max_completion_tokens`` is honoured up to ``max_tokens_ceiling`` when the plan sets one, and otherwise up to
 what the model's context leaves after the prompt (our worker knows the prompt's length and cuts there). A
 request that sets none gets the plan's ``--max-tokens`` when the plan has one, and otherwise the ceiling:
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
+from mlx_agent.gateway.content_parts import check_messages
 from mlx_agent.gateway.http_errors import refused
-from mlx_agent.gateway.images import check_request
 from mlx_agent.wire import WORKER_MODEL_NAME
 
 if TYPE_CHECKING:
@@ -80,10 +81,11 @@ def prepare(body: dict[str, Any], *, model: FrontModelConfig, force_usage: bool 
             "only; name a chat model here",
             param="model",
         )
-    check_request(body, model=model["served_model_name"], kind=kind)
     stream = bool(body.get("stream", False))
 
     out = dict(body)
+    if isinstance(body.get("messages"), list):
+        out["messages"], _ = check_messages(body["messages"], model=model["served_model_name"], kind=kind)
     client_model = body.get("model")
     out["model"] = model["worker"]["model_name"]
     requested: int | None = None

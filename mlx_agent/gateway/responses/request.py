@@ -46,6 +46,7 @@ from typing import Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.bodies import ResponsesBody, Text
+from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, media_refusal
 from mlx_agent.gateway.images import check_data_url, image_part
 from mlx_agent.gateway.tools import ToolSet, refuse, responses_tools
 
@@ -258,7 +259,8 @@ def _image(part: Mapping[str, Any], where: str) -> dict[str, Any]:
             f"{where}.file_id",
             Code.IMAGE_INVALID,
         )
-    return image_part(check_data_url(part.get("image_url"), f"{where}.image_url"))
+    param = f"{where}.image_url"
+    return image_part(check_data_url(part.get("image_url"), param), param)
 
 
 def _text(content: object, where: str) -> str:
@@ -283,8 +285,8 @@ def _part_text(part: object, inner: str) -> str:
         raise refuse(
             "an input_image is taken in a message's content or a call's output only", inner, Code.UNSUPPORTED_CONTENT
         )
-    if kind in ("input_file", "input_audio"):
-        raise refuse(f"{kind} content is not supported here: send its text", inner, Code.UNSUPPORTED_CONTENT)
+    if kind in MEDIA_PART_TYPES:
+        raise media_refusal(str(kind), inner)
     raise refuse(f"content parts of type {kind!r} are not supported here", inner, Code.UNSUPPORTED_CONTENT)
 
 

@@ -11,8 +11,10 @@ name where the chat, Responses and compaction code look it up (``InstructionPlac
 messages still join into one, and later ones stay at their place, written as the served template allows
 (``system_turns``, decided by rendering through mlx_vlm's own ``apply_chat_template``). The load is read in parts
 and each prefill step is copied to the front's progress file (``install_progress``). Everything else is
-mlx_vlm's own server, unchanged. ``VLM_SEAMS`` names what we rely on; a changed name stops the worker before it
-listens (tests/unit/test_vlm_seams.py).
+mlx_vlm's own server, unchanged, behind two walls around its app: the front's body cap and deadline
+(``asgi_limits``), then the media wall (``media_wall``: a media part naming a URL or a path is 400, so mlx_vlm
+never fetches or opens one). ``VLM_SEAMS`` names what we rely on; a changed name, or a media part type the wall
+does not know, stops the worker before it listens (tests/unit/test_vlm_seams.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlx_agent.errors import SeamChanged
+from mlx_agent.runtime.entries.media_wall import MediaWall, check_media_types
 from mlx_agent.runtime.serving.progress import Board
 from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, SystemTurns, text_of
 from mlx_agent.wire import SOCKET_FLAG
@@ -41,7 +44,13 @@ PLACED_IN = ("mlx_vlm.server.openai", "mlx_vlm.server.compaction")
 # Callables of mlx_vlm (and uvicorn) we call or replace, with the parameters (in order, from the first) we rely on.
 VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server.request_normalization": {NORMALIZER: ("chat_messages", "instructions")},
-    "mlx_vlm.server.openai": {NORMALIZER: ("chat_messages", "instructions"), "chat_completions_endpoint": ()},
+    "mlx_vlm.server.openai": {
+        NORMALIZER: ("chat_messages", "instructions"),
+        "chat_completions_endpoint": (),
+        # the media wall's seam: where mlx_vlm picks a request's media out by part type (media_wall.MEDIA_READERS)
+        "_extract_video_reference": ("item",),
+        "_decode_input_audio_data": ("input_audio",),
+    },
     "mlx_vlm.server.compaction": {NORMALIZER: ("chat_messages", "instructions")},
     # the decision renders through the function the endpoints render with
     "mlx_vlm.server": {"apply_chat_template": ("processor", "config", "prompt", "add_generation_prompt")},
@@ -60,7 +69,10 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
 # Functions that must still call (look up by name) what we replace or rely on: without the call, no effect.
 CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
     # their messages must still pass through NORMALIZER before they are rendered
-    "mlx_vlm.server.openai": {"chat_completions_endpoint": (NORMALIZER,), "responses_endpoint": (NORMALIZER,)},
+    "mlx_vlm.server.openai": {
+        "chat_completions_endpoint": (NORMALIZER, "_extract_video_reference", "_decode_input_audio_data"),
+        "responses_endpoint": (NORMALIZER,),
+    },
     GENERATION: {
         "load_model_resources": ("load",),
         "ResponseGenerator._run_impl": ("_log_prefill_started", "_step"),
@@ -230,6 +242,7 @@ def serve(argv: list[str]) -> int:
     """Run mlx_vlm's server on the socket named by ``--mlx-agent-socket`` in ``argv``."""
     try:
         check_vlm_seams()
+        check_media_types()
     except SeamChanged as error:
         print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
         return 2
@@ -253,7 +266,7 @@ def serve(argv: list[str]) -> int:
         kwargs.pop("port", None)
         kwargs.pop("reload", None)  # a reloader needs the app by name; the front never asks for one
         loaded = import_from_string(app) if isinstance(app, str) else app  # mlx_vlm names "mlx_vlm.server:app"
-        previous_run(BodyLimits(loaded, limits), fd=sock.fileno(), **kwargs)
+        previous_run(BodyLimits(MediaWall(loaded), limits), fd=sock.fileno(), **kwargs)
 
     install_placer()
     install_progress()
