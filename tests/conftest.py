@@ -173,7 +173,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Under ``-m fast``, skip the test files not marked fast unread, so that their imports (mlx) cost nothing."""
+    """Under ``-m fast``, skip the test files without a fast test unread, so that their imports (mlx) cost nothing."""
     if config.option.markexpr != fast_tier.MARK or collection_path.suffix != ".py":
         return None
     return True if collection_path.name.startswith("test_") and not fast_tier.declares_fast(collection_path) else None
@@ -183,12 +183,12 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 def pytest_make_collect_report(
     collector: pytest.Collector,
 ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
-    """Fail the collection of a fast module that imports mlx (seen when it is the first to, as under ``-m fast``)."""
+    """Fail the collection of a module with fast tests that imports mlx (seen when it is first to, as under -m fast)."""
     before = any(map(fast_tier.is_runtime, sys.modules))
     report: pytest.CollectReport = yield
     if isinstance(collector, pytest.Module) and report.passed and not before:
         imported = sorted(name for name in sys.modules if fast_tier.is_runtime(name))[:1]
-        if imported and fast_tier.is_fast_module(collector.obj):
+        if imported and fast_tier.holds_fast_tests(report.result):
             report.outcome = "failed"
             report.longrepr = f"fast tier: {collector.path} imports {imported[0]} (drop its fast mark, or make it pure)"
     return report

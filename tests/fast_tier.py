@@ -1,12 +1,13 @@
 """The fast tier: tests that start no process, open no socket and import no mlx, and the guard that holds them to it.
 
-A test is in the tier when it carries the ``fast`` mark (a module says ``pytestmark = pytest.mark.fast``);
-``bash scripts/test --fast`` (``pytest -m fast``) runs the tier alone. While a fast test sets up, runs and tears
-down, starting a process (``subprocess``, ``asyncio`` subprocesses, ``multiprocessing``, ``os.fork``,
-``os.posix_spawn``, ``os.system``), binding or connecting a socket, or importing mlx, mlx_lm or mlx_vlm fails it,
-even where the code under test catches the refusal. A fast module that imports mlx when it is collected fails its
-collection. ``MLX_AGENT_FAST_GUARD=all`` guards every test, which is how the pure modules were found (each unit
-module run alone under it; docs/contributing.md).
+A test is in the tier when it carries the ``fast`` mark (a module says ``pytestmark = pytest.mark.fast``, or a
+test in a module of mixed tests says ``@pytest.mark.fast``); ``bash scripts/test --fast`` (``pytest -m fast``)
+runs the tier alone. While a fast test's fixtures are set up and while it runs (not at its teardown, where the
+last test of a process also tears down the session's fixtures), starting a process (``subprocess``, ``asyncio``
+subprocesses, ``multiprocessing``, ``os.fork``, ``os.posix_spawn``, ``os.system``), binding or connecting a
+socket, or importing mlx, mlx_lm or mlx_vlm fails it, even where the code under test catches the refusal. A module
+with fast tests that imports mlx when it is collected fails its collection. ``MLX_AGENT_FAST_GUARD=all`` guards
+every test, which is how the pure tests were found (each unit module run alone under it; docs/contributing.md).
 """
 
 from __future__ import annotations
@@ -110,13 +111,11 @@ def guarded(nodeid: str) -> Iterator[None]:
         pytest.fail(f"fast tier: {'; '.join(seen)} (drop its fast mark, or make it pure)")
 
 
-def is_fast_module(module: object) -> bool:
-    """Return whether a collected test module is in the fast tier (or every module is guarded)."""
-    marks = getattr(module, "pytestmark", [])
-    marks = marks if isinstance(marks, list) else [marks]
-    return guards_all() or any(getattr(mark, "name", None) == MARK for mark in marks)
+def holds_fast_tests(nodes: Sequence[pytest.Item | pytest.Collector]) -> bool:
+    """Return whether a module's collected ``nodes`` include a test of the fast tier (or every test is guarded)."""
+    return guards_all() or any(node.get_closest_marker(MARK) is not None for node in nodes)
 
 
 def declares_fast(path: Path) -> bool:
-    """Return whether a test file's text marks the whole module fast (read without importing it)."""
-    return f"pytestmark = pytest.mark.{MARK}" in path.read_text(encoding="utf-8")
+    """Return whether a test file's text marks the module, or one of its tests, fast (read without importing it)."""
+    return f"pytest.mark.{MARK}" in path.read_text(encoding="utf-8")

@@ -75,9 +75,10 @@ def test_pure_work_and_an_event_loop_pass() -> None:
         assert asyncio.run(answer()) == 42
 
 
-def test_a_module_is_in_the_tier_by_its_mark_line(tmp_path: Path) -> None:
-    """``-m fast`` collects a file only when its text marks the whole module fast."""
-    marked, plain = tmp_path / "test_a.py", tmp_path / "test_b.py"
-    marked.write_text("import pytest\n\npytestmark = pytest.mark.fast\n")
+def test_a_file_is_collected_for_the_tier_by_its_mark(tmp_path: Path) -> None:
+    """``-m fast`` collects a file only when its text marks the module, or one of its tests, fast."""
+    module, one, plain = tmp_path / "test_a.py", tmp_path / "test_b.py", tmp_path / "test_c.py"
+    module.write_text("import pytest\n\npytestmark = pytest.mark.fast\n")
+    one.write_text("import pytest\n\n\n@pytest.mark.fast\ndef test_x() -> None:\n    pass\n")
     plain.write_text("import pytest\n\npytestmark = pytest.mark.e2e\n")
-    assert declares_fast(marked) and not declares_fast(plain)
+    assert declares_fast(module) and declares_fast(one) and not declares_fast(plain)
