@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from mlx_agent.runtime import transformers_index
+from tests import fast_tier
 from tests.fixtures.tiny_model import build_tiny_model
 from tests.ports import PORT_BLOCK as PORT_BLOCK  # re-exported: the tests import them from here
 from tests.ports import free_port as free_port
@@ -169,6 +170,42 @@ def suite_order(nodeid: str) -> tuple[int, int]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put the slow files first (a stable sort: each file's tests keep their order)."""
     items.sort(key=lambda item: suite_order(item.nodeid))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m fast``, skip the test files without a fast test unread, so that their imports (mlx) cost nothing."""
+    if config.option.markexpr != fast_tier.MARK or collection_path.suffix != ".py":
+        return None
+    return True if collection_path.name.startswith("test_") and not fast_tier.declares_fast(collection_path) else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """Fail the collection of a module with fast tests that imports mlx (seen when it is first to, as under -m fast)."""
+    before = any(map(fast_tier.is_runtime, sys.modules))
+    report: pytest.CollectReport = yield
+    if isinstance(collector, pytest.Module) and report.passed and not before:
+        imported = sorted(name for name in sys.modules if fast_tier.is_runtime(name))[:1]
+        if imported and fast_tier.holds_fast_tests(report.result):
+            report.outcome = "failed"
+            report.longrepr = f"fast tier: {collector.path} imports {imported[0]} (drop its fast mark, or make it pure)"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """Hold a fast test's fixtures to the fast tier's rules (tests/fast_tier.py)."""
+    with fast_tier.guarded(item.nodeid) if fast_tier.is_fast(item) else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """Hold a fast test to the fast tier's rules: no process, no socket, no mlx (tests/fast_tier.py)."""
+    with fast_tier.guarded(item.nodeid) if fast_tier.is_fast(item) else contextlib.nullcontext():
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import openai
@@ -39,11 +40,42 @@ def replies(agent: Agent, model: Path, *options: str) -> list[str]:
         assert agent.run("serve", "stop", "--port", str(port)).rc == 0
 
 
-def test_a_draft_model_serves_the_same_greedy_replies(agent: Agent, tiny_model: Path, tiny_draft: Path) -> None:
-    """Speculative decoding with a draft model changes speed, not the greedy text."""
+def kept_caches(home: Path) -> dict[str, list[list[int]]]:
+    """Return, per kept prompt-cache directory under ``home`` (one per served identity), each entry's layer offsets."""
+    from mlx_lm.models.cache import load_prompt_cache
+
+    def offsets(entry: Path) -> list[int]:
+        return [layer.offset for layer in load_prompt_cache(str(entry))]  # type: ignore[no-untyped-call]
+
+    root = home / "prompt-cache"
+    return {folder.name: [offsets(entry) for entry in folder.glob("[!.]*.safetensors")] for folder in root.iterdir()}
+
+
+def layer_count(model: Path) -> int:
+    """Return how many transformer layers ``model`` has."""
+    count: int = json.loads((model / "config.json").read_text())["num_hidden_layers"]
+    return count
+
+
+def test_a_draft_model_runs_and_serves_the_same_greedy_replies(
+    agent: Agent, tiny_model: Path, tiny_draft: Path
+) -> None:
+    """Speculative decoding changes speed, not the greedy text; the draft model read every conversation too.
+
+    The evidence that it ran is in the prompt caches the worker keeps when it stops: mlx_lm appends the draft's
+    own caches to the target's, so each drafted conversation's entry has the draft's layers too, filled.
+    """
     plain = replies(agent, tiny_model)
+    before = kept_caches(agent.home)
     drafted = replies(agent, tiny_model, "--draft-model", str(tiny_draft), "--num-draft-tokens", "3")
     assert drafted == plain
+    target, draft = layer_count(tiny_model), layer_count(tiny_draft)
+    assert [len(offsets) for entries in before.values() for offsets in entries] == [target] * len(PROMPTS)
+    [entries] = [entries for name, entries in kept_caches(agent.home).items() if name not in before]
+    assert len(entries) == len(PROMPTS)
+    for offsets in entries:
+        assert len(offsets) == target + draft
+        assert all(0 < offset <= offsets[0] for offset in offsets[target:])  # the draft read the conversation
 
 
 def test_a_quantized_kv_cache_serves(agent: Agent, tiny_model: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,32 @@ def missing(document: Any, path: list[str]) -> list[str]:
     if not isinstance(value, list) or not value:
         return [f"{key}[] (no elements)"]
     return [f"{key}[].{gap}" for item in value for gap in missing(item, rest)]
+
+
+def field_paths(document: Any, prefix: str) -> Iterator[str]:
+    """Yield the path of every key in ``document``, in the table's spelling (``name[]``: each element's keys)."""
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield f"{prefix}.{key}"
+            yield from field_paths(value, f"{prefix}.{key}")
+    elif isinstance(document, list):
+        for item in document:
+            yield from field_paths(item, f"{prefix}[]")
+
+
+def under(path: str, ancestor: str) -> bool:
+    """Say whether ``path`` lies inside the record or list at ``ancestor``."""
+    return path.startswith((f"{ancestor}.", f"{ancestor}[]"))
+
+
+def undocumented(paths: Iterable[str], documented: list[str]) -> list[str]:
+    """Return the outermost of ``paths`` that the table neither names, nor holds within a named record, nor opens."""
+    gaps = {
+        path
+        for path in paths
+        if not any(path == known or under(path, known) or under(known, path) for known in documented)
+    }
+    return sorted(path for path in gaps if not any(under(path, gap) for gap in gaps))
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +102,16 @@ def test_every_documented_plan_field_is_in_a_real_preview(documents: dict[str, A
 def test_every_documented_receipt_field_is_in_the_real_receipt(documents: dict[str, Any], path: str) -> None:
     """Each receipt path of the README table is present in the receipt that confirming that preview wrote."""
     assert missing(documents, path.split(".")) == []
+
+
+def test_every_field_of_a_real_preview_is_in_the_table(documents: dict[str, Any]) -> None:
+    """The other way: each field of the plan a real preview prints is in the table, itself or in its record."""
+    assert undocumented(field_paths(documents["plan"], "plan"), documented_paths()) == []
+
+
+def test_a_field_missing_from_the_table_is_found() -> None:
+    """A plan field the table does not name is reported once, at its outermost record; named ones are not."""
+    plan = {"port": 1, "models": [{"source": {"path": "/m", "kind": "path"}, "env": {"A": "1"}, "draft": {"x": 1}}]}
+    documented = ["plan.port", "plan.models[].source.path", "plan.models[].draft"]
+    found = undocumented(field_paths(plan, "plan"), documented)
+    assert found == ["plan.models[].env", "plan.models[].source.kind"]

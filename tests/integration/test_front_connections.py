@@ -7,6 +7,8 @@ import socket
 import time
 from pathlib import Path
 
+from mlx_agent.gateway.sse import HIGH_WATER
+from tests.conditions import accepted_connections, unread_bytes, wait_until
 from tests.gateway_support import Gateway, running_gateway
 
 
@@ -77,8 +79,10 @@ def test_a_client_that_hangs_up_ends_its_non_streamed_request(tmp_path: Path) ->
 def test_a_connection_past_the_limit_closes_the_longest_waiting_one(tmp_path: Path) -> None:
     """With max_connections 3 held by silent clients, a fourth closes the oldest of them and is served."""
     with running_gateway(tmp_path, max_connections=3) as gateway:
-        held = [connect(gateway) for _ in range(3)]
-        time.sleep(0.3)
+        held: list[socket.socket] = []
+        while len(held) < 3:  # one at a time: the front has taken each before the next arrives
+            held.append(connect(gateway))
+            wait_until(lambda: accepted_connections(gateway.proc.pid, gateway.port) == len(held), "the front took it")
         newcomer = connect(gateway)
         newcomer.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
         newcomer.settimeout(10)
@@ -112,7 +116,7 @@ def test_connections_past_the_limit_are_refused_when_every_open_one_is_busy(tmp_
                 received += piece
             assert b"data: [DONE]" in received
             sock.close()
-        time.sleep(0.3)
+        wait_until(lambda: accepted_connections(gateway.proc.pid, gateway.port) == 0, "the front let them go")
         assert gateway.request("GET", "/health").status == 200  # room again once they closed
 
 
@@ -157,7 +161,9 @@ def test_a_client_that_reads_slowly_gets_the_whole_stream(tmp_path: Path) -> Non
         sock.connect(("127.0.0.1", gateway.port))
         sock.settimeout(30)
         sock.sendall(stream_request(gateway, x_chunks=chunks))
-        time.sleep(3.0)  # long enough for the worker to fill the kernel buffers and the front's past its mark
+        # The client reads nothing: the front's buffer passes its mark and it stops reading from the worker, whose
+        # bytes then wait unread in the front's socket, more than the front itself would hold before pausing.
+        wait_until(lambda: unread_bytes(gateway.proc.pid, gateway.port) > HIGH_WATER, "the worker paused")
         received = bytearray()
         while not received.endswith(b"0\r\n\r\n"):
             piece = sock.recv(4096)

@@ -24,6 +24,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.conditions import accepted_connections, wait_until
 from tests.gateway_support import Gateway, running_gateway
 from tests.integration.test_front_connections import closed_within, connect, request_statuses
 from tests.integration.test_hostile_machine import attacker
@@ -66,6 +67,7 @@ while True:
         socks[i] = opened()
 """
 KEY = "sk-slow-bodies-test-key"
+SLOTS = 8  # the attacked front's max_connections
 CHAT = {"model": "org/tiny", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -114,11 +116,18 @@ def normal_requests(gateway: Gateway, key: str, count: int) -> int:
     return served
 
 
+def every_slot_taken(gateway: Gateway) -> None:
+    """Wait until the attack holds all 8 of the front's connections (its 40 have made room for one another)."""
+    wait_until(lambda: accepted_connections(gateway.proc.pid, gateway.port) == SLOTS, f"{SLOTS} connections held")
+
+
 @contextlib.contextmanager
 def attacked_front(tmp_path: Path, keyed: bool) -> Iterator[Gateway]:
     """Start a front with room for 8 connections, whose only defence against slow bodies is making room."""
     keys = [KEY] if keyed else None
-    with running_gateway(tmp_path, api_keys=keys, max_connections=8, body_timeout=600.0, body_min_rate=0.0) as gateway:
+    with running_gateway(
+        tmp_path, api_keys=keys, max_connections=SLOTS, body_timeout=600.0, body_min_rate=0.0
+    ) as gateway:
         yield gateway
 
 
@@ -131,7 +140,7 @@ def test_slow_bodies_from_the_same_user_do_not_lock_out_new_clients(
     with attacked_front(tmp_path, keyed) as gateway:
         assert gateway.request("POST", "/v1/chat/completions", CHAT, headers=auth).status == 200
         start_attack(attack, gateway.port, 40, KEY if keyed else "", None)
-        time.sleep(2)  # every slot is taken and the attacker reopens what is closed
+        every_slot_taken(gateway)
         assert attack[0].poll() is None
         assert normal_requests(gateway, KEY, 10) == 10
         assert metric(gateway, 'mlx_agent_connections_closed_total{reason="evicted"}', auth) > 0
@@ -144,7 +153,7 @@ def test_slow_bodies_from_another_user_do_not_lock_out_new_clients(
     """A second user's 40 slow-body connections against a keyed front's 8 slots: normal requests are all served."""
     with attacked_front(tmp_path, keyed=True) as gateway:
         start_attack(attack, gateway.port, 40, KEY if with_key else "", attacker)
-        time.sleep(2)
+        every_slot_taken(gateway)
         assert attack[0].poll() is None
         assert normal_requests(gateway, KEY, 10) == 10
 

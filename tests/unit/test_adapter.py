@@ -35,6 +35,7 @@ def make_adapter(
     return directory
 
 
+@pytest.mark.fast
 def test_adapter_binds_both_files_by_content(tmp_path: Path) -> None:
     """A valid adapter is bound by the sha256 and size of its config and weights."""
     record = resolve_adapter(str(make_adapter(tmp_path / "a")))
@@ -55,6 +56,7 @@ def test_plan_passes_adapter_and_its_expected_hashes(tiny_model: Path, tmp_path:
     assert "--mlx-agent-expect" not in rest and "--adapter-path" in rest
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("how", ["dir_symlink", "under_symlink", "file_symlink"])
 def test_symlinks_are_refused(tmp_path: Path, how: str) -> None:
     """A symlinked adapter directory, one under a symlink, or a symlinked file is adapter_invalid."""
@@ -74,6 +76,7 @@ def test_symlinks_are_refused(tmp_path: Path, how: str) -> None:
         resolve_adapter(str(target))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "breakage",
     [
@@ -128,6 +131,7 @@ def test_adapter_with_a_foreign_executable_is_unsupported(tiny_model: Path, tmp_
         )
 
 
+@pytest.mark.fast
 def test_server_side_recheck_finds_a_changed_byte(tmp_path: Path) -> None:
     """The entry's recheck reports a file whose content changed at the same size, and a missing one."""
     adapter = make_adapter(tmp_path / "a")
@@ -144,6 +148,7 @@ def test_server_side_recheck_finds_a_changed_byte(tmp_path: Path) -> None:
     assert len(changed_files(expected)) == 2
 
 
+@pytest.mark.fast
 def test_status_fields_bound_unknown_and_verified(tmp_path: Path) -> None:
     """Plain status says bound; an old receipt naming an adapter without identity says unknown; verify re-hashes."""
     adapter = make_adapter(tmp_path / "a")
@@ -160,6 +165,7 @@ def test_status_fields_bound_unknown_and_verified(tmp_path: Path) -> None:
     assert adapter_fields({"argv": []}, verify=False) == {"adapter_path": None, "adapter_status": None}
 
 
+@pytest.mark.fast
 def test_a_refusal_in_the_log_becomes_its_error_code(tmp_path: Path) -> None:
     """When our entry exits with an mlx-agent-error line, confirm reports that code, not launch_failed."""
     from mlx_agent.errors import AdapterChanged, LaunchFailed

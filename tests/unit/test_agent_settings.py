@@ -38,6 +38,7 @@ def facts(**changes: object) -> ServedFacts:
     return ServedFacts(**values)  # type: ignore[arg-type]
 
 
+@pytest.mark.fast
 def test_checked_versions_are_the_pinned_agents() -> None:
     """The table names the agent versions the real-agent tests install, which are what scripts/install installs."""
     for agent in settings.AGENTS:
@@ -47,6 +48,7 @@ def test_checked_versions_are_the_pinned_agents() -> None:
     assert f'wanted="{" ".join(AGENT_PACKAGES.values())}"' in install
 
 
+@pytest.mark.fast
 def test_claude_env_points_every_model_slot_at_the_server() -> None:
     """Claude Code gets the URL, the key as its token, the served name in each slot and a haiku alias for haiku."""
     env = settings.claude_env(facts(), None)
@@ -60,6 +62,7 @@ def test_claude_env_points_every_model_slot_at_the_server() -> None:
     assert "ANTHROPIC_API_KEY" not in env and "ANTHROPIC_API_KEY" in settings.CLAUDE_UNSET
 
 
+@pytest.mark.fast
 def test_claude_env_with_a_model_uses_it_everywhere() -> None:
     """A chosen --model fills every slot, the haiku one too."""
     env = settings.claude_env(facts(), "helper")
@@ -72,6 +75,7 @@ def test_claude_env_with_a_model_uses_it_everywhere() -> None:
     assert {env[k] for k in slots} == {"helper"}
 
 
+@pytest.mark.fast
 def test_claude_compaction_follows_the_window() -> None:
     """A window of 100k or more is given as the compaction window; a smaller one as a percent of the assumed 200k."""
     big = settings.claude_env(facts(context_window=131072, max_output_tokens=None), None)
@@ -83,11 +87,13 @@ def test_claude_compaction_follows_the_window() -> None:
     assert small["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "4096"
 
 
+@pytest.mark.fast
 def test_claude_env_without_a_key_sends_a_placeholder() -> None:
     """A server without keys takes any token; Claude Code refuses to start without one."""
     assert settings.claude_env(facts(api_key=None, key_file=None), None)["ANTHROPIC_AUTH_TOKEN"] == "unused"
 
 
+@pytest.mark.fast
 def test_codex_provider_reads_the_key_from_its_file() -> None:
     """Codex's provider uses the Responses API and reads the key by an auth command on the key file: no key, no var."""
     provider = settings.codex_provider(facts(), None)
@@ -122,6 +128,7 @@ def test_codex_auth_command_prints_the_key_the_front_reads(tmp_path: Path) -> No
     assert shlex.join(settings.KEY_READER) + " " == settings.KEY_COMMAND  # apiKeyHelper runs the same command
 
 
+@pytest.mark.fast
 def test_codex_without_a_key_needs_no_variable() -> None:
     """Without keys Codex gets no auth and no env_key (it would refuse to start with the variable unset)."""
     bare = facts(api_key=None, key_file=None, max_output_tokens=None)
@@ -131,6 +138,7 @@ def test_codex_without_a_key_needs_no_variable() -> None:
     assert settings.codex_provider(bare, None)["model_auto_compact_token_limit"] == int(32768 * 0.9)
 
 
+@pytest.mark.fast
 def test_codex_key_without_a_file_falls_back_to_the_variable() -> None:
     """Facts with a key but no key file to read name the key's variable by env_key, and give its value."""
     fileless = facts(key_file=None)
@@ -139,6 +147,7 @@ def test_codex_key_without_a_file_falls_back_to_the_variable() -> None:
     assert settings.codex_env(fileless) == {"MLX_AGENT_API_KEY": "sk-test"}
 
 
+@pytest.mark.fast
 def test_codex_overrides_read_as_toml_give_the_provider() -> None:
     """Each `-c key=value` is a TOML dotted assignment; together they parse to exactly ``codex_provider``."""
     args = settings.codex_overrides(facts(), "claude-haiku-local")
@@ -148,6 +157,7 @@ def test_codex_overrides_read_as_toml_give_the_provider() -> None:
     assert "sk-test" not in " ".join(args) and 'model_providers.mlx_agent.auth.command="grep"' in args
 
 
+@pytest.mark.fast
 def test_opencode_provider_references_the_key() -> None:
     """The opencode provider lists every served id with limits, and reads the key from its file or its variable."""
     entry = settings.opencode_provider(facts(), None)[settings.OPENCODE_PROVIDER_ID]
@@ -162,6 +172,7 @@ def test_opencode_provider_references_the_key() -> None:
     assert limit["output"] > 0  # a custom model without a limit gets 0 and fails
 
 
+@pytest.mark.fast
 def test_opencode_env_is_an_inline_config() -> None:
     """`run opencode` writes no file: the config rides in OPENCODE_CONFIG_CONTENT, the key in its variable."""
     env = settings.opencode_env(facts(), "helper")
@@ -170,6 +181,7 @@ def test_opencode_env_is_an_inline_config() -> None:
     assert "sk-test" not in env["OPENCODE_CONFIG_CONTENT"] and env["MLX_AGENT_API_KEY"] == "sk-test"
 
 
+@pytest.mark.fast
 def test_client_env_and_wire_settings_by_kind() -> None:
     """Generic clients get both APIs' variables; openai and anthropic get their own only."""
     env, unset, argv = settings.wire_settings(facts(), None, None)
@@ -214,6 +226,7 @@ def test_sh_lines_quote_any_value_and_read_the_key_live(tmp_path: Path) -> None:
     assert seen["MLX_AGENT_API_KEY"] is not None and seen["MLX_AGENT_API_KEY"].strip() == "sk-first"
 
 
+@pytest.mark.fast
 def test_fish_lines_and_codex_arguments() -> None:
     """The fish lines use set -gx with fish quoting; Codex's overrides are shown as a command line to run."""
     text = settings.shell_text({"K": "a'b\\c"}, ["X"], ["-c", 'model="m"'], "fish", None, frozenset())
@@ -222,6 +235,7 @@ def test_fish_lines_and_codex_arguments() -> None:
     assert lines[-1] == "# codex -c 'model=\"m\"'"  # a safe word is left bare
 
 
+@pytest.mark.fast
 def test_key_is_read_as_the_front_reads_it(tmp_path: Path) -> None:
     """The first key of the front's key file is the one given; a file of several is not one key."""
     keys = tmp_path / "keys"
@@ -233,6 +247,7 @@ def test_key_is_read_as_the_front_reads_it(tmp_path: Path) -> None:
     assert agent_run._key(None) == (None, True)
 
 
+@pytest.mark.fast
 def test_unknown_agent_and_model_are_refused() -> None:
     """An agent with no settings is unknown_agent; a model the server does not serve is model_not_served."""
     with pytest.raises(UnknownAgent) as agent:
@@ -245,6 +260,7 @@ def test_unknown_agent_and_model_are_refused() -> None:
     assert model.value.details["served"] == ["local-coder", "helper", "claude-haiku-local"]
 
 
+@pytest.mark.fast
 def test_missing_agent_binary_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No agent on PATH, or an --agent-bin that is not executable, is agent_not_found."""
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -256,6 +272,7 @@ def test_missing_agent_binary_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         agent_run.find_binary("claude", str(plain))
 
 
+@pytest.mark.fast
 def test_no_server_on_the_port_is_refused(tmp_path: Path) -> None:
     """A port with no receipt of ours is no_server, naming where it looked."""
     with pytest.raises(NoServer) as refused:

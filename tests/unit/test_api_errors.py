@@ -13,6 +13,8 @@ from mlx_agent import api_errors, errors
 from mlx_agent.api_errors import Code, Family, anthropic_body, error_body
 from tests.conftest import REPO_ROOT
 
+pytestmark = pytest.mark.fast
+
 OPENAI_TYPES = {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
 OPENAI_TYPES |= {"conflict_error", "server_error"}
 

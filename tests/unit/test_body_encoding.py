@@ -9,6 +9,8 @@ import pytest
 from mlx_agent.bodies import load_json
 from mlx_agent.errors import BodyInvalid
 
+pytestmark = pytest.mark.fast
+
 DOC = {"model": "m", "messages": [{"role": "user", "content": "héllo ☃"}]}
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mlx_agent.canonical import canonical_json, plan_diff, plan_hash, with_hash
+
+pytestmark = pytest.mark.fast
 
 
 def test_canonical_json_sorts_keys_and_drops_spaces() -> None:

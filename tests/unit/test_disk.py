@@ -21,6 +21,8 @@ from mlx_agent.disk import (
     server_places,
 )
 
+pytestmark = pytest.mark.fast
+
 GB = 10**9
 
 

@@ -14,6 +14,8 @@ import pytest
 import mlx_agent.errors as errors
 from mlx_agent.wire import REFUSAL_PREFIX
 
+pytestmark = pytest.mark.fast
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

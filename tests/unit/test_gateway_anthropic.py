@@ -16,6 +16,8 @@ from mlx_agent.gateway.openai.passthrough import is_pattern, window_fields
 from mlx_agent.gateway.openai.request import prepare
 from tests.unit.test_gateway_request_body import model as request_model
 
+pytestmark = pytest.mark.fast
+
 WEATHER_TOOL = {
     "name": "get_weather",
     "description": "Weather in a city.",

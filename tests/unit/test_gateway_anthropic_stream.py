@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from mlx_agent.gateway.anthropic.stream import PING_EVERY_S, AnthropicStream
 from tests.gateway_support import read_sse
+
+pytestmark = pytest.mark.fast
 
 
 def sequence_ids() -> Any:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
 from mlx_agent.gateway.endpoints import Key
+
+pytestmark = pytest.mark.fast
 
 
 def chat_shape(*contents: str, **fields: Any) -> PromptShape:

@@ -14,6 +14,8 @@ from mlx_agent.gateway.config import load_config, matches, parse_config, read_pr
 from tests.conftest import assert_valid
 from tests.gateway_support import gateway_config
 
+pytestmark = pytest.mark.fast
+
 
 def example(tmp_path: Path) -> dict[str, Any]:
     """Return a valid config document (one TCP worker)."""

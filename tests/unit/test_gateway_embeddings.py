@@ -40,6 +40,7 @@ def fleet(tmp_path: Path) -> Fleet:
     return Fleet(parse_config(config))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -54,6 +55,7 @@ def test_inputs_take_every_openai_shape(value: Any, expected: Any) -> None:
     assert inputs_of(value) == expected
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("value", "code", "param"),
     [
@@ -74,6 +76,7 @@ def test_bad_inputs_are_refused_naming_the_first(value: Any, code: str, param: s
     assert (info.value.status, info.value.code, info.value.param) == (400, code, param)
 
 
+@pytest.mark.fast
 def test_only_an_embedding_model_embeds(tmp_path: Path) -> None:
     """The embedding model is found by name and alias; the chat model is 400 model_not_embedding naming both."""
     models = fleet(tmp_path)
@@ -89,6 +92,7 @@ def test_only_an_embedding_model_embeds(tmp_path: Path) -> None:
     assert missing.value.code == "model_not_found"
 
 
+@pytest.mark.fast
 def test_ollamas_latest_tag_names_the_embedding_model(tmp_path: Path) -> None:
     """NAME:latest routes to NAME for embeddings, as on Ollama's chat; another tag, or a chat model's, does not."""
     models = fleet(tmp_path)
@@ -99,6 +103,7 @@ def test_ollamas_latest_tag_names_the_embedding_model(tmp_path: Path) -> None:
         assert info.value.code == code
 
 
+@pytest.mark.fast
 def test_base64_is_little_endian_float32() -> None:
     """The base64 encoding read back is the packed little-endian float32 values, as OpenAI writes them."""
     vector = [0.5, -1.25, 3.0]

@@ -28,6 +28,8 @@ from mlx_agent.gateway.ollama.bodies import (
 )
 from mlx_agent.wire import CONTROL_PREFIX
 
+pytestmark = pytest.mark.fast
+
 HI = [{"role": "user", "content": "hi"}]
 VALID: dict[type[Body], dict[str, Any]] = {
     ChatBody: {"messages": HI},

@@ -13,6 +13,8 @@ from mlx_agent.gateway.admission import GB, RUNTIME_ALLOWANCE_BYTES, memory_chec
 from mlx_agent.policy import Policy, parse_policy, policy_from_options
 from tests.conftest import assert_valid
 
+pytestmark = pytest.mark.fast
+
 
 def test_policy_round_trips_and_says_when_idle_unload_applies() -> None:
     """A parsed policy serialises back to itself; idle unload needs a timeout and no keep_loaded."""

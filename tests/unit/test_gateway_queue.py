@@ -11,6 +11,8 @@ import pytest
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.queue import RequestQueue, served_alone
 
+pytestmark = pytest.mark.fast
+
 
 def run(coroutine: Coroutine[Any, Any, None]) -> None:
     """Run one test coroutine on a fresh event loop."""

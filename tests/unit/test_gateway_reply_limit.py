@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from mlx_agent.gateway.limit_notice import LOWERED_HEADER, lowered_headers, with_granted_output, worker_granted
 from mlx_agent.gateway.observe import Exchange
 from mlx_agent.gateway.openai.request import prepare
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
 from tests.unit.test_gateway_request_body import chat, model
+
+pytestmark = pytest.mark.fast
 
 
 def test_no_planned_default_gives_the_ceiling_then_the_window_then_the_workers_own() -> None:

@@ -16,6 +16,8 @@ from mlx_agent.gateway.openai.request import prepare
 from mlx_agent.records import FrontModelConfig
 from tests.gateway_support import gateway_config
 
+pytestmark = pytest.mark.fast
+
 
 def model(**fields: Any) -> FrontModelConfig:
     """Return the one model of a valid front config, with ``fields`` changed."""

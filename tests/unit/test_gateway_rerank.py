@@ -12,6 +12,8 @@ from mlx_agent.gateway.embeddings import refuse_rerank
 from mlx_agent.gateway.endpoints import parse
 from tests.unit.test_gateway_embeddings import fleet
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize(("name", "kind"), [("embed", "an embedding model"), ("org/tiny", "a chat model")])
 def test_every_model_refuses_rerank_naming_itself_and_the_embeddings_route(

@@ -24,6 +24,8 @@ from mlx_agent.gateway.responses.output import base_response, conversation_of, r
 from mlx_agent.gateway.responses.request import SUMMARY_LEAD, SUMMARY_MARK, ResponsesRequest
 from mlx_agent.gateway.responses.store import ResponseStore
 
+pytestmark = pytest.mark.fast
+
 WEATHER = {
     "type": "function",
     "name": "get_weather",

@@ -12,6 +12,8 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.responses.items import INCLUDABLE, MAX_LIMIT, ItemsQuery, items_of, page
 from mlx_agent.gateway.responses.store import ResponseStore
 
+pytestmark = pytest.mark.fast
+
 
 def counting() -> Any:
     """Return an id maker that counts: ``msg_1``, ``fc_2``, ..."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from mlx_agent.bodies import ResponsesBody
 from mlx_agent.gateway.endpoints import parse
 from mlx_agent.gateway.responses.output import base_response
@@ -12,6 +14,8 @@ from mlx_agent.gateway.responses.stream import ResponsesStream
 from mlx_agent.gateway.sse import KEEPALIVE_S
 from mlx_agent.gateway.tools import responses_tools
 from tests.gateway_support import read_sse
+
+pytestmark = pytest.mark.fast
 
 
 def sequence_ids() -> Any:

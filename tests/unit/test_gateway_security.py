@@ -6,6 +6,8 @@ import pytest
 
 from mlx_agent.gateway.security import allowed_hosts, key_id, loopback_origin
 
+pytestmark = pytest.mark.fast
+
 
 def test_allowed_hosts_are_the_loopback_names_with_the_port() -> None:
     """Only loopback names with the gateway's port are accepted (bare names only on port 80)."""

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from mlx_agent.gateway.stall import StallWatch
 
 
@@ -17,6 +19,7 @@ def quiet_for(watch: StallWatch, seconds: float) -> None:
         watch._cpu_mark = (pid, used, at - seconds)
 
 
+@pytest.mark.fast
 def test_nothing_running_is_never_quiet_and_the_first_request_starts_the_clock() -> None:
     """The quiet time is None while no request runs; a request that starts running resets the clock."""
     watch = StallWatch(10)
@@ -27,6 +30,7 @@ def test_nothing_running_is_never_quiet_and_the_first_request_starts_the_clock()
     assert quiet is not None and quiet < 10
 
 
+@pytest.mark.fast
 def test_a_running_stream_with_no_byte_for_the_timeout_is_a_stall() -> None:
     """With a stream running, the stall is the quiet time alone once it reaches the timeout."""
     watch = StallWatch(10)
@@ -38,6 +42,7 @@ def test_a_running_stream_with_no_byte_for_the_timeout_is_a_stall() -> None:
     assert stalled is not None and stalled >= 10
 
 
+@pytest.mark.fast
 def test_prompt_tokens_the_worker_reports_read_move_the_clock() -> None:
     """A larger prefill_tokens count from the same worker is progress; the same count or another pid's is not."""
     watch = StallWatch(10)

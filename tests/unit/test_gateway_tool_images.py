@@ -18,6 +18,8 @@ from tests.unit.test_gateway_images import (
     responses_chat,
 )
 
+pytestmark = pytest.mark.fast
+
 IMAGE_BLOCK = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
 IMAGE_PART = {"type": "image_url", "image_url": {"url": PNG_URL}}
 CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": "a.png"}}]}

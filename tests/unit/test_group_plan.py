@@ -14,6 +14,7 @@ from mlx_agent.plan.group import hosts_from_file, hosts_from_list, launcher_argv
 from tests.unit.test_serve_plan import plan_for
 
 
+@pytest.mark.fast
 def test_hosts_run_the_first_locally_and_the_others_over_ssh() -> None:
     """--hosts A,B makes rank 0 this machine (ssh 127.0.0.1, its IP kept for the ring) and B a remote host."""
     assert hosts_from_list(("10.0.0.1", "10.0.0.2")) == [
@@ -24,6 +25,7 @@ def test_hosts_run_the_first_locally_and_the_others_over_ssh() -> None:
         hosts_from_list(("mac1", "mac2"))
 
 
+@pytest.mark.fast
 def test_a_hostfile_must_start_with_this_machine(tmp_path: Path) -> None:
     """A hostfile whose first host is this machine is taken (run locally), with its sha256; another is refused."""
     path = tmp_path / "hosts.json"

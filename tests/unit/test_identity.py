@@ -20,6 +20,8 @@ from mlx_agent.identity import (
     with_digests,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def write_safetensors(path: Path, data_bytes: int = 16) -> bytes:
     """Write a minimal safetensors file with one uint8 tensor and return its header bytes."""

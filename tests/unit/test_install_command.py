@@ -18,6 +18,7 @@ REQUIREMENT = "mlx-vlm<0.8,>=0.7"
 VISION = {"model_type": "qwen2_vl", "vision_config": {"depth": 2}}
 
 
+@pytest.mark.fast
 def test_own_requirement_is_the_vlm_extra_declared_in_pyproject() -> None:
     """The installed metadata gives mlx-vlm's range as pyproject.toml's vlm extra declares it."""
     found = own_requirement("mlx-vlm", own_site_paths())
@@ -42,6 +43,7 @@ def test_a_venv_made_by_python_gets_pip_through_its_interpreter(tmp_path: Path) 
     assert command == f"{python} -m pip install '{REQUIREMENT}'"
 
 
+@pytest.mark.fast
 def test_a_pipx_venv_gets_pipx_inject(tmp_path: Path) -> None:
     """A pipx venv (pipx_metadata.json in it) is told pipx inject with the venv's name."""
     prefix = tmp_path / "venvs" / "mlx-agent"

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from mlx_agent.runtime.distributed.launcher import Ranks
 from mlx_agent.wire import EXIT_GENERATION_DIED, EXIT_RANK_LOST, EXIT_REFUSED
+
+pytestmark = pytest.mark.fast
 
 STOPPED = 128 + signal.SIGTERM
 

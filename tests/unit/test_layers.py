@@ -13,6 +13,8 @@ from mlx_agent.plan.front import FRONT_MODULES
 from mlx_agent.plan.runtime import WORKER_MODULES, entry_sources
 from mlx_agent.resources import PACKAGE_DIR
 
+pytestmark = pytest.mark.fast
+
 # The package's top-level modules are the bottom (records, errors, files, wire, identity, canonical...). plan/ is
 # pure and above it; supervise/ does the effects of plans; cli/ renders both. runtime/ (inside the worker) and
 # gateway/ (the front) are processes of their own: each sees the bottom only.

@@ -7,6 +7,8 @@ import shutil
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 from tests.install_support import PYPROJECT, uv
 
@@ -44,12 +46,14 @@ def test_the_check_fails_when_pyproject_changes(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "needs to be updated" in proc.stderr, proc.stderr
 
 
+@pytest.mark.fast
 def test_install_bootstraps_the_locked_uv() -> None:
     """scripts/install's UV_VERSION is the uv the lock pins (so the sync keeps the uv that made it)."""
     match = re.search(r'^UV_VERSION="([^"]+)"', (REPO_ROOT / "scripts" / "install").read_text(), re.MULTILINE)
     assert match is not None and locked("uv") == match.group(1)
 
 
+@pytest.mark.fast
 def test_the_lock_holds_both_systems_and_every_extra() -> None:
     """The lock is for Linux and macOS and holds each system's MLX backend, mlx-vlm and the test tools."""
     assert set(PYPROJECT["tool"]["uv"]["environments"]) == {"sys_platform == 'linux'", "sys_platform == 'darwin'"}

@@ -11,6 +11,8 @@ import pytest
 
 from mlx_agent.gateway.ollama.models import parameter_size, read_info
 
+pytestmark = pytest.mark.fast
+
 
 def safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
     """Write a safetensors file whose header names ``tensors`` (dtype, shape); only headers are read."""

@@ -14,6 +14,8 @@ from mlx_agent.gateway.endpoints import parse
 from mlx_agent.gateway.ollama.bodies import OllamaChatBody, OllamaGenerateBody
 from mlx_agent.gateway.ollama.request import KEEP, OllamaRequest, parse_keep_alive, translate_chat, translate_generate
 
+pytestmark = pytest.mark.fast
+
 HI: Any = [{"role": "user", "content": "hi"}]
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 24).decode()
 

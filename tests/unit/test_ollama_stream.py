@@ -6,7 +6,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from mlx_agent.gateway.ollama.stream import OllamaStream, reply
+
+pytestmark = pytest.mark.fast
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}}
 WALL = 1_800_000_000.0  # 2027-01-15T08:00:00Z

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from mlx_agent.gateway.progress import load_progress, prefills, read_progress
 from mlx_agent.runtime.serving.progress import Board, ending
+
+pytestmark = pytest.mark.fast
 
 
 def test_a_load_counts_bytes_read_until_done(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from tests.gateway_support import translate_messages, translate_responses
 from tests.prompt_templates import RENDERS, TEMPLATES, assert_grows, rendered
 from tests.template_corpus import corpus, known_limits
 
+pytestmark = pytest.mark.fast
+
 TEXT_TEMPLATES = [name for name in TEMPLATES if name != "vlm"]
 REAL_TEMPLATES = [t.name for t in corpus() if not known_limits(t.name)]  # real ones, as shipped
 # Fewer examples per real template: there are many, and each renders its tools every turn.

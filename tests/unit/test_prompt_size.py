@@ -9,6 +9,8 @@ from tokenizers.models import WordLevel
 from mlx_agent.errors import HttpError
 from mlx_agent.runtime.serving.prompt_size import SAFETY, longest_entry, prompt_chars, refuse_if_too_long
 
+pytestmark = pytest.mark.fast
+
 
 def word_level(*words: str) -> Tokenizer:
     """Return a real ``tokenizers`` word-level tokenizer over ``words`` (and [UNK])."""

@@ -24,6 +24,7 @@ RECEIPT: Any = {
 }
 
 
+@pytest.mark.fast
 def test_receipt_is_private_and_leaves_no_temp_file(tmp_path: Path) -> None:
     """A written receipt has mode 0600 and its temp file is gone."""
     path = write_receipt(tmp_path, RECEIPT)
@@ -32,12 +33,14 @@ def test_receipt_is_private_and_leaves_no_temp_file(tmp_path: Path) -> None:
     assert read_receipt(path) == RECEIPT
 
 
+@pytest.mark.fast
 def test_missing_receipt_is_receipt_not_found(tmp_path: Path) -> None:
     """Reading an absent receipt is receipt_not_found."""
     with pytest.raises(ReceiptNotFound):
         read_receipt(tmp_path / "1.json")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("content", ["{not json", "[]", json.dumps({"port": 1}), json.dumps({**RECEIPT, "pid": "12"})])
 def test_corrupt_receipt_is_receipt_corrupt(tmp_path: Path, content: str) -> None:
     """Unparsable, incomplete or ill-typed receipts are receipt_corrupt."""
@@ -47,6 +50,7 @@ def test_corrupt_receipt_is_receipt_corrupt(tmp_path: Path, content: str) -> Non
         read_receipt(path)
 
 
+@pytest.mark.fast
 def test_unknown_major_version_is_refused_and_older_ones_read(tmp_path: Path) -> None:
     """A receipt of major version 4 is refused; 3.x with unknown extra fields, and older 2.x and 1.x, are read."""
     path = tmp_path / "8080.json"
@@ -61,6 +65,7 @@ def test_unknown_major_version_is_refused_and_older_ones_read(tmp_path: Path) ->
     assert read_receipt(path)["format_version"] == "1.0"
 
 
+@pytest.mark.fast
 def test_a_front_receipt_without_its_front_is_corrupt(tmp_path: Path) -> None:
     """A 3.x receipt whose plan lacks the front record (or whose model lists are not lists) is receipt_corrupt."""
     path = tmp_path / "8080.json"
@@ -72,6 +77,7 @@ def test_a_front_receipt_without_its_front_is_corrupt(tmp_path: Path) -> None:
     assert has_front(read_receipt(path))
 
 
+@pytest.mark.fast
 def test_receipt_files_are_ordered_by_port(tmp_path: Path) -> None:
     """Receipts list in port order and other files are ignored."""
     for port in (9000, 80, 8080):
@@ -81,6 +87,7 @@ def test_receipt_files_are_ordered_by_port(tmp_path: Path) -> None:
     assert [p.name for p in receipt_files(tmp_path)] == ["80.json", "8080.json", "9000.json"]
 
 
+@pytest.mark.fast
 def test_an_older_receipt_is_read_under_the_seed_names(tmp_path: Path) -> None:
     """A 0.2.0 receipt's prompt_lookup, m5_prefill, name and aliases (flat and in its plan) read as today's names."""
     lookup = {"requested": True, "applied": False, "reasons": ["r1"]}
@@ -97,6 +104,7 @@ def test_an_older_receipt_is_read_under_the_seed_names(tmp_path: Path) -> None:
     assert receipt["plan"]["models"] == [planned]
 
 
+@pytest.mark.fast
 def test_an_older_receipts_prompt_cache_limit_reads_in_gb(tmp_path: Path) -> None:
     """A 0.2.0 plan's prompt_cache.disk_limit_bytes reads as --prompt-cache-disk-gb's disk_gb, as status shows it."""
     kept = {"root": "/home/prompt-cache", "disk_limit_bytes": 2_500_000_000}
@@ -112,6 +120,7 @@ def test_an_older_receipts_prompt_cache_limit_reads_in_gb(tmp_path: Path) -> Non
     ]
 
 
+@pytest.mark.fast
 def test_a_current_receipt_keeps_its_names(tmp_path: Path) -> None:
     """A receipt that already has today's names is read unchanged, even beside stray older keys."""
     model = {"served_model_name": "m", "decode_profile": {"requested": False}, "prompt_lookup": "stray", "name": "x"}

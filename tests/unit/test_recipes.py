@@ -20,6 +20,8 @@ from mlx_agent.records import Recipe
 from mlx_agent.resources import recipes_dir, schemas_dir
 from mlx_agent.runtime import entry
 
+pytestmark = pytest.mark.fast
+
 RECIPES = sorted(recipes_dir().glob("*.json"))
 
 

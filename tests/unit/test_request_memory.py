@@ -20,6 +20,8 @@ from mlx_agent.gateway.request_memory import (
 )
 from mlx_agent.records import KvCacheRecord
 
+pytestmark = pytest.mark.fast
+
 LLAMA_8B = {  # Meta-Llama-3-8B's attention: 32 layers, 8 KV heads of 128 (GQA), bfloat16
     "num_hidden_layers": 32,
     "num_attention_heads": 32,

@@ -7,6 +7,8 @@ import pytest
 from mlx_agent.plan.options import Opt, Record, option
 from mlx_agent.plan.requests import COMMANDS, ServeRequest
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("key", sorted(COMMANDS), ids=" ".join)
 def test_every_option_fills_a_field_of_its_name(key: tuple[str, str]) -> None:

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mlx_agent.runtime.distributed.handshake import tag
 from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
 from tests.fixtures.group import REPO_ROOT
@@ -47,6 +49,7 @@ def test_no_secret_in_time_or_not_hex_is_refused() -> None:
         assert json.loads(line[len(REFUSAL_PREFIX) :])["code"] == "ring_peer_unverified"
 
 
+@pytest.mark.fast
 def test_a_tag_is_bound_to_the_secret_the_rank_the_size_and_every_nonce() -> None:
     """Changing any input of a tag changes it: no tag stands for another rank, launch or handshake."""
     nonces = [b"a" * 16, b"b" * 16]

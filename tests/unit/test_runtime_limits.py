@@ -14,6 +14,8 @@ from mlx_agent.runtime.serving.limits import (
     split_server_flags,
 )
 
+pytestmark = pytest.mark.fast
+
 PIECES = {1: " the", 2: " cat", 3: " sat", 4: "=", 5: ".", 6: " on"}
 
 

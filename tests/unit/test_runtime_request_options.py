@@ -10,6 +10,8 @@ from mlx_agent.errors import HttpError
 from mlx_agent.runtime.serving.limits import Limits
 from mlx_agent.runtime.serving.request_options import Served, prepare_body
 
+pytestmark = pytest.mark.fast
+
 SERVED = Served(frozenset({"default_model", "/models/tiny"}), Limits())
 USER = {"role": "user", "content": "hi"}
 

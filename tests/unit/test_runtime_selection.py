@@ -80,6 +80,7 @@ def test_unknown_model_type_is_unsupported_model() -> None:
         select_runtime("auto", {}, None)
 
 
+@pytest.mark.fast
 def test_vision_model_forced_onto_mlx_lm_is_refused() -> None:
     """--runtime mlx_lm on a vision config is runtime_model_mismatch."""
     with pytest.raises(RuntimeModelMismatch, match="vision"):

@@ -25,6 +25,7 @@ SCHEMA = {
 }
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("response_format", [None, {"type": "text"}])
 def test_plain_text_needs_no_grammar(response_format: Any) -> None:
     """No response_format, or type text, compiles nothing."""
@@ -70,6 +71,7 @@ def test_json_schema_compiles_to_a_grammar_of_that_schema(tokenizers: tuple[Any,
     assert not accepts(tokenizers, grammar, '{"name":"a","n":"3","tags":[]}')
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "response_format",
     [
@@ -87,6 +89,7 @@ def test_what_cannot_be_enforced_is_a_400(response_format: Any) -> None:
     assert (refused.value.status, refused.value.param) == (400, "response_format")
 
 
+@pytest.mark.fast
 def test_a_format_is_enforced_unless_a_tool_call_is_possible() -> None:
     """Tools make the format wait, unless tool_choice is "none"."""
     assert structured.format_is_enforced(None, "auto") is True
@@ -96,6 +99,7 @@ def test_a_format_is_enforced_unless_a_tool_call_is_possible() -> None:
     assert structured.format_is_enforced([{"type": "function"}], "none") is True
 
 
+@pytest.mark.fast
 def test_bitmasks_round_trip() -> None:
     """Packing a boolean row and unpacking it gives the row back, padded with "not allowed"."""
     row = np.zeros(70, dtype=bool)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mlx_agent.gateway.samples import WINDOW_S, Ring
+
+pytestmark = pytest.mark.fast
 
 
 class Clock:

@@ -12,6 +12,8 @@ from jsonschema import Draft202012Validator
 
 from tests.conftest import REPO_ROOT
 
+pytestmark = pytest.mark.fast
+
 SCHEMAS = REPO_ROOT / "schemas"
 
 

@@ -31,12 +31,14 @@ def test_path_source_is_resolved_and_bound(tiny_model: Path, tmp_path: Path) -> 
     assert {f["name"] for f in source["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}
 
 
+@pytest.mark.fast
 def test_nonexistent_path_is_model_not_local(tmp_path: Path) -> None:
     """A path that does not exist is model_not_local."""
     with pytest.raises(ModelNotLocal):
         resolve_path_source(str(tmp_path / "nope"))
 
 
+@pytest.mark.fast
 def test_directory_without_config_is_config_missing(tmp_path: Path) -> None:
     """A directory without config.json is not a model: config_missing."""
     with pytest.raises(ConfigMissing, match=r"no config\.json"):
@@ -64,6 +66,7 @@ def test_directory_without_weights_is_model_invalid(model_copy: Path) -> None:
         resolve_path_source(str(model_copy))
 
 
+@pytest.mark.fast
 def test_hf_cache_location_follows_hf_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """HF_HUB_CACHE wins over HF_HOME, which wins over the XDG default."""
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
@@ -89,6 +92,7 @@ def test_repo_source_binds_revision_and_blobs(
     assert weights["size"] == (tiny_model / "model.safetensors").stat().st_size
 
 
+@pytest.mark.fast
 def test_repo_not_cached_is_model_not_local(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A repo absent from the cache is model_not_local, and nothing is downloaded."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
@@ -128,6 +132,7 @@ def test_download_in_progress_is_model_not_local(
         resolve_repo_source("org/busy")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("repo", ["noslash", "a/b/c", "../x", "org/"])
 def test_malformed_repo_id_is_invalid_arguments(repo: str) -> None:
     """A repo id that is not ORG/NAME is a usage error."""

@@ -11,6 +11,8 @@ import pytest
 from mlx_agent.runtime import entry
 from mlx_agent.startup_gc import collector_paused
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(autouse=True)
 def collector_restored() -> Iterator[None]:

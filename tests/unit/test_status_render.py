@@ -9,6 +9,8 @@ from rich.console import Console
 
 from mlx_agent.cli import render
 
+pytestmark = pytest.mark.fast
+
 
 def status_model(name: str, state: str, **fields: Any) -> dict[str, Any]:
     """Return one model of a server as ``serve status --json`` gives it (the fields the table reads)."""

@@ -49,6 +49,7 @@ def _front_in_child() -> tuple[subprocess.Popen[str], Path]:
     return child, Path(child.stdout.readline().strip())
 
 
+@pytest.mark.fast
 def test_dir_is_private_locked_and_removed_on_close(tmp_root: Path) -> None:
     """The directory sits under the 0700 per-user root, is 0700, stays locked while open and goes on close."""
     sockets = TempSocketDir()
@@ -81,6 +82,7 @@ def test_killed_front_dir_is_swept_live_one_kept(tmp_root: Path) -> None:
         live.wait(10)
 
 
+@pytest.mark.fast
 def test_unsafe_root_falls_back_to_a_lone_temp_dir(tmp_root: Path, tmp_path: Path) -> None:
     """A link planted where the per-user root goes is not followed: the front gets a plain mkdtemp dir."""
     elsewhere = tmp_path / "elsewhere"

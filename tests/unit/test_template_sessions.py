@@ -90,6 +90,7 @@ def test_the_steps_are_decided_by_rendering(name: str) -> None:
     assert Adapter(template_render(template(name)), CHAT_TOOLS).steps == STEPS.get(name, ())
 
 
+@pytest.mark.fast
 def test_sessions_are_append_only_and_long() -> None:
     """Every session has at least eight turns, each request the previous one plus what followed it."""
     for build in SHAPES.values():
@@ -149,6 +150,7 @@ def test_mistral_ids_map_the_same_way_on_every_turn() -> None:
     assert first_id not in prompts[-1].prompt
 
 
+@pytest.mark.fast
 @PROPERTY
 @given(st.text(min_size=1, max_size=40))
 def test_a_short_id_is_nine_letters_and_digits_and_stable(client_id: str) -> None:
@@ -158,6 +160,7 @@ def test_a_short_id_is_nine_letters_and_digits_and_stable(client_id: str) -> Non
     assert short_id(client_id) == mapped and short_id(mapped) == mapped
 
 
+@pytest.mark.fast
 @PROPERTY
 @given(st.integers(min_value=2, max_value=6), st.randoms(use_true_random=False))
 def test_single_calls_keep_every_call_and_result(count: int, rng: Any) -> None:

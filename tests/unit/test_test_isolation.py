@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PORT_BLOCK, REPO_ROOT, SLOW_FIRST, suite_order
 
 PICK = "import json; from tests.conftest import free_port; print(json.dumps([free_port() for _ in range(40)]))"
@@ -64,6 +66,7 @@ def test_a_run_of_ports_is_consecutive_free_and_inside_the_block() -> None:
         assert first >= _LOW and first + 1 < _LOW + PORT_BLOCK
 
 
+@pytest.mark.fast
 def test_the_slow_files_named_for_the_run_order_exist_and_go_first() -> None:
     """Every file the run starts first exists (a rename cannot drop it silently) and sorts before the rest."""
     missing = [path for path in SLOW_FIRST if not (REPO_ROOT / path).is_file()]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from mlx_agent.cli.top_view import MEDIUM, WIDE, render, sparkline
 from mlx_agent.supervise.top import model_view
+
+pytestmark = pytest.mark.fast
 
 
 def front_model(name: str, **fields: Any) -> dict[str, Any]:

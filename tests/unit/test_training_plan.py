@@ -294,6 +294,7 @@ def test_adapter_inside_the_base_is_refused(tiny_model: Path, data: Path, tmp_pa
         build_training_plan(request(model, data, tmp_path, adapter_path=str(model / "adapter")))
 
 
+@pytest.mark.fast
 def test_the_table_holds_every_training_option_once() -> None:
     """TRAINED names each request option that is not an input exactly once, and says where mlx_lm reads it."""
     from mlx_agent.plan.training import INPUTS, TRAINED

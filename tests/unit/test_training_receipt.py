@@ -41,11 +41,13 @@ REAL_LOG = (
 )
 
 
+@pytest.mark.fast
 def test_log_parser_reads_real_mlx_lm_lines() -> None:
     """The last train and validation reports are found in mlx_lm's styled output."""
     assert parse(REAL_LOG) == {"train": {"iteration": 4, "loss": 6.373}, "val": {"iteration": 3, "loss": 6.393}}
 
 
+@pytest.mark.fast
 def test_log_parser_handles_nan_and_plain_lines() -> None:
     """A nan loss is a report too, and unstyled lines parse the same."""
     text = "   10      nan ▲    1,000    12.5k\n   10    val   nan    0.10s\nmlx-agent lora: trainer started\n"
@@ -56,11 +58,13 @@ def test_log_parser_handles_nan_and_plain_lines() -> None:
     assert val["iteration"] == 10 and math.isnan(val["loss"])
 
 
+@pytest.mark.fast
 def test_progress_of_a_missing_log_is_empty(tmp_path: Path) -> None:
     """No log yet means no reports, not an error."""
     assert read_progress(tmp_path / "none.log") == {"train": None, "val": None}
 
 
+@pytest.mark.fast
 def test_progress_reads_only_the_tail_of_a_long_log(tmp_path: Path) -> None:
     """A log longer than the tail window still reports its last lines."""
     log = tmp_path / "long.log"
@@ -103,6 +107,7 @@ def test_load_returns_receipt_and_the_sha256_of_its_bytes(completed: Any, tmp_pa
     assert receipt == completed and digest == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("content", "error"),
     [
@@ -223,6 +228,7 @@ def test_repo_base_is_rederived_from_the_cache(
     assert (changes["revision"]["old"], changes["revision"]["new"]) == (base["revision"], "f" * 40)
 
 
+@pytest.mark.fast
 def test_the_training_receipt_record_has_the_keys_of_its_schema() -> None:
     """records.TrainingReceipt, which readers are typed by, names what the hand-written schema names and requires."""
     from pydantic import TypeAdapter

@@ -72,6 +72,7 @@ def test_the_saved_index_is_what_transformers_defines() -> None:
     assert all(list(back[backends]) == list(modules) for backends, modules in real.items())
 
 
+@pytest.mark.fast
 def test_one_process_gets_the_same_structure_each_call(tmp_path: Path) -> None:
     """As transformers' lru_cache does: a folder asked for twice is the same object, defined once."""
     calls: list[tuple[str, str | None]] = []
@@ -109,6 +110,7 @@ def test_a_damaged_entry_is_defined_again(tmp_path: Path) -> None:
     assert again["defined"] == [first] and again["fast"] == fast_tokenizer()
 
 
+@pytest.mark.fast
 def test_a_save_removes_the_indexes_of_installs_gone_or_changed(tmp_path: Path) -> None:
     """Saving prunes an earlier format's index, a removed install's and a changed one's; a current one stays."""
     root = tmp_path / "mlx-agent"
@@ -140,6 +142,7 @@ def test_an_index_in_a_folder_others_can_write_is_not_read(tmp_path: Path) -> No
     path.parent.chmod(0o700)
 
 
+@pytest.mark.fast
 def test_a_process_that_already_imported_transformers_is_not_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Installed after transformers defined its structure, the index would only be stale work: install says no."""
     monkeypatch.setitem(sys.modules, transformers_index.MODULE, sys.modules.get("json"))
@@ -148,6 +151,7 @@ def test_a_process_that_already_imported_transformers_is_not_hooked(monkeypatch:
     assert sys.meta_path == before
 
 
+@pytest.mark.fast
 def test_the_cache_is_the_users_own_cache_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``$XDG_CACHE_HOME/mlx-agent`` when set, else ``~/.cache/mlx-agent`` here (``~/Library/Caches`` on macOS)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

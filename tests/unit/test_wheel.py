@@ -6,6 +6,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from mlx_agent.resources import PACKAGE_DIR, data_dir, recipes_dir, schemas_dir
 from tests.conftest import REPO_ROOT
 from tests.install_support import uv
@@ -27,6 +29,7 @@ def test_the_wheel_ships_recipes_schemas_and_kernels(tmp_path: Path) -> None:
     assert {f"mlx_agent/{p.relative_to(PACKAGE_DIR).as_posix()}" for p in data} <= names
 
 
+@pytest.mark.fast
 def test_the_resolver_reads_the_checkout_or_the_installed_package(tmp_path: Path) -> None:
     """From a checkout the folders beside the package are used; installed, the ones inside it."""
     assert recipes_dir() == REPO_ROOT / "recipes" and schemas_dir() == REPO_ROOT / "schemas"

@@ -17,6 +17,8 @@ from mlx_agent.plan.wiring import MAX_CONFIG_BYTES, ConfigFile, Edit, config_fil
 from mlx_agent.supervise import wiring
 from mlx_agent.supervise.locks import file_lock
 
+pytestmark = pytest.mark.fast
+
 CLAUDE_SETTINGS = """{
   "permissions": {
     "allow": [

@@ -105,7 +105,11 @@ def test_a_stream_reaches_the_sink_in_pieces_as_it_comes(tmp_path: Path) -> None
         server = await asyncio.start_unix_server(one, path=str(socket_path))
         async with server:
             reply = await open_reply(str(socket_path), "/v1/x", b"{}", {})
-            await asyncio.sleep(0.2)  # the first event arrives before anyone pipes it
+            arrived = asyncio.Event()
+            reply.on_progress = arrived.set
+            if not reply.kept:  # it may have come with the head
+                await asyncio.wait_for(arrived.wait(), 10)
+            assert reply.kept == [b"data: 1\n\n"]  # the first event arrived before anyone piped it
 
             def sink(piece: bytes) -> None:
                 pieces.append(piece)

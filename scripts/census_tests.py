@@ -1,0 +1,206 @@
+"""A census of one test run: the processes it starts by kind, their CPU by kind, and its slowest tests.
+
+    .venv/bin/python scripts/census_tests.py [--json FILE] [--pytest] [ARGS...]
+
+runs ``bash scripts/test ARGS`` (install, checks and tests, as CI does), or with ``--pytest`` only
+``pytest ARGS`` (a subset on a busy machine), and prints how many processes of each kind started (worker,
+front, CLI, agent, the test runner's own, the checks', others), the CPU each kind used, and the 20 slowest tests.
+
+How it counts (Linux only): it becomes the run's child subreaper, so that a server the CLI detaches stays in the
+run's tree, and reads /proc every ``POLL_S``: a process is the run's when its parent is. A process's CPU is its
+last reading; the census reaps the orphans it adopted and reads them as zombies, exactly, but a process that its
+own parent reaps between two readings loses what it used since the last (at most ``POLL_S`` of CPU each). A
+process that lives less than ``POLL_S`` may be missed. The slowest tests come from pytest's JUnit report (the
+time of each test's setup, call and teardown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.05
+PR_SET_CHILD_SUBREAPER = 36
+TICKS = os.sysconf("SC_CLK_TCK")
+SLOWEST = 20
+# By the command line, first match wins; a process matching none takes an agent parent's kind, else "other".
+# A stand-in runtime is a test's script named like the runtime it replaces; the real ones run as modules.
+KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("worker", ("-m mlx_agent.runtime", "-m mlx_lm.server", "-m mlx_vlm.server", "mlx.launch")),
+    ("front", ("-m mlx_agent.gateway",)),
+    ("cli", ("scripts/mlx-agent", "bin/mlx-agent")),
+    ("agent", (".cache/agents",)),
+    ("stand-in", ("fake_worker", "mlx_lm.server", "mlx_vlm.server")),
+    ("checks", ("bin/ruff", "-m mypy", "bin/mypy", "-m compileall")),
+    ("pytest", ("-m pytest", "exec(eval(sys.stdin.readline()))")),  # the run and its xdist workers
+)
+
+
+@dataclass
+class Proc:
+    """One process of the run: its kind and the CPU it was last seen to have used."""
+
+    kind: str
+    ppid: int
+    cpu_s: float = 0.0
+
+
+@dataclass
+class Census:
+    """The run's processes, by pid and start time (a pid can be reused within one run)."""
+
+    root: int
+    procs: dict[tuple[int, int], Proc] = field(default_factory=dict)
+    live: dict[int, tuple[int, int]] = field(default_factory=dict)  # pid -> key of the process living there now
+
+    def kind_of(self, cmdline: str, ppid: int) -> str:
+        """Classify a command line; an unclassified process under an agent is the agent's."""
+        for kind, marks in KINDS:
+            if any(mark in cmdline for mark in marks):
+                return kind
+        parent = self.live.get(ppid)
+        return "agent" if parent is not None and self.procs[parent].kind == "agent" else "other"
+
+    def poll(self, seen: set[int]) -> set[int]:
+        """Read /proc once: adopt new processes whose parent is the run's, update CPU, reap adopted zombies."""
+        now = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        for pid in sorted(now - seen):  # in pid order: a parent is usually seen before its children
+            fields = stat(pid)
+            if fields is None:
+                continue
+            ppid = int(fields[1])
+            if pid != self.root and ppid not in self.live:
+                continue
+            key = (pid, int(fields[19]))
+            cmdline = read(f"/proc/{pid}/cmdline").replace("\0", " ")
+            self.procs[key] = Proc(self.kind_of(cmdline, ppid), ppid)
+            self.live[pid] = key
+        for pid, key in list(self.live.items()):
+            fields = stat(pid)
+            if fields is None or int(fields[19]) != key[1]:
+                del self.live[pid]  # gone (its last reading stands)
+                continue
+            proc = self.procs[key]
+            proc.cpu_s = (int(fields[11]) + int(fields[12])) / TICKS
+            if proc.kind == "other":  # perhaps a shell or a wrapper (ip netns exec) that has since exec'd the program
+                proc.kind = self.kind_of(read(f"/proc/{pid}/cmdline").replace("\0", " "), proc.ppid)
+            if fields[0] == "Z" and int(fields[1]) == os.getpid() and pid != self.root:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)  # an orphan adopted as subreaper: read exactly, now reaped
+                del self.live[pid]
+        return now
+
+
+def stat(pid: int) -> list[str] | None:
+    """Return /proc/PID/stat's fields after the command name (state first), or None if the process is gone."""
+    text = read(f"/proc/{pid}/stat")
+    return text.rsplit(")", 1)[1].split() if text else None
+
+
+def read(path: str) -> str:
+    """Return a /proc file's text, or "" if the process is gone."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def slowest(junit: Path, count: int = SLOWEST) -> list[tuple[float, str]]:
+    """Return the ``count`` longest tests of a JUnit report, longest first."""
+    if not junit.is_file() or junit.stat().st_size == 0:
+        return []
+    cases = ET.parse(junit).getroot().iter("testcase")
+    timed = [(float(c.get("time", 0)), f"{c.get('classname', '')}::{c.get('name', '')}") for c in cases]
+    return sorted(timed, reverse=True)[:count]
+
+
+def run(command: list[str]) -> tuple[int, Census, float]:
+    """Run ``command`` under the census; return its exit status, the census and its wall time."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1) != 0:
+        print("census: cannot become a subreaper; detached servers may be missed", file=sys.stderr)
+    started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=ROOT)
+    census = Census(proc.pid)
+    done = threading.Event()
+
+    def watch() -> None:
+        seen: set[int] = set()
+        while not done.is_set():
+            seen = census.poll(seen)
+            time.sleep(POLL_S)
+        census.poll(seen)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    rc = proc.wait()
+    wall = time.monotonic() - started
+    done.set()
+    watcher.join()
+    return rc, census, wall
+
+
+def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[str, object]:
+    """Return the census as a document: starts and CPU by kind, totals, the slowest tests."""
+    starts = Counter(p.kind for p in census.procs.values())
+    cpu: dict[str, float] = {}
+    for p in census.procs.values():
+        cpu[p.kind] = cpu.get(p.kind, 0.0) + p.cpu_s
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round(sum(cpu.values()), 1),
+        "starts": dict(starts.most_common()),
+        "cpu_s_by_kind": {kind: round(s, 1) for kind, s in sorted(cpu.items(), key=lambda item: -item[1])},
+        "slowest_tests": [{"s": round(s, 2), "test": name} for s, name in tests],
+    }
+
+
+def main() -> int:
+    # The census's own options come first; everything from the first other argument (or after "--") is the run's.
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--json", type=Path, help="also write the census to this file")
+    parser.add_argument("--pytest", action="store_true", help="run pytest ARGS alone (no install, no checks)")
+    argv, own = sys.argv[1:], []
+    while argv and argv[0] in ("--json", "--pytest", "-h", "--help"):
+        own.extend(argv[:2] if argv[0] == "--json" else argv[:1])
+        argv = argv[2:] if argv[0] == "--json" else argv[1:]
+    options = parser.parse_args(own)
+    args = argv[1:] if argv[:1] == ["--"] else argv
+    with tempfile.TemporaryDirectory() as scratch:
+        junit = Path(scratch) / "junit.xml"
+        base = [sys.executable, "-m", "pytest"] if options.pytest else ["bash", "scripts/test"]
+        rc, census, wall = run([*base, f"--junitxml={junit}", *args])
+        doc = report(census, wall, slowest(junit))
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # the polling's cost, not counted above
+    print(f"\ncensus: exit {rc}, {doc['wall_s']} s wall, {doc['cpu_s']} s CPU in {len(census.procs)} processes")
+    print(f"(the census itself used {usage.ru_utime + usage.ru_stime:.1f} s CPU reading /proc every {POLL_S} s)")
+    starts, cpu = doc["starts"], doc["cpu_s_by_kind"]
+    assert isinstance(starts, dict) and isinstance(cpu, dict)
+    print(f"{'kind':<8} {'starts':>7} {'CPU s':>8}")
+    for kind in cpu:
+        print(f"{kind:<8} {starts.get(kind, 0):>7} {cpu[kind]:>8.1f}")
+    print(f"\nthe {SLOWEST} slowest tests (s):")
+    for test in doc["slowest_tests"]:  # type: ignore[attr-defined]
+        print(f"{test['s']:>8.2f}  {test['test']}")
+    if options.json:
+        options.json.write_text(json.dumps(doc, indent=2) + "\n")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

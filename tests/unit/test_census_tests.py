@@ -1,0 +1,64 @@
+"""scripts/census_tests.py: which kind each process of a run is, and which tests were slowest."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.fast
+
+
+@functools.cache
+def census_module() -> Any:
+    """Import scripts/census_tests.py (scripts/ is no package; its dataclasses look their module up by name)."""
+    spec = importlib.util.spec_from_file_location("census_tests", REPO_ROOT / "scripts" / "census_tests.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "kind"),
+    [
+        ("/r/.venv/bin/python -m mlx_agent.runtime mlx_lm --model /tmp/pytest-of-root/test_cli0/m", "worker"),
+        ("/r/.venv/bin/python -m mlx_agent.gateway --config /h/receipts/serve/8080.front.json", "front"),
+        ("ip netns exec t1 /r/.venv/bin/python /r/scripts/mlx-agent serve start --path /tmp/pytest-of-root/m", "cli"),
+        ("node /r/.cache/agents/node_modules/.bin/claude -p hello", "agent"),
+        ("/r/.venv/bin/python /tmp/pytest-of-root/test_hang0/mlx_lm.server --model m --port 9", "stand-in"),
+        ("/r/.venv/bin/python /tmp/pytest-of-root/test_front0/fake_worker.py --port 9", "stand-in"),
+        ("/r/.venv/bin/python -c import sys;exec(eval(sys.stdin.readline()))", "pytest"),
+        ("tmux -S /tmp/pytest-of-root/test_session0/tmux new-session -d", "other"),
+    ],
+)
+def test_each_process_is_counted_by_what_it_runs(cmdline: str, kind: str) -> None:
+    """A command line's kind is the program it runs, not a test's name that one of its paths mentions."""
+    assert census_module().Census(root=1).kind_of(cmdline, ppid=1) == kind
+
+
+def test_what_an_agent_starts_is_the_agent_s() -> None:
+    """A process an agent starts (a shell, a search) counts as the agent's; the same under a test is other."""
+    census = census_module()
+    run = census.Census(root=1)
+    run.procs[(2, 0)] = census.Proc("agent", 1)
+    run.live[2] = (2, 0)
+    assert run.kind_of("/usr/bin/rg --files", ppid=2) == "agent"
+    assert run.kind_of("/usr/bin/rg --files", ppid=1) == "other"
+
+
+def test_the_slowest_tests_come_from_the_junit_report(tmp_path: Path) -> None:
+    """The report's test cases, longest first, cut to the count asked; a missing report gives none."""
+    junit = tmp_path / "junit.xml"
+    cases = "".join(f'<testcase classname="tests.unit.t" name="test_{i}" time="{i}.5"/>' for i in range(5))
+    junit.write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
+    slowest = census_module().slowest
+    assert slowest(junit, 2) == [(4.5, "tests.unit.t::test_4"), (3.5, "tests.unit.t::test_3")]
+    assert slowest(tmp_path / "none.xml") == []
