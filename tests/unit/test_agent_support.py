@@ -93,11 +93,13 @@ def warnings_of(record: Any) -> list[str]:
     return agent_warnings([model])
 
 
+@pytest.mark.fast
 def test_the_expectations_cover_the_whole_corpus() -> None:
     """Every template of the corpus has its expected record here, and nothing else does."""
     assert sorted(EXPECTED) == sorted(t.name for t in corpus())
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("entry", corpus(), ids=lambda t: t.name)
 def test_every_real_template_gets_its_record_and_warnings(entry: Template, tmp_path: Path) -> None:
     """Tools, parser, thinking and render errors are the template's; each failing property is warned, with a remedy."""
@@ -117,6 +119,7 @@ def test_every_real_template_gets_its_record_and_warnings(entry: Template, tmp_p
     assert warnings_of(record) == expected
 
 
+@pytest.mark.fast
 def test_the_warnings_read_plainly_with_their_remedy(tmp_path: Path) -> None:
     """The wording agents and people read is stable: what fails, and the option that fixes it."""
     record = record_of(corpus_source(template("google-gemma-2-2b-it"), tmp_path))
@@ -131,6 +134,7 @@ def test_the_warnings_read_plainly_with_their_remedy(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.fast
 def test_a_checkpoint_without_a_template_says_only_that(tmp_path: Path) -> None:
     """No template: one warning, the root cause, and the record says so."""
     record = record_of(checkpoint(tmp_path, {"eos_token": "</s>"}))
@@ -138,6 +142,7 @@ def test_a_checkpoint_without_a_template_says_only_that(tmp_path: Path) -> None:
     assert warnings_of(record) == [f"m: {NO_TEMPLATE}"]
 
 
+@pytest.mark.fast
 def test_a_template_file_beats_tokenizer_config_and_repeats_its_bound_identity(tmp_path: Path) -> None:
     """chat_template.jinja is what transformers reads first; the record names it with the source's own sha256."""
     qwen = template("Qwen3-Coder").source
@@ -154,6 +159,7 @@ def test_a_template_file_beats_tokenizer_config_and_repeats_its_bound_identity(t
     assert record["tool_parser"] == "qwen3_coder"
 
 
+@pytest.mark.fast
 def test_named_templates_render_tool_use_and_get_no_parser_as_mlx_lm_reads_them(tmp_path: Path) -> None:
     """Several named templates: tools render with ``tool_use``; mlx_lm infers no parser from a dict: warned."""
     hermes = template("NousResearch-Hermes-3-Llama-3.1-8B-tool_use").source
@@ -163,6 +169,7 @@ def test_named_templates_render_tool_use_and_get_no_parser_as_mlx_lm_reads_them(
     assert warnings_of(record) == [f"m: {NO_PARSER}"]
 
 
+@pytest.mark.fast
 def test_the_checkpoint_and_the_option_name_the_parser_before_the_template(tmp_path: Path) -> None:
     """tokenizer_config's tool_parser_type wins over the template's markers, and --tool-parser over both."""
     config = {"chat_template": template("Qwen3-Coder").source, "tool_parser_type": "json_tools"}
@@ -172,6 +179,7 @@ def test_the_checkpoint_and_the_option_name_the_parser_before_the_template(tmp_p
     assert (chosen["tool_parser"], chosen["tool_parser_from"]) == ("llama3_json", "option")
 
 
+@pytest.mark.fast
 def test_a_chat_template_option_is_bound_by_sha256_and_fixes_the_warnings(tmp_path: Path) -> None:
     """--chat-template FILE replaces a template that cannot serve agents; its file is bound by content."""
     gemma = corpus_source(template("google-gemma-3-it"), tmp_path / "model")
@@ -193,6 +201,7 @@ def test_a_chat_template_option_is_bound_by_sha256_and_fixes_the_warnings(tmp_pa
     ("text", "why"),
     [(None, "not a file"), ("{% if %}", "not a readable jinja template"), (b"\xff\xfe", "not a readable jinja")],
 )
+@pytest.mark.fast
 def test_a_chat_template_file_that_cannot_be_a_template_is_refused(
     tmp_path: Path, text: str | bytes | None, why: str
 ) -> None:
@@ -207,12 +216,14 @@ def test_a_chat_template_file_that_cannot_be_a_template_is_refused(
     assert raised.value.details["option"] == "--chat-template"
 
 
+@pytest.mark.fast
 def test_a_relative_chat_template_path_is_refused() -> None:
     """The command line takes an absolute path only (a models file's is read from its directory)."""
     with pytest.raises(InvalidArguments, match="not an absolute path"):
         template_file("templates/qwen.jinja")
 
 
+@pytest.mark.fast
 def test_installed_parsers_are_the_runtimes_modules_and_ours() -> None:
     """mlx_lm's parser modules are read from the sources the plan binds (no import), then ours are added."""
     runtime: Any = {
@@ -226,6 +237,7 @@ def test_installed_parsers_are_the_runtimes_modules_and_ours() -> None:
     assert installed_parsers(runtime) == sorted({"mistral", *OUR_PARSERS})
 
 
+@pytest.mark.fast
 def test_the_harmony_tokens_are_the_workers() -> None:
     """The plan calls a template Harmony by the very tokens the worker's Harmony reader needs."""
     from mlx_agent.runtime.reply.harmony import REQUIRED_TOKENS
@@ -247,6 +259,7 @@ def test_runtimes_other_than_wrapped_mlx_lm(tiny_model: Path, tmp_path: Path) ->
     assert embedding["agents"] is None and agent_warnings([embedding]) == []
 
 
+@pytest.mark.fast
 def test_a_render_error_is_recorded_the_same_on_every_preview(tmp_path: Path) -> None:
     """An error naming an object is recorded without its address, so the plan's hash does not move."""
     source = checkpoint(tmp_path, {"chat_template": "{{ raise_exception(raise_exception) }}"})
@@ -255,6 +268,7 @@ def test_a_render_error_is_recorded_the_same_on_every_preview(tmp_path: Path) ->
     assert first["render_error"].startswith("a user turn (TemplateError: ") and " at 0x" not in first["render_error"]
 
 
+@pytest.mark.fast
 def test_a_template_is_never_given_to_an_untrusted_jinja2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Below jinja2 3.1.6 (sandbox escapes) nothing is rendered, and the plan says why."""
     import jinja2
@@ -267,6 +281,7 @@ def test_a_template_is_never_given_to_an_untrusted_jinja2(tmp_path: Path, monkey
     assert not record["renders_tools"]
 
 
+@pytest.mark.fast
 def test_a_template_that_is_not_jinja_is_recorded_with_its_line(tmp_path: Path) -> None:
     """A checkpoint's broken template is not refused (completions still work): the plan names the error."""
     record = record_of(checkpoint(tmp_path, {"chat_template": "{{ messages }}\n{% if %}"}))

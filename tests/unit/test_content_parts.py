@@ -16,6 +16,8 @@ from mlx_agent.gateway.ollama.request import translate_chat
 from mlx_agent.gateway.openai.request import prepare
 from tests.unit.test_gateway_images import PNG_B64, PNG_URL, model, refusal
 
+pytestmark = pytest.mark.fast
+
 HOSTILE_MEDIA: list[dict[str, Any]] = [
     {"type": "video_url", "video_url": {"url": "http://127.0.0.1:9/v.mp4"}},
     {"type": "video_url", "video_url": "file:///root/secret.mp4"},

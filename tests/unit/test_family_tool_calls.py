@@ -53,6 +53,7 @@ def test_the_worker_loads_the_parser_the_plan_declares(tokenizers: dict[str, Any
         assert tokenizers[family.template].tool_call_start == expected.tool_call_start, family.template
 
 
+@pytest.mark.fast
 def test_every_corpus_template_with_a_call_syntax_is_a_family() -> None:
     """Each corpus template whose calls a parser reads has its cases here (gpt-oss's Harmony has its own tests)."""
     from tests.template_corpus import corpus
@@ -63,6 +64,7 @@ def test_every_corpus_template_with_a_call_syntax_is_a_family() -> None:
     assert harmony_or_none == {"gpt-oss", "gemma2", "gemma3", "phi3.5", "phi4-mini", "smollm3"}
 
 
+@pytest.mark.fast
 def test_mlx_lm_choice_stands_and_ours_fills_only_its_gaps() -> None:
     """The wrapped selection returns mlx_lm's own answer when it has one, ours only when it has none."""
 
@@ -86,6 +88,7 @@ def test_installing_twice_wraps_once(fixed: None) -> None:
     assert (tokenizer_utils._infer_tool_parser, glm47.parse_tool_call) == first
 
 
+@pytest.mark.fast
 def test_mistral_small_keeps_the_model_id_and_the_name() -> None:
     """``NAME[CALL_ID]ID[ARGS]{...}`` is the call NAME with the model's id, not a call named ID."""
     assert family_parsers.header_calls('get_time[CALL_ID]123456789[ARGS]{"city": "x"}') == [
@@ -122,6 +125,7 @@ def test_the_family_table_counts_every_case() -> None:
     assert json.loads(json.dumps(rows)) == rows
 
 
+@pytest.mark.fast
 def test_llama_reads_only_calls() -> None:
     """Calls are read; an ordinary answer that starts like one is no call; a broken call raises (kept, marked)."""
     from mlx_agent.runtime.reply.parsers import NotACall, llama3_json
@@ -142,6 +146,7 @@ def test_llama_reads_only_calls() -> None:
         assert not isinstance(raised.value, NotACall)
 
 
+@pytest.mark.fast
 def test_deepseek_refuses_a_call_without_its_end() -> None:
     """A DeepSeek call cut before its end marker, or text that is not a call, raises rather than guessing."""
     from mlx_agent.runtime.reply.parsers import deepseek_v3 as ds

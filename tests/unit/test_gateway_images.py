@@ -23,6 +23,8 @@ from mlx_agent.gateway.responses import request as responses
 from mlx_agent.records import FrontModelConfig
 from tests.gateway_support import gateway_config
 
+pytestmark = pytest.mark.fast
+
 
 def png_bytes(width: int, height: int, *, pixels: bool = True) -> bytes:
     """Return a solid PNG of ``width`` x ``height`` (with ``pixels=False``, a valid header and no image data)."""

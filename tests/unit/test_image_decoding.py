@@ -16,6 +16,8 @@ from mlx_agent.gateway.upstream import read_error
 from tests.media_traps import lying_png, thin_png, truncated_png
 from tests.unit.test_gateway_images import PNG, PNG_URL, png_bytes, refusal
 
+pytestmark = pytest.mark.fast
+
 ECHO = "A" * 10_000  # what a FastAPI validation error echoes back: the client's own (base64) input
 BAD_IMAGES: dict[str, Callable[[], bytes]] = {"lying": lying_png, "thin": thin_png, "truncated": truncated_png}
 

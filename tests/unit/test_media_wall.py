@@ -32,11 +32,13 @@ def chat(*parts: Any) -> dict[str, Any]:
         {"type": "image_url", "image_url": {"url": PNG_URL, "extra": "/etc/passwd"}},
     ],
 )
+@pytest.mark.fast
 def test_an_image_part_naming_anything_but_data_is_refused(part: dict[str, Any]) -> None:
     """An image part with any string other than a data:image URL (type and detail aside) is image_invalid."""
     assert refusal(chat(part)) is not None and refusal(chat(part))[0] == "image_invalid"  # type: ignore[index]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("kind", MEDIA_TYPES)
 def test_every_video_audio_or_file_part_is_refused_wherever_it_sits(kind: str) -> None:
     """A media part is refused in a message, in a Responses input and deep in any other field."""
@@ -45,6 +47,7 @@ def test_every_video_audio_or_file_part_is_refused_wherever_it_sits(kind: str) -
         assert refusal(doc) is not None and refusal(doc)[0] == "media_unsupported"  # type: ignore[index]
 
 
+@pytest.mark.fast
 def test_data_images_and_text_pass() -> None:
     """Data URL images (object or string, with detail) and text pass the wall."""
     parts = [
@@ -85,6 +88,7 @@ def serve_through_wall(body: bytes) -> tuple[list[MutableMapping[str, Any]], byt
     return sent, seen[0] if seen else None
 
 
+@pytest.mark.fast
 def test_the_wall_answers_400_before_mlx_vlm_reads_the_body() -> None:
     """A refused body never reaches the app; the answer is a 400 OpenAI error object."""
     sent, seen = serve_through_wall(json.dumps(chat({"type": "video", "video": "/root/x.mp4"})).encode())
@@ -92,6 +96,7 @@ def test_the_wall_answers_400_before_mlx_vlm_reads_the_body() -> None:
     assert json.loads(sent[1]["body"])["error"]["code"] == "media_unsupported"
 
 
+@pytest.mark.fast
 def test_a_body_that_passes_reaches_the_app_whole() -> None:
     """A body that passes reaches the app as it was sent, however it arrived."""
     body = json.dumps(chat({"type": "image_url", "image_url": PNG_URL})).encode()

@@ -26,6 +26,7 @@ def flag(path: Path, data: bytes) -> list[str]:
     return [CHAT_TEMPLATE_FLAG, f"{path}={hashlib.sha256(data).hexdigest()}:{len(data)}"]
 
 
+@pytest.mark.fast
 def test_the_reviewed_template_is_returned_and_its_flag_taken_out(tmp_path: Path) -> None:
     """An unchanged file gives its text; the runtime's own arguments stay, in order."""
     path = tmp_path / "t.jinja"
@@ -34,11 +35,13 @@ def test_the_reviewed_template_is_returned_and_its_flag_taken_out(tmp_path: Path
     assert (text, rest) == ("héllo {{ x }}", ["--model", "m", "--port", "1"])
 
 
+@pytest.mark.fast
 def test_no_flag_means_no_template() -> None:
     """Without the flag the checkpoint's template stays (None), and argv is untouched."""
     assert reviewed_template(["--model", "m"]) == (None, ["--model", "m"])
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("change", ["edited", "removed", "linked"])
 def test_a_template_changed_after_review_is_refused(
     tmp_path: Path, change: str, capsys: pytest.CaptureFixture[str]
@@ -64,6 +67,7 @@ def test_a_template_changed_after_review_is_refused(
     assert (refusal["code"], refusal["details"]["files"][0]["reason"]) == ("adapter_changed", reason)
 
 
+@pytest.mark.fast
 def test_the_options_are_added_over_mlx_lms_own_tokenizer_config() -> None:
     """The wrapped load gets mlx_lm's own config with the options on top; its signature is upstream's."""
     seen: dict[str, Any] = {}
