@@ -593,11 +593,11 @@ def assert_no_model_trouble(stderr: str) -> None:
     assert not said, "\n".join(said)
 
 
-def codex_window(home: Path) -> int:
-    """Return the context window Codex's last session says it used (its rollout's first ``task_started``)."""
+def codex_session(home: Path) -> tuple[int, str]:
+    """Return the window and base instructions Codex's last session used (its rollout's meta and ``task_started``)."""
     [rollout] = sorted((home / "sessions").rglob("rollout-*.jsonl"), key=lambda p: p.stat().st_mtime)[-1:]
-    for line in rollout.read_text().splitlines():
-        payload = json.loads(line).get("payload") or {}
-        if payload.get("type") == "task_started":
-            return int(payload["model_context_window"])
-    raise AssertionError(f"no task_started in {rollout}")
+    records = [json.loads(line) for line in rollout.read_text().splitlines()]
+    [meta] = [r["payload"] for r in records if r.get("type") == "session_meta"][:1]
+    started = [r["payload"] for r in records if (r.get("payload") or {}).get("type") == "task_started"]
+    assert started, f"no task_started in {rollout}"
+    return int(started[0]["model_context_window"]), str(meta["base_instructions"]["text"])

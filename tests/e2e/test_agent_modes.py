@@ -26,7 +26,7 @@ from tests.agents_support import (
     clean_env,
     codex_exec,
     codex_home,
-    codex_window,
+    codex_session,
     inside,
     loopback_namespace,
     notes_to_read,
@@ -43,6 +43,7 @@ ANSWER = "Basil"
 KEY = "sk-local-modes-key"
 WINDOW = 65536
 CODEX_USABLE = 95  # Codex uses 95% of a window it is given (its effective_context_window_percent default)
+CODEX_FALLBACK_WINDOW = 272000  # the window of Codex's fallback metadata (``model_info_from_slug``)
 # What the pinned Claude Code writes on stderr when auto mode could not have an action checked (its own words).
 CLAUDE_UNCHECKED = "Auto mode can't check actions in this session."
 
@@ -117,19 +118,27 @@ def test_claude_in_auto_mode_does_not_run_a_call_that_needs_the_check(
 
 
 def test_codex_with_an_auth_provider_uses_the_served_window(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
-    """Codex with an ``auth`` table and no window setting takes the catalogue's: its window follows the served one."""
+    """Codex with an ``auth`` table takes the catalogue: the served window, its own prompt as on fallback metadata.
+
+    The same Codex with ``env_key`` asks for no catalogue and uses its fallback metadata: the window differs, the
+    instructions do not.
+    """
     work, notes = notes_to_read(tmp_path, 1)
     model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER, window=WINDOW)
     cli = inside(agent, namespace)
     port = serve(cli, model, [], KEY, tmp_path)
-    home = codex_home(tmp_path / "codex-home", port, model="local-coder", key_file=tmp_path / "keys")
-    done = namespace.run(
-        codex_exec("Cat a.txt, then tell me the word."), clean_env(tmp_path, CODEX_HOME=str(home)), work, 300
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
-    assert_no_model_trouble(done.stderr)
-    assert codex_window(home) == WINDOW * CODEX_USABLE // 100  # the fallback's would be 272000's
+    used = {}
+    for kind, key_file in (("auth", tmp_path / "keys"), ("env_key", None)):
+        home = codex_home(tmp_path / f"codex-{kind}", port, model="local-coder", key_file=key_file)
+        env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY=KEY)
+        done = namespace.run(codex_exec("Cat a.txt, then tell me the word."), env, work, 300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
+        assert_no_model_trouble(done.stderr)  # env_key: Codex asks for no catalogue, and says nothing either
+        used[kind] = codex_session(home)
+    assert used["auth"][0] == WINDOW * CODEX_USABLE // 100
+    assert used["env_key"][0] == CODEX_FALLBACK_WINDOW * CODEX_USABLE // 100
+    assert used["auth"][1] == used["env_key"][1]  # Codex's own prompt either way, byte for byte
     assert all(line["status"] == 200 for line in request_lines(cli, port))
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0
 
@@ -150,5 +159,5 @@ def test_run_codex_reads_the_catalogue_without_a_word_on_stderr(
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
     assert_no_model_trouble(done.stderr)
-    assert codex_window(home) == WINDOW * CODEX_USABLE // 100
+    assert codex_session(home)[0] == WINDOW * CODEX_USABLE // 100
     assert cli.run("serve", "stop", "--port", str(port)).rc == 0

@@ -13,9 +13,9 @@ window, lower when the reply ceiling needs more room, the rule `run` and `wire` 
 a vision model. What the front does not know is Codex's own fallback value, so the catalogue changes nothing
 else: no reasoning levels (Codex then asks for no effort, and the model thinks as its plan set it), no
 reasoning summaries (the front makes none), Codex's own shell and patch tools, single tool calls.
-``base_instructions`` is required: it is Codex's own base prompt (``codex_instructions.md``, its
-``prompt.md`` as the pinned binary holds it, Apache-2.0), so Codex sends the model the instructions it sends
-with fallback metadata, byte for byte (it removes the sections whose tools are off either way).
+``base_instructions`` is required: it is Codex's own base prompt (``codex_instructions.md``: the constant the
+pinned binary holds, verbatim; openai/codex is Apache-2.0), so Codex uses the instructions it uses with
+fallback metadata, byte for byte (and removes the sections whose tools are off, either way).
 """
 
 from __future__ import annotations
