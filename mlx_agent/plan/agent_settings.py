@@ -80,7 +80,8 @@ CLAUDE_AUTO_MODE_NOTE = (
     "and Claude Code goes on without the check: an action that needs it asks for your approval "
     "(interactive) or is not run (claude -p, which then exits 1); actions auto mode allows without it, "
     "such as reads, still run. Set CLAUDE_CODE_AUTO_MODE_SERVER=0 to have Claude Code judge those actions "
-    "with its own classifier on the served model instead (a side request of about 80k prompt tokens each)."
+    "with its own classifier on the served model instead (side requests, each with a prompt of about 140,000 "
+    "characters, for every such action)."
 )
 CLAUDE_ASSUMED_WINDOW = 200000  # what Claude Code assumes for a model name it does not know
 CLAUDE_MIN_COMPACT_WINDOW = 100000

@@ -129,6 +129,31 @@ def dangerous_session(tmp_path: Path) -> tuple[Path, Path, Path]:
     return work, junk, session_model(tmp_path / "model", [call], ANSWER)
 
 
+def test_claude_auto_mode_server_off_judges_with_its_own_classifier(
+    agent: Agent, tmp_path: Path, namespace: Namespace
+) -> None:
+    """With CLAUDE_CODE_AUTO_MODE_SERVER=0 (the note's way out) nothing is refused; the served model is asked instead.
+
+    Claude Code sends neither the field nor the beta, and asks its own classifier (side requests to the served
+    model) about the call; the scripted model's answer is no verdict, so the call does not run.
+    """
+    work, junk, model = dangerous_session(tmp_path)
+    cli = inside(agent, namespace)
+    port = serve(cli, model, [], KEY, tmp_path)
+    debug = tmp_path / "claude-debug.log"
+    claude = ["-p", "Remove the junk folder.", "--permission-mode", "auto", "--output-format", "json"]
+    argv = mlx_agent("run", "claude", "--port", str(port), "--agent-bin", str(agent_binary("claude")))
+    env = {**cli_env(cli, user_home(tmp_path / "user")), "CLAUDE_CODE_AUTO_MODE_SERVER": "0"}
+    done = namespace.run([*argv, "--", *claude, "--debug-file", str(debug)], env, work, timeout=600)
+    assert junk.is_dir(), done.stdout + done.stderr
+    lines = request_lines(cli, port)
+    assert all(line["status"] == 200 for line in lines), [(li["endpoint"], li["status"]) for li in lines]
+    log = debug.read_text()
+    assert "classifier_request_started" in log and "new action being classified: tool=Bash" in log, log
+    assert len(lines) > 2  # the session's two turns, and the classifier's side requests
+    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
 def press_until(ui: Tmux, key: str, shown: Callable[[str], bool]) -> None:
     """Press ``key`` until the screen shows what ``shown`` looks for (a dialog may drop a key while it opens)."""
     for _ in range(10):
