@@ -271,6 +271,7 @@ class PromptBody(Body):
     cache_control: Any = None  # accepted without effect (the worker caches prompt prefixes by itself)
     context_management: Any = None
     service_tier: Any = None
+    safeguards: Any = None  # Claude Code's auto-mode check: refused with its reason (gateway/anthropic/safeguards.py)
 
     @field_validator("system")
     @classmethod

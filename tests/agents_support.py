@@ -326,16 +326,32 @@ def codex_exec(prompt: str) -> list[str]:
 
 
 def codex_home(
-    directory: Path, port: int, *, model: str = "gpt-5-codex", top: str = "", provider: str = "", name: str = "local"
+    directory: Path,
+    port: int,
+    *,
+    model: str = "gpt-5-codex",
+    top: str = "",
+    provider: str = "",
+    name: str = "local",
+    key_file: Path | None = None,
 ) -> Path:
     """Make a Codex home whose provider ``local`` (named ``name``) is the front on ``port``; return it.
 
-    ``top`` adds lines to the top-level settings, ``provider`` to the provider's table (Responses API).
+    ``top`` adds lines to the top-level settings, ``provider`` to the provider's table (Responses API). The key
+    comes from ``$LOCAL_API_KEY`` (``env_key``), or with ``key_file`` from an ``auth`` table whose command reads
+    that file, as `run codex` and `wire codex` give a keyed server (Codex then also asks for its model catalogue).
     """
+    from mlx_agent.plan.agent_settings import KEY_READER
+
+    if key_file is None:
+        key = 'env_key = "LOCAL_API_KEY"\n'
+    else:
+        args = json.dumps([*KEY_READER[1:], str(key_file)])  # a JSON array of plain strings is TOML too
+        key = f"auth = {{ command = {json.dumps(KEY_READER[0])}, args = {args} }}\n"
     directory.mkdir()
     (directory / "config.toml").write_text(
         f'model = "{model}"\nmodel_provider = "local"\n{top}\n[model_providers.local]\nname = "{name}"\n'
-        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n{provider}'
+        f'base_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\n{key}{provider}'
     )
     return directory
 
@@ -593,3 +609,23 @@ def log_tail(agent: Agent, port: int, source: str, count: int = 20) -> str:
 def error_lines(stderr: str) -> list[str]:
     """Return the lines of an agent's stderr that report an error (the word error, in any case)."""
     return [line for line in stderr.splitlines() if re.search(r"\berror\b", line, re.IGNORECASE)]
+
+
+# What Codex logs on stderr when its model catalogue cannot be read or has no entry for the model it uses.
+CODEX_MODEL_TROUBLE = ("failed to refresh available models", "fallback model metadata", "failed to decode models")
+
+
+def assert_no_model_trouble(stderr: str) -> None:
+    """Check that Codex said nothing about its model catalogue (it read the front's, which names its model)."""
+    said = [line for line in stderr.splitlines() if any(t in line for t in CODEX_MODEL_TROUBLE)]
+    assert not said, "\n".join(said)
+
+
+def codex_session(home: Path) -> tuple[int, str]:
+    """Return the window and base instructions Codex's last session used (its rollout's meta and ``task_started``)."""
+    [rollout] = sorted((home / "sessions").rglob("rollout-*.jsonl"), key=lambda p: p.stat().st_mtime)[-1:]
+    records = [json.loads(line) for line in rollout.read_text().splitlines()]
+    [meta] = [r["payload"] for r in records if r.get("type") == "session_meta"][:1]
+    started = [r["payload"] for r in records if (r.get("payload") or {}).get("type") == "task_started"]
+    assert started, f"no task_started in {rollout}"
+    return int(started[0]["model_context_window"]), str(meta["base_instructions"]["text"])

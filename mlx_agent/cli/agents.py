@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from mlx_agent.plan.agent_settings import CLIENTS
+from mlx_agent.plan.agent_settings import CLIENTS, agent_notes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,6 +91,8 @@ def run_agent(
         argv, env = agent_run.agent_launch(agent, facts, model, binary, list(args), dict(os.environ))
     except MlxAgentError as exc:
         fail("run", exc, as_json)
+    for note in agent_notes(agent):  # on stderr before the agent takes the terminal: stdout is the agent's
+        click.echo(f"note: {note}", err=True)
     agent_run.exec_agent(argv, env)
 
 
@@ -153,9 +155,11 @@ def wire_env(
                 env, unset, argv, "fish" if shell == "fish" else "sh", facts.key_file, frozenset(hidden)
             ),
         }
-        return data, []
+        return data, agent_notes(client)
 
     def render(data: dict[str, Any], warnings: list[str]) -> None:
         sys.stdout.write(data["text"])
+        for note in warnings:  # stderr: stdout is the text a shell evaluates
+            click.echo(f"note: {note}", err=True)
 
     run("wire.env", as_json, action, render)

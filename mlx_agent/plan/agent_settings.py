@@ -72,6 +72,17 @@ CLAUDE_UNSET: tuple[str, ...] = (
     "CLAUDE_CODE_USE_VERTEX",
     "CLAUDE_CODE_USE_FOUNDRY",
 )
+# What `run claude`, `wire claude` and `wire env --agent claude` tell the user (gateway/anthropic/safeguards.py:
+# why the front refuses the field; what Claude Code then does was seen with the pinned binary, -p and tmux).
+CLAUDE_AUTO_MODE_NOTE = (
+    "Claude Code's auto mode: its server-side check of risky tool calls (Anthropic's classifier, the "
+    "`safeguards` field) is not available on a local model. The server refuses the field once per session "
+    "and Claude Code goes on without the check: an action that needs it asks for your approval "
+    "(interactive) or is not run (claude -p, which then exits 1); actions auto mode allows without it, "
+    "such as reads, still run. Set CLAUDE_CODE_AUTO_MODE_SERVER=0 to have Claude Code judge those actions "
+    "with its own classifier on the served model instead (side requests, each with a prompt of about 140,000 "
+    "characters, for every such action)."
+)
 CLAUDE_ASSUMED_WINDOW = 200000  # what Claude Code assumes for a model name it does not know
 CLAUDE_MIN_COMPACT_WINDOW = 100000
 CLAUDE_DEFAULT_OUTPUT = 32000  # what it asks by default; more than a small window can spare
@@ -147,6 +158,11 @@ def _small(facts: ServedFacts, main: str) -> str:
     return next((n for n in names(facts) if "haiku" in n.lower()), main)
 
 
+def agent_notes(agent: str | None) -> list[str]:
+    """Return what the user must know about ``agent`` on a local server (what it loses), to print where they are."""
+    return [CLAUDE_AUTO_MODE_NOTE] if agent == "claude" else []
+
+
 def claude_output(facts: ServedFacts) -> int | None:
     """Return the reply limit Claude Code should ask: the ceiling, else a quarter of the window, at most 32000."""
     if facts.max_output_tokens is not None:
@@ -186,15 +202,22 @@ def claude_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
     return env
 
 
-def codex_compact_limit(facts: ServedFacts) -> int | None:
-    """Return where Codex should compact: 90% of the window, lower when the reply ceiling needs more room."""
-    window = facts.context_window
+def compact_limit(window: int | None, output: int | None) -> int | None:
+    """Return where Codex should compact: 90% of ``window``, lower when the reply ceiling ``output`` needs more room.
+
+    One rule for the settings `run`/`wire` give Codex and the catalogue the front answers it (``codex_models.py``).
+    """
     if window is None:
         return None
     limit = int(window * CODEX_COMPACT_FRACTION)
-    if facts.max_output_tokens is not None:
-        limit = min(limit, window - facts.max_output_tokens)
+    if output is not None:
+        limit = min(limit, window - output)
     return max(limit, 1)
+
+
+def codex_compact_limit(facts: ServedFacts) -> int | None:
+    """Return where Codex should compact on this server (``compact_limit`` of the main model's window and ceiling)."""
+    return compact_limit(facts.context_window, facts.max_output_tokens)
 
 
 def codex_auth(facts: ServedFacts) -> dict[str, Any] | None:

@@ -463,7 +463,7 @@ def agent_edits(
     """
     from mlx_agent.plan import agent_settings as settings
 
-    warnings: list[str] = []
+    warnings = settings.agent_notes(agent)
     if agent == "claude":
         env = settings.claude_env(facts, model)
         edits: list[Edit] = []

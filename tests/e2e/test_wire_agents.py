@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.plan.agent_settings import CHECKED
+from mlx_agent.plan.agent_settings import CHECKED, CLAUDE_AUTO_MODE_NOTE
 from tests.agents_support import (
     AGENT_PACKAGES,
     Namespace,
     agent_binary,
     assert_cache_reuse,
+    assert_no_model_trouble,
     cat_call,
     clean_env,
     codex_exec,
@@ -117,7 +118,9 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     shown = cli.run("wire", "claude", "--port", str(port), check_json=False)  # what a person reads
     assert shown.rc == 0 and f"+++ {settings}" in shown.stdout and "preview_hash: " in shown.stdout, shown.stdout
     assert '+    "ANTHROPIC_BASE_URL": ' in shown.stdout and "# the original is kept as " in shown.stdout
+    assert f"warning: {CLAUDE_AUTO_MODE_NOTE}" in shown.stderr  # what auto mode loses, where the user reads
     done = wired(cli, "claude", "--port", str(port))
+    assert done["warnings"] == [CLAUDE_AUTO_MODE_NOTE] * 2  # the preview's and the confirm's
     written = json.loads(settings.read_text())
     assert list(written) == [*CLAUDE_SETTINGS, "apiKeyHelper"]  # the user's keys first, in their order
     assert written["env"]["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{port}" and written["env"]["EDITOR"] == "vim"
@@ -190,6 +193,7 @@ def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     ran = namespace.run(argv, plain, work, 600)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.strip().splitlines()[-1] == ANSWER, ran.stdout
+    assert_no_model_trouble(ran.stderr)  # the auth provider asks for the catalogue, and decodes the answer
     turns = session_turns(cli, port, prompt, len(notes) + 1)  # every request line 200: the key was accepted
     assert {t["model"] for t in turns} == {"local-coder"}
     assert_cache_reuse(turns)

@@ -295,3 +295,11 @@ def test_cli_refusals_are_envelopes(tmp_path: Path, args: list[str], code: str, 
     done = subprocess.run([sys.executable, str(LAUNCHER), *args], capture_output=True, text=True, env=env)
     doc = json.loads(done.stdout)
     assert (done.returncode, doc["status"], doc["error"]["code"]) == (rc, "error", code), done.stdout + done.stderr
+
+
+def test_only_claude_is_told_what_auto_mode_loses() -> None:
+    """`run`/`wire` tell a Claude Code user that auto mode's server-side check is gone and what happens instead."""
+    [note] = settings.agent_notes("claude")
+    assert "auto mode" in note and "safeguards" in note and "not available on a local model" in note
+    assert "asks for your approval" in note and "exits 1" in note  # what the pinned Claude Code then does
+    assert all(settings.agent_notes(other) == [] for other in ("codex", "opencode", "openai", None))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -253,6 +254,27 @@ def test_what_the_runtime_cannot_honour_is_refused(body: dict[str, Any], param: 
     """Each refusal is a 400 invalid_request_error naming the offending field."""
     refusal = refused(body)
     assert (refusal.status, refusal.type_, refusal.param, refusal.code) == (400, "invalid_request_error", param, code)
+
+
+# How the pinned Claude Code (2.1.332) recognises a refusal of its safeguards field by the error's message.
+CLAUDE_CODE_READS = re.compile(r"^(?:body\.)?safeguards(?:\.\w+)*:")
+
+
+def test_auto_modes_safeguards_are_refused_in_the_words_claude_code_reads() -> None:
+    """``safeguards`` (auto mode's check) is unsupported_parameter whose message starts ``safeguards:``, as counted too.
+
+    Claude Code matches that start (``CLAUDE_CODE_READS``, its own regex) to send the request again without the
+    field and the beta header, and to keep both off for the session.
+    """
+    asked = [{"type": "dangerous_tool_use", "classifier_context": {"v": 1, "permission_mode": "auto", "rules": {}}}]
+    counted = {k: v for k, v in ask(safeguards=asked).items() if k != "max_tokens"}
+    for body, counting in ((ask(safeguards=asked), False), (counted, True)):
+        with pytest.raises(RequestRefused) as caught:
+            translate(body, counting=counting)
+        refusal = caught.value
+        assert (refusal.status, refusal.param, refusal.code) == (400, "safeguards", "unsupported_parameter")
+        assert CLAUDE_CODE_READS.match(str(refusal)), str(refusal)
+    assert translate(ask(safeguards=None)).chat["messages"] == [{"role": "user", "content": "Hi"}]
 
 
 def test_what_claude_code_sends_is_accepted() -> None:

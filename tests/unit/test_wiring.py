@@ -388,7 +388,7 @@ def test_claude_reads_a_servers_key_from_its_key_file_not_the_settings(home: Pat
     files = config_files("claude", "user", {"HOME": str(home)}, home)
     [(_, edits)], warnings = agent_edits("claude", files, facts("sk-secret"), None, False)
     keys = dict(edits)
-    assert "sk-secret" not in json.dumps(list(keys.values())) and warnings == []
+    assert "sk-secret" not in json.dumps(list(keys.values())) and warnings == settings.agent_notes("claude")
     assert keys[("apiKeyHelper",)] == settings.KEY_COMMAND + "'/keys/it'\"'\"'s here'"
     assert ("env", settings.CLAUDE_TOKEN) not in keys and keys[("env", settings.CLAUDE_BASE_URL)] == SERVER["base_url"]
     [(_, keyless)], _ = agent_edits("claude", files, facts(None), None, False)

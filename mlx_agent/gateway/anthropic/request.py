@@ -40,6 +40,8 @@ Refused with a 400 ``invalid_request_error``: document and other non-text conten
 source or a remote URL (``image_invalid``), tools that need
 what a text model lacks (computer use), forced ``tool_choice`` (``any``, ``tool``), and top-level parameters
 that ask for servers this machine does not have (``mcp_servers``, ``container``) or that it does not know.
+``safeguards`` (Claude Code's auto mode asking Anthropic's classifier to judge the reply's tool calls) is
+refused first, with its reason (``safeguards.py``).
 
 The body arrives parsed by its declaration (``bodies.MessagesBody``, ``bodies.PromptBody`` for
 ``count_tokens``): the fields above are its whitelist, with their types and bounds, so what is checked here
@@ -56,6 +58,7 @@ from typing import Any
 from mlx_agent.api_errors import Code
 from mlx_agent.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.anthropic.safeguards import refuse_safeguards
 from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, media_refusal
 from mlx_agent.gateway.images import check_data_url, data_url, image_part
 from mlx_agent.gateway.tools import ToolSet, anthropic_tools, refuse
@@ -83,6 +86,7 @@ def translate(body: PromptBody) -> AnthropicRequest:
 
     A ``PromptBody`` that is not a ``MessagesBody`` is a ``count_tokens`` request: no reply limit, no sampling.
     """
+    refuse_safeguards(body)  # before anything is read: Claude Code sends it again without the field
     if not body.model:
         raise refuse("'model' is required and must be a string", "model")
     out: dict[str, Any] = {"model": body.model}

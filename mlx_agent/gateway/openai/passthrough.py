@@ -23,6 +23,7 @@ from mlx_agent.gateway.disk_check import add_disk
 from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.http_errors import json_response, refusal_response, retry_headers
 from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_error
@@ -161,7 +162,12 @@ class OpenAiApi:
         return entries
 
     async def models(self, request: web.Request) -> web.Response:
-        """List every served name and literal alias with its model's state and window, loaded or not."""
+        """List every served name and literal alias with its model's state and window, loaded or not.
+
+        Codex's catalogue refresh (``?client_version=``) gets its own shape instead (``codex_models.py``).
+        """
+        if wants_catalogue(request.query):
+            return json_response(catalogue([(m.name, m.model) for m in self.upstream.fleet.models]))
         entries = self._entries(request)
         doc: dict[str, Any] = {"object": "list", "data": entries}
         if "anthropic-version" in request.headers:
