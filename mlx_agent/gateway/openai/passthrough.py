@@ -27,6 +27,7 @@ from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_error
+from mlx_agent.plan.agent_settings import is_pattern
 from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE
 
 
@@ -73,11 +74,6 @@ class PassThrough:
         self.ended = True
         error = error_body(Family.OPENAI, Code.WORKER_FAILED, message)
         return DATA + json.dumps(error).encode() + b"\n\n"
-
-
-def is_pattern(alias: str) -> bool:
-    """Say whether an alias is a glob (``claude-*``): it names many models, so no client can pick it as an id."""
-    return any(c in alias for c in "*?[")
 
 
 def window_fields(model: Mapping[str, Any], anthropic: bool) -> dict[str, int]:
