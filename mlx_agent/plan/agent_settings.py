@@ -40,6 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mlx_agent.agent_names import compact_limit, is_pattern
+
 AGENTS: tuple[str, ...] = ("claude", "codex", "opencode")
 # `wire env --agent` also takes the two generic client kinds.
 CLIENTS: tuple[str, ...] = (*AGENTS, "openai", "anthropic")
@@ -92,7 +94,6 @@ CODEX_PROVIDER_ID = "mlx_agent"  # a dotted `-c` path splits on '.', so no dot; 
 CODEX_PROVIDER_NAME = "mlx-agent"  # any name but "OpenAI": Codex then compacts by itself (README, Codex)
 CODEX_PROFILE = "mlx-agent"  # `codex -p mlx-agent` layers $CODEX_HOME/mlx-agent.config.toml
 CODEX_WIRE_API = "responses"
-CODEX_COMPACT_FRACTION = 0.9  # compact at 90% of the window unless the reply ceiling needs more room
 
 # opencode's config (CHECKED["opencode"]).
 OPENCODE_PROVIDER_ID = "mlx-agent"
@@ -132,11 +133,6 @@ class ServedFacts:
     context_window: int | None  # the main model's
     max_output_tokens: int | None  # the main model's reply ceiling (window-bounded), None when unset
     single_key: bool = True  # the key file holds one key, so a client may read the whole file as the key
-
-
-def is_pattern(name: str) -> bool:
-    """Say whether an alias is a glob, which no client can send as a model id."""
-    return any(c in name for c in "*?[")
 
 
 def names(facts: ServedFacts) -> tuple[str, ...]:
@@ -200,19 +196,6 @@ def claude_env(facts: ServedFacts, model: str | None) -> dict[str, str]:
         room = window - (output or 0)
         env[CLAUDE_COMPACT_PCT] = str(max(1, room * 100 // CLAUDE_ASSUMED_WINDOW))
     return env
-
-
-def compact_limit(window: int | None, output: int | None) -> int | None:
-    """Return where Codex should compact: 90% of ``window``, lower when the reply ceiling ``output`` needs more room.
-
-    One rule for the settings `run`/`wire` give Codex and the catalogue the front answers it (``codex_models.py``).
-    """
-    if window is None:
-        return None
-    limit = int(window * CODEX_COMPACT_FRACTION)
-    if output is not None:
-        limit = min(limit, window - output)
-    return max(limit, 1)
 
 
 def codex_compact_limit(facts: ServedFacts) -> int | None:

@@ -119,6 +119,7 @@ def front_record(
 
 # The modules the front runs besides gateway/ (what ``python -m mlx_agent.gateway`` imports).
 FRONT_MODULES = (
+    "agent_names.py",
     "api_errors.py",
     "bodies.py",
     "canonical.py",

@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
+from mlx_agent.agent_names import is_pattern
 from mlx_agent.errors import AgentNotFound, ModelNotServed, NoServer, UnknownAgent
 from mlx_agent.plan import agent_settings as settings
 from mlx_agent.plan.agent_settings import AGENTS, ServedFacts
@@ -98,7 +99,7 @@ def check_model(facts: ServedFacts, model: str | None) -> None:
     """Refuse a ``--model`` the server does not serve (a served name, a literal alias, or a glob alias's match)."""
     if model is None or model in settings.names(facts):
         return
-    if any(fnmatch.fnmatchcase(model, a) for a in facts.aliases if settings.is_pattern(a)):
+    if any(fnmatch.fnmatchcase(model, a) for a in facts.aliases if is_pattern(a)):
         return
     raise ModelNotServed(
         f"port {facts.port} serves no model named {model!r}",

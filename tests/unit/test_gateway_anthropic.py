@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.agent_names import is_pattern
 from mlx_agent.bodies import MessagesBody, PromptBody, check
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic import request
@@ -15,7 +16,6 @@ from mlx_agent.gateway.anthropic.request import AnthropicRequest
 from mlx_agent.gateway.endpoints import parse
 from mlx_agent.gateway.openai.passthrough import window_fields
 from mlx_agent.gateway.openai.request import prepare
-from mlx_agent.plan.agent_settings import is_pattern
 from tests.unit.test_gateway_request_body import model as request_model
 
 pytestmark = pytest.mark.fast

@@ -8,7 +8,7 @@ every model gets Codex's "fallback metadata": a 272000-token window and its gues
 ``/v1/models`` gets the OpenAI list (``passthrough.py``); only this query parameter selects this shape.
 
 Each chat model's names a client can pick (the served name, then its literal aliases, hidden from Codex's
-picker) get an entry: the context window, the compaction point (``agent_settings.compact_limit``: 90% of the
+picker) get an entry: the context window, the compaction point (``agent_names.compact_limit``: 90% of the
 window, lower when the reply ceiling needs more room, the rule `run` and `wire` give Codex too), images only for
 a vision model. What the front does not know is Codex's own fallback value, so the catalogue changes nothing
 else: no reasoning levels (Codex then asks for no effort, and the model thinks as its plan set it), no
@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mlx_agent.plan.agent_settings import compact_limit, is_pattern
+from mlx_agent.agent_names import compact_limit, is_pattern
 
 CLIENT_VERSION_PARAM = "client_version"  # Codex's query parameter: what selects this shape
 INSTRUCTIONS_FILE = Path(__file__).with_name("codex_instructions.md")

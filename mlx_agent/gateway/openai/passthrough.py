@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mlx_agent.agent_names import is_pattern
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import Body, ChatBody, CompletionBody
 from mlx_agent.errors import RequestRefused
@@ -27,7 +28,6 @@ from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
 from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_error
-from mlx_agent.plan.agent_settings import is_pattern
 from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE
 
 
