@@ -102,7 +102,24 @@ class Census:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)  # an orphan adopted as subreaper: read exactly, now reaped
                 del self.live[pid]
+        self.reap_untracked()
         return now
+
+    def reap_untracked(self) -> None:
+        """Reap every other adopted orphan that has exited (one the census never saw).
+
+        It was too short-lived, or born in another session; left a zombie, it would outlive its killed process
+        group, and a test that waits for its group's end would see it as a process still running.
+        """
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == self.root:
+                return  # nothing waitable, or the run itself, which its Popen waits for
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, os.WNOHANG)
 
 
 def stat(pid: int) -> list[str] | None:
