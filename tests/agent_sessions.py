@@ -327,35 +327,62 @@ class TemplateProcessor:
         return self.template.render(messages, tools=tools, generation=add_generation_prompt, **kwargs)
 
 
-def vlm_served_prompts(template: Template, model_type: str, bodies: Sequence[dict[str, Any]]) -> list[ServedPrompt]:
+# The corpus templates that take images (found by rendering an image part: each writes its placeholder), with the
+# model type their checkpoints give mlx_vlm (which decides how mlx_vlm writes an image part) and the placeholder.
+VISION = {
+    "Qwen3.5-4B": ("qwen3_5", "<|vision_start|><|image_pad|><|vision_end|>"),
+    "google-gemma-3-it": ("gemma3", "<start_of_image>"),
+    "google-gemma-4-31B-it": ("gemma4", "<|image|>"),
+    "Mistral-Small-3.2-24B-Instruct-2506": ("mistral3", "[IMG]"),
+}
+
+
+def vlm_served_prompts(
+    template: Template, model_type: str, bodies: Sequence[dict[str, Any]], *, before: bool = False
+) -> list[ServedPrompt]:
     """Render each body as the mlx-vlm worker's chat endpoint does, for a checkpoint of ``model_type``.
 
     mlx_vlm parses the request (``ChatRequest``) and reads each message (``_chat_message_to_prompt``: a user
     message keeps its image parts), our ``InstructionPlacer`` joins the leading system messages, mlx_vlm applies
     ``tool_choice``, and ``AdaptedRender`` adapts and renders through mlx_vlm's ``apply_chat_template`` (which
     writes each image part as the checkpoint's message format wants it, and the template its placeholder).
+    ``before``: as the worker did before the adapter: late system messages placed by probes without tools, no
+    other step, and a template's refusal a 500 (``error`` holds a 500).
     """
     from mlx_vlm.prompt_utils import apply_chat_template
     from mlx_vlm.server.request_normalization import _chat_message_to_prompt, _normalize_instruction_messages
     from mlx_vlm.server.schemas import ChatRequest
     from mlx_vlm.tools import _prepare_chat_tool_choice
 
-    from mlx_agent.runtime.entries.mlx_vlm_server import AdaptedRender, InstructionPlacer, TemplateRefusal
+    from mlx_agent.runtime.entries.mlx_vlm_server import (
+        AdaptedRender,
+        InstructionPlacer,
+        TemplateRefusal,
+        vlm_tools_render,
+    )
+    from mlx_agent.runtime.serving.system_turns import SystemTurns, place
 
     processor, config = TemplateProcessor(template), {"model_type": model_type}
     placer = InstructionPlacer(_normalize_instruction_messages, lambda: (processor, config))
-    render = AdaptedRender(apply_chat_template)
+    render: Any = apply_chat_template if before else AdaptedRender(apply_chat_template)
+    tools_render = vlm_tools_render(processor, config, apply_chat_template)
+    turns = SystemTurns(lambda messages, generation: tools_render(messages, None, generation))
     out = []
     for body in bodies:
         request = ChatRequest.model_validate(json.loads(json.dumps(body)))
         messages = [_chat_message_to_prompt(m.model_dump(exclude_none=True)) for m in request.messages]  # type: ignore[no-untyped-call]
         placer(messages)
+        if before:
+            messages = place(messages, turns.way)
         messages, tools, _ = _prepare_chat_tool_choice(messages, request.tools, request.tool_choice)  # type: ignore[no-untyped-call]
         try:
             prompt = render(processor, config, messages, add_generation_prompt=True, tools=tools)
             bare = render(processor, config, messages, add_generation_prompt=False, tools=tools)
         except TemplateRefusal as refusal:
             out.append(ServedPrompt(error=refusal.error))
+            continue
+        except Exception as error:  # before: mlx_vlm's endpoint answered it 500
+            out.append(ServedPrompt(error=HttpError(500, str(error))))
             continue
         out.append(ServedPrompt(prompt, prompt[: common_prefix(prompt, bare)]))
     return out

@@ -5,6 +5,10 @@ is compared with the fixture's own template and tokenizer rendering the conversa
 message at its place, and folded into the first as mlx_vlm does); an image adds the same tokens either way.
 mlx_vlm's prefix cache (APC) is off by default (and refuses this model: it has no ``make_cache``), so every
 API says 0 cached tokens, as the worker does.
+
+With Qwen3.5's real template on the same model, agent sessions with images and tools answer 200 on every turn and
+the worker renders the growing prompt that the worker's path renders in-process; a template that refuses (Gemma 3
+on a tool result) answers 400 ``template_error``.
 """
 
 from __future__ import annotations

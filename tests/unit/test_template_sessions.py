@@ -35,6 +35,7 @@ from tests.agent_sessions import (
     QUESTION,
     SHAPES,
     TURNS,
+    VISION,
     served_prompts,
     template_render,
     vlm_served_prompts,
@@ -285,14 +286,6 @@ def test_two_user_messages_with_an_image_join_on_an_alternating_template() -> No
     assert prompts[1].prompt.startswith(prompts[0].cut) and prompts[1].prompt.count("[IMG]") == 1
 
 
-# The corpus templates that take images (found by rendering an image part: each writes its placeholder), with the
-# model type their checkpoints give mlx_vlm (which decides how mlx_vlm writes an image part) and the placeholder.
-VISION = {
-    "Qwen3.5-4B": ("qwen3_5", "<|vision_start|><|image_pad|><|vision_end|>"),
-    "google-gemma-3-it": ("gemma3", "<start_of_image>"),
-    "google-gemma-4-31B-it": ("gemma4", "<|image|>"),
-    "Mistral-Small-3.2-24B-Instruct-2506": ("mistral3", "[IMG]"),
-}
 # Turns rewritten in the image sessions, beyond the text sessions' QUESTION_REWRITES, with the reason.
 IMAGE_REWRITES = {
     # the picture of a call output comes as a user message after the outputs (mlx_vlm reads images from user
