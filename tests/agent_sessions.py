@@ -349,7 +349,9 @@ def vlm_served_prompts(
     ``before``: as the worker did before the adapter: late system messages placed by probes without tools, no
     other step, and a template's refusal a 500 (``error`` holds a 500).
     """
+    from fastapi import HTTPException
     from mlx_vlm.prompt_utils import apply_chat_template
+    from mlx_vlm.server.openai import _ensure_effective_input
     from mlx_vlm.server.request_normalization import _chat_message_to_prompt, _normalize_instruction_messages
     from mlx_vlm.server.schemas import ChatRequest
     from mlx_vlm.tools import _prepare_chat_tool_choice
@@ -372,6 +374,18 @@ def vlm_served_prompts(
         request = ChatRequest.model_validate(json.loads(json.dumps(body)))
         messages = [_chat_message_to_prompt(m.model_dump(exclude_none=True)) for m in request.messages]  # type: ignore[no-untyped-call]
         placer(messages)
+        try:
+            images = [
+                part
+                for m in messages
+                if m["role"] == "user" and isinstance(m["content"], list)
+                for part in m["content"]
+                if isinstance(part, dict) and part.get("type") in ("image_url", "input_image")
+            ]
+            _ensure_effective_input(messages, images=images)  # type: ignore[no-untyped-call]
+        except HTTPException as refusal:  # mlx_vlm's own 400: nothing to answer
+            out.append(ServedPrompt(error=HttpError(refusal.status_code, str(refusal.detail))))
+            continue
         if before:
             messages = place(messages, turns.way)
         messages, tools, _ = _prepare_chat_tool_choice(messages, request.tools, request.tool_choice)  # type: ignore[no-untyped-call]

@@ -378,3 +378,20 @@ def test_a_template_refusal_on_the_vlm_worker_is_a_400() -> None:
     (_, refused) = vlm_served_prompts(template("Kimi-K2-Instruct"), "text", SHAPES["opencode"]()[:2])
     assert refused.error is not None and (refused.error.status, refused.error.code) == (400, "template_error")
     assert refused.error.message.endswith(f"; {REMEDY}.")
+
+
+@pytest.mark.parametrize("name", ["Mistral-Small-3.2-24B-Instruct-2506", "Qwen3.5-4B", "google-gemma-3-it"])
+@PROPERTY
+@given(messages=_hostile_messages())
+def test_a_hostile_conversation_on_the_vlm_worker_renders_or_answers_4xx(
+    name: str, messages: list[dict[str, Any]]
+) -> None:
+    """Whatever the messages hold, the mlx-vlm path gives a prompt, mlx_vlm's own 422, or a 400, never a 500."""
+    from pydantic import ValidationError
+
+    body = {"model": "default_model", "messages": messages, "tools": CHAT_TOOLS}
+    try:
+        (prompt,) = vlm_served_prompts(template(name), VISION[name][0], [body])
+    except ValidationError:  # mlx_vlm's request model refuses it: 422 before anything renders
+        return
+    assert prompt.error is None or prompt.error.status == 400, prompt.error.message

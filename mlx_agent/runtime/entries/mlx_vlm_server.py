@@ -224,7 +224,7 @@ class AdaptedRender:
 
 
 def _is_conversation(prompt: object) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and all(isinstance(m, dict) for m in prompt)
+    return isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt)
 
 
 def vlm_tools_render(
