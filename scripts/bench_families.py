@@ -14,6 +14,9 @@ generation prompt. One row per template, the three shapes summed:
 
 ``--before REV`` measures the placement of revision REV instead (its ``runtime/serving/system_turns.py``, read
 with ``git show``, probes rendered without tools, as that worker did), for a before/after pair.
+Then, for the templates that take images (``VISION``), the sessions with images (``IMAGE_SHAPES``) through the
+mlx-vlm worker's path (``vlm_served_prompts``), measured before (late system messages placed by probes without
+tools, nothing else adapted, a refusal answered 500) and after (the adapter) in the same run (``image_rows``).
 Then one row per family and template: its tool calls as the real models write them (``tests/tool_call_cases.py``),
 read through the worker's path, and how many came back exactly.
 
@@ -39,8 +42,17 @@ sys.path.insert(0, str(REPO))
 
 from mlx_agent.runtime.serving.conversation import Conversations, plain_content  # noqa: E402  (after the checkout is on sys.path)
 from mlx_agent.runtime.serving.system_turns import common_prefix  # noqa: E402
-from tests.agent_sessions import SHAPES, ServedPrompt, served_prompts, template_render  # noqa: E402
+from tests.agent_sessions import (  # noqa: E402
+    IMAGE_SHAPES,
+    SHAPES,
+    VISION,
+    ServedPrompt,
+    served_prompts,
+    template_render,
+    vlm_served_prompts,
+)
 from tests.template_corpus import Template, corpus  # noqa: E402
+from tests.template_corpus import template as corpus_template  # noqa: E402
 from tests.tool_call_cases import family_rows  # noqa: E402
 
 
@@ -92,6 +104,30 @@ def template_rows(before: str | None = None) -> list[Row]:
                 row.add(_served_before(template, bodies, before))
         rows.append(row)
     return rows
+
+
+def image_rows() -> list[tuple[Row, Row]]:
+    """Return, per template that takes images, its image sessions through the mlx-vlm worker: before, after."""
+    rows = []
+    for name, (model_type, _) in VISION.items():
+        pair = (Row(name, corpus_template(name).family), Row(name, corpus_template(name).family))
+        for build in IMAGE_SHAPES.values():
+            bodies = build()
+            for row, before in zip(pair, (True, False), strict=True):
+                row.add(vlm_served_prompts(corpus_template(name), model_type, bodies, before=before))
+        rows.append(pair)
+    return rows
+
+
+def print_image_rows(rows: list[tuple[Row, Row]], markdown: bool) -> None:
+    """Print the image-session table: grew, refused (500 before, 400 after) and cached, before and after."""
+
+    def figures(row: Row) -> tuple[str, str, str]:
+        return f"{row.grew}/{row.turns}", str(row.refused), f"{100 * row.cached:.1f}%"
+
+    lines = [(before.name, before.family, *figures(before), *figures(after)) for before, after in rows]
+    head = ("template", "family", "grew before", "refused before", "cached before", "grew", "refused", "cached")
+    print_table(head, lines, markdown)
 
 
 def _served_before(template: Template, bodies: list[dict[str, Any]], revision: str) -> list[ServedPrompt]:
@@ -186,6 +222,8 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true", help="print markdown tables")
     args = parser.parse_args()
     print_template_rows(template_rows(args.before), args.markdown)
+    print()
+    print_image_rows(image_rows(), args.markdown)
     print()
     # The cut-short cases are kept as text on purpose; the worker's log line for each is not the table's.
     logging.getLogger("mlx_agent.runtime.reply.tool_calls").setLevel(logging.ERROR)

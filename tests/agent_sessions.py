@@ -10,6 +10,13 @@ Three shapes, each ten requests long, each request the previous one plus the rep
 * ``opencode``: plain chat completions with ``tools``: two leading system messages, ids as mlx_lm's replies
   give them (uuid strings), ``content: null`` beside calls, arguments as JSON strings.
 
+Each takes ``images=True`` (``IMAGE_SHAPES``) for a model with vision: a screenshot in the first user message,
+and an image in a tool result where the API allows one (Claude Code's ``tool_result``, Codex's call output; the
+front moves it into the user message after the results, as mlx-vlm reads images from user messages only), or
+(opencode, chat completions: a tool message is text) a screenshot with the new question.
+``vlm_served_prompts`` renders them through the mlx-vlm worker's path in-process (mlx_vlm's request parsing,
+``InstructionPlacer``, ``AdaptedRender`` over mlx_vlm's own ``apply_chat_template``).
+
 ``served_prompts`` renders every request through the worker's own path: ``prepare_body`` (which adapts the
 conversation to the template: ``runtime/serving/conversation``), then the template with the request's tools and
 the generation prompt, as ``tokenizer.apply_chat_template(..., add_generation_prompt=True)`` does in mlx_lm.
@@ -34,6 +41,7 @@ from tests.gateway_support import translate_messages, translate_responses
 from tests.template_corpus import Template, template
 
 TURNS = 10
+PICTURED = 4  # the turn whose tool result holds an image (Claude Code's Read of a PNG, Codex's call output)
 QUESTION = 5  # turn 5 (1-based) is answered and a new question follows: request index 5 brings it
 EDIT_OLD, EDIT_NEW = "x = 1\n", "x = 2\n"  # an Edit's strings end in newlines, as real edits do
 
@@ -81,12 +89,29 @@ def _reminder(text: str) -> dict[str, Any]:
     return {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
 
 
-def claude_code() -> list[dict[str, Any]]:
+@functools.cache
+def screenshot() -> str:
+    """Return the sessions' image: a small PNG as a data URL."""
+    from tests.e2e.test_runtimes import png
+
+    return png(16, 16)
+
+
+def _anthropic_image() -> dict[str, Any]:
+    data = screenshot().split(",", 1)[1]
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+
+
+def claude_code(images: bool = False) -> list[dict[str, Any]]:
     """Return the chat bodies of a Claude Code session, translated from its Messages bodies as the front does."""
     messages: list[dict[str, Any]] = [
         {
             "role": "user",
-            "content": [_reminder("The date is 2026-12-04."), {"type": "text", "text": "Fix the failing test."}],
+            "content": [
+                _reminder("The date is 2026-12-04."),
+                *([_anthropic_image()] if images else []),
+                {"type": "text", "text": "Fix the failing test."},
+            ],
         }
     ]
     bodies = []
@@ -124,21 +149,26 @@ def claude_code() -> list[dict[str, Any]]:
             }
             for use in uses
         ]
+        if images and turn == PICTURED:  # the Read of an image file: the picture in its result
+            text = {"type": "text", "text": "Read screenshot.png"}
+            results[-1] = {**results[-1], "content": [text, _anthropic_image()]}
         messages.append({"role": "user", "content": [*results, _reminder(f"Turn {turn}: keep going.")]})
     return bodies
 
 
-def codex() -> list[dict[str, Any]]:
+def codex(images: bool = False) -> list[dict[str, Any]]:
     """Return the chat bodies of a Codex session, translated from its Responses bodies as the front does."""
 
     def message(role: str, text: str) -> dict[str, Any]:
         kind = "output_text" if role == "assistant" else "input_text"
         return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
 
+    image = {"type": "input_image", "image_url": screenshot()} if images else None
+    ask = message("user", "Make the tests pass.")
     items: list[dict[str, Any]] = [
         message("developer", "<permissions instructions>workspace-write</permissions instructions>"),
         message("user", "<environment_context>cwd: /repo</environment_context>"),
-        message("user", "Make the tests pass."),
+        {**ask, "content": [*ask["content"], image]} if image else ask,
     ]
     bodies = []
     for turn in range(1, TURNS + 1):
@@ -172,14 +202,18 @@ def codex() -> list[dict[str, Any]]:
             arguments = json.dumps({"command": ["cat", f"f{turn}.py"]})
             items.append({"type": "function_call", "call_id": call, "name": "shell", "arguments": arguments})
         for call in calls:
-            items.append({"type": "function_call_output", "call_id": call, "output": f"output {turn}\n"})
+            output: str | list[dict[str, Any]] = f"output {turn}\n"
+            if image and turn == PICTURED and call == calls[-1]:  # view_image: the picture in the output
+                output = [{"type": "input_text", "text": f"output {turn}\n"}, image]
+            items.append({"type": "function_call_output", "call_id": call, "output": output})
         if turn in (3, 7):  # a late developer message right after the tool outputs
             items.append(message("developer", f"<turn_context>approval: never ({turn})</turn_context>"))
     return bodies
 
 
-def opencode() -> list[dict[str, Any]]:
+def opencode(images: bool = False) -> list[dict[str, Any]]:
     """Return the chat bodies of an opencode session: chat completions with tools, ids as mlx_lm's replies give."""
+    picture = [{"type": "image_url", "image_url": {"url": screenshot()}}] if images else []
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are opencode, an interactive CLI agent."},
         {"role": "system", "content": "Environment: linux, /repo."},
@@ -190,7 +224,7 @@ def opencode() -> list[dict[str, Any]]:
         bodies.append({"model": "default_model", "messages": [dict(m) for m in messages], "tools": CHAT_TOOLS})
         if turn == QUESTION:  # an answer, then a new question
             messages.append({"role": "assistant", "content": "A missing import."})
-            messages.append({"role": "user", "content": [{"type": "text", "text": "Fix it, please."}]})
+            messages.append({"role": "user", "content": [*picture, {"type": "text", "text": "Fix it, please."}]})
             continue
         ids = [str(uuid.uuid5(uuid.NAMESPACE_OID, f"{turn}-{n}")) for n in range(2 if turn % 2 else 1)]
         calls = [
@@ -210,6 +244,10 @@ SHAPES: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "claude_code": claude_code,
     "codex": codex,
     "opencode": opencode,
+}
+IMAGE_SHAPES: dict[str, Callable[[], list[dict[str, Any]]]] = {
+    name: functools.partial(build, images=True)
+    for name, build in (("claude_code", claude_code), ("codex", codex), ("opencode", opencode))
 }
 
 
@@ -267,3 +305,98 @@ def assert_served_grows(name: str, bodies: Sequence[dict[str, Any]]) -> None:
         assert prompt.error is None, (name, prompt.error.message)
         assert prompt.prompt.startswith(previous), (name, previous, prompt.prompt)
         previous = prompt.cut
+
+
+class TemplateProcessor:
+    """A processor as mlx_vlm's rendering sees one: a chat template, rendered by the corpus ``Template``."""
+
+    def __init__(self, template: Template) -> None:
+        self.template = template
+        self.chat_template = template.source
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Render ``messages`` with the template (as a processor's ``apply_chat_template(tokenize=False)``)."""
+        assert not tokenize
+        return self.template.render(messages, tools=tools, generation=add_generation_prompt, **kwargs)
+
+
+# The corpus templates that take images (found by rendering an image part: each writes its placeholder), with the
+# model type their checkpoints give mlx_vlm (which decides how mlx_vlm writes an image part) and the placeholder.
+VISION = {
+    "Qwen3.5-4B": ("qwen3_5", "<|vision_start|><|image_pad|><|vision_end|>"),
+    "google-gemma-3-it": ("gemma3", "<start_of_image>"),
+    "google-gemma-4-31B-it": ("gemma4", "<|image|>"),
+    "Mistral-Small-3.2-24B-Instruct-2506": ("mistral3", "[IMG]"),
+}
+
+
+def vlm_served_prompts(
+    template: Template, model_type: str, bodies: Sequence[dict[str, Any]], *, before: bool = False
+) -> list[ServedPrompt]:
+    """Render each body as the mlx-vlm worker's chat endpoint does, for a checkpoint of ``model_type``.
+
+    mlx_vlm parses the request (``ChatRequest``) and reads each message (``_chat_message_to_prompt``: a user
+    message keeps its image parts), our ``InstructionPlacer`` joins the leading system messages, mlx_vlm applies
+    ``tool_choice``, and ``AdaptedRender`` adapts and renders through mlx_vlm's ``apply_chat_template`` (which
+    writes each image part as the checkpoint's message format wants it, and the template its placeholder).
+    ``before``: as the worker did before the adapter: late system messages placed by probes without tools, no
+    other step, and a template's refusal a 500 (``error`` holds a 500).
+    """
+    from fastapi import HTTPException
+    from mlx_vlm.prompt_utils import apply_chat_template
+    from mlx_vlm.server.openai import _ensure_effective_input
+    from mlx_vlm.server.request_normalization import _chat_message_to_prompt, _normalize_instruction_messages
+    from mlx_vlm.server.schemas import ChatRequest
+    from mlx_vlm.tools import _prepare_chat_tool_choice
+
+    from mlx_agent.runtime.entries.mlx_vlm_server import (
+        AdaptedRender,
+        InstructionPlacer,
+        TemplateRefusal,
+        vlm_tools_render,
+    )
+    from mlx_agent.runtime.serving.system_turns import SystemTurns, place
+
+    processor, config = TemplateProcessor(template), {"model_type": model_type}
+    placer = InstructionPlacer(_normalize_instruction_messages, lambda: (processor, config))
+    render: Any = apply_chat_template if before else AdaptedRender(apply_chat_template)
+    tools_render = vlm_tools_render(processor, config, apply_chat_template)
+    turns = SystemTurns(lambda messages, generation: tools_render(messages, None, generation))
+    out = []
+    for body in bodies:
+        request = ChatRequest.model_validate(json.loads(json.dumps(body)))
+        messages = [_chat_message_to_prompt(m.model_dump(exclude_none=True)) for m in request.messages]  # type: ignore[no-untyped-call]
+        placer(messages)
+        try:
+            images = [
+                part
+                for m in messages
+                if m["role"] == "user" and isinstance(m["content"], list)
+                for part in m["content"]
+                if isinstance(part, dict) and part.get("type") in ("image_url", "input_image")
+            ]
+            _ensure_effective_input(messages, images=images)  # type: ignore[no-untyped-call]
+        except HTTPException as refusal:  # mlx_vlm's own 400: nothing to answer
+            out.append(ServedPrompt(error=HttpError(refusal.status_code, str(refusal.detail))))
+            continue
+        if before:
+            messages = place(messages, turns.way)
+        messages, tools, _ = _prepare_chat_tool_choice(messages, request.tools, request.tool_choice)  # type: ignore[no-untyped-call]
+        try:
+            prompt = render(processor, config, messages, add_generation_prompt=True, tools=tools)
+            bare = render(processor, config, messages, add_generation_prompt=False, tools=tools)
+        except TemplateRefusal as refusal:
+            out.append(ServedPrompt(error=refusal.error))
+            continue
+        except Exception as error:  # before: mlx_vlm's endpoint answered it 500
+            out.append(ServedPrompt(error=HttpError(500, str(error))))
+            continue
+        out.append(ServedPrompt(prompt, prompt[: common_prefix(prompt, bare)]))
+    return out

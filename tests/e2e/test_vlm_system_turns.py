@@ -5,6 +5,10 @@ is compared with the fixture's own template and tokenizer rendering the conversa
 message at its place, and folded into the first as mlx_vlm does); an image adds the same tokens either way.
 mlx_vlm's prefix cache (APC) is off by default (and refuses this model: it has no ``make_cache``), so every
 API says 0 cached tokens, as the worker does.
+
+With Qwen3.5's real template on the same model, agent sessions with images and tools answer 200 on every turn and
+the worker renders the growing prompt that the worker's path renders in-process; a template that refuses (Gemma 3
+on a tool result) answers 400 ``template_error``.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from typing import Any
 import pytest
 
 from mlx_agent.wire import SOCKET_FLAG
+from tests.agent_sessions import PICTURED, QUESTION
 from tests.conftest import free_port
 from tests.e2e.test_prompt_cache_hits import APIS, turn
 from tests.e2e.test_runtimes import png
-from tests.fixtures.tiny_vlm import VLM_CHAT_TEMPLATE, build_tiny_vlm
+from tests.fixtures.tiny_vlm import IMAGE_PAD, VLM_CHAT_TEMPLATE, build_tiny_vlm
 from tests.gateway_support import Gateway, gateway_config, start_gateway
 from tests.prompt_templates import renderer
 
@@ -108,3 +113,92 @@ def test_images_still_work_with_a_late_system_message(front: Gateway, tiny_vlm: 
     image_tokens = prompts[False][1] - prompts[False][0]
     assert image_tokens > 2  # the vision start and end tokens, and the image's pad tokens
     assert prompts[True][1] - prompts[True][0] == image_tokens, prompts
+
+
+QWEN35 = "Qwen3.5-4B"  # a real template that takes images, with the tiny Qwen2-VL model's vision tokens
+# The turn Qwen3.5 rewrites by its own design (tests/unit/test_template_sessions.py lists why): a new user query
+# (Codex: the picture of a call output, a user message after the outputs; opencode: the new question).
+REWRITTEN = {"codex": PICTURED, "opencode": QUESTION}
+
+
+@pytest.fixture(scope="module")
+def qwen35_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the tiny Qwen2-VL model carrying Qwen3.5's real chat template (its image placeholder is the model's)."""
+    import json
+
+    from tests.template_corpus import template
+
+    path = build_tiny_vlm(tmp_path_factory.mktemp("vlm-qwen35") / "tiny-qwen35-vl")
+    config_file = path / "tokenizer_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["chat_template"] = template(QWEN35).source
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    # Room for ten agent turns (the tiny tokenizer spends many tokens on Qwen3.5's tool prompt): below it,
+    # mlx_vlm would compact the conversation instead of answering it.
+    model_config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    model_config["max_position_embeddings"] = model_config["sliding_window"] = 32768
+    (path / "config.json").write_text(json.dumps(model_config), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("shape", ["claude_code", "codex", "opencode"])
+def test_an_image_session_with_tools_grows_through_the_worker(
+    qwen35_vlm: Path, tmp_path_factory: pytest.TempPathFactory, shape: str
+) -> None:
+    """Every turn of an image session with tools answers 200, and the worker's prompt is the growing in-process one.
+
+    The worker's prompt tokens equal the in-process rendering's (the worker's own path, ``vlm_served_prompts``)
+    tokens plus each image's expansion (one placeholder token becomes the image's pad tokens, the same for every
+    image): so the worker rendered that prompt, and each turn's starts with the previous turn's cut.
+    """
+    from tokenizers import Tokenizer
+
+    from tests.agent_sessions import IMAGE_SHAPES, vlm_served_prompts
+    from tests.e2e.test_prompt_cache_hits import post
+    from tests.template_corpus import template
+
+    bodies = IMAGE_SHAPES[shape]()
+    rendered = vlm_served_prompts(template(QWEN35), "qwen2_vl", bodies)
+    tokenizer = Tokenizer.from_file(str(qwen35_vlm / "tokenizer.json"))
+    extra: set[int] = set()
+    with vlm_front(tmp_path_factory.mktemp(f"vlm-{shape}"), qwen35_vlm) as gateway:
+        for number, (body, expected) in enumerate(zip(bodies, rendered, strict=True)):
+            assert expected.error is None, expected.error.message
+            sent = {**body, "model": "org/tiny", "max_tokens": 4, "stream": False}
+            sent.pop("stream_options", None)
+            sent.pop("reasoning_effort", None)  # a template argument: it changes the generation prompt, not the turns
+            answer = post(gateway, "/v1/chat/completions", sent)
+            tokens = len(tokenizer.encode(expected.prompt, add_special_tokens=False).ids)
+            images = expected.prompt.count(IMAGE_PAD)
+            if images:
+                extra.add((answer["usage"]["prompt_tokens"] - tokens) // images)
+                assert (answer["usage"]["prompt_tokens"] - tokens) % images == 0
+            else:
+                assert answer["usage"]["prompt_tokens"] == tokens, number
+            grows = number == 0 or expected.prompt.startswith(rendered[number - 1].cut)
+            assert grows == (number != REWRITTEN.get(shape)), number
+    assert len(extra) == 1 and extra.pop() > 0  # every image expands alike: the placeholders were the images
+
+
+def test_a_template_that_refuses_answers_400_through_the_worker(
+    qwen35_vlm: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Gemma 3's template refuses a tool result (no tool role): the worker answers 400 template_error, not 500."""
+    import json
+    import shutil
+
+    from tests.agent_sessions import IMAGE_SHAPES
+    from tests.template_corpus import template
+
+    path = tmp_path_factory.mktemp("vlm-gemma3") / "tiny-gemma3-template"
+    shutil.copytree(qwen35_vlm, path)
+    config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = template("google-gemma-3-it").source
+    (path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    first, second = IMAGE_SHAPES["opencode"]()[:2]
+    with vlm_front(tmp_path_factory.mktemp("vlm-gemma3-front"), path) as gateway:
+        assert gateway.request("POST", "/v1/chat/completions", {**first, "model": "org/tiny"}, {}).status == 200
+        reply = gateway.request("POST", "/v1/chat/completions", {**second, "model": "org/tiny"}, {})
+    error = json.loads(reply.body)["error"]
+    assert (reply.status, error["code"]) == (400, "template_error"), error
+    assert "Conversation roles must alternate" in error["message"] and "--chat-template FILE" in error["message"]

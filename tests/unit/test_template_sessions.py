@@ -28,7 +28,18 @@ from mlx_agent.runtime.serving.conversation import (
     single_calls,
 )
 from mlx_agent.runtime.serving.system_turns import MARKER
-from tests.agent_sessions import CHAT_TOOLS, QUESTION, SHAPES, TURNS, served_prompts, template_render
+from tests.agent_sessions import (
+    CHAT_TOOLS,
+    IMAGE_SHAPES,
+    PICTURED,
+    QUESTION,
+    SHAPES,
+    TURNS,
+    VISION,
+    served_prompts,
+    template_render,
+    vlm_served_prompts,
+)
 from tests.template_corpus import QUESTION_REWRITES, REFUSED, TOOL_TAIL_REWRITES, corpus, template
 
 NAMES = [t.name for t in corpus()]
@@ -276,3 +287,114 @@ def test_two_user_messages_with_an_image_join_on_an_alternating_template() -> No
     assert all(p.error is None for p in prompts), [p.error and p.error.message for p in prompts]
     assert "[INST]<environment_context/>\n\n[IMG]What is this?[/INST]" in prompts[0].prompt
     assert prompts[1].prompt.startswith(prompts[0].cut) and prompts[1].prompt.count("[IMG]") == 1
+
+
+# Turns rewritten in the image sessions, beyond the text sessions' QUESTION_REWRITES, with the reason.
+IMAGE_REWRITES = {
+    # the picture of a call output comes as a user message after the outputs (mlx_vlm reads images from user
+    # messages only): it is Qwen3.5's new "last user query", so earlier turns lose their empty <think></think>
+    ("Qwen3.5-4B", "codex"): {PICTURED},
+}
+# Image sessions refused from a turn on: the template's words. Mistral Small 3.2: the picture of a tool result
+# comes as a user message after the results, which breaks its alternation (a user message with an image is not
+# joined into the result: mlx_vlm's chat endpoint reads no image from a tool message).
+IMAGE_REFUSED = {
+    ("Mistral-Small-3.2-24B-Instruct-2506", "claude_code"): (PICTURED, "conversation roles must alternate"),
+    ("Mistral-Small-3.2-24B-Instruct-2506", "codex"): (PICTURED, "conversation roles must alternate"),
+}
+
+
+def _images(body: dict[str, Any]) -> int:
+    return sum(
+        1
+        for m in body["messages"]
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+        if part.get("type") == "image_url"
+    )
+
+
+@pytest.mark.parametrize("shape", list(IMAGE_SHAPES))
+@pytest.mark.parametrize("name", list(VISION))
+def test_image_sessions_grow_through_the_vlm_worker(name: str, shape: str) -> None:
+    """Through the mlx-vlm worker's path, image sessions grow with every image as its placeholder, or the listed 400."""
+    model_type, placeholder = VISION[name]
+    bodies = IMAGE_SHAPES[shape]()
+    assert sum(map(_images, bodies)) > 0
+    prompts = vlm_served_prompts(template(name), model_type, bodies)
+    refused = {n: p.error for n, p in enumerate(prompts) if p.error is not None}
+    rewrites = {
+        n
+        for n in range(1, len(prompts))
+        if n not in refused and n - 1 not in refused and not prompts[n].prompt.startswith(prompts[n - 1].cut)
+    }
+    expected = IMAGE_REWRITES.get((name, shape), set())
+    if shape in QUESTION_REWRITES.get(name, ()) and not expected:
+        expected = {QUESTION}
+    if name in REFUSED:
+        assert set(refused) == set(range(1, TURNS)) and not rewrites
+        assert all(REFUSED[name] in e.message and e.code == "template_error" for e in refused.values())
+        return
+    first, words = IMAGE_REFUSED.get((name, shape), (TURNS, ""))
+    assert set(refused) == set(range(first, TURNS)), {n: e.message for n, e in refused.items()}
+    assert all(words in e.message and (e.status, e.code) == (400, "template_error") for e in refused.values())
+    assert rewrites == {n for n in expected if n < first}
+    for body, prompt in zip(bodies, prompts, strict=True):
+        if prompt.error is None:
+            assert prompt.prompt.count(placeholder) == _images(body)
+
+
+def test_the_vlm_worker_probes_with_the_requests_tools() -> None:
+    """On the mlx-vlm path Hermes (it loops over tools unguarded) keeps a late message in place: probed with tools."""
+    hermes = template("NousResearch-Hermes-3-Llama-3.1-8B-tool_use")
+    body = {
+        "model": "default_model",
+        "messages": [
+            {"role": "system", "content": "Rules."},
+            {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "system", "content": "Zulu reminder."},
+            {"role": "user", "content": "Again."},
+        ],
+        "tools": CHAT_TOOLS,
+    }
+    (prompt,) = vlm_served_prompts(hermes, "text", [body])
+    assert prompt.error is None
+    assert "<|im_start|>system\nZulu reminder.<|im_end|>" in prompt.prompt
+    assert prompt.prompt.index("Hello.") < prompt.prompt.index("Zulu reminder.") < prompt.prompt.index("Again.")
+
+
+def test_the_vlm_worker_takes_the_adapters_steps() -> None:
+    """On the mlx-vlm path Mistral's ids are 9 letters and digits and Llama 3.3's parallel calls become single calls."""
+    bodies = SHAPES["claude_code"]()[:2]
+    mistral = vlm_served_prompts(template("Mistral-Small-3.2-24B-Instruct-2506"), "mistral3", bodies)
+    first_id = bodies[1]["messages"][-4]["tool_calls"][0]["id"]
+    assert all(p.error is None for p in mistral)
+    assert f"[CALL_ID]{short_id(first_id)}[ARGS]" in mistral[1].prompt and first_id not in mistral[1].prompt
+    (llama,) = vlm_served_prompts(template("meta-llama-Llama-3.3-70B-Instruct"), "text", bodies[1:])
+    # the two calls, each in a turn of its own (the tool list names Read once more); unsplit, Llama refuses them
+    assert llama.error is None and llama.prompt.count('"name": "Read"') == 3
+
+
+def test_a_template_refusal_on_the_vlm_worker_is_a_400() -> None:
+    """A conversation the template refuses on the mlx-vlm path answers 400 template_error with the remedy."""
+    (_, refused) = vlm_served_prompts(template("Kimi-K2-Instruct"), "text", SHAPES["opencode"]()[:2])
+    assert refused.error is not None and (refused.error.status, refused.error.code) == (400, "template_error")
+    assert refused.error.message.endswith(f"; {REMEDY}.")
+
+
+@pytest.mark.parametrize("name", ["Mistral-Small-3.2-24B-Instruct-2506", "Qwen3.5-4B", "google-gemma-3-it"])
+@PROPERTY
+@given(messages=_hostile_messages())
+def test_a_hostile_conversation_on_the_vlm_worker_renders_or_answers_4xx(
+    name: str, messages: list[dict[str, Any]]
+) -> None:
+    """Whatever the messages hold, the mlx-vlm path gives a prompt, mlx_vlm's own 422, or a 400, never a 500."""
+    from pydantic import ValidationError
+
+    body = {"model": "default_model", "messages": messages, "tools": CHAT_TOOLS}
+    try:
+        (prompt,) = vlm_served_prompts(template(name), VISION[name][0], [body])
+    except ValidationError:  # mlx_vlm's request model refuses it: 422 before anything renders
+        return
+    assert prompt.error is None or prompt.error.status == 400, prompt.error.message

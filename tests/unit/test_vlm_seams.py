@@ -10,7 +10,14 @@ import pytest
 
 from mlx_agent.errors import SeamChanged
 from mlx_agent.runtime.entries import mlx_vlm_server
-from mlx_agent.runtime.entries.mlx_vlm_server import NORMALIZER, InstructionPlacer, check_vlm_seams
+from mlx_agent.runtime.entries.mlx_vlm_server import (
+    NORMALIZER,
+    RENDERER,
+    AdaptedRender,
+    InstructionPlacer,
+    TemplateRefusal,
+    check_vlm_seams,
+)
 from mlx_agent.runtime.serving.system_turns import MARKER
 from tests.fixtures.tiny_vlm import IMAGE_PAD, build_tiny_vlm
 
@@ -145,19 +152,74 @@ def test_without_a_loaded_model_it_folds_as_mlx_vlm_does() -> None:
     assert InstructionPlacer(fold, lambda: None)(ours, "Be brief.") == expected and ours == theirs
 
 
-def test_install_places_where_the_endpoints_look(monkeypatch: pytest.MonkeyPatch, loaded: tuple[Any, Any]) -> None:
-    """install_placer replaces the normalizer the chat, Responses and compaction code call, reading the loaded model."""
+def test_install_places_and_adapts_where_the_endpoints_look(
+    monkeypatch: pytest.MonkeyPatch, loaded: tuple[Any, Any]
+) -> None:
+    """The endpoints' normalizer keeps late messages in place; the function they render with adapts, then renders."""
+    from fastapi import FastAPI
+
+    vlm_app: Any = importlib.import_module("mlx_vlm.server.app")
     from mlx_vlm.server.runtime import ModelCacheRegistry, runtime
 
+    server: Any = importlib.import_module("mlx_vlm.server")
     for module in mlx_vlm_server.PLACED_IN:  # restored after the test
         imported = importlib.import_module(module)
         monkeypatch.setattr(imported, NORMALIZER, getattr(imported, NORMALIZER))
+    monkeypatch.setattr(server, RENDERER, getattr(server, RENDERER))
     registry = ModelCacheRegistry()
     monkeypatch.setattr(runtime, "model_cache", registry)
     placer = mlx_vlm_server.install_placer()
     assert all(getattr(importlib.import_module(m), NORMALIZER) is placer for m in mlx_vlm_server.PLACED_IN)
-    assert placer.turns() is None  # nothing loaded yet
+    late = [{"role": "user", "content": "Hi."}, {"role": "system", "content": "Zulu reminder."}]
+    folded = [dict(m) for m in late]
+    placer(folded)  # nothing loaded yet: folded as mlx_vlm folds
+    assert [m["role"] for m in folded] == ["system", "user"]
+    registry.set("text_generation", {"processor": loaded[0], "config": loaded[1]})
+    placed = [dict(m) for m in late]
+    placer(placed)
+    assert placed == late
+
+    app = FastAPI()
+    adapted = mlx_vlm_server.install_adapter(app)
+    assert getattr(server, RENDERER) is adapted and mlx_vlm_server.install_adapter(app) is adapted
+    assert TemplateRefusal in app.exception_handlers
+    # the endpoints' own dependency reaches the adapter, whose probes and rendering get the request's tools
+    seen: list[Any] = []
+    original = adapted.original
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("tools"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(adapted, "original", recording)
+    tools = [{"type": "function", "function": {"name": "probe_tool"}}]
+    prompt = vlm_app._protocol_deps.apply_chat_template(*loaded, placed, tools=tools)
+    assert len(seen) > 1 and all(t == tools for t in seen)
+    assert prompt.index("Hi.") < prompt.index("<|im_start|>system\nZulu reminder.")
+
+
+def test_endpoints_that_render_by_themselves_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the endpoints' dependency stops looking up mlx_vlm.server's renderer, adapting there would do nothing."""
+    from mlx_vlm.prompt_utils import apply_chat_template
+
+    vlm_app: Any = importlib.import_module("mlx_vlm.server.app")
+
+    monkeypatch.setattr(vlm_app._protocol_deps, RENDERER, apply_chat_template)
+    with pytest.raises(SeamChanged, match=f"no longer render through mlx_vlm.server.{RENDERER}"):
+        check_vlm_seams()
+
+
+def test_a_template_refusal_answers_400_with_the_remedy(loaded: tuple[Any, Any]) -> None:
+    """A template's own refusal while rendering becomes TemplateRefusal: 400 template_error naming --chat-template."""
     processor, config = loaded
-    registry.set("text_generation", {"processor": processor, "config": config})
-    turns = placer.turns()
-    assert turns is not None and turns.way("assistant") == "keep" and placer.turns() is turns
+
+    def refusing(*args: Any, **kwargs: Any) -> str:
+        raise ValueError("Conversation roles must alternate")
+
+    with pytest.raises(TemplateRefusal) as caught:
+        AdaptedRender(refusing)(processor, config, [{"role": "user", "content": "Hi."}])
+    error = caught.value.error
+    assert (caught.value.status_code, error.status, error.code) == (400, 400, "template_error")
+    assert "Conversation roles must alternate" in error.message and "--chat-template FILE" in error.message
+    answer = mlx_vlm_server.answer_refusal(None, caught.value)
+    assert answer.status_code == 400 and b'"code":"template_error"' in answer.body

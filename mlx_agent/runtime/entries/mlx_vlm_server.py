@@ -8,9 +8,14 @@ has loaded the model, so a connection that succeeds means the model is loaded.
 mlx_vlm folds every system (and developer) message into the first one before it renders
 (``_normalize_instruction_messages``), so a late reminder rewrote the start of the prompt. We replace that one
 name where the chat, Responses and compaction code look it up (``InstructionPlacer``): the leading system
-messages still join into one, and later ones stay at their place, written as the served template allows
-(``system_turns``, decided by rendering through mlx_vlm's own ``apply_chat_template``). The load is read in parts
-and each prefill step is copied to the front's progress file (``install_progress``). Everything else is
+messages still join into one, and later ones stay at their place. Every endpoint then renders through
+``mlx_vlm.server.apply_chat_template``, the one place where a request's messages meet its ``tools`` and the
+template, so we replace that name (``AdaptedRender``): the conversation is adapted there exactly as the mlx_lm
+worker adapts it (``conversation.Conversations``: late system messages written as the template allows, short
+ids, single calls, joined users, the system message in the first user turn), decided by rendering probes through
+mlx_vlm's own function with the request's tools and the generation prompt; a template that still refuses is a
+400 ``template_error`` with the ``--chat-template`` remedy (``TemplateRefusal``), never mlx_vlm's 500. The load
+is read in parts and each prefill step is copied to the front's progress file (``install_progress``). Everything else is
 mlx_vlm's own server, unchanged, behind two walls around its app: the front's body cap and deadline
 (``asgi_limits``), then the media wall (``media_wall``: a media part naming a URL or a path is 400, so mlx_vlm
 never fetches or opens one). ``VLM_SEAMS`` names what we rely on; a changed name, or a media part type the wall
@@ -30,13 +35,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from mlx_agent.errors import SeamChanged
+from fastapi import HTTPException
+
+from mlx_agent.errors import HttpError, SeamChanged
 from mlx_agent.runtime.entries.media_wall import MediaWall, check_media_types
+from mlx_agent.runtime.serving.conversation import Conversations, template_failed
+from mlx_agent.runtime.serving.errors_http import from_generation_error
 from mlx_agent.runtime.serving.progress import Board
-from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, SystemTurns, text_of
+from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, place, text_of
 from mlx_agent.wire import SOCKET_FLAG
 
 NORMALIZER = "_normalize_instruction_messages"
+RENDERER = "apply_chat_template"  # in mlx_vlm.server: every endpoint renders through this name (AdaptedRender)
 GENERATION = "mlx_vlm.server.generation"
 PROMPT_TOKENS = "mlx_agent_prompt_tokens"  # our key in mlx_vlm's per-request state: its prompt's length, until read
 # Modules of mlx_vlm whose global ``NORMALIZER`` we replace (each looks it up at call time).
@@ -52,8 +62,8 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
         "_decode_input_audio_data": ("input_audio",),
     },
     "mlx_vlm.server.compaction": {NORMALIZER: ("chat_messages", "instructions")},
-    # the decision renders through the function the endpoints render with
-    "mlx_vlm.server": {"apply_chat_template": ("processor", "config", "prompt", "add_generation_prompt")},
+    # the conversation is adapted where the endpoints render (AdaptedRender), its probes rendered by the original
+    "mlx_vlm.server": {RENDERER: ("processor", "config", "prompt", "add_generation_prompt")},
     "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
     "mlx_vlm.server.cli": {"main": ()},
     "uvicorn": {"run": ("app",)},
@@ -70,8 +80,8 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
 CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
     # their messages must still pass through NORMALIZER before they are rendered
     "mlx_vlm.server.openai": {
-        "chat_completions_endpoint": (NORMALIZER, "_extract_video_reference", "_decode_input_audio_data"),
-        "responses_endpoint": (NORMALIZER,),
+        "chat_completions_endpoint": (NORMALIZER, "_extract_video_reference", "_decode_input_audio_data", RENDERER),
+        "responses_endpoint": (NORMALIZER, RENDERER),
     },
     GENERATION: {
         "load_model_resources": ("load",),
@@ -107,57 +117,136 @@ def check_vlm_seams() -> None:
             for callee in callees:
                 if code is None or callee not in code.co_names:
                     raise SeamChanged(f"{module_name}.{name} no longer calls {callee}", remediation=REMEDIATION)
+    check_render_seam()
+
+
+def check_render_seam() -> None:
+    """Raise ``SeamChanged`` unless the endpoints' ``apply_chat_template`` looks up ``mlx_vlm.server``'s at call time.
+
+    The endpoints call a dependency (``app._protocol_deps``) that reads the package's name on every call; that is
+    what lets ``AdaptedRender`` sit where every request is rendered. Checked by calling it with the name replaced.
+    """
+    server: Any = importlib.import_module("mlx_vlm.server")
+    through = _lookup("mlx_vlm.server.app", f"_protocol_deps.{RENDERER}")
+    saved, seen = getattr(server, RENDERER), object()
+    setattr(server, RENDERER, lambda *args, **kwargs: seen)
+    try:
+        reached = through(None, {"model_type": "probe"}, []) is seen
+    except Exception:  # a dependency that renders by itself fails with these arguments
+        reached = False
+    finally:
+        setattr(server, RENDERER, saved)
+    if not reached:
+        raise SeamChanged(
+            f"mlx_vlm's endpoints no longer render through mlx_vlm.server.{RENDERER}", remediation=REMEDIATION
+        )
 
 
 class InstructionPlacer:
     """A stand-in for mlx_vlm's ``_normalize_instruction_messages`` that keeps late system messages in place.
 
     Called as mlx_vlm calls it: ``(chat_messages, instructions=None)``, rewriting the list in place and returning
-    the text of the leading system message. Without a loaded text model (nothing to render with) it folds as
-    mlx_vlm does. The way late messages are written is decided once per loaded processor.
+    the text of the leading system message. The leading system messages (and ``instructions``) join into one;
+    later ones stay where they were sent, as system messages: how the template writes them is decided where the
+    request is rendered with its tools (``AdaptedRender``). Without a loaded text model it folds as mlx_vlm does.
     """
 
     def __init__(self, fold: Callable[..., str | None], loaded: Callable[[], tuple[Any, Any] | None]) -> None:
         self._fold = fold
         self._loaded = loaded
-        self._turns: tuple[Any, SystemTurns] | None = None
-        self._lock = threading.Lock()
-
-    def turns(self) -> SystemTurns | None:
-        """Return the loaded processor's ``SystemTurns`` (None when no model is loaded)."""
-        loaded = self._loaded()
-        if loaded is None:
-            return None
-        processor, config = loaded
-        with self._lock:
-            if self._turns is None or self._turns[0] is not processor:
-                self._turns = (processor, SystemTurns(vlm_render(processor, config)))
-            return self._turns[1]
 
     def __call__(self, chat_messages: list[dict[str, Any]], instructions: str | None = None) -> str | None:
         """Place ``instructions`` and the system messages of ``chat_messages`` (in place); return the leading text."""
-        turns = self.turns()
-        if turns is None:
+        if self._loaded() is None:
             return self._fold(chat_messages, instructions)
         # mlx_vlm drops system messages without content; so do we (an empty turn would still be rendered)
         kept = [m for m in chat_messages if m.get("role") not in SYSTEM_ROLES or m.get("content")]
         lead = [{"role": "system", "content": instructions}] if instructions else []
-        chat_messages[:] = turns.place([*lead, *kept])
+        chat_messages[:] = place([*lead, *kept], lambda _: "keep")
         first = chat_messages[0] if chat_messages and chat_messages[0].get("role") == "system" else None
         return (text_of(first.get("content")) or None) if first is not None else None
 
 
-def vlm_render(processor: Any, config: Any) -> Callable[[list[dict[str, Any]], bool], str]:
-    """Return a ``Render`` through mlx_vlm's ``apply_chat_template``, as its endpoints render a prompt."""
-    server: Any = importlib.import_module("mlx_vlm.server")  # the endpoints look the function up there
+class TemplateRefusal(HTTPException):
+    """A template's refusal on its way out of an endpoint (mlx_vlm re-raises ``HTTPException``, answers the rest 500).
 
-    def render(messages: list[dict[str, Any]], generation: bool) -> str:
-        prompt = server.apply_chat_template(processor, config, messages, add_generation_prompt=generation)
-        if not isinstance(prompt, str):  # models rendered from their last message only: nothing to place
+    Carries the worker's OpenAI-style error (``HttpError``); ``install_adapter`` registers its answer on the app.
+    """
+
+    def __init__(self, error: HttpError) -> None:
+        super().__init__(status_code=error.status, detail=error.message)
+        self.error = error
+
+
+def answer_refusal(request: Any, refusal: Exception) -> Any:
+    """Answer a ``TemplateRefusal`` with its error document (the front reads its code: ``template_error``)."""
+    from fastapi.responses import JSONResponse
+
+    error = refusal.error if isinstance(refusal, TemplateRefusal) else from_generation_error(refusal)
+    return JSONResponse(status_code=error.status, content=error.body())
+
+
+class AdaptedRender:
+    """A stand-in for ``mlx_vlm.server.apply_chat_template`` that adapts the conversation to the served template.
+
+    A list of messages is adapted by the processor's ``Conversations`` for the call's ``tools`` (decided once per
+    processor and set of tools, by rendering through ``original``), then rendered by ``original`` with every
+    argument the endpoint gave. Anything else (a string prompt, ``return_messages``) passes through untouched.
+    """
+
+    def __init__(self, original: Callable[..., Any]) -> None:
+        self.original = original
+        self._conversations: tuple[Any, Conversations] | None = None
+        self._lock = threading.Lock()
+
+    def conversations(self, processor: Any, config: Any) -> Conversations:
+        """Return the adapter of ``processor``'s template (kept while the same processor is served)."""
+        with self._lock:
+            if self._conversations is None or self._conversations[0] is not processor:
+                self._conversations = (processor, Conversations(vlm_tools_render(processor, config, self.original)))
+            return self._conversations[1]
+
+    def __call__(
+        self, processor: Any, config: Any, prompt: Any, add_generation_prompt: bool = True, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Render ``prompt`` as mlx_vlm does, its messages adapted first; a template's refusal is a 400."""
+        if args or kwargs.get("return_messages") or not _is_conversation(prompt):
+            return self.original(processor, config, prompt, add_generation_prompt, *args, **kwargs)
+        try:
+            messages = self.conversations(processor, config).adapt(prompt, kwargs.get("tools"))
+            return self.original(processor, config, messages, add_generation_prompt, **kwargs)
+        except HttpError as error:  # the adapter's own 400 (a template that renders no tool results)
+            raise TemplateRefusal(error) from None
+        except HTTPException:
+            raise
+        except Exception as error:  # the template's refusal, whatever its type
+            raise TemplateRefusal(from_generation_error(template_failed(error))) from error
+
+
+def _is_conversation(prompt: object) -> bool:
+    return isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt)
+
+
+def vlm_tools_render(
+    processor: Any, config: Any, original: Callable[..., Any]
+) -> Callable[[list[dict[str, Any]], Any, bool], str]:
+    """Return the ``conversation.ToolsRender`` of ``processor``: mlx_vlm's own rendering, with the tools given."""
+
+    def render(messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
+        prompt = original(processor, config, messages, add_generation_prompt=generation, tools=tools or None)
+        if not isinstance(prompt, str):  # models rendered from their last message only: nothing to adapt
             raise TypeError(f"mlx_vlm rendered {type(prompt).__name__}, not a prompt")
         return prompt
 
     return render
+
+
+def vlm_render(processor: Any, config: Any) -> Callable[[list[dict[str, Any]], bool], str]:
+    """Return a ``system_turns.Render`` through mlx_vlm's own ``apply_chat_template`` (not adapted), without tools."""
+    server: Any = importlib.import_module("mlx_vlm.server")  # the endpoints look the function up there
+    current = getattr(server, RENDERER)
+    tools_render = vlm_tools_render(processor, config, getattr(current, "original", current))
+    return lambda messages, generation: tools_render(messages, None, generation)
 
 
 def loaded_text_model() -> tuple[Any, Any] | None:
@@ -177,6 +266,16 @@ def install_placer() -> InstructionPlacer:
     for module_name in PLACED_IN:
         setattr(importlib.import_module(module_name), NORMALIZER, placer)  # the seam: looked up at call time
     return placer
+
+
+def install_adapter(app: Any) -> AdaptedRender:
+    """Replace ``mlx_vlm.server.apply_chat_template`` with an ``AdaptedRender``; answer its refusals on ``app``."""
+    server: Any = importlib.import_module("mlx_vlm.server")
+    current = getattr(server, RENDERER)
+    adapted = current if isinstance(current, AdaptedRender) else AdaptedRender(current)
+    setattr(server, RENDERER, adapted)  # the seam: the endpoints' dependency looks it up at call time
+    app.add_exception_handler(TemplateRefusal, answer_refusal)
+    return adapted
 
 
 def install_progress(where: Board | None = None) -> None:
@@ -266,6 +365,7 @@ def serve(argv: list[str]) -> int:
         kwargs.pop("port", None)
         kwargs.pop("reload", None)  # a reloader needs the app by name; the front never asks for one
         loaded = import_from_string(app) if isinstance(app, str) else app  # mlx_vlm names "mlx_vlm.server:app"
+        install_adapter(loaded)
         previous_run(BodyLimits(MediaWall(loaded), limits), fd=sock.fileno(), **kwargs)
 
     install_placer()

@@ -3,8 +3,8 @@
 An agent resends the whole conversation every turn, plus what is new; the worker's prompt cache serves the
 longest token prefix it holds, so a turn hits only as far as its rendered prompt starts with the previous one.
 Folding a late system message into the first one (what the workers used to do, and what mlx_vlm's own server
-does) rewrites the first message, and everything after it is prefilled again. The mlx_lm worker places through
-``conversation.Conversations``, the mlx-vlm one through ``mlx_vlm_server.InstructionPlacer``.
+does) rewrites the first message, and everything after it is prefilled again. Both workers place through
+``conversation.Conversations`` (the mlx-vlm one where mlx_vlm renders: ``mlx_vlm_server.AdaptedRender``).
 
 So the leading run of system (and developer) messages joins into one first system message, as templates
 expect, and every later one stays at its place, written one of three ways:
