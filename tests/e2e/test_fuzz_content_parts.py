@@ -11,7 +11,6 @@ worker is the one the front first started. The counts are printed.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 
@@ -19,28 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.content_fuzz import bodies
+from tests.e2e.content_fuzz import APIS, Traps, attempt, bodies, print_codes
 from tests.e2e.front_support import Front
-from tests.e2e.fuzz_support import (
-    BASES,
-    FIELDS,
-    FUZZ,
-    api_error,
-    assert_first_worker,
-    deep,
-    fuzz_front,
-    post,
-    reply,
-    values,
-)
+from tests.e2e.fuzz_support import BASES, FIELDS, FUZZ, assert_first_worker, deep, fuzz_front, values
 from tests.fixtures.tiny_vlm import build_tiny_vlm
-from tests.media_traps import Listener, SecretFile
 
 pytestmark = pytest.mark.e2e
 
 SEEN: Counter[str] = Counter()
-APIS = ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/api/chat")
-DOCUMENTED_5XX = (501, 503)
 
 
 @pytest.fixture(scope="module")
@@ -49,51 +34,35 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     model = build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
     with fuzz_front(model, tmp_path_factory.mktemp("fuzz-home"), SEEN, "--runtime", "mlx-vlm") as started:
         yield started
+    print_codes("vision")
 
 
 @pytest.fixture(scope="module")
-def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Listener, SecretFile]]:
+def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
     """Yield a loopback listener and a 0600 file of nobody's, watched for the whole fuzz."""
-    listener, secret = Listener(), SecretFile(tmp_path_factory.mktemp("secret"))
+    watched = Traps(tmp_path_factory.mktemp("secret"))
     try:
-        yield listener, secret
+        yield watched
     finally:
-        listener.close()
-        secret.close()
-
-
-def attempt(front: Front, traps: tuple[Listener, SecretFile], path: str, body: dict[str, object]) -> None:
-    """Send one hostile body; check the answer, the listener, the file and a normal request after it."""
-    listener, secret = traps
-    raw = json.dumps(body, allow_nan=True)
-    status, content_type, text = post(front, path, raw.encode())
-    SEEN[f"{status // 100}xx"] += 1
-    case = (path, status, raw[:400], text[:300])
-    if 200 <= status < 300:
-        assert reply(path, content_type, text), case
-    else:
-        assert 400 <= status < 500 or status in DOCUMENTED_5XX, case
-        assert content_type.startswith("application/json") and api_error(path, json.loads(text)), case
-    assert listener.connections == 0, case
-    assert not secret.touched(), case
-    assert front.healthy(), case
+        watched.close()
 
 
 @pytest.mark.parametrize("path", APIS)
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=40)
 @given(data=st.data())
 def test_hostile_content_parts_never_reach_a_url_a_file_or_a_5xx(
-    front: Front, traps: tuple[Listener, SecretFile], path: str, data: st.DataObject
+    front: Front, traps: Traps, path: str, data: st.DataObject
 ) -> None:
     """Any part of any type with any fields: a reply or the API's 4xx; nothing fetched or opened; no 5xx but 501/503."""
-    attempt(front, traps, path, data.draw(bodies(path, traps[0], traps[1].path)))
+    body = data.draw(bodies(path, traps.listener, traps.secret.path))
+    attempt(front, traps, "vision", path, body, SEEN, front.healthy)
 
 
 @pytest.mark.parametrize("path", list(BASES))
 @settings(FUZZ, max_examples=40)
 @given(data=st.data())
 def test_hostile_fields_never_break_the_vision_server(
-    front: Front, traps: tuple[Listener, SecretFile], path: str, data: st.DataObject
+    front: Front, traps: Traps, path: str, data: st.DataObject
 ) -> None:
     """The request fuzz's field cases on the vision model: one to three fields of a valid body replaced by anything."""
     body = dict(BASES[path])
@@ -102,7 +71,7 @@ def test_hostile_fields_never_break_the_vision_server(
         body[name] = data.draw(st.one_of(values, deep) if name in ("messages", "tools", "input") else values)
     if body.get("stream") is True:
         body["max_tokens"] = 3
-    attempt(front, traps, path, body)
+    attempt(front, traps, "vision", path, body, SEEN, front.healthy)
 
 
 def test_the_vision_worker_never_restarted(front: Front) -> None:
