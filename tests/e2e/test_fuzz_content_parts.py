@@ -18,14 +18,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mlx_agent.gateway.images import MAX_IMAGE_PIXELS
 from tests.e2e.content_fuzz import APIS, Traps, attempt, bodies, print_codes
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import BASES, FIELDS, FUZZ, assert_first_worker, deep, fuzz_front, values
+from tests.e2e.test_runtimes import png
 from tests.fixtures.tiny_vlm import build_tiny_vlm
 
 pytestmark = pytest.mark.e2e
 
 SEEN: Counter[str] = Counter()
+IMAGE = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": png()}}]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,50 @@ def test_hostile_fields_never_break_the_vision_server(
     if body.get("stream") is True:
         body["max_tokens"] = 3
     attempt(front, traps, "vision", path, body, SEEN, front.healthy)
+
+
+# mlx-vlm's own chat fields, which the front does not declare and chat completions passes on (its ChatRequest).
+VLM_FIELDS = (
+    "min_pixels",
+    "max_pixels",
+    "resize_shape",
+    "adapter_path",
+    "tool_parser",
+    "top_n_sigma",
+    "p_less",
+    "typical_p",
+    "enable_thinking",
+    "reasoning",
+    "thinking_budget",
+    "thinking_start_token",
+    "thinking_end_token",
+    "context_management",
+    "max_denoising_steps",
+    "block_length",
+    "threshold",
+    "diffusion_sampler",
+)
+SIZES = st.sampled_from([0, 1, 448, 3136, [0, 0], [0, 448], [448, 448], [1, 2, 3], 10**9, MAX_IMAGE_PIXELS + 1])
+
+
+@settings(FUZZ, max_examples=60)
+@given(data=st.data())
+def test_the_vision_workers_own_fields_never_get_a_5xx(front: Front, traps: Traps, data: st.DataObject) -> None:
+    """mlx-vlm's own chat fields, on a body with an image, hold anything: a reply or the API's 4xx, never a 5xx."""
+    body: dict[str, object] = {"model": "tiny", "messages": [{"role": "user", "content": IMAGE}], "max_tokens": 3}
+    for name in data.draw(st.lists(st.sampled_from(VLM_FIELDS), min_size=1, max_size=3, unique=True)):
+        body[name] = data.draw(st.one_of(SIZES, values) if name.endswith(("pixels", "shape")) else values)
+    body["stream"] = data.draw(st.booleans())
+    attempt(front, traps, "vision", "/v1/chat/completions", body, SEEN, front.healthy)
+
+
+def test_a_zero_or_oversized_image_size_is_refused_by_the_front(front: Front) -> None:
+    """A zero resize (a 500 from the worker before) and a min_pixels past the bound are 400 naming the field."""
+    for field, value in (("resize_shape", [0, 0]), ("min_pixels", MAX_IMAGE_PIXELS + 1)):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": IMAGE}], "max_tokens": 2, field: value}
+        status, _, answer = front.send("POST", "/v1/chat/completions", body)
+        assert (status, answer["error"]["code"], answer["error"]["param"]) == (400, "invalid_value", field), answer
+    assert front.healthy()
 
 
 def test_the_vision_worker_never_restarted(front: Front) -> None:
