@@ -400,6 +400,64 @@ def _code(answer: dict[str, Any]) -> object:
     return inner.get("code", inner.get("type")) if isinstance(inner, dict) else answer.get("code")
 
 
+# Part types that carry media or a document: one that names a URL or a path is never taken, on any API or kind.
+NAMED_MEDIA = IMAGE_TYPES | MEDIA_TYPES | {"image_file", "document"}
+
+
+def as_written(kind: str, ref: str) -> dict[str, Any]:
+    """Return a part of type ``kind`` as its API writes it, the field it reads naming ``ref``."""
+    url = {"type": "url", "url": ref}
+    fields: dict[str, dict[str, Any]] = {
+        "image_url": {"image_url": {"url": ref}},
+        "input_image": {"image_url": ref},
+        "image": {"source": url},
+        "image_file": {"image_file": {"file_id": ref}},
+        "video_url": {"video_url": {"url": ref}},
+        "input_video": {"video_url": ref},
+        "input_audio": {"input_audio": {"data": ref, "format": "wav"}},
+        "audio_url": {"audio_url": {"url": ref}},
+        "input_file": {"file_url": ref, "filename": "a.pdf"},
+        "file": {"file": {"file_data": ref, "filename": "a.pdf"}},
+        "document": {"source": url},
+        "tool_use": {"id": "t", "name": "f", "input": {"path": ref}},
+        "tool_result": {"tool_use_id": "t", "content": [{"type": "image", "source": url}]},
+        "thinking": {"thinking": ref, "signature": "x"},
+        "redacted_thinking": {"data": ref},
+        "search_result": {"source": ref, "title": "t", "content": [{"type": "text", "text": "x"}]},
+        "container_upload": {"file_id": ref},
+    }
+    default = {"text": ref} if kind in ("text", "input_text", "output_text") else {kind: ref, "url": ref}
+    return {"type": kind, **fields.get(kind, default)}
+
+
+def named(listener: Listener, secret: Path) -> list[tuple[dict[str, Any], str]]:
+    """Return every part type as written twice, naming the listener (schemes in turn) and the secret (path, URL)."""
+    urls = [listener.url(f"/m{n}", scheme) for n, scheme in enumerate(URL_SCHEMES)]
+    paths = [str(secret), f"file://{secret}"]
+    return [
+        (as_written(kind, ref), ref)
+        for n, kind in enumerate(PART_TYPES)
+        for ref in (urls[n % len(urls)], paths[n % len(paths)])
+    ]
+
+
+def placed(api: str, part: dict[str, Any], ref: str) -> dict[str, Any]:
+    """Return a request of ``api`` that carries ``part`` where the API carries content (Ollama's: ``ref`` as media)."""
+    user = [{"role": "user", "content": [{"type": "text", "text": "look"}, part]}]
+    if api in ("/v1/chat/completions", "/v1/messages"):
+        return {"model": "tiny", "messages": user, "max_tokens": 3}
+    if api == "/v1/messages/count_tokens":
+        return {"model": "tiny", "messages": user}
+    if api == "/v1/responses":
+        return {"model": "tiny", "input": user, "max_output_tokens": 3}
+    if api == "/api/chat":
+        return {"model": "tiny", "stream": False, "messages": [{"role": "user", "content": "x", "images": [ref]}]}
+    if api == "/api/generate":
+        return {"model": "tiny", "stream": False, "prompt": "x", "images": [ref]}
+    key = "prompt" if api in ("/v1/completions", "/api/embeddings") else "input"
+    return {"model": "tiny", key: [part]}
+
+
 class Traps:
     """A loopback listener and a 0600 file of ``nobody``'s, watched for a whole fuzz module."""
 
@@ -421,13 +479,17 @@ def attempt(
     body: dict[str, Any],
     seen: Counter[str],
     healthy: Callable[[], bool],
+    refuse: bool = False,
 ) -> None:
-    """Send one hostile body to a model of ``kind``; check the answer, the listener, the file and a normal request."""
+    """Send one hostile body to a model of ``kind``; check the answer, the listener, the file and a normal request.
+
+    With ``refuse`` (or where the kind must refuse the body: ``refused_by_kind``) a 2xx is a defect.
+    """
     raw = json.dumps(body, allow_nan=True)
     status, content_type, text = post(front, path, raw.encode())
     seen[f"{status // 100}xx"] += 1
     case = (path, status, raw[:400], text[:300])
-    assert not (200 <= status < 300 and refused_by_kind(kind, path, body)), case
+    assert not (200 <= status < 300 and (refuse or refused_by_kind(kind, path, body))), case
     if 200 <= status < 300:
         assert answered(path, content_type, text), case
     else:
@@ -439,3 +501,12 @@ def attempt(
     assert traps.listener.connections == 0, case
     assert not traps.secret.touched(), case
     assert healthy(), case
+
+
+def attempt_every_part(
+    front: Front, traps: Traps, kind: str, api: str, seen: Counter[str], healthy: Callable[[], bool]
+) -> None:
+    """Send every part type as written (``named``) on ``api``: media and documents naming a URL or path are refused."""
+    for part, ref in named(traps.listener, traps.secret.path):
+        refuse = part["type"] in NAMED_MEDIA or api in OLLAMA_CHAT
+        attempt(front, traps, kind, api, placed(api, part, ref), seen, healthy, refuse)

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.content_fuzz import APIS, Traps, attempt, bodies, print_codes
+from tests.e2e.content_fuzz import APIS, Traps, attempt, attempt_every_part, bodies, print_codes
 from tests.e2e.front_support import Front
-from tests.e2e.fuzz_support import FUZZ, assert_first_worker, fuzz_front
+from tests.e2e.fuzz_support import FUZZ, assert_first_worker, fuzz_front, values
 from tests.fixtures.tiny_embed import build_tiny_embed
 
 pytestmark = pytest.mark.e2e
@@ -86,6 +86,36 @@ def test_hostile_content_on_an_embedding_model(
     """Any part on any API of an embedding model: vectors or the API's 4xx, never a chat, nothing fetched."""
     body = data.draw(bodies(path, traps.listener, traps.secret.path))
     attempt(embed_front, traps, "embedding", path, body, EMBED_SEEN, lambda: embeds(embed_front))
+
+
+# mlx_lm's own chat fields that the request fuzz's list leaves out (chat completions passes undeclared ones on),
+# and the names a chat template's keyword arguments may try to replace.
+LM_FIELDS = ("role_mapping", "xtc_threshold", "presence_context_size", "frequency_context_size", "chat_template_kwargs")
+TEMPLATE_KWARGS = ("messages", "tools", "add_generation_prompt", "enable_thinking", "bos_token", "x-unknown")
+
+
+@pytest.mark.parametrize("path", APIS)
+def test_every_part_type_on_a_text_model(text_front: Front, traps: Traps, path: str) -> None:
+    """Every part type as its API writes it, naming a URL or a path: media, images and documents refused."""
+    attempt_every_part(text_front, traps, "text", path, TEXT_SEEN, text_front.healthy)
+
+
+@pytest.mark.parametrize("path", APIS)
+def test_every_part_type_on_an_embedding_model(embed_front: Front, traps: Traps, path: str) -> None:
+    """Every part type as its API writes it, naming a URL or a path, on every API of an embedding model: refused."""
+    attempt_every_part(embed_front, traps, "embedding", path, EMBED_SEEN, lambda: embeds(embed_front))
+
+
+@settings(FUZZ, max_examples=60)
+@given(data=st.data())
+def test_the_text_workers_own_fields_never_get_a_5xx(text_front: Front, traps: Traps, data: st.DataObject) -> None:
+    """mlx_lm's own chat fields and a template's keyword arguments hold anything: a reply or the API's 4xx."""
+    body: dict[str, object] = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    for name in data.draw(st.lists(st.sampled_from(LM_FIELDS), min_size=1, max_size=3, unique=True)):
+        kwargs = st.dictionaries(st.sampled_from(TEMPLATE_KWARGS), values, max_size=3)
+        body[name] = data.draw(st.one_of(kwargs, values) if name == "chat_template_kwargs" else values)
+    body["stream"] = data.draw(st.booleans())
+    attempt(text_front, traps, "text", "/v1/chat/completions", body, TEXT_SEEN, text_front.healthy)
 
 
 def test_the_text_worker_never_restarted(text_front: Front) -> None:

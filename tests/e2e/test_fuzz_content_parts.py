@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlx_agent.gateway.images import MAX_IMAGE_PIXELS
-from tests.e2e.content_fuzz import APIS, Traps, attempt, bodies, print_codes
+from tests.e2e.content_fuzz import APIS, Traps, attempt, attempt_every_part, bodies, print_codes
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import BASES, FIELDS, FUZZ, assert_first_worker, deep, fuzz_front, values
 from tests.e2e.test_runtimes import png
@@ -75,6 +75,12 @@ def test_hostile_fields_never_break_the_vision_server(
     if body.get("stream") is True:
         body["max_tokens"] = 3
     attempt(front, traps, "vision", path, body, SEEN, front.healthy)
+
+
+@pytest.mark.parametrize("path", APIS)
+def test_every_part_type_on_the_vision_model(front: Front, traps: Traps, path: str) -> None:
+    """Every part type as its API writes it, naming a URL or a path: media, images and documents refused."""
+    attempt_every_part(front, traps, "vision", path, SEEN, front.healthy)
 
 
 # mlx-vlm's own chat fields, which the front does not declare and chat completions passes on (its ChatRequest).
