@@ -37,6 +37,7 @@ APIS = (
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/v1/responses",
+    "/v1/responses/compact",
     "/api/chat",
     "/api/generate",
     "/api/embed",
@@ -299,6 +300,8 @@ def bodies(api: str, listener: Listener, secret: Path) -> st.SearchStrategy[dict
         fields = _anthropic(hostile).map(lambda f: {**f, "max_tokens": 3} if api == "/v1/messages" else f)
     elif api == "/v1/responses":
         fields = st.builds(lambda i: {"input": i, "max_output_tokens": 3}, _responses(hostile))
+    elif api == "/v1/responses/compact":
+        fields = st.builds(lambda i: {"input": i}, _responses(hostile))
     elif api == "/api/chat":
         message = st.fixed_dictionaries(
             {"role": st.sampled_from(["user", "system", "tool"]), "content": st.one_of(st.just("x"), refs, hostile)},
@@ -329,11 +332,12 @@ def bodies(api: str, listener: Listener, secret: Path) -> st.SearchStrategy[dict
 
 
 # What a 2xx answer of an endpoint ``reply`` does not know is: one key and the type of its value.
-EMBEDDED = {
+OTHER_REPLIES = {
     "/v1/embeddings": ("data", list),
     "/api/embed": ("embeddings", list),
     "/api/embeddings": ("embedding", list),
     "/api/generate": ("done", bool),
+    "/v1/responses/compact": ("object", str),
 }
 
 
@@ -342,9 +346,9 @@ def answered(path: str, content_type: str, text: bytes) -> bool:
     if content_type.startswith("text/event-stream"):  # keep-alive comments (": ...") may come before the events
         lines = [line for line in text.splitlines() if line and not line.startswith(b":")]
         return bool(lines) and lines[0].startswith((b"data: ", b"event: "))
-    if path not in EMBEDDED or not content_type.startswith("application/json"):
+    if path not in OTHER_REPLIES or not content_type.startswith("application/json"):
         return reply(path, content_type, text)
-    key, kind = EMBEDDED[path]
+    key, kind = OTHER_REPLIES[path]
     answer = json.loads(text)
     return isinstance(answer, dict) and isinstance(answer.get(key), kind)
 
@@ -366,7 +370,7 @@ def _top_parts(path: str, body: dict[str, Any]) -> list[Any]:
     if path in ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"):
         holders = [m.get("content") for m in body.get("messages", ()) if isinstance(m, dict)]
         holders.append(body.get("system"))
-    elif path == "/v1/responses":
+    elif path in ("/v1/responses", "/v1/responses/compact"):
         holders = [i.get("content", i.get("output")) for i in body.get("input", ()) if isinstance(i, dict)]
     return [part for holder in holders if isinstance(holder, list) for part in holder]
 
@@ -430,15 +434,16 @@ def as_written(kind: str, ref: str) -> dict[str, Any]:
     return {"type": kind, **fields.get(kind, default)}
 
 
-def named(listener: Listener, secret: Path) -> list[tuple[dict[str, Any], str]]:
-    """Return every part type as written twice, naming the listener (schemes in turn) and the secret (path, URL)."""
+def named(listener: Listener, secret: Path, turn: int) -> list[tuple[dict[str, Any], str]]:
+    """Return every part type as written, naming the listener (schemes in turn) or the secret (path, ``file://``).
+
+    Which of the two a type names alternates with ``turn`` (an API's place in ``APIS``), so across the APIs
+    every type names both.
+    """
     urls = [listener.url(f"/m{n}", scheme) for n, scheme in enumerate(URL_SCHEMES)]
     paths = [str(secret), f"file://{secret}"]
-    return [
-        (as_written(kind, ref), ref)
-        for n, kind in enumerate(PART_TYPES)
-        for ref in (urls[n % len(urls)], paths[n % len(paths)])
-    ]
+    refs = [urls[(n + turn) % len(urls)] if (n + turn) % 2 else paths[turn % 2] for n in range(len(PART_TYPES))]
+    return [(as_written(kind, ref), ref) for kind, ref in zip(PART_TYPES, refs, strict=True)]
 
 
 def placed(api: str, part: dict[str, Any], ref: str) -> dict[str, Any]:
@@ -450,6 +455,8 @@ def placed(api: str, part: dict[str, Any], ref: str) -> dict[str, Any]:
         return {"model": "tiny", "messages": user}
     if api == "/v1/responses":
         return {"model": "tiny", "input": user, "max_output_tokens": 3}
+    if api == "/v1/responses/compact":
+        return {"model": "tiny", "input": user}
     if api == "/api/chat":
         return {"model": "tiny", "stream": False, "messages": [{"role": "user", "content": "x", "images": [ref]}]}
     if api == "/api/generate":
@@ -507,6 +514,6 @@ def attempt_every_part(
     front: Front, traps: Traps, kind: str, api: str, seen: Counter[str], healthy: Callable[[], bool]
 ) -> None:
     """Send every part type as written (``named``) on ``api``: media and documents naming a URL or path are refused."""
-    for part, ref in named(traps.listener, traps.secret.path):
+    for part, ref in named(traps.listener, traps.secret.path, APIS.index(api)):
         refuse = part["type"] in NAMED_MEDIA or api in OLLAMA_CHAT
         attempt(front, traps, kind, api, placed(api, part, ref), seen, healthy, refuse)

@@ -51,7 +51,7 @@ def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
 
 
 @pytest.mark.parametrize("path", APIS)
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=30)
 @given(data=st.data())
 def test_hostile_content_parts_never_reach_a_url_a_file_or_a_5xx(
     front: Front, traps: Traps, path: str, data: st.DataObject
@@ -62,7 +62,7 @@ def test_hostile_content_parts_never_reach_a_url_a_file_or_a_5xx(
 
 
 @pytest.mark.parametrize("path", list(BASES))
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=20)
 @given(data=st.data())
 def test_hostile_fields_never_break_the_vision_server(
     front: Front, traps: Traps, path: str, data: st.DataObject
@@ -107,7 +107,7 @@ VLM_FIELDS = (
 SIZES = st.sampled_from([0, 1, 448, 3136, [0, 0], [0, 448], [448, 448], [1, 2, 3], 10**9, MAX_IMAGE_PIXELS + 1])
 
 
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=40)
 @given(data=st.data())
 def test_the_vision_workers_own_fields_never_get_a_5xx(front: Front, traps: Traps, data: st.DataObject) -> None:
     """mlx-vlm's own chat fields, on a body with an image, hold anything: a reply or the API's 4xx, never a 5xx."""
