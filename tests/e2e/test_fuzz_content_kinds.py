@@ -23,7 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.content_fuzz import APIS, Traps, attempt, attempt_every_part, bodies, print_codes
+from tests.e2e.content_checks import Traps, attempt, attempt_every_part, print_codes
+from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import FUZZ, assert_first_worker, fuzz_front, values
 from tests.fixtures.tiny_embed import build_tiny_embed

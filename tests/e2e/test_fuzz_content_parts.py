@@ -1,12 +1,14 @@
 """A bounded fuzz of every content-part type and field of every API against a real front over a vision model.
 
-The front serves the tiny Qwen2-VL model through the wrapped mlx-vlm worker. Every case is a request of chat
-completions, Messages, Responses or ``/api/chat`` whose content holds hostile parts (``content_fuzz``): every part
-type and field, naming a loopback listener, a 0600 file of ``nobody``'s, or data of sound and undecodable images;
-then the request fuzz's field cases (``fuzz_support``: every field of every endpoint) on this vision model.
-After every case: a 2xx with the endpoint's reply or a 4xx with its API's error (never a 5xx but the documented
-501 and 503), no connection to the listener, no open of the file, and a normal request answered. At the end the
-worker is the one the front first started. The counts are printed.
+The front serves the tiny Qwen2-VL model through the wrapped mlx-vlm worker. Every case is a request of one of
+the APIs the front serves (``content_fuzz.APIS``: chat completions and completions, Messages and its token count,
+Responses and its compaction, Ollama's four, ``/v1/embeddings``) whose content holds hostile parts: every part
+type as its API writes it and drawn parts of any type with any fields, naming a loopback listener, a 0600 file of
+``nobody``'s, or data of sound and undecodable images; then the request fuzz's field cases (``fuzz_support``) and
+mlx-vlm's own chat fields, which the front passes on. After every case (``content_checks``): a 2xx with the
+endpoint's reply or a 4xx with its API's error (never a 5xx but the documented 501 and 503), no connection to
+the listener, no open of the file, and a normal request answered. At the end the worker is the one the front
+first started. The counts are printed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlx_agent.gateway.images import MAX_IMAGE_PIXELS
-from tests.e2e.content_fuzz import APIS, Traps, attempt, attempt_every_part, bodies, print_codes
+from tests.e2e.content_checks import Traps, attempt, attempt_every_part, print_codes
+from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import BASES, FIELDS, FUZZ, assert_first_worker, deep, fuzz_front, values
 from tests.e2e.test_runtimes import png
