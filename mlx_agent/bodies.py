@@ -2,11 +2,12 @@ r"""What every endpoint accepts, declared once: the JSON a body may be, and each
 
 ``load_json`` reads a body: UTF-8 without a byte order mark (the APIs say so; ``json`` would read UTF-16, UTF-32
 and a BOM: ``invalid_encoding``), JSON, an object, at most ``MAX_DEPTH`` levels deep, no string that is not valid
-UTF-8 (a lone surrogate, which ``json`` accepts as ``\udc00``), at most ``MAX_ITEMS`` items in any array or
-object. ``check`` then validates it against its endpoint's declaration and returns the parsed body, which
-translators read: every number that reaches mlx is bounded to what mlx and the models can use (a temperature
-of 2^63 or a ``logit_bias`` key past the vocabulary kills mlx_lm's generation thread or the process), every
-field has its type. A refusal is ``BodyInvalid`` with the field's path as ``param``.
+UTF-8 (a lone surrogate, which ``json`` accepts as ``\udc00``), no NaN or Infinity (``json`` accepts those too),
+at most ``MAX_ITEMS`` items in any array or object. ``check`` then validates it against its endpoint's
+declaration and returns the parsed body, which translators read: every number that reaches mlx is bounded to
+what mlx and the models can use (a temperature of 2^63 or a ``logit_bias`` key past the vocabulary kills
+mlx_lm's generation thread or the process), every field has its type. A refusal is ``BodyInvalid`` with the
+field's path as ``param``.
 
 An open declaration (chat and text completions) passes undeclared fields on (the worker reads them); a closed
 one (``closed = True``: Messages, Responses, and the objects inside them) is the endpoint's whitelist, and an
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -46,7 +48,16 @@ Object = dict[str, Any]
 
 
 def _walk(value: Any, path: str, depth: int) -> None:
-    """Refuse nesting past ``MAX_DEPTH``, oversized containers and strings that are not valid UTF-8."""
+    """Refuse nesting past ``MAX_DEPTH``, oversized containers, non-finite numbers and strings not valid UTF-8."""
+    if isinstance(value, float):
+        # ``json`` reads NaN and Infinity, which JSON has not. Passed on in an undeclared field, mlx-vlm (FastAPI)
+        # cannot write its own 422 for one (the echoed input is no JSON either) and answers 500.
+        if not math.isfinite(value):
+            raise BodyInvalid(
+                f"'{path or 'body'}' is {value}: NaN and Infinity are not JSON numbers; send a finite number",
+                param=path or "body",
+            )
+        return
     if isinstance(value, str):
         if not value.isascii():
             try:

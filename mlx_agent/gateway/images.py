@@ -17,6 +17,12 @@ Limits, the same on every API (docs/gateway.md, "Images"), checked before the re
   times the other (mlx-vlm's Qwen processors refuse those), are 400 ``image_invalid`` naming the part, where
   the worker would have failed the request with a 500.
 
+mlx-vlm also reads three request fields that set the size its processor makes every image (``min_pixels``,
+``max_pixels``, ``resize_shape``; chat completions passes undeclared fields on): ``check_processing`` holds
+them to ``MAX_IMAGE_PIXELS`` (400 ``invalid_value``, or ``invalid_type``, naming the field), so a tiny image
+cannot be blown up past what an image sent whole may be (a ``min_pixels`` of 10**9 would have the worker
+allocate gigabytes), and a zero side is refused here where the worker answered it with a 500.
+
 Without Pillow in the front's environment (mlx-vlm brings it) the image is not read and the worker judges.
 Which part types a model kind takes at all is ``content_parts``' declaration.
 """
@@ -209,6 +215,32 @@ def check_images(parts: list[tuple[str, Mapping[str, Any]]], limits: ImageLimits
         )
     for param, part in parts:
         check_data_url(part_url(part), param, limits)
+
+
+def _pixels(value: object) -> bool:
+    """Say whether ``value`` is a whole number of pixels (not a bool), at least one."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_processing(body: Mapping[str, Any], limits: ImageLimits = LIMITS) -> None:
+    """Refuse mlx-vlm's image-size fields (module doc) that are not whole pixels or reach past ``max_pixels``."""
+    bound = limits.max_pixels
+    for name in ("min_pixels", "max_pixels"):
+        value = body.get(name)
+        if value is not None and not (_pixels(value) and value <= bound):
+            code = Code.INVALID_VALUE if isinstance(value, int) and not isinstance(value, bool) else Code.INVALID_TYPE
+            raise refused(code, f"'{name}' must be a whole number of pixels from 1 to {bound}", param=name)
+    shape = body.get("resize_shape")
+    if shape is None:
+        return
+    sides = shape if isinstance(shape, list) else [shape]  # one side: a square, as mlx-vlm reads it
+    if not 1 <= len(sides) <= 2 or not all(_pixels(side) for side in sides) or sides[0] * sides[-1] > bound:
+        raise refused(
+            Code.INVALID_VALUE,
+            f"'resize_shape' must be one side (a square) or [height, width] in whole pixels, at most {bound} "
+            "pixels in all",
+            param="resize_shape",
+        )
 
 
 def decode_all(body: Mapping[str, Any], limits: ImageLimits = LIMITS) -> int:

@@ -1,17 +1,18 @@
 """A bounded fuzz of every content-part type and field of every API against a real front over a vision model.
 
-The front serves the tiny Qwen2-VL model through the wrapped mlx-vlm worker. Every case is a request of chat
-completions, Messages, Responses or ``/api/chat`` whose content holds hostile parts (``content_fuzz``): every part
-type and field, naming a loopback listener, a 0600 file of ``nobody``'s, or data of sound and undecodable images;
-then the request fuzz's field cases (``fuzz_support``: every field of every endpoint) on this vision model.
-After every case: a 2xx with the endpoint's reply or a 4xx with its API's error (never a 5xx but the documented
-501 and 503), no connection to the listener, no open of the file, and a normal request answered. At the end the
-worker is the one the front first started. The counts are printed.
+The front serves the tiny Qwen2-VL model through the wrapped mlx-vlm worker. Every case is a request of one of
+the APIs the front serves (``content_fuzz.APIS``: chat completions and completions, Messages and its token count,
+Responses and its compaction, Ollama's four, ``/v1/embeddings``) whose content holds hostile parts: every part
+type as its API writes it and drawn parts of any type with any fields, naming a loopback listener, a 0600 file of
+``nobody``'s, or data of sound and undecodable images; then the request fuzz's field cases (``fuzz_support``) and
+mlx-vlm's own chat fields, which the front passes on. After every case (``content_checks``): a 2xx with the
+endpoint's reply or a 4xx with its API's error (never a 5xx but the documented 501 and 503), no connection to
+the listener, no open of the file, and a normal request answered. At the end the worker is the one the front
+first started. The counts are printed.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 
@@ -19,28 +20,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.content_fuzz import bodies
+from mlx_agent.gateway.images import MAX_IMAGE_PIXELS
+from tests.e2e.content_checks import Traps, attempt, attempt_every_part, print_codes
+from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
-from tests.e2e.fuzz_support import (
-    BASES,
-    FIELDS,
-    FUZZ,
-    api_error,
-    assert_first_worker,
-    deep,
-    fuzz_front,
-    post,
-    reply,
-    values,
-)
+from tests.e2e.fuzz_support import BASES, FIELDS, FUZZ, assert_first_worker, deep, fuzz_front, values
+from tests.e2e.test_runtimes import png
 from tests.fixtures.tiny_vlm import build_tiny_vlm
-from tests.media_traps import Listener, SecretFile
 
 pytestmark = pytest.mark.e2e
 
 SEEN: Counter[str] = Counter()
-APIS = ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/api/chat")
-DOCUMENTED_5XX = (501, 503)
+IMAGE = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": png()}}]
 
 
 @pytest.fixture(scope="module")
@@ -49,51 +40,35 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     model = build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
     with fuzz_front(model, tmp_path_factory.mktemp("fuzz-home"), SEEN, "--runtime", "mlx-vlm") as started:
         yield started
+    print_codes("vision")
 
 
 @pytest.fixture(scope="module")
-def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Listener, SecretFile]]:
+def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
     """Yield a loopback listener and a 0600 file of nobody's, watched for the whole fuzz."""
-    listener, secret = Listener(), SecretFile(tmp_path_factory.mktemp("secret"))
+    watched = Traps(tmp_path_factory.mktemp("secret"))
     try:
-        yield listener, secret
+        yield watched
     finally:
-        listener.close()
-        secret.close()
-
-
-def attempt(front: Front, traps: tuple[Listener, SecretFile], path: str, body: dict[str, object]) -> None:
-    """Send one hostile body; check the answer, the listener, the file and a normal request after it."""
-    listener, secret = traps
-    raw = json.dumps(body, allow_nan=True)
-    status, content_type, text = post(front, path, raw.encode())
-    SEEN[f"{status // 100}xx"] += 1
-    case = (path, status, raw[:400], text[:300])
-    if 200 <= status < 300:
-        assert reply(path, content_type, text), case
-    else:
-        assert 400 <= status < 500 or status in DOCUMENTED_5XX, case
-        assert content_type.startswith("application/json") and api_error(path, json.loads(text)), case
-    assert listener.connections == 0, case
-    assert not secret.touched(), case
-    assert front.healthy(), case
+        watched.close()
 
 
 @pytest.mark.parametrize("path", APIS)
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=30)
 @given(data=st.data())
 def test_hostile_content_parts_never_reach_a_url_a_file_or_a_5xx(
-    front: Front, traps: tuple[Listener, SecretFile], path: str, data: st.DataObject
+    front: Front, traps: Traps, path: str, data: st.DataObject
 ) -> None:
     """Any part of any type with any fields: a reply or the API's 4xx; nothing fetched or opened; no 5xx but 501/503."""
-    attempt(front, traps, path, data.draw(bodies(path, traps[0], traps[1].path)))
+    body = data.draw(bodies(path, traps.listener, traps.secret.path))
+    attempt(front, traps, "vision", path, body, SEEN, front.healthy)
 
 
 @pytest.mark.parametrize("path", list(BASES))
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=20)
 @given(data=st.data())
 def test_hostile_fields_never_break_the_vision_server(
-    front: Front, traps: tuple[Listener, SecretFile], path: str, data: st.DataObject
+    front: Front, traps: Traps, path: str, data: st.DataObject
 ) -> None:
     """The request fuzz's field cases on the vision model: one to three fields of a valid body replaced by anything."""
     body = dict(BASES[path])
@@ -102,7 +77,57 @@ def test_hostile_fields_never_break_the_vision_server(
         body[name] = data.draw(st.one_of(values, deep) if name in ("messages", "tools", "input") else values)
     if body.get("stream") is True:
         body["max_tokens"] = 3
-    attempt(front, traps, path, body)
+    attempt(front, traps, "vision", path, body, SEEN, front.healthy)
+
+
+@pytest.mark.parametrize("path", APIS)
+def test_every_part_type_on_the_vision_model(front: Front, traps: Traps, path: str) -> None:
+    """Every part type as its API writes it, naming a URL or a path: media, images and documents refused."""
+    attempt_every_part(front, traps, "vision", path, SEEN, front.healthy)
+
+
+# mlx-vlm's own chat fields, which the front does not declare and chat completions passes on (its ChatRequest).
+VLM_FIELDS = (
+    "min_pixels",
+    "max_pixels",
+    "resize_shape",
+    "adapter_path",
+    "tool_parser",
+    "top_n_sigma",
+    "p_less",
+    "typical_p",
+    "enable_thinking",
+    "reasoning",
+    "thinking_budget",
+    "thinking_start_token",
+    "thinking_end_token",
+    "context_management",
+    "max_denoising_steps",
+    "block_length",
+    "threshold",
+    "diffusion_sampler",
+)
+SIZES = st.sampled_from([0, 1, 448, 3136, [0, 0], [0, 448], [448, 448], [1, 2, 3], 10**9, MAX_IMAGE_PIXELS + 1])
+
+
+@settings(FUZZ, max_examples=40)
+@given(data=st.data())
+def test_the_vision_workers_own_fields_never_get_a_5xx(front: Front, traps: Traps, data: st.DataObject) -> None:
+    """mlx-vlm's own chat fields, on a body with an image, hold anything: a reply or the API's 4xx, never a 5xx."""
+    body: dict[str, object] = {"model": "tiny", "messages": [{"role": "user", "content": IMAGE}], "max_tokens": 3}
+    for name in data.draw(st.lists(st.sampled_from(VLM_FIELDS), min_size=1, max_size=3, unique=True)):
+        body[name] = data.draw(st.one_of(SIZES, values) if name.endswith(("pixels", "shape")) else values)
+    body["stream"] = data.draw(st.booleans())
+    attempt(front, traps, "vision", "/v1/chat/completions", body, SEEN, front.healthy)
+
+
+def test_a_zero_or_oversized_image_size_is_refused_by_the_front(front: Front) -> None:
+    """A zero resize (a 500 from the worker before) and a min_pixels past the bound are 400 naming the field."""
+    for field, value in (("resize_shape", [0, 0]), ("min_pixels", MAX_IMAGE_PIXELS + 1)):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": IMAGE}], "max_tokens": 2, field: value}
+        status, _, answer = front.send("POST", "/v1/chat/completions", body)
+        assert (status, answer["error"]["code"], answer["error"]["param"]) == (400, "invalid_value", field), answer
+    assert front.healthy()
 
 
 def test_the_vision_worker_never_restarted(front: Front) -> None:

@@ -38,3 +38,17 @@ def test_utf8_json_is_read_and_bad_json_stays_invalid_json() -> None:
     with pytest.raises(BodyInvalid) as refused:
         load_json(b'{"a": ')
     assert refused.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_anywhere_are_refused_naming_where(token: str) -> None:
+    """``json`` reads NaN and Infinity, which JSON has not: 400 invalid_value naming the field, however deep."""
+    raw = f'{{"model": "m", "tool_parser": {token}, "messages": [{{"role": "user", "content": "hi"}}]}}'.encode()
+    assert json.loads(raw)  # what the check is for: json alone reads it
+    with pytest.raises(BodyInvalid) as refused:
+        load_json(raw)
+    assert (refused.value.code, refused.value.param) == ("invalid_value", "tool_parser")
+    with pytest.raises(BodyInvalid) as nested:
+        load_json(f'{{"metadata": {{"a": [1, {token}]}}}}'.encode())
+    assert nested.value.param == "metadata.a.1"
+    assert load_json(b'{"t": 1e308, "u": -0.0}') == {"t": 1e308, "u": -0.0}  # finite numbers still pass

@@ -248,3 +248,34 @@ def test_the_plan_records_a_models_kind_from_its_runtime_and_config() -> None:
     assert model_kind(vlm, {"model_type": "qwen2_vl", "vision_config": {"depth": 1}}) == "vision"
     assert model_kind(vlm, {"model_type": "gemma3_text"}) == "text"
     assert model_kind(lm, {"model_type": "llama"}) == "text"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [
+        ("min_pixels", 10**9, "invalid_value"),
+        ("min_pixels", images.MAX_IMAGE_PIXELS + 1, "invalid_value"),
+        ("max_pixels", 0, "invalid_value"),
+        ("max_pixels", 1e9, "invalid_type"),
+        ("min_pixels", True, "invalid_type"),
+        ("resize_shape", [0, 0], "invalid_value"),
+        ("resize_shape", [100_000, 100_000], "invalid_value"),
+        ("resize_shape", 100_000, "invalid_value"),
+        ("resize_shape", [1, 2, 3], "invalid_value"),
+        ("resize_shape", "448", "invalid_value"),
+    ],
+)
+def test_mlx_vlms_image_size_fields_are_held_to_the_pixel_bound(field: str, value: Any, code: str) -> None:
+    """A size field that is no size, or would make a small image larger than an image may be, is 400 naming it."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], field: value}
+    error = refusal(prepare, body, model=model("vision"))
+    assert (error.status, error.code, error.param) == (400, code, field)
+    assert str(images.MAX_IMAGE_PIXELS) in error.message
+
+
+def test_image_size_fields_within_the_bound_reach_the_worker() -> None:
+    """Sizes from one pixel to the bound, a square side or [height, width], are passed on as sent."""
+    sizes = {"min_pixels": 1, "max_pixels": images.MAX_IMAGE_PIXELS, "resize_shape": [448, 448]}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **sizes}
+    assert {name: prepare(body, model=model("vision")).body[name] for name in sizes} == sizes
+    assert prepare({**body, "resize_shape": 448}, model=model("vision")).body["resize_shape"] == 448

@@ -5,10 +5,11 @@ body is sent on with ``model: default_model`` and the reply names the model as t
 served name when the request named none). Request-time adapters and draft models are refused, and so is a
 chat request to an embedding model (``model_not_chat``); every content part is held to its model kind's
 whitelist (``content_parts``: images to ``images``' limits and one shape, refused by a text-only model; video,
-audio and files refused). Reply limits: a request's own ``max_tokens`` /
-``max_completion_tokens`` is honoured up to ``max_tokens_ceiling`` when the plan sets one, and otherwise up to
-what the model's context leaves after the prompt (our worker knows the prompt's length and cuts there). A
-request that sets none gets the plan's ``--max-tokens`` when the plan has one, and otherwise the ceiling:
+audio and files refused), and so are mlx-vlm's image-size fields (``images.check_processing``). Reply limits:
+a request's own ``max_tokens`` / ``max_completion_tokens`` is honoured up to ``max_tokens_ceiling`` when the
+plan sets one, and otherwise up to what the model's context leaves after the prompt (our worker knows the
+prompt's length and cuts there). A request that sets none gets the plan's ``--max-tokens`` when the plan has
+one, and otherwise the ceiling:
 agents that send no limit (Codex) are not cut at a small default, and the worker's own reply limits (repeats,
 hedging, the reasoning budget) keep a looping model in check.
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mlx_agent.api_errors import Code
 from mlx_agent.gateway.content_parts import check_messages
 from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.images import check_processing
 from mlx_agent.wire import WORKER_MODEL_NAME
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ def prepare(body: dict[str, Any], *, model: FrontModelConfig, force_usage: bool 
                 "preview a new serve plan to change adapters or draft models",
                 param=name,
             )
+    check_processing(body)
     kind = model["worker"].get("kind")
     if kind == "embedding":
         raise refused(
