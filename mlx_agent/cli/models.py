@@ -15,51 +15,48 @@ if TYPE_CHECKING:
 
 
 def _gb(value: int | None) -> str:
-    return "-" if value is None else f"{value / 1e9:.2f} GB"
+    if value is None:
+        return "-"
+    if value >= 100_000_000:
+        return f"{value / 1e9:.1f} GB"
+    return f"{value / 1e6:.1f} MB" if value >= 100_000 else f"{value / 1e3:.0f} kB"
 
 
 def _row_cells(row: ModelRow) -> list[str]:
     from rich.markup import escape
 
-    if not row["complete"]:
-        missing = ", ".join(row["missing"][:3]) + (" ..." if len(row["missing"]) > 3 else "")
-        state = "[red]incomplete[/]" + (f": lacks {escape(missing)}" if missing else "")
-    else:
-        state = "[green]complete[/]"
+    state = "[green]all[/]" if row["complete"] else "[red]partial[/]"
     runtime = f"{row['runtime']} ({row['kind']})" if row["runtime"] else "-"
     if row["runtime_problem"] is not None:
-        runtime = f"[red]none[/]: {escape(row['runtime_problem']['code'])}"
+        runtime = "[red]none[/]"
     quant = row["quantization"]
-    bits = "-" if quant is None else f"{quant['bits']}-bit/{quant['group_size']}"
+    size = _gb(row["size_bytes"]) + ("" if quant is None else f" {quant['bits']}-bit/{quant['group_size']}")
     agents = row["agents"]
     tools = "-"
     if agents is not None:
-        tools = ("tools" if agents["renders_tools"] else "no tools") + f", parser {agents['tool_parser'] or '-'}"
-        tools += ", thinking" if agents["thinking"] else ""
+        tools = ("tools" if agents["renders_tools"] else "no tools") + f" {agents['tool_parser'] or '-'}"
+        tools += " thinking" if agents["thinking"] else ""
     memory = row["memory"]
     fits = "-"
     if memory is not None and memory["estimate_bytes"] is not None:
         verdict = {True: "[green]fits[/]", False: "[red]too big[/]", None: "unknown"}[memory["fits"]]
         fits = f"{_gb(memory['estimate_bytes'])} {verdict}"
-    served = ", ".join(str(s["port"]) for s in row["served"]) or "-"
     return [
         escape(row["name"]),
         state,
         runtime,
-        _gb(row["size_bytes"]),
-        bits,
+        size,
         str(row["context_window"] or "-"),
         tools,
-        "yes" if row["vision"] else "no",
         fits,
-        served,
+        ", ".join(str(s["port"]) for s in row["served"]) or "-",
     ]
 
 
 def render_models(data: ModelsListing, warnings: list[str]) -> None:
-    """Print one row per model found, and why each incomplete or unservable one is so."""
+    """Print one row per model found, then why each incomplete or unservable one is so (on stderr)."""
     from rich.markup import escape
-    from rich.table import Table
+    from rich.table import Column, Table
 
     from mlx_agent.cli.render import _warnings, err, out
 
@@ -68,11 +65,15 @@ def render_models(data: ModelsListing, warnings: list[str]) -> None:
         places = ", ".join([data["hf_cache"], *data["dirs"]])
         out.print(f"No models found in {escape(places)}.")
         return
-    table = Table("model", "files", "runtime", "size", "quant", "context", "agents", "vision", "memory", "port")
+    longest = max(len(row["name"]) for row in data["models"])
+    name = Column("model", no_wrap=True, min_width=min(longest, 48))  # the name whole; the other columns wrap
+    table = Table(name, "files", "runtime", "size", "context", "agents", "memory", "port")
     for row in data["models"]:
         table.add_row(*_row_cells(row))
     out.print(table)
     for row in data["models"]:
+        if row["missing"]:
+            err.print(f"{escape(row['name'])}: lacks {escape(', '.join(row['missing']))}")
         for problem in (row["problem"], row["runtime_problem"]):
             if problem is not None:
                 err.print(f"{escape(row['name'])}: [red]{problem['code']}[/]: {escape(problem['message'])}")
