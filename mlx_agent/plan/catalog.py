@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from mlx_agent.errors import MlxAgentError
+from mlx_agent.errors import InvalidArguments, MlxAgentError
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan.source import hf_hub_cache, read_config, resolve_path_source, resolve_repo_source
 
@@ -264,6 +264,8 @@ def find_models(dirs: list[Path], free: int | None) -> list[ModelRow]:
     rows = [repo_row(repo, repo_dir, runtimes, free) for repo, repo_dir in cached_repos(hf_hub_cache())]
     seen: set[Path] = set()
     for given in dirs:
+        if not given.expanduser().is_dir():  # a mistyped --dir would otherwise read as a folder without models
+            raise InvalidArguments(f"--dir {given} is not a directory", details={"dir": str(given)})
         for model_dir in model_dirs(given.expanduser().absolute()):
             if model_dir.resolve() not in seen:
                 seen.add(model_dir.resolve())

@@ -42,3 +42,9 @@ def test_models_with_nothing_found_says_where_it_looked(agent: Agent) -> None:
     assert agent.run("models").data["models"] == []
     result = agent.run("models", check_json=False)
     assert result.rc == 0 and "No models found" in result.stdout
+
+
+def test_a_missing_dir_is_a_usage_error(agent: Agent, tmp_path: Path) -> None:
+    """A --dir that does not exist exits 2 with invalid_arguments and its remedy."""
+    result = agent.run("models", "--dir", str(tmp_path / "typo"))
+    assert (result.rc, result.code) == (2, "invalid_arguments") and result.doc["error"]["remediation"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mlx_agent.errors import InvalidArguments
 from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.plan.catalog import find_models, missing_files, model_dirs, quantization
 from tests.conftest import assert_valid
@@ -83,6 +84,12 @@ def test_directories_list_their_models_and_refuse_what_serve_would(
         ("good", "path", True),
     ]
     assert rows[0]["problem"] is not None and rows[0]["problem"]["code"] == "model_invalid"
+
+
+def test_a_dir_that_is_not_a_directory_is_refused(hf_home: Path, tmp_path: Path) -> None:
+    """A --dir that does not exist is invalid_arguments, not an empty listing."""
+    with pytest.raises(InvalidArguments, match="is not a directory"):
+        find_models([tmp_path / "typo"], free=None)
 
 
 def test_a_model_type_no_runtime_loads_says_why(hf_home: Path, tiny_model: Path, tmp_path: Path) -> None:
