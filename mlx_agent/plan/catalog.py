@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.catalog_records import AgentsSummary, Memory, ModelRow, Problem, Quantization
-    from mlx_agent.records import RuntimeRecord
+    from mlx_agent.records import Recipe, RuntimeRecord
 
 REPO_PREFIX = "models--"
 INDEX = "model.safetensors.index.json"
@@ -35,7 +35,7 @@ class Runtimes:
     def __init__(self) -> None:
         self._records: dict[str, RuntimeRecord | MlxAgentError] = {}
 
-    def get(self, name: str) -> tuple[dict[str, Any], RuntimeRecord]:
+    def get(self, name: str) -> tuple[Recipe, RuntimeRecord]:
         """Return a runtime's recipe and record, or raise the refusal resolving it gave."""
         from mlx_agent.plan.recipes import load_recipe
         from mlx_agent.plan.runtime import resolve_runtime
@@ -49,7 +49,7 @@ class Runtimes:
         record = self._records[name]
         if isinstance(record, MlxAgentError):
             raise record
-        return dict(recipe), record
+        return recipe, record
 
 
 def cached_repos(cache: Path) -> list[tuple[str, Path]]:
@@ -130,9 +130,7 @@ def quantization(config: dict[str, Any]) -> Quantization | None:
     return None
 
 
-def _agents(
-    source: dict[str, Any], runtime: RuntimeRecord, recipe: dict[str, Any], window: int | None
-) -> AgentsSummary:
+def _agents(source: dict[str, Any], runtime: RuntimeRecord, recipe: Recipe, window: int | None) -> AgentsSummary:
     from mlx_agent.plan.agent_support import agents_record
     from mlx_agent.plan.requests import ModelRequest
 
@@ -168,10 +166,10 @@ def _memory(source: dict[str, Any], available: int | None) -> Memory:
     }
 
 
-def _row(name: str, kind: str, repo: str | None, revision: str | None, path: Path | None, size: int) -> ModelRow:
+def _row(name: str, source_kind: str, repo: str | None, revision: str | None, path: Path | None, size: int) -> ModelRow:
     return {
         "name": name,
-        "source": "hf_cache" if kind == "hf_cache" else "path",
+        "source": "hf_cache" if source_kind == "hf_cache" else "path",
         "repo": repo,
         "revision": revision,
         "path": None if path is None else str(path),
@@ -215,7 +213,7 @@ def _serving(
         row["runtime_problem"] = _problem(exc)
         return
     row["runtime"] = runtime
-    row["kind"] = model_kind(recipe, config)  # type: ignore[arg-type]  # a loaded recipe
+    row["kind"] = model_kind(recipe, config)
     if row["kind"] != "embedding":
         row["agents"] = _agents(source, record, recipe, row["context_window"])
 
