@@ -93,6 +93,16 @@ def test_json_on_a_terminal_asks_nothing(agent: Agent, term: Tmux, tiny_model: P
     assert agent.run("serve", "status").data["servers"] == []
 
 
+def test_a_piped_stdout_on_a_terminal_asks_nothing(agent: Agent, term: Tmux, tiny_model: Path) -> None:
+    """With stdin a terminal but stdout a pipe (``| cat``) the preview is printed and it exits without waiting."""
+    command = f"{sys.executable} {LAUNCHER} serve start --path {tiny_model} | cat"
+    term.start(["sh", "-c", command], agent.home)
+    assert term.exit_status() == 0, term.screen()
+    screen = term.screen()
+    assert "this plan?" not in screen and "--confirm --preview-hash" in screen.replace("\n", " ")
+    assert agent.run("serve", "status").data["servers"] == []
+
+
 def test_off_a_terminal_the_preview_is_the_first_of_two_steps(agent: Agent, tiny_model: Path) -> None:
     """Piped, the human preview is printed as before (no question, stdin unread) and nothing is launched."""
     port = str(free_port())
