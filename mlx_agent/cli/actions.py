@@ -35,17 +35,19 @@ def serve_start(req: ServeRequest, flags: dict[str, Any]) -> None:
     as_json = bool(flags["json"])
     directory = _serve_dir(req)
 
-    hashing: AbstractContextManager[None] = nullcontext()
-    if req.verify_weights and not as_json:
-        from mlx_agent.cli.render import hash_progress
+    def hashing() -> AbstractContextManager[None]:
+        """Return a fresh progress bar for each hashing (a preview answered yes hashes twice)."""
+        if req.verify_weights and not as_json:
+            from mlx_agent.cli.render import hash_progress
 
-        hashing = hash_progress("hashing weights")
+            return hash_progress("hashing weights")
+        return nullcontext()
 
     def preview() -> tuple[Previewed, list[str]]:
         from mlx_agent.plan.agent_support import agent_warnings
         from mlx_agent.supervise.serve import preview as build_preview
 
-        with hashing:
+        with hashing():
             plan, warnings = build_preview(req, directory)
         return {"plan": plan, "requires_confirmation": True}, warnings + agent_warnings(plan["models"])
 
@@ -59,16 +61,20 @@ def serve_start(req: ServeRequest, flags: dict[str, Any]) -> None:
             spin = spinner("loading the model")
         from mlx_agent.plan.agent_support import agent_warnings
 
-        with hashing, spin as tick:
+        with hashing(), spin as tick:
             receipt, warnings = launch(req, flags["preview_hash"], directory, tick)
         path = str(directory / f"{receipt['port']}.json")
         warnings += agent_warnings(receipt["plan"]["models"])
         return {"receipt": receipt, "receipt_path": path, "requires_confirmation": False}, warnings
 
-    if flags["confirm"]:
-        run("serve.start", as_json, confirm, render("render_receipt"))
-    else:
-        run("serve.start", as_json, preview, render("render_preview"))
+    if not flags["confirm"]:
+        from mlx_agent.cli.ask import preview_and_ask
+
+        reviewed = preview_and_ask("serve.start", as_json, "Launch", preview, render("render_preview"))
+        if reviewed is None:
+            return
+        flags = {**flags, "confirm": True, "preview_hash": reviewed}  # what ``confirm`` reads: the plan shown
+    run("serve.start", as_json, confirm, render("render_receipt"))
 
 
 def serve_status(req: StatusRequest, flags: dict[str, Any]) -> None:

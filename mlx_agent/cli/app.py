@@ -108,3 +108,7 @@ cli.add_command(unwire)
 from mlx_agent.cli.top import top  # noqa: E402  (serve top: a live view, not a planned command)
 
 serve.add_command(top)
+
+from mlx_agent.cli.models import models  # noqa: E402  (models: a listing, not a planned command)
+
+cli.add_command(models)

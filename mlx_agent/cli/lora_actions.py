@@ -43,10 +43,15 @@ def lora_train(req: TrainRequest, flags: dict[str, Any]) -> None:
         receipt, path, warnings = start(req, flags["preview_hash"])
         return {"receipt": receipt, "receipt_path": str(path), "requires_confirmation": False}, warnings
 
-    if flags["confirm"]:
-        run("lora.train", bool(flags["json"]), confirm, render("render_train_started"))
-    else:
-        run("lora.train", bool(flags["json"]), preview, render("render_train_preview"))
+    as_json = bool(flags["json"])
+    if not flags["confirm"]:
+        from mlx_agent.cli.ask import preview_and_ask
+
+        reviewed = preview_and_ask("lora.train", as_json, "Start", preview, render("render_train_preview"))
+        if reviewed is None:
+            return
+        flags = {**flags, "confirm": True, "preview_hash": reviewed}  # what ``confirm`` reads: the plan shown
+    run("lora.train", as_json, confirm, render("render_train_started"))
 
 
 def lora_status(req: TrainStatusRequest, flags: dict[str, Any]) -> None:

@@ -123,6 +123,13 @@ def wire_agent(
             "requires_confirmation": False,
         }, warned
 
+    if not confirm:
+        from mlx_agent.cli.ask import preview_and_ask
+
+        reviewed = preview_and_ask("wire", as_json, "Apply", action, _render_plan)
+        if reviewed is None:
+            return
+        confirm, preview_hash = True, reviewed  # what ``action`` reads: now the confirm of the plan shown
     run("wire", as_json, action, _render_plan)
 
 
@@ -182,4 +189,11 @@ def unwire(agent: str, scope: str, confirm: bool, preview_hash: str | None, as_j
             plan, new = wiring.reviewed(build, preview_hash)
             return {**wiring.confirm_unwire(plan, new), "requires_confirmation": False}, []
 
+    if not confirm:
+        from mlx_agent.cli.ask import preview_and_ask
+
+        reviewed = preview_and_ask("unwire", as_json, "Apply", action, _render_plan)
+        if reviewed is None:
+            return
+        confirm, preview_hash = True, reviewed  # what ``action`` reads: now the confirm of the plan shown
     run("unwire", as_json, action, _render_plan)

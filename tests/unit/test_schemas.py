@@ -28,7 +28,7 @@ def generator() -> object:
 
 
 @pytest.mark.parametrize(
-    "name", ["serve_plan", "serve_receipt", "front_config", "front_state", "front_policy", "recipe"]
+    "name", ["serve_plan", "serve_receipt", "front_config", "front_state", "front_policy", "recipe", "models_listing"]
 )
 def test_generated_schemas_match_the_records(name: str) -> None:
     """Each generated schema is exactly what scripts/schemas writes from records.py now."""
