@@ -88,8 +88,8 @@ def models(dirs: tuple[str, ...], receipts_dir: str | None, as_json: bool) -> No
     from mlx_agent.cli.output import run
 
     def action() -> tuple[ModelsListing, list[str]]:
-        from mlx_agent.gateway.admission import available_memory
         from mlx_agent.home import receipts_dir as serve_dir
+        from mlx_agent.load_memory import available_memory
         from mlx_agent.plan.catalog import find_models
         from mlx_agent.plan.source import hf_hub_cache
         from mlx_agent.supervise.served import served_models

@@ -1,21 +1,17 @@
-"""Memory admission before a cold load, and the policy a front persists after ``serve policy``.
+"""The policy a front persists after ``serve policy``, and how long a refused load asks its client to wait.
 
-Before every cold load the front reads the available memory afresh: it must cover the model's weights x 1.10
-+ 1.5 GB for the runtime + the reserve (``min_headroom_gb``). The check only refuses when a reserve is set;
-it reserves nothing (other programs can take the memory between the check and the load).
-
-The persisted policy file, ``{"format_version", "min_headroom_gb", "models": {name: {"idle_timeout",
-"keep_loaded"}}, "updated_at"}``, is written atomically (0600) and wins over the config's at the next start.
+The admission rule itself (weights x 1.10 + 1.5 GB + the reserve, against fresh available memory) is
+``load_memory``, which `mlx-agent models` reads too. The persisted policy file, ``{"format_version",
+"min_headroom_gb", "models": {name: {"idle_timeout", "keep_loaded"}}, "updated_at"}``, is written atomically
+(0600) and wins over the config's at the next start.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlx_agent.api_errors import Code
 from mlx_agent.errors import FrontConfigInvalid, PolicyRejected
 from mlx_agent.files import utc_now
 from mlx_agent.policy import parse_policy
@@ -24,56 +20,7 @@ from mlx_agent.wire import POLICY_FILE_VERSION
 if TYPE_CHECKING:
     from mlx_agent.policy import Policy
 
-WEIGHT_FACTOR = 1.10
-RUNTIME_ALLOWANCE_BYTES = 1_500_000_000
-GB = 1_000_000_000  # decimal GB, as the user types it
 RETRY_AFTER_S = 30
-
-
-def memory_estimate(weight_bytes: int | None) -> int | None:
-    """Return what loading a model takes, by the admission rule (weights x 1.10 + the runtime allowance)."""
-    return None if weight_bytes is None else math.ceil(weight_bytes * WEIGHT_FACTOR) + RUNTIME_ALLOWANCE_BYTES
-
-
-def memory_check(weight_bytes: int | None, reserve_gb: float, available_bytes: int | None) -> dict[str, Any]:
-    """Return the dated admission estimate: whether fresh available memory covers the load plus the reserve.
-
-    ``reason`` is None when the load may go ahead, ``memory_unknown`` when the weight size or the available
-    memory is unknown, ``insufficient_headroom`` when available memory is short.
-    """
-    reserve_bytes = round(reserve_gb * GB)
-    estimate = memory_estimate(weight_bytes)
-    required = None if estimate is None else estimate + reserve_bytes
-    reason: Code | None = None
-    shortfall = 0
-    if required is None or available_bytes is None:
-        reason = Code.MEMORY_UNKNOWN
-    elif available_bytes < required:
-        reason = Code.INSUFFICIENT_HEADROOM
-        shortfall = required - available_bytes
-    return {
-        "checked_at": utc_now(),
-        "available_bytes": available_bytes,
-        "required_bytes": required,
-        "weight_bytes": weight_bytes,
-        "weight_factor": WEIGHT_FACTOR,
-        "runtime_allowance_bytes": RUNTIME_ALLOWANCE_BYTES,
-        "reserve_bytes": reserve_bytes,
-        "shortfall_bytes": shortfall,
-        "ok": reason is None,
-        "reason": reason,
-    }
-
-
-def available_memory() -> int | None:
-    """Return the OS's available memory in bytes, read fresh, or None when it cannot be read."""
-    try:
-        import psutil
-
-        available = int(psutil.virtual_memory().available)
-    except Exception:  # psutil raises platform-specific errors; any failure means "unknown"
-        return None
-    return available if available >= 0 else None
 
 
 def policy_file(min_headroom_gb: float | None, models: dict[str, Policy]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ order; a request without ``model`` gets the first model. An eager front loads ev
 
 Cold loads are admitted one at a time (``admission``), so two loads never judge the same free memory. Before
 one, the fleet makes room: while ``max_loaded`` models are loaded, or the fresh memory check
-(``admission.memory_check``) fails against the reserve, it unloads the least recently used loaded model that
+(``load_memory.memory_check``) fails against the reserve, it unloads the least recently used loaded model that
 has no open request, stream or load (``keep_loaded`` models only when no other can go) and checks again. When
 nothing can go, the load is refused with 503, naming what holds the memory. A busy model is never evicted.
 """
@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import MlxAgentError, RequestRefused, UnloadBlocked
 from mlx_agent.files import closed_dir, utc_iso
-from mlx_agent.gateway.admission import RETRY_AFTER_S, available_memory, memory_check
+from mlx_agent.gateway.admission import RETRY_AFTER_S
 from mlx_agent.gateway.config import matches
 from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.metrics import FrontMetrics
 from mlx_agent.gateway.progress import machine_memory
 from mlx_agent.gateway.temp_sockets import TempSocketDir
+from mlx_agent.load_memory import available_memory, memory_check
 from mlx_agent.policy import Policy
 from mlx_agent.wire import FRONT_STATE_VERSION, MAX_QUEUE, STALL_TIMEOUT_S
 

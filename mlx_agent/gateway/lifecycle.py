@@ -25,7 +25,6 @@ from mlx_agent.errors import (
     UnloadBlocked,
 )
 from mlx_agent.files import changed_files, changed_links, log_tail, utc_iso
-from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.http_errors import refused
 from mlx_agent.gateway.queue import RequestQueue
 from mlx_agent.gateway.request_memory import read_kv_shape
@@ -33,6 +32,7 @@ from mlx_agent.gateway.stall import StallWatch
 from mlx_agent.gateway.worker import WorkerProcess, rank_exits
 from mlx_agent.identity import source_changes
 from mlx_agent.kept_cache import cache_dir
+from mlx_agent.load_memory import memory_estimate
 from mlx_agent.policy import Policy
 from mlx_agent.wire import EXIT_GENERATION_DIED, MAX_QUEUE, STALL_TIMEOUT_S
 

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.gateway.admission import GB, RETRY_AFTER_S, available_memory
+from mlx_agent.gateway.admission import RETRY_AFTER_S
 from mlx_agent.gateway.http_errors import refused
+from mlx_agent.load_memory import GB, available_memory
 
 if TYPE_CHECKING:
     from mlx_agent.errors import RequestRefused

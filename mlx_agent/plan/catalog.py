@@ -149,7 +149,7 @@ def _agents(source: dict[str, Any], runtime: RuntimeRecord, recipe: Recipe, wind
 
 
 def _memory(source: dict[str, Any], available: int | None) -> Memory:
-    from mlx_agent.gateway.admission import memory_check
+    from mlx_agent.load_memory import memory_check
     from mlx_agent.plan.model_plan import weight_bytes
 
     try:

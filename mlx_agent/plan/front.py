@@ -120,6 +120,7 @@ def front_record(
 # The modules the front runs besides gateway/ (what ``python -m mlx_agent.gateway`` imports).
 FRONT_MODULES = (
     "agent_names.py",
+    "load_memory.py",
     "api_errors.py",
     "bodies.py",
     "canonical.py",

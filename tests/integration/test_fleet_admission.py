@@ -18,9 +18,9 @@ import pytest
 
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway import fleet as fleet_module
-from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.config import parse_config
 from mlx_agent.gateway.fleet import Fleet
+from mlx_agent.load_memory import memory_estimate
 from mlx_agent.policy import Policy
 from tests.gateway_support import fake_worker_argv, gateway_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlx_agent.errors import InvalidArguments
-from mlx_agent.gateway.admission import memory_estimate
+from mlx_agent.load_memory import memory_estimate
 from mlx_agent.plan.catalog import find_models, missing_files, model_dirs, quantization
 from tests.conftest import assert_valid
 from tests.fixtures.tiny_model import build_hf_cache_repo

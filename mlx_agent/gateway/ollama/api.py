@@ -29,7 +29,6 @@ from aiohttp import web
 from mlx_agent import __version__
 from mlx_agent.api_errors import Code, ollama_body
 from mlx_agent.files import utc_iso
-from mlx_agent.gateway.admission import memory_estimate
 from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.http_errors import family_errors, json_response, refused
 from mlx_agent.gateway.lifecycle import Lifecycle
@@ -44,6 +43,7 @@ from mlx_agent.gateway.ollama.stream import NDJSON, OllamaStream, load_duration,
 from mlx_agent.gateway.security import OLLAMA_PREFIX
 from mlx_agent.gateway.sse import Events, PumpResult
 from mlx_agent.gateway.upstream import CHAT_PATH, Upstream, read_error
+from mlx_agent.load_memory import memory_estimate
 
 COMPLETIONS_PATH = "/v1/completions"  # a raw generate's (no chat template)
 OLLAMA_API_VERSION = "0.12.0"  # the Ollama API this front speaks (the fields of its 0.12 releases)
