@@ -214,6 +214,20 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one one-layer tiny model with the tiny model's tokenizer, to draft for it, for the whole session."""
+    return build_tiny_model(tmp_path_factory.mktemp("draft") / "tiny-draft", seed=7, num_layers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight Qwen2-VL model for the whole session."""
+    from tests.fixtures.tiny_vlm import build_tiny_vlm  # builds with mlx_vlm's classes: only the tests that ask
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
+
+
 @pytest.fixture
 def model_copy(tiny_model: Path, tmp_path: Path) -> Path:
     """Return a private copy of the tiny model that a test may change."""

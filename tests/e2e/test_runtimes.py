@@ -17,7 +17,6 @@ import pytest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import Agent, free_port
-from tests.fixtures.tiny_vlm import build_tiny_vlm
 
 pytestmark = pytest.mark.e2e
 
@@ -25,12 +24,6 @@ THINKING_SWITCH = (
     "{%- if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}"
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
 )
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build one tiny random-weight Qwen2-VL model for this module."""
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
 
 
 def png(width: int = 32, height: int = 24) -> str:

@@ -36,12 +36,6 @@ SYSTEM = "You describe pictures for a careful reader. " * 6
 LATE = "Reminder: answer in one short line."
 
 
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build one tiny random-weight Qwen2-VL model for this module."""
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
-
-
 @contextlib.contextmanager
 def vlm_front(directory: Path, model: Path) -> Iterator[Gateway]:
     """Run a front over the wrapped mlx-vlm worker on ``model``, as serve plans it (socket, readiness, name)."""

@@ -15,12 +15,6 @@ from tests.fixtures.tiny_model import build_tiny_model
 from tests.unit.test_serve_plan import plan_for
 
 
-@pytest.fixture(scope="module")
-def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build a one-layer tiny model with the tiny model's tokenizer, to draft for it."""
-    return build_tiny_model(tmp_path_factory.mktemp("draft") / "tiny-draft", seed=7, num_layers=1)
-
-
 def test_a_draft_model_is_bound_passed_and_counted(tiny_model: Path, tiny_draft: Path) -> None:
     """--draft-model binds the draft's files, reaches mlx_lm's argv, counts in memory, and is rechecked at load."""
     without = plan_for(tiny_model)["models"][0]
