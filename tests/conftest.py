@@ -172,6 +172,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: suite_order(item.nodeid))
 
 
+# The files whose tests share a server started once per test process (a session fixture of tests/e2e/conftest.py),
+# by that server. scripts/test hands files to pytest-xdist workers whole (``--dist loadfile``); the scheduler below
+# hands each group's files to one worker together, so that the server starts once per run, not once per file.
+SHARED_SERVERS: dict[str, tuple[str, ...]] = {
+    "tiny_front": ("tests/e2e/test_gateway_anthropic.py", "tests/e2e/test_gateway_responses.py"),
+    "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
+}
+
+
+def work_unit(path: str) -> str:
+    """Return the unit of work a test file goes to an xdist worker in: its shared server's group, or itself."""
+    return next((server for server, files in SHARED_SERVERS.items() if path in files), path)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``, hand out the files of one shared server together (``SHARED_SERVERS``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]  # xdist ships no types
+
+    class SharedServerScheduling(LoadFileScheduling):  # type: ignore[misc]  # so its classes are Any
+        """pytest-xdist's loadfile, with the files that share a server in one unit of work."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(super()._split_scope(nodeid))
+
+    return SharedServerScheduling(config, log)
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Under ``-m fast``, skip the test files without a fast test unread, so that their imports (mlx) cost nothing."""
     if config.option.markexpr != fast_tier.MARK or collection_path.suffix != ".py":

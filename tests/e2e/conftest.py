@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
+from tests.e2e.vision_support import vision_front
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
 
 # The shared tiny front's reply ceiling: the random model never ends, so every reply is exactly this long.
@@ -48,4 +49,11 @@ def agent_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     with running_gateway(
         directory, real_worker_argv(model, AGENT_MAX_TOKENS), model_path=model, max_tokens=AGENT_MAX_TOKENS
     ) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="session")
+def vlm_front(tmp_path_factory: pytest.TempPathFactory, tiny_vlm: Path) -> Iterator[Gateway]:
+    """Run one front over the wrapped mlx-vlm worker on the tiny Qwen2-VL model (its prefix cache off, as default)."""
+    with vision_front(tmp_path_factory.mktemp("vlm-front"), tiny_vlm) as gateway:
         yield gateway
