@@ -176,7 +176,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # by that server. scripts/test hands files to pytest-xdist workers whole (``--dist loadfile``); the scheduler below
 # hands each group's files to one worker together, so that the server starts once per run, not once per file.
 SHARED_SERVERS: dict[str, tuple[str, ...]] = {
-    "tiny_front": ("tests/e2e/test_gateway_anthropic.py", "tests/e2e/test_gateway_responses.py"),
+    "tiny_front": (
+        "tests/e2e/test_gateway_anthropic.py",
+        "tests/e2e/test_gateway_responses.py",
+        "tests/e2e/test_gateway_real.py",
+    ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
 }
 

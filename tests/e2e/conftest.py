@@ -19,6 +19,9 @@ from tests.gateway_support import Gateway, agent_model, real_worker_argv, runnin
 # The shared tiny front's reply ceiling: the random model never ends, so every reply is exactly this long.
 TINY_MAX_TOKENS = 8
 AGENT_MAX_TOKENS = 32
+# The keyed tiny front's keys: each test that shares it takes keys of its own, so what one key sent is unseen by
+# the next test's keys (the front reports cached tokens only for prompts the same key sent).
+KEYS = ("alice-key", "bob-key", "carol-key", "dave-key")
 
 
 @pytest.fixture
@@ -37,6 +40,19 @@ def tiny_front(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> It
         model_path=tiny_model,
         max_tokens=TINY_MAX_TOKENS,
         max_tokens_ceiling=TINY_MAX_TOKENS,
+    ) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="session")
+def keyed_tiny_front(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
+    """Run one front with the API keys ``KEYS`` over the real runtime serving the tiny model (replies cut at 8)."""
+    with running_gateway(
+        tmp_path_factory.mktemp("keyed-tiny"),
+        real_worker_argv(tiny_model, TINY_MAX_TOKENS),
+        model_path=tiny_model,
+        max_tokens=TINY_MAX_TOKENS,
+        api_keys=list(KEYS),
     ) as gateway:
         yield gateway
 

@@ -194,24 +194,20 @@ def test_the_workers_own_refusals_pass_through_in_anthropics_shape(tiny_front: G
     assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "temperature"
 
 
-def test_cache_reads_are_reported_only_to_the_key_that_sent_the_prompt(tmp_path: Path, tiny_model: Path) -> None:
+def test_cache_reads_are_reported_only_to_the_key_that_sent_the_prompt(keyed_tiny_front: Gateway) -> None:
     """With API keys, cache_read_input_tokens counts only prompts the same key sent before."""
-    argv = real_worker_argv(tiny_model, MAX_TOKENS)
-    with running_gateway(
-        tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS, api_keys=["alice-key", "bob-key"]
-    ) as gateway:
 
-        def cached(key: str) -> int:
-            message = client_for(gateway, key).messages.create(
-                model="org/tiny",
-                max_tokens=2,
-                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
-            )
-            return message.usage.cache_read_input_tokens or 0
+    def cached(key: str) -> int:
+        message = client_for(keyed_tiny_front, key).messages.create(
+            model="org/tiny",
+            max_tokens=2,
+            messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
+        )
+        return message.usage.cache_read_input_tokens or 0
 
-        assert cached("alice-key") == 0
-        assert cached("alice-key") > 0  # her own prompt, cached by the worker
-        assert cached("bob-key") == 0  # the worker has it cached too, but bob never sent it
+    assert cached("alice-key") == 0
+    assert cached("alice-key") > 0  # her own prompt, cached by the worker
+    assert cached("bob-key") == 0  # the worker has it cached too, but bob never sent it
 
 
 # -- the scripted agent model -----------------------------------------------------------------------------
