@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
+import shutil
 import subprocess
 import sys
 from collections.abc import Generator, Iterator
@@ -260,6 +262,25 @@ def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.fixtures.tiny_vlm import build_tiny_vlm  # builds with mlx_vlm's classes: only the tests that ask
 
     return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
+
+
+# Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
+ATTACKER = "mlxattacker" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+
+
+@pytest.fixture(scope="module")
+def attacker() -> Iterator[pwd.struct_passwd]:
+    """Return an unprivileged second user, created for the tests (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second user (CI runs as root)")
+    if shutil.which("useradd") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs useradd and setpriv to act as a second user")
+    try:
+        pwd.getpwnam(ATTACKER)
+    except KeyError:
+        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER], check=False)
+        assert made.returncode in (0, 9), f"useradd {ATTACKER} failed with {made.returncode}"  # 9: made meanwhile
+    yield pwd.getpwnam(ATTACKER)
 
 
 @pytest.fixture

@@ -28,9 +28,8 @@ import openai
 import pytest
 
 from tests.conftest import free_port
-from tests.e2e.test_runtimes import png
 from tests.gateway_support import Gateway, gateway_config, real_worker_argv, start_gateway
-from tests.media_traps import Listener, SecretFile, lying_png, thin_png, truncated_png
+from tests.media_traps import Listener, SecretFile, lying_png, png, thin_png, truncated_png
 
 pytestmark = pytest.mark.e2e
 

@@ -26,9 +26,6 @@ import pytest
 from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
 from tests.agents_support import Namespace
 from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, start_group
-from tests.integration.test_hostile_machine import attacker
-
-__all__ = ["attacker"]  # the second user's fixture, used here too
 
 pytestmark = pytest.mark.e2e
 FIRST_RING_PORT = 12000  # in the test's own namespace every port is free: the group's links start here

@@ -20,10 +20,10 @@ import pytest
 
 from tests.agent_sessions import PICTURED, QUESTION
 from tests.e2e.test_prompt_cache_hits import APIS, turn
-from tests.e2e.test_runtimes import png
 from tests.e2e.vision_support import vision_front
 from tests.fixtures.tiny_vlm import IMAGE_PAD, VLM_CHAT_TEMPLATE, build_tiny_vlm
 from tests.gateway_support import Gateway
+from tests.media_traps import png
 from tests.prompt_templates import renderer
 
 pytestmark = pytest.mark.e2e
