@@ -7,8 +7,10 @@ the front's health), never by a sleep. A test that stops, unloads, reconfigures 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from tests.agents_support import Namespace, loopback_namespace
 from tests.e2e.vision_support import vision_front
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
 
-# The shared tiny front's reply ceiling: the random model never ends, so every reply is exactly this long.
+# The tiny fronts' reply limit (the random model never ends, so a reply is this long), and the agent front's.
 TINY_MAX_TOKENS = 8
 AGENT_MAX_TOKENS = 32
 # The keyed tiny front's keys: each test that shares it takes keys of its own, so what one key sent is unseen by
@@ -31,29 +33,23 @@ def namespace() -> Iterator[Namespace]:
         yield made
 
 
+def tiny_gateway(directory: Path, tiny_model: Path, **options: Any) -> contextlib.AbstractContextManager[Gateway]:
+    """Return what runs a front over the real runtime serving the tiny random-weight model (replies cut at 8)."""
+    argv = real_worker_argv(tiny_model, TINY_MAX_TOKENS)
+    return running_gateway(directory, argv, model_path=tiny_model, max_tokens=TINY_MAX_TOKENS, **options)
+
+
 @pytest.fixture(scope="session")
 def tiny_front(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
-    """Run one front over the real runtime serving the tiny random-weight model (replies cut at 8 tokens)."""
-    with running_gateway(
-        tmp_path_factory.mktemp("tiny"),
-        real_worker_argv(tiny_model, TINY_MAX_TOKENS),
-        model_path=tiny_model,
-        max_tokens=TINY_MAX_TOKENS,
-        max_tokens_ceiling=TINY_MAX_TOKENS,
-    ) as gateway:
+    """Run one front over the real runtime serving the tiny model, its replies held to 8 tokens whatever is asked."""
+    with tiny_gateway(tmp_path_factory.mktemp("tiny"), tiny_model, max_tokens_ceiling=TINY_MAX_TOKENS) as gateway:
         yield gateway
 
 
 @pytest.fixture(scope="session")
 def keyed_tiny_front(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
-    """Run one front with the API keys ``KEYS`` over the real runtime serving the tiny model (replies cut at 8)."""
-    with running_gateway(
-        tmp_path_factory.mktemp("keyed-tiny"),
-        real_worker_argv(tiny_model, TINY_MAX_TOKENS),
-        model_path=tiny_model,
-        max_tokens=TINY_MAX_TOKENS,
-        api_keys=list(KEYS),
-    ) as gateway:
+    """Run one front with the API keys ``KEYS`` over the real runtime serving the tiny model."""
+    with tiny_gateway(tmp_path_factory.mktemp("keyed-tiny"), tiny_model, api_keys=list(KEYS)) as gateway:
         yield gateway
 
 
