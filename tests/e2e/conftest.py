@@ -8,6 +8,7 @@ the front's health), never by a sleep. A test that stops, unloads, reconfigures 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ from typing import Any
 import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
+from tests.conftest import Agent, free_port
 from tests.e2e.vision_support import vision_front
+from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
 
 # The tiny fronts' reply limit (the random model never ends, so a reply is this long), and the agent front's.
@@ -24,6 +27,19 @@ AGENT_MAX_TOKENS = 32
 # The keyed tiny front's keys: each test that shares it takes keys of its own, so what one key sent is unseen by
 # the next test's keys (the front reports cached tokens only for prompts the same key sent).
 KEYS = ("alice-key", "bob-key", "carol-key", "dave-key")
+# The embedding fleet: the tiny chat model and the tiny embedding model, served by the CLI as a user would.
+EMBED_FLEET = """\
+[[model]]
+name = "chat"
+path = "{chat}"
+max_tokens = 4
+
+[[model]]
+name = "embed"
+path = "{embed}"
+runtime = "mlx-vlm-embed"
+aliases = ["text-embedding-*"]
+"""
 
 
 @pytest.fixture
@@ -69,3 +85,28 @@ def vlm_front(tmp_path_factory: pytest.TempPathFactory, tiny_vlm: Path) -> Itera
     """Run one front over the wrapped mlx-vlm worker on the tiny Qwen2-VL model (its prefix cache off, as default)."""
     with vision_front(tmp_path_factory.mktemp("vlm-front"), tiny_vlm) as gateway:
         yield gateway
+
+
+@pytest.fixture(scope="session")
+def embed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the tiny embedding model (it declares Matryoshka dimensions) for the whole session."""
+    return build_tiny_embed(tmp_path_factory.mktemp("embed") / "tiny-embed")
+
+
+@pytest.fixture(scope="session")
+def embed_fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, embed_model: Path) -> Iterator[str]:
+    """Preview and confirm the chat and embedding fleet (``EMBED_FLEET``); yield its base URL, stop it afterwards."""
+    directory = tmp_path_factory.mktemp("embed-fleet")
+    home = directory / "home"
+    home.mkdir()
+    agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(directory / "hf")})
+    models = directory / "models.toml"
+    models.write_text(EMBED_FLEET.format(chat=tiny_model, embed=embed_model))
+    port = free_port()
+    receipt = agent.launch("--models", str(models), "--port", str(port))
+    kinds = {m["served_model_name"]: (m["runtime"]["name"], m["worker"]["kind"]) for m in receipt["plan"]["models"]}
+    assert kinds == {"chat": ("mlx_lm", "text"), "embed": ("mlx-vlm-embed", "embedding")}
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        agent.run("serve", "stop", "--port", str(port))
