@@ -67,7 +67,7 @@ import bench_prompt_lookup  # noqa: E402  (the sibling script that trains the co
 from bench_gateway_apis import chat_event, messages_event, responses_event, timed_stream  # noqa: E402
 
 from mlx_agent.wire import PROMPT_LOOKUP_FLAG  # noqa: E402
-from tests.e2e.test_wrapped_support import running  # noqa: E402
+from tests.e2e.wrapped_support import running  # noqa: E402
 
 STACK_TARGET, API_TARGET, LOOKUP_TARGET, CODE_TARGET = 0.98, 0.97, 0.98, 2.0
 TTFT_TARGET, LONG_TARGET = 0.25, 0.90

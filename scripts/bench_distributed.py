@@ -28,7 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.test_wrapped_support import running  # noqa: E402  (the repository root is on the path now)
+from tests.e2e.wrapped_support import running  # noqa: E402  (the repository root is on the path now)
 from tests.fixtures.group import Group, running_group  # noqa: E402
 
 TINY_MODEL = REPO / "tests" / "fixtures" / "tiny_model.py"

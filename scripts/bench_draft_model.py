@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_wrapped_server import PROMPTS, TINY_MODEL, post  # noqa: E402
 
-from tests.e2e.test_wrapped_support import running  # noqa: E402
+from tests.e2e.wrapped_support import running  # noqa: E402
 
 
 def build(path: Path, *options: str) -> Path:

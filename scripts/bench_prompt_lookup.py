@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from mlx_agent.wire import PROMPT_LOOKUP_FLAG as LOOKUP_FLAG  # noqa: E402
-from tests.e2e.test_wrapped_support import running  # noqa: E402
+from tests.e2e.wrapped_support import running  # noqa: E402
 from tests.fixtures import copy_model  # noqa: E402
 
 CACHE = REPO / ".cache"

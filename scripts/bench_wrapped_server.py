@@ -31,7 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.test_wrapped_support import running  # noqa: E402  (the repository root is on the path now)
+from tests.e2e.wrapped_support import running  # noqa: E402  (the repository root is on the path now)
 
 POLL_SECONDS = 0.1  # mlx_agent.runtime.serving.cancel.POLL_SECONDS (not imported: that would import mlx_lm here)
 TINY_MODEL = REPO / "tests" / "fixtures" / "tiny_model.py"

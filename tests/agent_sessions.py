@@ -38,6 +38,7 @@ from mlx_agent.runtime.serving.limits import Limits
 from mlx_agent.runtime.serving.request_options import Served, prepare_body
 from mlx_agent.runtime.serving.system_turns import common_prefix
 from tests.gateway_support import translate_messages, translate_responses
+from tests.media_traps import png
 from tests.template_corpus import Template, template
 
 TURNS = 10
@@ -92,8 +93,6 @@ def _reminder(text: str) -> dict[str, Any]:
 @functools.cache
 def screenshot() -> str:
     """Return the sessions' image: a small PNG as a data URL."""
-    from tests.e2e.test_runtimes import png
-
     return png(16, 16)
 
 

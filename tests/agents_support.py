@@ -64,7 +64,7 @@ def scripted_agent_model(directory: Path, tool: str, arguments: dict[str, Any], 
     Its context window is widened to 131072 tokens: agents send long system prompts, and the scripted
     weights read only the last token, whatever the position.
     """
-    from tests.e2e.test_wrapped_support import LEAN, scripted_model
+    from tests.e2e.wrapped_support import LEAN, scripted_model
 
     call = json.dumps({"name": tool, "arguments": arguments})
     chain = {
@@ -129,7 +129,7 @@ def session_model(directory: Path, calls: list[tuple[str, dict[str, Any]]], answ
     then ``</tool_call>``; after the last call the marker leads to the answer. ``window`` is the context window
     written in config.json (the scripted weights read only the last token, whatever the position).
     """
-    from tests.e2e.test_wrapped_support import LEAN, scripted_model
+    from tests.e2e.wrapped_support import LEAN, scripted_model
 
     steps = [f"Step{k}:" for k in range(len(calls) + 1)]
     made = ["<tool_call>" + json.dumps({"name": name, "arguments": arguments}) for name, arguments in calls]
@@ -522,7 +522,7 @@ def compacting_model(
     It works out where it is from the files named so far (``COMPACTING_TEMPLATE``), and answers a compaction
     request with a summary naming the last file read. ``window`` is its context window.
     """
-    from tests.e2e.test_wrapped_support import LEAN, scripted_model
+    from tests.e2e.wrapped_support import LEAN, scripted_model
 
     reads = [f"Read{k}:" for k in range(count + 1)]
     summarize = [f"Summarize{k}:" for k in range(count + 1)]

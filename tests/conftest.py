@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
+import shutil
 import subprocess
 import sys
 from collections.abc import Generator, Iterator
@@ -172,6 +174,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: suite_order(item.nodeid))
 
 
+# The files whose tests share a server started once per test process (a session fixture of tests/e2e/conftest.py),
+# by that server. scripts/test hands files to pytest-xdist workers whole (``--dist loadfile``); the scheduler below
+# hands each group's files to one worker together, so that the server starts once per run, not once per file.
+SHARED_SERVERS: dict[str, tuple[str, ...]] = {
+    "tiny_front": (
+        "tests/e2e/test_gateway_anthropic.py",
+        "tests/e2e/test_gateway_responses.py",
+        "tests/e2e/test_gateway_real.py",
+    ),
+    "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
+    "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
+}
+
+
+def work_unit(path: str) -> str:
+    """Return the unit of work a test file goes to an xdist worker in: its shared server's group, or itself."""
+    return next((server for server, files in SHARED_SERVERS.items() if path in files), path)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``, hand out the files of one shared server together (``SHARED_SERVERS``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]  # xdist ships no types
+
+    class SharedServerScheduling(LoadFileScheduling):  # type: ignore[misc]  # so its classes are Any
+        """pytest-xdist's loadfile, with the files that share a server in one unit of work."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(super()._split_scope(nodeid))
+
+    return SharedServerScheduling(config, log)
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Under ``-m fast``, skip the test files without a fast test unread, so that their imports (mlx) cost nothing."""
     if config.option.markexpr != fast_tier.MARK or collection_path.suffix != ".py":
@@ -212,6 +249,39 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build one tiny random-weight llama model for the whole session."""
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one one-layer tiny model with the tiny model's tokenizer, to draft for it, for the whole session."""
+    return build_tiny_model(tmp_path_factory.mktemp("draft") / "tiny-draft", seed=7, num_layers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight Qwen2-VL model for the whole session."""
+    from tests.fixtures.tiny_vlm import build_tiny_vlm  # builds with mlx_vlm's classes: only the tests that ask
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
+
+
+# Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
+ATTACKER = "mlxattacker" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+
+
+@pytest.fixture(scope="module")
+def attacker() -> Iterator[pwd.struct_passwd]:
+    """Return an unprivileged second user, created for the tests (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second user (CI runs as root)")
+    if shutil.which("useradd") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs useradd and setpriv to act as a second user")
+    try:
+        pwd.getpwnam(ATTACKER)
+    except KeyError:
+        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER], check=False)
+        assert made.returncode in (0, 9), f"useradd {ATTACKER} failed with {made.returncode}"  # 9: made meanwhile
+    yield pwd.getpwnam(ATTACKER)
 
 
 @pytest.fixture

@@ -431,7 +431,7 @@ def pid_alive(pid: int) -> bool:
 
 # -- the Anthropic Messages and OpenAI Responses tests ----------------------------------------------------
 
-# A scripted agent model (tests/e2e/test_wrapped_support.scripted_model: a real model whose greedy next token
+# A scripted agent model (tests/e2e/wrapped_support.scripted_model: a real model whose greedy next token
 # depends only on the current one). Its ChatML template ends the generation prompt according to the
 # conversation, and each ending starts a fixed chain of tokens:
 #   tools offered, last message from the user  ->  "\n"       -> <tool_call>CALL</tool_call><|im_end|>
@@ -461,7 +461,7 @@ AGENT_TEMPLATE = (
 
 def agent_model(directory: Path) -> Path:
     """Build the scripted agent model described above (needs mlx: e2e tests only)."""
-    from tests.e2e.test_wrapped_support import scripted_model
+    from tests.e2e.wrapped_support import scripted_model
 
     chain = {
         "\n": "<tool_call>",

@@ -8,6 +8,7 @@ images the front accepts by their header but no worker can decode.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import ctypes.util
 import os
@@ -133,3 +134,18 @@ def truncated_png() -> bytes:
     rows = b"".join(b"\x00" + bytes((y % 256, 0, 0)) * 4000 for y in range(3000))
     data = zlib.compress(rows, 1)
     return _png(4000, 3000, data[: len(data) // 2])
+
+
+def png(width: int = 32, height: int = 24) -> str:
+    """Return a small solid-red PNG as a data URL."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    body = (
+        chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+    return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + body).decode()

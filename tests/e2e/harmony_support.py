@@ -1,6 +1,6 @@
 """Tiny gpt-oss-like models for the Harmony tests (no tests here): Harmony's tokens, a Harmony template, a script.
 
-Each model is ``test_wrapped_support.scripted_model``: its greedy next token depends only on the current one, so
+Each model is ``wrapped_support.scripted_model``: its greedy next token depends only on the current one, so
 after the generation prompt (``<|start|>assistant``, last token ``assistant``) it writes one fixed reply, one of
 the forms gpt-oss writes (``FORMS``). A token can have one successor only, so a header that comes a second time
 in a reply is one plain token spelling the whole header (the splitter reads text, so this is the same text a
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.test_wrapped_support import scripted_model
+from tests.e2e.wrapped_support import scripted_model
 
 SPECIAL = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"]
 FINAL_HEADER = "<|start|>assistant<|channel|>final<|message|>"  # one plain token (see the module docstring)

@@ -20,7 +20,6 @@ asks for thinking display "updates", is answered without a refusal.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ from tests.agents_support import (
     codex_home,
     compacting_model,
     inside,
-    loopback_namespace,
     numbered_file,
     request_lines,
     scripted_agent_model,
@@ -51,13 +49,6 @@ pytestmark = pytest.mark.e2e
 ANSWER = "Basil"
 FILES = 3
 WINDOW = 131072
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 def asks_for_summary(line: dict[str, Any]) -> bool:

@@ -36,7 +36,6 @@ from tests.agents_support import (
     clean_env,
     codex_exec,
     codex_home,
-    loopback_namespace,
     scripted_agent_model,
 )
 from tests.conftest import REPO_ROOT, free_port
@@ -68,13 +67,6 @@ def slow(self):
 handler.WrappedHandler.end_headers = slow
 sys.exit(main(sys.argv[1:]))
 """
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ Each runs in a network namespace with only loopback (tests/agents_support.py), a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,6 @@ from tests.agents_support import (
     codex_home,
     codex_session,
     inside,
-    loopback_namespace,
     notes_to_read,
     request_lines,
     serve,
@@ -50,13 +49,6 @@ CODEX_FALLBACK_WINDOW = 272000  # the window of Codex's fallback metadata (``mod
 CLAUDE_UNCHECKED = "Auto mode can't check actions in this session."
 # How its UI then asks before such an action (its own words).
 CLAUDE_ASKS = "Auto mode can't check actions in this session, so this one needs your approval"
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 def run_claude_auto(cli: Agent, namespace: Namespace, port: int, tmp_path: Path, prompt: str) -> tuple[object, str]:

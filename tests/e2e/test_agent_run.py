@@ -16,7 +16,6 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,6 @@ from tests.agents_support import (
     cat_call,
     clean_env,
     inside,
-    loopback_namespace,
     notes_to_read,
     read_call,
     serve,
@@ -62,13 +60,6 @@ env_key = "ELSEWHERE_KEY"
 [tui]
 notifications = true
 """
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 def user_home(directory: Path) -> Path:

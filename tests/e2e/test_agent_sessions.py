@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from tests.agents_support import (
     codex_home,
     compacting_model,
     inside,
-    loopback_namespace,
     numbered_file,
     prompt_turns,
     request_lines,
@@ -49,13 +48,6 @@ CLAUDE_PROMPT = "Tidy the three notes in this folder, then tell me the word."
 CODEX_PROMPT = "Patch the three notes here, count the changes, then tell me the word."
 NOTES = {"a": ("alpha", "alpha one\n"), "b": ("beta", "beta two\n"), "c": ("gamma", "gamma three\n")}
 LINES = 40  # each note's lines: long enough that each result makes the prompt grow
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 def notes(work: Path) -> dict[str, Path]:

@@ -13,7 +13,6 @@ the corpus without a listed limit through the worker's whole path, the agent's o
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from tests.agents_support import (
     claude_env,
     clean_env,
     codex_home,
-    loopback_namespace,
 )
 from tests.conftest import free_port
 from tests.gateway_support import translate_messages, translate_responses
@@ -39,13 +37,6 @@ pytestmark = pytest.mark.e2e
 TEMPLATES = ["chatml", "qwen3", "llama3", "raising", "dropping", "harmony"]
 TURNS = 4
 REAL_TEMPLATES = [t.name for t in corpus() if not known_limits(t.name)]
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 def claude_code_turns(first: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import pytest
 from mlx_agent.wire import PROMPT_LOOKUP_FLAG
 from tests.e2e.test_prompt_lookup_server import CHATS, CODE, LOOKUP_LINE
 from tests.e2e.test_wrapped_cancel import STOPPED
-from tests.e2e.test_wrapped_support import Server, running
+from tests.e2e.wrapped_support import Server, running
 
 pytestmark = pytest.mark.e2e
 

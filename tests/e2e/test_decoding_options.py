@@ -9,17 +9,10 @@ import openai
 import pytest
 
 from tests.conftest import Agent, free_port
-from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.e2e
 
 PROMPTS = ["def fibonacci(n):", "Write a list of colours:", "hello"]
-
-
-@pytest.fixture(scope="module")
-def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build a one-layer tiny model with the tiny model's tokenizer, to draft for it."""
-    return build_tiny_model(tmp_path_factory.mktemp("draft") / "tiny-draft", seed=7, num_layers=1)
 
 
 def replies(agent: Agent, model: Path, *options: str) -> list[str]:

@@ -27,7 +27,7 @@ import pytest
 
 from mlx_agent.identity import safetensors_header_sha256
 from mlx_agent.wire import EXIT_MODEL_CHANGED, EXIT_REFUSED, MODEL_CHECK_FLAG, REFUSAL_PREFIX
-from tests.e2e.test_wrapped_support import running
+from tests.e2e.wrapped_support import running
 from tests.fixtures.group import (
     Group,
     end_group,

@@ -1,7 +1,7 @@
 """The real worker reads Llama 3.x, DeepSeek V3.1 and Mistral Small 3.2 calls, with an Edit's newlines kept.
 
 mlx_lm 0.32 has no parser for the first two and reads the third's ``[CALL_ID]`` as the call's name. Each model
-is scripted (``test_wrapped_support.scripted_model``) to answer with one Edit call written its family's way. Its
+is scripted (``wrapped_support.scripted_model``) to answer with one Edit call written its family's way. Its
 template is the tiny model's own with the family's markers in a Jinja comment (they pick the parser as the real
 template's do, ``tool_formats``; the comment renders to nothing), so the worker chooses the parser through
 mlx_lm's own selection with ``family_parsers`` installed, as it would for the real checkpoint. The full real
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.runtime.reply.parsers import deepseek_v3 as ds
-from tests.e2e.test_wrapped_support import running, scripted_model
+from tests.e2e.wrapped_support import running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e

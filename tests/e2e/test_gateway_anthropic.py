@@ -29,7 +29,6 @@ from tests.gateway_support import (
     AGENT_ANSWER,
     AGENT_THOUGHT,
     Gateway,
-    agent_model,
     chat_stand_in_argv,
     read_sse,
     real_worker_argv,
@@ -51,28 +50,6 @@ def client_for(gateway: Gateway, key: str = "local") -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.base_url, api_key=key, timeout=120, max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
-    """Run a gateway over the real runtime serving the tiny random-weight model."""
-    with running_gateway(
-        tmp_path_factory.mktemp("tiny"),
-        real_worker_argv(tiny_model, MAX_TOKENS),
-        model_path=tiny_model,
-        max_tokens=MAX_TOKENS,
-        max_tokens_ceiling=MAX_TOKENS,
-    ) as gateway:
-        yield gateway
-
-
-@pytest.fixture(scope="module")
-def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """Run a gateway over the real runtime serving the scripted agent model."""
-    directory = tmp_path_factory.mktemp("agent")
-    model = agent_model(directory / "model")
-    with running_gateway(directory, real_worker_argv(model, 32), model_path=model, max_tokens=32) as gateway:
-        yield gateway
-
-
 @pytest.fixture
 def stand_in(tmp_path: Path) -> Iterator[Gateway]:
     """Run a gateway over the chat stand-in worker."""
@@ -90,9 +67,9 @@ def sent_bodies(gateway: Gateway) -> list[dict[str, Any]]:
 # -- the real model -------------------------------------------------------------------------------------------
 
 
-def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(tiny: Gateway) -> None:
+def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(tiny_front: Gateway) -> None:
     """Claude Code's per-turn billing block is left out, so turn 2 reuses turn 1's prompt from the worker's cache."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     instructions = {
         "type": "text",
         "text": "You are a careful coding agent. " * 12,
@@ -113,9 +90,9 @@ def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(tiny: 
     assert (second.usage.cache_read_input_tokens or 0) > first.usage.input_tokens // 2
 
 
-def test_plain_message_from_the_real_model(tiny: Gateway) -> None:
+def test_plain_message_from_the_real_model(tiny_front: Gateway) -> None:
     """A message comes back as Anthropic's Message: the client's model name, text, max_tokens, usage."""
-    message = client_for(tiny).messages.create(model="org/tiny", max_tokens=1000, messages=ASK)
+    message = client_for(tiny_front).messages.create(model="org/tiny", max_tokens=1000, messages=ASK)
     assert message.type == "message" and message.role == "assistant" and message.model == "org/tiny"
     assert message.id.startswith("msg_")
     [block] = message.content
@@ -125,9 +102,9 @@ def test_plain_message_from_the_real_model(tiny: Gateway) -> None:
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 0
 
 
-def test_streamed_message_follows_anthropics_event_sequence(tiny: Gateway) -> None:
+def test_streamed_message_follows_anthropics_event_sequence(tiny_front: Gateway) -> None:
     """The stream is message_start, ping, one text block's start/deltas/stop, message_delta, message_stop."""
-    raw = tiny.request(
+    raw = tiny_front.request(
         "POST", "/v1/messages", {"model": "org/tiny", "max_tokens": MAX_TOKENS, "messages": ASK, "stream": True}
     )
     assert raw.status == 200 and raw.headers["content-type"].startswith("text/event-stream")
@@ -138,7 +115,7 @@ def test_streamed_message_follows_anthropics_event_sequence(tiny: Gateway) -> No
     assert kinds[:2] == ["message_start", "content_block_start"]
     assert set(kinds[2:-3]) == {"content_block_delta"}
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     with client.messages.stream(model="org/tiny", max_tokens=MAX_TOKENS, messages=ASK) as stream:
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -151,9 +128,9 @@ def test_streamed_message_follows_anthropics_event_sequence(tiny: Gateway) -> No
     )
 
 
-def test_count_tokens_counts_with_the_models_template(tiny: Gateway) -> None:
+def test_count_tokens_counts_with_the_models_template(tiny_front: Gateway) -> None:
     """count_tokens equals the prompt a real request reports; system and tools make it longer."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     counted = client.messages.count_tokens(model="org/tiny", messages=ASK).input_tokens
     message = client.messages.create(model="org/tiny", max_tokens=1, messages=ASK)
     assert counted == message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
@@ -177,72 +154,68 @@ REFUSALS: Any = {
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
-def test_what_the_runtime_cannot_honour_is_refused_in_anthropics_shape(tiny: Gateway, case: str) -> None:
+def test_what_the_runtime_cannot_honour_is_refused_in_anthropics_shape(tiny_front: Gateway, case: str) -> None:
     """Each refusal is a 400 invalid_request_error the SDK raises as BadRequestError."""
     request = {"model": "org/tiny", "max_tokens": 8, "messages": ASK, **REFUSALS[case]}
     with pytest.raises(anthropic.BadRequestError) as info:
-        client_for(tiny).messages.create(**request)
+        client_for(tiny_front).messages.create(**request)
     body: Any = info.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"]
 
 
-def test_an_unknown_model_is_not_found_in_anthropics_shape(tiny: Gateway) -> None:
+def test_an_unknown_model_is_not_found_in_anthropics_shape(tiny_front: Gateway) -> None:
     """A model the front does not serve is a 404 not_found_error naming the served models; the SDK does not retry."""
     with pytest.raises(anthropic.NotFoundError) as info:
-        client_for(tiny).messages.create(model="someone/else", max_tokens=8, messages=ASK)
+        client_for(tiny_front).messages.create(model="someone/else", max_tokens=8, messages=ASK)
     body: Any = info.value.body
     assert body["error"]["type"] == "not_found_error" and "org/tiny" in body["error"]["message"]
     assert info.value.response.headers["x-should-retry"] == "false"
 
 
-def test_front_door_errors_take_anthropics_shape_too(tiny: Gateway) -> None:
+def test_front_door_errors_take_anthropics_shape_too(tiny_front: Gateway) -> None:
     """Invalid JSON and an oversized body on /v1/messages answer in Anthropic's error shape."""
-    reply = tiny.request("POST", "/v1/messages", raw=b"{not json")
+    reply = tiny_front.request("POST", "/v1/messages", raw=b"{not json")
     assert reply.status == 400 and reply.json()["error"]["type"] == "invalid_request_error"
-    big = tiny.request("POST", "/v1/messages", raw=b"x" * (tiny.config["max_body_bytes"] + 1))
+    big = tiny_front.request("POST", "/v1/messages", raw=b"x" * (tiny_front.config["max_body_bytes"] + 1))
     assert big.status == 413 and big.json() == {
         "type": "error",
         "error": {"type": "request_too_large", "message": big.json()["error"]["message"], "code": "body_too_large"},
     }
 
 
-def test_the_workers_own_refusals_pass_through_in_anthropics_shape(tiny: Gateway) -> None:
+def test_the_workers_own_refusals_pass_through_in_anthropics_shape(tiny_front: Gateway) -> None:
     """A parameter the worker refuses (a negative temperature) is a 400 invalid_request_error naming it."""
     with pytest.raises(anthropic.BadRequestError) as info:
-        client_for(tiny).messages.create(
+        client_for(tiny_front).messages.create(
             model="org/tiny", max_tokens=8, messages=ASK, extra_body={"temperature": -1}
         )  # no SDK argument
     body: Any = info.value.body
     assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "temperature"
 
 
-def test_cache_reads_are_reported_only_to_the_key_that_sent_the_prompt(tmp_path: Path, tiny_model: Path) -> None:
+def test_cache_reads_are_reported_only_to_the_key_that_sent_the_prompt(keyed_tiny_front: Gateway) -> None:
     """With API keys, cache_read_input_tokens counts only prompts the same key sent before."""
-    argv = real_worker_argv(tiny_model, MAX_TOKENS)
-    with running_gateway(
-        tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS, api_keys=["alice-key", "bob-key"]
-    ) as gateway:
 
-        def cached(key: str) -> int:
-            message = client_for(gateway, key).messages.create(
-                model="org/tiny",
-                max_tokens=2,
-                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
-            )
-            return message.usage.cache_read_input_tokens or 0
+    def cached(key: str) -> int:
+        message = client_for(keyed_tiny_front, key).messages.create(
+            model="org/tiny",
+            max_tokens=2,
+            messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
+        )
+        return message.usage.cache_read_input_tokens or 0
 
-        assert cached("alice-key") == 0
-        assert cached("alice-key") > 0  # her own prompt, cached by the worker
-        assert cached("bob-key") == 0  # the worker has it cached too, but bob never sent it
+    assert cached("alice-key") == 0
+    assert cached("alice-key") > 0  # her own prompt, cached by the worker
+    assert cached("bob-key") == 0  # the worker has it cached too, but bob never sent it
 
 
 # -- the scripted agent model -----------------------------------------------------------------------------
 
 
-def test_tool_round_trip_through_the_real_runtime(agent: Gateway) -> None:
+def test_tool_round_trip_through_the_real_runtime(agent_front: Gateway) -> None:
     """A tool_use comes back with the worker's id and parsed input; its tool_result gets the final answer."""
-    client = client_for(agent)
+    client = client_for(agent_front)
     first = client.messages.create(model="org/tiny", max_tokens=64, messages=ASK, tools=[WEATHER])
     assert first.stop_reason == "tool_use"
     [call] = first.content
@@ -258,9 +231,9 @@ def test_tool_round_trip_through_the_real_runtime(agent: Gateway) -> None:
     assert [(block.type, getattr(block, "text", None)) for block in second.content] == [("text", AGENT_ANSWER)]
 
 
-def test_streamed_tool_round_trip_through_the_real_runtime(agent: Gateway) -> None:
+def test_streamed_tool_round_trip_through_the_real_runtime(agent_front: Gateway) -> None:
     """Streamed, the tool_use block carries input_json_delta the SDK assembles; the reply to its result streams."""
-    client = client_for(agent)
+    client = client_for(agent_front)
     with client.messages.stream(model="org/tiny", max_tokens=64, messages=ASK, tools=[WEATHER]) as stream:
         kinds = [event.type for event in stream]
         first = stream.get_final_message()
@@ -281,9 +254,9 @@ def test_streamed_tool_round_trip_through_the_real_runtime(agent: Gateway) -> No
         assert stream.get_final_message().stop_reason == "end_turn"
 
 
-def test_reasoning_comes_back_as_a_thinking_block(agent: Gateway) -> None:
+def test_reasoning_comes_back_as_a_thinking_block(agent_front: Gateway) -> None:
     """The runtime's separated reasoning is a thinking block before the text, plain and streamed."""
-    client = client_for(agent)
+    client = client_for(agent_front)
     message = client.messages.create(model="org/tiny", max_tokens=64, messages=ASK)
     assert [block.type for block in message.content] == ["thinking", "text"]
     assert message.content[0].type == "thinking" and message.content[0].thinking == AGENT_THOUGHT
@@ -295,9 +268,9 @@ def test_reasoning_comes_back_as_a_thinking_block(agent: Gateway) -> None:
     ]
 
 
-def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
+def test_tool_choice_none_sends_no_tools(agent_front: Gateway) -> None:
     """With tool_choice none the template sees no tools, so this model answers instead of calling one."""
-    message = client_for(agent).messages.create(
+    message = client_for(agent_front).messages.create(
         model="org/tiny", max_tokens=64, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"}
     )
     assert message.stop_reason == "end_turn" and message.content[-1].type == "text"

@@ -121,25 +121,21 @@ def test_killed_worker_is_noticed_and_replaced(gateway: Gateway) -> None:
     assert not pid_alive(new_pid)
 
 
-def test_real_cache_hits_are_reported_only_to_the_key_that_caused_them(tmp_path: Path, tiny_model: Path) -> None:
+def test_real_cache_hits_are_reported_only_to_the_key_that_caused_them(keyed_tiny_front: Gateway) -> None:
     """The real worker's shared prompt cache shows as cached_tokens to the key that sent the prompt, not to another."""
-    argv = real_worker_argv(tiny_model, MAX_TOKENS)
-    with running_gateway(
-        tmp_path, argv, model_path=tiny_model, max_tokens=MAX_TOKENS, api_keys=["alice-key", "bob-key"]
-    ) as gateway:
 
-        def cached(key: str) -> int:
-            client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, timeout=120, max_retries=0)
-            reply = client.chat.completions.create(
-                model="org/tiny",
-                max_tokens=2,
-                messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
-            )
-            assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
-            return reply.usage.prompt_tokens_details.cached_tokens or 0
+    def cached(key: str) -> int:
+        client = openai.OpenAI(base_url=keyed_tiny_front.base_url + "/v1", api_key=key, timeout=120, max_retries=0)
+        reply = client.chat.completions.create(
+            model="org/tiny",
+            max_tokens=2,
+            messages=[{"role": "user", "content": "a long private prompt about the quarterly plan"}],
+        )
+        assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+        return reply.usage.prompt_tokens_details.cached_tokens or 0
 
-        assert cached("alice-key") == 0
-        assert cached("alice-key") > 0  # her own prompt, cached by the worker
-        assert cached("bob-key") == 0  # the worker has it cached too, but bob never sent it
-        with pytest.raises(openai.AuthenticationError):
-            openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="mallory", max_retries=0).models.list()
+    assert cached("carol-key") == 0
+    assert cached("carol-key") > 0  # her own prompt, cached by the worker
+    assert cached("dave-key") == 0  # the worker has it cached too, but dave never sent it
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=keyed_tiny_front.base_url + "/v1", api_key="mallory", max_retries=0).models.list()

@@ -18,7 +18,6 @@ Three workers stand behind the gateway, each for what it shows:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,7 @@ from mlx_agent.gateway.responses.request import SUMMARY_MARK
 from tests.gateway_support import (
     AGENT_ANSWER,
     Gateway,
-    agent_model,
     chat_stand_in_argv,
-    real_worker_argv,
     running_gateway,
 )
 
@@ -53,28 +50,6 @@ def client_for(gateway: Gateway, key: str = "local") -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, timeout=120, max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
-    """Run a gateway over the real runtime serving the tiny random-weight model."""
-    with running_gateway(
-        tmp_path_factory.mktemp("tiny"),
-        real_worker_argv(tiny_model, MAX_TOKENS),
-        model_path=tiny_model,
-        max_tokens=MAX_TOKENS,
-        max_tokens_ceiling=MAX_TOKENS,
-    ) as gateway:
-        yield gateway
-
-
-@pytest.fixture(scope="module")
-def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """Run a gateway over the real runtime serving the scripted agent model."""
-    directory = tmp_path_factory.mktemp("agent")
-    model = agent_model(directory / "model")
-    with running_gateway(directory, real_worker_argv(model, 32), model_path=model, max_tokens=32) as gateway:
-        yield gateway
-
-
 def stand_in_gateway(directory: Path, **options: Any) -> Any:
     """Return a context that runs a gateway over the chat stand-in worker."""
     env = {"STAND_IN_LOG": str(directory / "bodies.jsonl"), "STAND_IN_RELEASE": str(directory / "release")}
@@ -84,9 +59,9 @@ def stand_in_gateway(directory: Path, **options: Any) -> Any:
 # -- the real model -------------------------------------------------------------------------------------------
 
 
-def test_plain_response_from_the_real_model_is_stored(tiny: Gateway) -> None:
+def test_plain_response_from_the_real_model_is_stored(tiny_front: Gateway) -> None:
     """A response is incomplete at the plan's token limit, names the client's model, and can be retrieved."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     response = client.responses.create(model="org/tiny", input=ASK, instructions="Be brief.", max_output_tokens=1000)
     assert response.object == "response" and response.model == "org/tiny" and response.id.startswith("resp_")
     assert response.status == "incomplete"
@@ -100,9 +75,9 @@ def test_plain_response_from_the_real_model_is_stored(tiny: Gateway) -> None:
         client.responses.retrieve(unstored.id)
 
 
-def test_streamed_response_follows_the_event_sequence(tiny: Gateway) -> None:
+def test_streamed_response_follows_the_event_sequence(tiny_front: Gateway) -> None:
     """The stream opens with created and in_progress, streams text deltas, and ends with response.incomplete."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     events = list(client.responses.create(model="org/tiny", input=ASK, stream=True))
     kinds = [event.type for event in events]
     assert kinds[:4] == [
@@ -128,15 +103,15 @@ def test_streamed_response_follows_the_event_sequence(tiny: Gateway) -> None:
     assert client.responses.retrieve(final.response.id).status == "incomplete"  # streamed responses are stored
 
 
-def test_background_requests_complete_before_the_reply(tiny: Gateway) -> None:
+def test_background_requests_complete_before_the_reply(tiny_front: Gateway) -> None:
     """A background request returns the finished response, not a queued one."""
-    response = client_for(tiny).responses.create(model="org/tiny", input=ASK, background=True)
+    response = client_for(tiny_front).responses.create(model="org/tiny", input=ASK, background=True)
     assert response.background is True and response.status == "incomplete" and response.output_text
 
 
-def test_accepted_parameters_do_not_change_the_answer(tiny: Gateway) -> None:
+def test_accepted_parameters_do_not_change_the_answer(tiny_front: Gateway) -> None:
     """parallel_tool_calls, prompt_cache_key, client_metadata, an empty reasoning and the include are accepted."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     plain = client.responses.create(model="org/tiny", input=ASK)
     accepted = client.responses.create(
         model="org/tiny",
@@ -172,19 +147,19 @@ REFUSALS: Any = {
 }
 
 
-def test_an_unknown_model_is_not_found(tiny: Gateway) -> None:
+def test_an_unknown_model_is_not_found(tiny_front: Gateway) -> None:
     """A model the front does not serve is a 404 the SDK raises as NotFoundError."""
     with pytest.raises(openai.NotFoundError) as info:
-        client_for(tiny).responses.create(model="someone/else", input=ASK)
+        client_for(tiny_front).responses.create(model="someone/else", input=ASK)
     assert "org/tiny" in str(info.value)
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
-def test_what_the_runtime_cannot_honour_is_refused(tiny: Gateway, case: str) -> None:
+def test_what_the_runtime_cannot_honour_is_refused(tiny_front: Gateway, case: str) -> None:
     """Each refusal is a 400 invalid_request_error the SDK raises as BadRequestError."""
     request = {"model": "org/tiny", "input": ASK, **REFUSALS[case]}
     with pytest.raises(openai.BadRequestError) as info:
-        client_for(tiny).responses.create(**request)
+        client_for(tiny_front).responses.create(**request)
     body: Any = info.value.body
     assert body["type"] == "invalid_request_error" and body["message"]
 
@@ -192,9 +167,9 @@ def test_what_the_runtime_cannot_honour_is_refused(tiny: Gateway, case: str) -> 
 # -- the scripted agent model -----------------------------------------------------------------------------
 
 
-def test_function_call_round_trip_through_the_real_runtime(agent: Gateway) -> None:
+def test_function_call_round_trip_through_the_real_runtime(agent_front: Gateway) -> None:
     """A function_call item comes back; its function_call_output gets the final answer, completed."""
-    client = client_for(agent)
+    client = client_for(agent_front)
     first = client.responses.create(model="org/tiny", input=ASK, tools=[WEATHER])
     assert first.status == "completed"
     [call] = first.output
@@ -209,9 +184,9 @@ def test_function_call_round_trip_through_the_real_runtime(agent: Gateway) -> No
     assert (second.status, second.output_text) == ("completed", AGENT_ANSWER)
 
 
-def test_streamed_function_call_round_trip_through_the_real_runtime(agent: Gateway) -> None:
+def test_streamed_function_call_round_trip_through_the_real_runtime(agent_front: Gateway) -> None:
     """Streamed, the call arrives as argument events the SDK's stream helper assembles; then the answer streams."""
-    client = client_for(agent)
+    client = client_for(agent_front)
     with client.responses.stream(model="org/tiny", input=ASK, tools=[WEATHER]) as stream:
         kinds = [event.type for event in stream]
         first = stream.get_final_response()
@@ -235,9 +210,11 @@ def test_streamed_function_call_round_trip_through_the_real_runtime(agent: Gatew
     assert text == AGENT_ANSWER and (final.status, final.output_text) == ("completed", AGENT_ANSWER)
 
 
-def test_tool_choice_none_sends_no_tools(agent: Gateway) -> None:
+def test_tool_choice_none_sends_no_tools(agent_front: Gateway) -> None:
     """With tool_choice none the template sees no tools, so this model thinks and answers instead of calling one."""
-    response = client_for(agent).responses.create(model="org/tiny", input=ASK, tools=[WEATHER], tool_choice="none")
+    response = client_for(agent_front).responses.create(
+        model="org/tiny", input=ASK, tools=[WEATHER], tool_choice="none"
+    )
     assert [item.type for item in response.output] == ["reasoning", "message"]
     assert response.output_text == AGENT_ANSWER
 
@@ -314,9 +291,9 @@ COMPACT_INPUT: Any = [
 ]
 
 
-def test_compact_endpoint_summarises_through_the_served_model(tiny: Gateway) -> None:
+def test_compact_endpoint_summarises_through_the_served_model(tiny_front: Gateway) -> None:
     """POST /v1/responses/compact keeps the user messages and adds the model's own answer to the summary request."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     compacted = client.responses.compact(model="org/tiny", input=COMPACT_INPUT, instructions="Be brief.")
     doc = compacted.model_dump(warnings=False)
     assert doc["object"] == "response.compaction" and doc["id"].startswith("resp_")
@@ -343,9 +320,9 @@ def test_compact_endpoint_summarises_through_the_served_model(tiny: Gateway) -> 
     assert [k["content"][0]["text"] for k in kept[:-1]] == [ASK, "And in Rome?"] and kept[-1]["type"] == "compaction"
 
 
-def test_a_compaction_trigger_streams_one_compaction_item(tiny: Gateway) -> None:
+def test_a_compaction_trigger_streams_one_compaction_item(tiny_front: Gateway) -> None:
     """A /v1/responses stream whose input ends with compaction_trigger ends with exactly one compaction item."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     trigger: Any = [*COMPACT_INPUT, {"type": "compaction_trigger"}]
     events = list(client.responses.create(model="org/tiny", input=trigger, stream=True))
     kinds = [event.type for event in events]
@@ -357,9 +334,9 @@ def test_a_compaction_trigger_streams_one_compaction_item(tiny: Gateway) -> None
     assert item["type"] == "compaction" and item["encrypted_content"] == whole["encrypted_content"]
 
 
-def test_compact_is_not_taken_for_a_stored_response_id(tiny: Gateway) -> None:
+def test_compact_is_not_taken_for_a_stored_response_id(tiny_front: Gateway) -> None:
     """GET /v1/responses/compact is still a lookup (404), and a malformed compaction body is a 400 naming it."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve("compact")
     with pytest.raises(openai.BadRequestError) as info:
@@ -418,13 +395,13 @@ SELF_REFERENCING: Any = {
 
 
 @pytest.mark.parametrize("schema", [SELF_REFERENCING, {"$ref": "#"}])
-def test_compact_with_a_self_referencing_text_format_summarises_as_plain_text(tiny: Gateway, schema: Any) -> None:
+def test_compact_with_a_self_referencing_text_format_summarises_as_plain_text(tiny_front: Gateway, schema: Any) -> None:
     """A compaction whose conversation asks for a recursive text.format gives the plain summary, never a 502."""
-    client = client_for(tiny)
+    client = client_for(tiny_front)
     fmt = {"format": {"type": "json_schema", "name": "tree", "schema": schema, "strict": True}}
     plain = client.responses.compact(model="org/tiny", input=COMPACT_INPUT, instructions="Be brief.")
     body = {"model": "org/tiny", "input": COMPACT_INPUT, "instructions": "Be brief.", "text": fmt}
-    formatted = tiny.request("POST", "/v1/responses/compact", body)
+    formatted = tiny_front.request("POST", "/v1/responses/compact", body)
     assert formatted.status == 200, formatted.body
     doc = formatted.json()
     assert doc["output"][-1]["encrypted_content"] == plain.model_dump(warnings=False)["output"][-1]["encrypted_content"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,12 +27,9 @@ import anthropic
 import openai
 import pytest
 
-from mlx_agent.wire import SOCKET_FLAG
 from tests.conftest import free_port
-from tests.e2e.test_runtimes import png
-from tests.fixtures.tiny_vlm import build_tiny_vlm
 from tests.gateway_support import Gateway, gateway_config, real_worker_argv, start_gateway
-from tests.media_traps import Listener, SecretFile, lying_png, thin_png, truncated_png
+from tests.media_traps import Listener, SecretFile, lying_png, png, thin_png, truncated_png
 
 pytestmark = pytest.mark.e2e
 
@@ -47,23 +43,6 @@ def fronted(directory: Path, argv: list[str], model: Path, kind: str) -> Gateway
     config = gateway_config(directory, free_port(), argv, model_path=model, max_tokens=4)
     config["models"][0]["worker"]["kind"] = kind
     return start_gateway(directory, config)
-
-
-@pytest.fixture(scope="module")
-def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """One front over the wrapped mlx-vlm worker on a tiny Qwen2-VL model."""
-    model = build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
-    argv = [sys.executable, "-m", "mlx_agent.runtime", "mlx-vlm", "--model", str(model), "--max-tokens", "4"]
-    directory = tmp_path_factory.mktemp("vision-front")
-    config = gateway_config(directory, free_port(), [*argv, SOCKET_FLAG, "{socket}"], model_path=model, max_tokens=4)
-    worker = config["models"][0]["worker"]
-    worker.update(kind="vision", model_name=str(model))  # mlx_vlm serves its model under its path
-    worker["readiness"] = {"path": "/health", "status": 200, "json": {"status": "healthy"}, "nonnull": ["loaded_model"]}
-    gateway = start_gateway(directory, config)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture(scope="module")
@@ -110,55 +89,55 @@ RESPONSES_IMAGE: Any = [
 
 
 @pytest.fixture(scope="module")
-def chat_prompt(vision: Gateway) -> int:
+def chat_prompt(vlm_front: Gateway) -> int:
     """Return the prompt tokens chat completions reports for the question with its picture."""
-    reply = oai(vision).chat.completions.create(model="org/tiny", messages=CHAT_IMAGE, max_tokens=2)
+    reply = oai(vlm_front).chat.completions.create(model="org/tiny", messages=CHAT_IMAGE, max_tokens=2)
     assert reply.usage is not None
-    text = oai(vision).chat.completions.create(
+    text = oai(vlm_front).chat.completions.create(
         model="org/tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=2
     )
     assert text.usage is not None and reply.usage.prompt_tokens > text.usage.prompt_tokens + 2  # the image's tokens
     return reply.usage.prompt_tokens
 
 
-def test_a_messages_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+def test_a_messages_image_makes_the_chat_prompt(vlm_front: Gateway, chat_prompt: int) -> None:
     """messages.create with a base64 image block reports the prompt chat completions does."""
-    message = claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE)
+    message = claude(vlm_front).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE)
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == chat_prompt
 
 
-def test_a_streamed_messages_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+def test_a_streamed_messages_image_makes_the_chat_prompt(vlm_front: Gateway, chat_prompt: int) -> None:
     """messages.stream with the image ends with the same prompt count, and a text block."""
-    with claude(vision).messages.stream(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE) as stream:
+    with claude(vlm_front).messages.stream(model="org/tiny", max_tokens=2, messages=MESSAGES_IMAGE) as stream:
         final = stream.get_final_message()
     assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) == chat_prompt
     assert final.stop_reason in ("end_turn", "max_tokens")
 
 
-def test_a_responses_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+def test_a_responses_image_makes_the_chat_prompt(vlm_front: Gateway, chat_prompt: int) -> None:
     """responses.create with an input_image reports the prompt chat completions does."""
-    response = oai(vision).responses.create(model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2)
+    response = oai(vlm_front).responses.create(model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2)
     assert response.status in ("completed", "incomplete")
     assert response.usage is not None and response.usage.input_tokens == chat_prompt
 
 
-def test_a_streamed_responses_image_makes_the_chat_prompt(vision: Gateway, chat_prompt: int) -> None:
+def test_a_streamed_responses_image_makes_the_chat_prompt(vlm_front: Gateway, chat_prompt: int) -> None:
     """A streamed Response with an input_image ends with the same prompt count."""
     events = list(
-        oai(vision).responses.create(model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2, stream=True)
+        oai(vlm_front).responses.create(model="org/tiny", input=RESPONSES_IMAGE, max_output_tokens=2, stream=True)
     )
     final = events[-1]
     assert final.type in ("response.completed", "response.incomplete")
     assert final.response.usage is not None and final.response.usage.input_tokens == chat_prompt
 
 
-def test_a_remote_image_url_is_refused_not_fetched(vision: Gateway) -> None:
+def test_a_remote_image_url_is_refused_not_fetched(vlm_front: Gateway) -> None:
     """A Messages url source with an http URL is 400 image_invalid before any worker or network is touched."""
     remote = [
         {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "http://127.0.0.1:9/a.png"}}]}
     ]
     with pytest.raises(anthropic.BadRequestError) as info:
-        claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=remote)  # type: ignore[arg-type]
+        claude(vlm_front).messages.create(model="org/tiny", max_tokens=2, messages=remote)  # type: ignore[arg-type]
     body: Any = info.value.body
     assert body["error"]["code"] == "image_invalid" and "not fetched" in body["error"]["message"]
 
@@ -228,41 +207,45 @@ RESPONSES_TOOL_IMAGE: Any = [
 
 
 @pytest.fixture(scope="module")
-def tool_round_prompt(vision: Gateway) -> int:
+def tool_round_prompt(vlm_front: Gateway) -> int:
     """Return the prompt tokens chat completions reports for the tool round in its chat form."""
-    reply = oai(vision).chat.completions.create(model="org/tiny", messages=TOOL_ROUND_CHAT, max_tokens=2)
+    reply = oai(vlm_front).chat.completions.create(model="org/tiny", messages=TOOL_ROUND_CHAT, max_tokens=2)
     assert reply.usage is not None
     return reply.usage.prompt_tokens
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_tool_result_image_reaches_the_vision_worker(vision: Gateway, tool_round_prompt: int, stream: bool) -> None:
+def test_a_tool_result_image_reaches_the_vision_worker(
+    vlm_front: Gateway, tool_round_prompt: int, stream: bool
+) -> None:
     """A tool_use/tool_result round whose result holds an image makes the chat form's prompt, the image's included."""
     message: anthropic.types.Message
     if stream:
-        with claude(vision).messages.stream(model="org/tiny", max_tokens=2, messages=MESSAGES_TOOL_IMAGE) as s:
+        with claude(vlm_front).messages.stream(model="org/tiny", max_tokens=2, messages=MESSAGES_TOOL_IMAGE) as s:
             message = s.get_final_message()
     else:
-        message = claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_TOOL_IMAGE)
+        message = claude(vlm_front).messages.create(model="org/tiny", max_tokens=2, messages=MESSAGES_TOOL_IMAGE)
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == tool_round_prompt
-    text_only = claude(vision).messages.create(model="org/tiny", max_tokens=2, messages=messages_round([TOOL_TEXT]))
+    text_only = claude(vlm_front).messages.create(model="org/tiny", max_tokens=2, messages=messages_round([TOOL_TEXT]))
     assert text_only.usage.input_tokens + (text_only.usage.cache_read_input_tokens or 0) + 2 < tool_round_prompt
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_function_call_output_image_reaches_the_vision_worker(
-    vision: Gateway, tool_round_prompt: int, stream: bool
+    vlm_front: Gateway, tool_round_prompt: int, stream: bool
 ) -> None:
     """A function_call_output holding an input_image makes the chat form's prompt, streamed and not."""
     if stream:
         events = list(
-            oai(vision).responses.create(model="org/tiny", input=RESPONSES_TOOL_IMAGE, max_output_tokens=2, stream=True)
+            oai(vlm_front).responses.create(
+                model="org/tiny", input=RESPONSES_TOOL_IMAGE, max_output_tokens=2, stream=True
+            )
         )
         final = events[-1]
         assert final.type in ("response.completed", "response.incomplete")
         response = final.response
     else:
-        response = oai(vision).responses.create(model="org/tiny", input=RESPONSES_TOOL_IMAGE, max_output_tokens=2)
+        response = oai(vlm_front).responses.create(model="org/tiny", input=RESPONSES_TOOL_IMAGE, max_output_tokens=2)
     assert response.status in ("completed", "incomplete")
     assert response.usage is not None and response.usage.input_tokens == tool_round_prompt
 
@@ -383,14 +366,14 @@ def api_body(api: str, stream: bool, chat_parts: list[Any] | None = None, image:
     ],
 )
 def test_a_chat_part_naming_a_url_or_a_path_is_refused_before_any_fetch(
-    vision: Gateway, traps: tuple[Listener, SecretFile], case: str, stream: bool
+    vlm_front: Gateway, traps: tuple[Listener, SecretFile], case: str, stream: bool
 ) -> None:
     """Each part is 400 with its code naming the part; the listener sees no connection, the file no open."""
     listener, secret = traps
     part, code = hostile_parts(listener, secret.path)[case]
     connections = listener.connections
     body = api_body("chat", stream, [{"type": "text", "text": QUESTION}, part])
-    reply = vision.request("POST", API_PATHS["chat"], body)
+    reply = vlm_front.request("POST", API_PATHS["chat"], body)
     assert reply.status == 400 and error_of("chat", reply) == (code, "messages.0.content.1"), reply.body[:300]
     assert listener.connections == connections and not secret.touched()
 
@@ -435,7 +418,7 @@ def test_a_chat_part_naming_a_url_or_a_path_is_refused_before_any_fetch(
     ],
 )
 def test_no_other_api_lets_a_part_name_a_url_or_a_path(
-    vision: Gateway, traps: tuple[Listener, SecretFile], api: str, body: dict[str, Any], code: str
+    vlm_front: Gateway, traps: tuple[Listener, SecretFile], api: str, body: dict[str, Any], code: str
 ) -> None:
     """Messages, Responses and /api/chat refuse such parts in their own shape; nothing is fetched or opened."""
     listener, secret = traps
@@ -444,7 +427,7 @@ def test_no_other_api_lets_a_part_name_a_url_or_a_path(
     raw = raw.replace("SECRET_URL", f"file://{secret.path}").replace("SECRET", str(secret.path))
     raw = raw.replace("LISTENER", listener.url("/m"))
     extra = {"max_tokens": 2} if api == "messages" else {}
-    reply = vision.request("POST", API_PATHS[api], {**json.loads(raw), **extra})
+    reply = vlm_front.request("POST", API_PATHS[api], {**json.loads(raw), **extra})
     assert reply.status == 400 and error_of(api, reply)[0] == code, reply.body[:300]
     assert listener.connections == connections and not secret.touched()
 
@@ -462,27 +445,27 @@ IMAGE_PARAMS = {
 @pytest.mark.parametrize("api", sorted(API_PATHS))
 @pytest.mark.parametrize("name", sorted(UNDECODABLE))
 def test_an_image_no_worker_could_decode_is_400_naming_its_part(
-    vision: Gateway, name: str, api: str, stream: bool
+    vlm_front: Gateway, name: str, api: str, stream: bool
 ) -> None:
     """A lying, a 4000x1 and a truncated 12 MP PNG are 400 image_invalid in the API's shape, streamed or not."""
-    reply = vision.request("POST", API_PATHS[api], api_body(api, stream, image=UNDECODABLE[name]()))
+    reply = vlm_front.request("POST", API_PATHS[api], api_body(api, stream, image=UNDECODABLE[name]()))
     assert reply.status == 400, reply.body[:300]
     assert error_of(api, reply) == ("image_invalid", IMAGE_PARAMS[api])
 
 
-def test_image_url_as_a_plain_string_reaches_the_worker(vision: Gateway, chat_prompt: int) -> None:
+def test_image_url_as_a_plain_string_reaches_the_worker(vlm_front: Gateway, chat_prompt: int) -> None:
     """A chat image_url given as the URL string (as documented) makes the prompt the object form makes."""
     parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": IMAGE_URL}]
-    reply = vision.request("POST", API_PATHS["chat"], api_body("chat", False, parts))
+    reply = vlm_front.request("POST", API_PATHS["chat"], api_body("chat", False, parts))
     assert reply.status == 200, reply.body[:300]
     assert reply.json()["usage"]["prompt_tokens"] == chat_prompt
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_workers_fastapi_refusal_comes_back_in_the_apis_shape(vision: Gateway, stream: bool) -> None:
+def test_a_workers_fastapi_refusal_comes_back_in_the_apis_shape(vlm_front: Gateway, stream: bool) -> None:
     """A role mlx-vlm's schema refuses (its 422 {"detail": [...]}) is answered as an OpenAI error with its status."""
     body = {"model": "org/tiny", "max_tokens": 2, "stream": stream, "messages": [{"role": "narrator", "content": "x"}]}
-    reply = vision.request("POST", API_PATHS["chat"], body)
+    reply = vlm_front.request("POST", API_PATHS["chat"], body)
     assert 400 <= reply.status < 500, reply.body[:300]
     doc = reply.json()
     assert "detail" not in doc and doc["error"]["code"] == "worker_error" and "role" in doc["error"]["message"]

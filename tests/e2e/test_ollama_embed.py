@@ -1,4 +1,4 @@
-"""Ollama's ``/api/embed`` and ``/api/embeddings`` through the official client, on a reviewed fleet.
+"""Ollama's ``/api/embed`` and ``/api/embeddings`` through the official client, on a reviewed embed_fleet.
 
 The CLI previews and confirms a models file naming the tiny chat model and the tiny embedding model (the
 ``mlx-vlm-embed`` runtime, as tests/e2e/test_embeddings.py serves it), and the ``ollama`` client asks for vectors;
@@ -10,49 +10,16 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import ollama
 import pytest
 
-from tests.conftest import Agent, free_port
-from tests.fixtures.tiny_embed import HIDDEN_SIZE, build_tiny_embed
+from tests.fixtures.tiny_embed import HIDDEN_SIZE
 
 pytestmark = pytest.mark.e2e
-MODELS = """\
-[[model]]
-name = "chat"
-path = "{chat}"
-max_tokens = 4
-
-[[model]]
-name = "embed"
-path = "{embed}"
-runtime = "mlx-vlm-embed"
-"""
 TEXTS = ["hello world", "primes"]
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[str]:
-    """Preview and confirm the chat and embedding fleet; yield its base URL, stop it afterwards."""
-    directory = tmp_path_factory.mktemp("ollama-embed")
-    embed = build_tiny_embed(directory / "tiny-embed")
-    home = directory / "home"
-    home.mkdir()
-    agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(directory / "hf")})
-    models = directory / "models.toml"
-    models.write_text(MODELS.format(chat=tiny_model, embed=embed))
-    port = free_port()
-    agent.launch("--models", str(models), "--port", str(port))
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        agent.run("serve", "stop", "--port", str(port))
 
 
 def openai_vectors(url: str, inputs: list[str], model: str = "embed") -> Any:
@@ -63,11 +30,11 @@ def openai_vectors(url: str, inputs: list[str], model: str = "embed") -> Any:
         return json.loads(reply.read())
 
 
-def test_embed_gives_the_vectors_of_v1_embeddings(fleet: str) -> None:
+def test_embed_gives_the_vectors_of_v1_embeddings(embed_fleet: str) -> None:
     """One vector per input, in order, equal to /v1/embeddings'; the tokens read and real durations."""
-    client = ollama.Client(host=fleet, timeout=300)
+    client = ollama.Client(host=embed_fleet, timeout=300)
     reply = client.embed(model="embed", input=TEXTS)
-    expected = openai_vectors(fleet, TEXTS)
+    expected = openai_vectors(embed_fleet, TEXTS)
     assert [list(v) for v in reply.embeddings] == [d["embedding"] for d in expected["data"]]
     assert len(reply.embeddings[0]) == HIDDEN_SIZE
     assert reply.prompt_eval_count == expected["usage"]["prompt_tokens"]
@@ -76,19 +43,19 @@ def test_embed_gives_the_vectors_of_v1_embeddings(fleet: str) -> None:
     assert list(single.embedding) == expected["data"][1]["embedding"]
 
 
-def test_ollamas_latest_tag_embeds_on_both_apis(fleet: str) -> None:
+def test_ollamas_latest_tag_embeds_on_both_apis(embed_fleet: str) -> None:
     """``embed:latest`` gives embed's vectors on /api/embed and on /v1/embeddings, named as the client named it."""
-    expected = openai_vectors(fleet, TEXTS)
-    tagged = ollama.Client(host=fleet, timeout=300).embed(model="embed:latest", input=TEXTS)
+    expected = openai_vectors(embed_fleet, TEXTS)
+    tagged = ollama.Client(host=embed_fleet, timeout=300).embed(model="embed:latest", input=TEXTS)
     assert [list(v) for v in tagged.embeddings] == [d["embedding"] for d in expected["data"]]
     assert tagged.model == "embed:latest"
-    openai = openai_vectors(fleet, TEXTS, "embed:latest")
+    openai = openai_vectors(embed_fleet, TEXTS, "embed:latest")
     assert (openai["data"], openai["model"]) == (expected["data"], "embed:latest")
 
 
-def test_the_fleet_says_which_model_embeds_and_refuses_the_wrong_one(fleet: str) -> None:
+def test_the_fleet_says_which_model_embeds_and_refuses_the_wrong_one(embed_fleet: str) -> None:
     """Show names the embedding model; embed asked of a chat model, chat of it, images of a text model: clear 400s."""
-    client = ollama.Client(host=fleet, timeout=300)
+    client = ollama.Client(host=embed_fleet, timeout=300)
     assert client.show("embed").capabilities == ["embedding"]
     assert "completion" in (client.show("chat").capabilities or [])
     with pytest.raises(ollama.ResponseError) as info:

@@ -26,17 +26,10 @@ from mlx_agent.runtime.serving.cache_entry_check import entry_name
 from mlx_agent.runtime.serving.prompt_cache import AlignedPromptCache, save_entries
 from mlx_agent.wire import PROMPT_CACHE_QUARANTINE
 from tests.conftest import Agent, free_port
-from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.e2e
 
 READY_TIMEOUT = "30"  # well under the 120 s default, and above the tiny model's start on this machine
-
-
-@pytest.fixture(scope="module")
-def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build a one-layer tiny model with the tiny model's tokenizer, to draft for it."""
-    return build_tiny_model(tmp_path_factory.mktemp("draft") / "tiny-draft", seed=7, num_layers=1)
 
 
 def plant_entry(agent: Agent, model: Path, args: list[str], tokens: list[int]) -> Path:

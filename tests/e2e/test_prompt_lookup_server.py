@@ -23,7 +23,7 @@ import pytest
 
 from mlx_agent.wire import M5_PREFILL_FLAG, PROMPT_LOOKUP_FLAG
 from tests.conftest import Agent, assert_valid, free_port
-from tests.e2e.test_wrapped_support import Server, running, variant
+from tests.e2e.wrapped_support import Server, running, variant
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e

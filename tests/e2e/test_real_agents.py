@@ -9,7 +9,6 @@ answer only if every request it sent was accepted and every reply was well forme
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ from tests.agents_support import (
     codex_exec,
     codex_home,
     inside,
-    loopback_namespace,
     scripted_agent_model,
     serve,
 )
@@ -41,13 +39,6 @@ MODES = [
     pytest.param([], KEY, id="eager-keyed"),
     pytest.param(["--jit"], KEY, id="jit-keyed"),
 ]
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 @pytest.mark.parametrize(("extra", "key"), MODES)

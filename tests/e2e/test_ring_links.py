@@ -24,11 +24,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
-from tests.agents_support import Namespace, loopback_namespace
+from tests.agents_support import Namespace
 from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, start_group
-from tests.integration.test_hostile_machine import attacker
-
-__all__ = ["attacker"]  # the second user's fixture, used here too
 
 pytestmark = pytest.mark.e2e
 FIRST_RING_PORT = 12000  # in the test's own namespace every port is free: the group's links start here
@@ -88,13 +85,6 @@ SILENT = "import time, mlx.core as mx; mx.distributed.init(); time.sleep(120)"
 def refusals(log: str) -> list[dict[str, Any]]:
     """Return the refusal lines' documents in ``log``."""
     return [json.loads(line[len(REFUSAL_PREFIX) :]) for line in log.splitlines() if line.startswith(REFUSAL_PREFIX)]
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Return a network namespace of this test's own, with only loopback up; delete it afterwards."""
-    with loopback_namespace() as made:
-        yield made
 
 
 @pytest.fixture

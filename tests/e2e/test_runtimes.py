@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import json
-import struct
 import sys
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,7 @@ import pytest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import Agent, free_port
-from tests.fixtures.tiny_vlm import build_tiny_vlm
+from tests.media_traps import png as png  # re-exported: tests/e2e/content_fuzz.py (being changed) imports it here
 
 pytestmark = pytest.mark.e2e
 
@@ -25,27 +22,6 @@ THINKING_SWITCH = (
     "{%- if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}"
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
 )
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build one tiny random-weight Qwen2-VL model for this module."""
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
-
-
-def png(width: int = 32, height: int = 24) -> str:
-    """Return a small solid-red PNG as a data URL."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
-    body = (
-        chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
-    return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + body).decode()
 
 
 def test_auto_serves_a_vision_model_with_mlx_vlm(agent: Agent, tiny_vlm: Path) -> None:

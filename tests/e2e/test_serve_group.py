@@ -27,10 +27,8 @@ from tests.agents_support import inside, loopback_namespace
 from tests.conftest import Agent, free_port
 from tests.fixtures.group import in_namespace, ring_port
 from tests.fixtures.tiny_model import build_tiny_model
-from tests.integration.test_hostile_machine import attacker
 
 pytestmark = pytest.mark.e2e
-__all__ = ["attacker"]  # the second user's fixture, used here too
 
 PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers."]
 LOCAL_PAIR = "127.0.0.1,127.0.0.1"

@@ -13,48 +13,23 @@ on a tool result) answers 400 ``template_error``.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mlx_agent.wire import SOCKET_FLAG
 from tests.agent_sessions import PICTURED, QUESTION
-from tests.conftest import free_port
 from tests.e2e.test_prompt_cache_hits import APIS, turn
-from tests.e2e.test_runtimes import png
+from tests.e2e.vision_support import vision_front
 from tests.fixtures.tiny_vlm import IMAGE_PAD, VLM_CHAT_TEMPLATE, build_tiny_vlm
-from tests.gateway_support import Gateway, gateway_config, start_gateway
+from tests.gateway_support import Gateway
+from tests.media_traps import png
 from tests.prompt_templates import renderer
 
 pytestmark = pytest.mark.e2e
 
 SYSTEM = "You describe pictures for a careful reader. " * 6
 LATE = "Reminder: answer in one short line."
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build one tiny random-weight Qwen2-VL model for this module."""
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
-
-
-@contextlib.contextmanager
-def vlm_front(directory: Path, model: Path) -> Iterator[Gateway]:
-    """Run a front over the wrapped mlx-vlm worker on ``model``, as serve plans it (socket, readiness, name)."""
-    argv = [sys.executable, "-m", "mlx_agent.runtime", "mlx-vlm", "--model", str(model), "--max-tokens", "4"]
-    config = gateway_config(directory, free_port(), [*argv, SOCKET_FLAG, "{socket}"], model_path=model)
-    worker = config["models"][0]["worker"]
-    worker["model_name"] = str(model)  # mlx_vlm serves its model under its path
-    worker["readiness"] = {"path": "/health", "status": 200, "json": {"status": "healthy"}, "nonnull": ["loaded_model"]}
-    gateway = start_gateway(directory, config)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
 
 
 def conversation(late: bool) -> list[dict[str, Any]]:
@@ -77,18 +52,11 @@ def token_count(model: Path, messages: list[dict[str, Any]]) -> int:
     return len(Tokenizer.from_file(str(model / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids)
 
 
-@pytest.fixture(scope="module")
-def front(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """One front over the mlx-vlm worker as it runs by default (its prefix cache off)."""
-    with vlm_front(tmp_path_factory.mktemp("vlm-front"), tiny_vlm) as gateway:
-        yield gateway
-
-
 @pytest.mark.parametrize("api", APIS)
-def test_a_late_system_message_renders_at_its_place(front: Gateway, tiny_vlm: Path, api: str) -> None:
+def test_a_late_system_message_renders_at_its_place(vlm_front: Gateway, tiny_vlm: Path, api: str) -> None:
     """The worker's prompt holds the late system turn where it was sent, and it says honestly that none was cached."""
     messages = conversation(late=True)
-    prompt, cached, _ = turn(front, api, False, messages)
+    prompt, cached, _ = turn(vlm_front, api, False, messages)
     folded = [{"role": "system", "content": f"{SYSTEM}\n\n{LATE}"}, *conversation(late=False)[1:]]
     in_place, as_folded = token_count(tiny_vlm, messages), token_count(tiny_vlm, folded)
     assert in_place != as_folded, "the two renderings must differ for the check to mean anything"
@@ -96,7 +64,7 @@ def test_a_late_system_message_renders_at_its_place(front: Gateway, tiny_vlm: Pa
     assert cached == 0  # mlx_vlm caches no prefix with its APC off, and the front invents none
 
 
-def test_images_still_work_with_a_late_system_message(front: Gateway, tiny_vlm: Path) -> None:
+def test_images_still_work_with_a_late_system_message(vlm_front: Gateway, tiny_vlm: Path) -> None:
     """An image in the first user turn adds as many tokens with the late message in place as without it, and answers."""
     image = {"type": "image_url", "image_url": {"url": png()}}
 
@@ -106,8 +74,8 @@ def test_images_still_work_with_a_late_system_message(front: Gateway, tiny_vlm: 
 
     prompts = {}
     for late in (False, True):
-        text_only, _, _ = turn(front, "chat", False, conversation(late))
-        pictured, cached, reply = turn(front, "chat", True, with_image(conversation(late)))
+        text_only, _, _ = turn(vlm_front, "chat", False, conversation(late))
+        pictured, cached, reply = turn(vlm_front, "chat", True, with_image(conversation(late)))
         assert text_only == token_count(tiny_vlm, conversation(late)) and cached == 0 and reply
         prompts[late] = (text_only, pictured)
     image_tokens = prompts[False][1] - prompts[False][0]
@@ -161,7 +129,7 @@ def test_an_image_session_with_tools_grows_through_the_worker(
     rendered = vlm_served_prompts(template(QWEN35), "qwen2_vl", bodies)
     tokenizer = Tokenizer.from_file(str(qwen35_vlm / "tokenizer.json"))
     extra: set[int] = set()
-    with vlm_front(tmp_path_factory.mktemp(f"vlm-{shape}"), qwen35_vlm) as gateway:
+    with vision_front(tmp_path_factory.mktemp(f"vlm-{shape}"), qwen35_vlm) as gateway:
         for number, (body, expected) in enumerate(zip(bodies, rendered, strict=True)):
             assert expected.error is None, expected.error.message
             sent = {**body, "model": "org/tiny", "max_tokens": 4, "stream": False}
@@ -196,7 +164,7 @@ def test_a_template_that_refuses_answers_400_through_the_worker(
     config["chat_template"] = template("google-gemma-3-it").source
     (path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     first, second = IMAGE_SHAPES["opencode"]()[:2]
-    with vlm_front(tmp_path_factory.mktemp("vlm-gemma3-front"), path) as gateway:
+    with vision_front(tmp_path_factory.mktemp("vlm-gemma3-front"), path) as gateway:
         assert gateway.request("POST", "/v1/chat/completions", {**first, "model": "org/tiny"}, {}).status == 200
         reply = gateway.request("POST", "/v1/chat/completions", {**second, "model": "org/tiny"}, {})
     error = json.loads(reply.body)["error"]

@@ -20,16 +20,9 @@ from mlx_agent.api_errors import Code
 from mlx_agent.wire import BODY_TIMEOUT_FLAG, MAX_BODY_BYTES
 from tests.e2e.test_worker_socket import CHAT_HEAD, is_api_error
 from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer, socket_worker
-from tests.fixtures.tiny_vlm import build_tiny_vlm
 from tests.media_traps import Listener, SecretFile
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build one tiny random-weight Qwen2-VL model for this module."""
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
 
 
 @pytest.fixture(scope="module")

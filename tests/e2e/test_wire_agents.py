@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from tests.agents_support import (
     clean_env,
     codex_exec,
     inside,
-    loopback_namespace,
     notes_to_read,
     read_call,
     scripted_agent_model,
@@ -60,13 +58,6 @@ base_url = "https://example.openai.azure.com/openai"
 env_key = "AZURE_OPENAI_API_KEY"
 wire_api = "responses"
 """
-
-
-@pytest.fixture
-def namespace() -> Iterator[Namespace]:
-    """Make a network namespace with only loopback, for one test."""
-    with loopback_namespace() as made:
-        yield made
 
 
 def sha(path: Path) -> str:

@@ -1,7 +1,7 @@
 """``--chat-template`` and ``--tool-parser`` through the wrapped worker: what it renders, which parser reads calls.
 
 The model is scripted to answer every prompt ending in a generation prompt with
-``<tool_call>{"name": "get_time", ...}</tool_call>`` (see test_wrapped_support), and its checkpoint's template
+``<tool_call>{"name": "get_time", ...}</tool_call>`` (see wrapped_support), and its checkpoint's template
 (the tiny model's ChatML) renders no tools and names no parser, so mlx_lm reads the call as text. The worker is
 given the plan's flags as the front gives them (``wire.CHAT_TEMPLATE_FLAG``, ``wire.TOOL_PARSER_FLAG``):
 
@@ -30,7 +30,7 @@ import pytest
 from mlx_agent.wire import CHAT_TEMPLATE_FLAG, EXIT_REFUSED, REFUSAL_PREFIX, TOOL_PARSER_FLAG
 from tests.adapter_support import restart_refusal
 from tests.conftest import Agent, free_port
-from tests.e2e.test_wrapped_support import REPO_ROOT, Server, running, scripted_model
+from tests.e2e.wrapped_support import REPO_ROOT, Server, running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.test_wrapped_support import Server, running
+from tests.e2e.wrapped_support import Server, running
 
 pytestmark = pytest.mark.e2e
 

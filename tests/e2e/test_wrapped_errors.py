@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from mlx_agent.wire import EXIT_GENERATION_DIED
-from tests.e2e.test_wrapped_support import Server, running, variant
+from tests.e2e.wrapped_support import Server, running, variant
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e

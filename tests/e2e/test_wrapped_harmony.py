@@ -33,7 +33,7 @@ from tests.e2e.harmony_support import (
     WEATHER_TOOL,
     harmony_model,
 )
-from tests.e2e.test_wrapped_support import Server, running
+from tests.e2e.wrapped_support import Server, running
 
 pytestmark = pytest.mark.e2e
 NO_TEXT_LIMITS: dict[str, Any] = {"hedge_limit": 0, "repeat_limit": 0}

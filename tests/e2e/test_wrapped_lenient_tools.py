@@ -1,6 +1,6 @@
 """Tool calls survive the values real models write: a Qwen3-Coder call with values its parser raises on.
 
-The model is scripted (``test_wrapped_support.scripted_model``) to answer with one Qwen3-Coder call whose values
+The model is scripted (``wrapped_support.scripted_model``) to answer with one Qwen3-Coder call whose values
 are the ones that broke agents: a word for an untyped parameter, an object with text after its closing brace,
 ``1e400`` for a number, and ``3.5`` for a ``number | null`` union (zod's ``anyOf``). The call arrives with the
 documented values (docs/wrapped-server.md, "Lenient tool-call values") through the worker, streamed or not,
@@ -24,7 +24,7 @@ import openai
 import pytest
 
 from mlx_agent.wire import PROMPT_LOOKUP_FLAG
-from tests.e2e.test_wrapped_support import Server, running, scripted_model
+from tests.e2e.wrapped_support import Server, running, scripted_model
 from tests.gateway_support import Gateway, real_worker_argv, running_gateway
 
 pytestmark = pytest.mark.e2e

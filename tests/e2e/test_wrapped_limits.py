@@ -1,6 +1,6 @@
 """Reply limits through the wrapped server: reasoning_budget, hedge_limit, repeat_limit and limit_answers.
 
-The model is scripted (see test_wrapped_support): after its prompt it writes " Wait," for ever, in its
+The model is scripted (see wrapped_support): after its prompt it writes " Wait," for ever, in its
 thinking or in its answer, and after ``</think>`` it writes " Done" and ends. So a reply only answers if a
 limit closes its thinking, and a plain answer only ends early if a limit cuts it. Bare mlx_lm.server has no
 limits: every reply here would run to max_tokens.
@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.e2e.test_wrapped_support import Server, running, scripted_model
+from tests.e2e.wrapped_support import Server, running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e

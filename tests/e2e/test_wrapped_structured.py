@@ -15,7 +15,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.e2e.test_wrapped_support import Server, running, scripted_model, thinking_model
+from tests.e2e.wrapped_support import Server, running, scripted_model, thinking_model
 
 pytestmark = pytest.mark.e2e
 

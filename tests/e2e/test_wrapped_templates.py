@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_wrapped_support import Server, running, scripted_model
+from tests.e2e.wrapped_support import Server, running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,6 @@
 """Tool calls through the wrapped server: one the parser cannot read is returned as text with a marker.
 
-A random model never writes tool-call markup, so these models are scripted (see test_wrapped_support):
+A random model never writes tool-call markup, so these models are scripted (see wrapped_support):
 right after the generation prompt they write ``<tool_call>``, one fixed text, ``</tool_call>`` and stop. The
 tokenizer names mlx_lm's ``json_tools`` parser. Bare mlx_lm.server logs a warning for a call it cannot parse
 and answers an empty message (with ``finish_reason: "tool_calls"`` and no calls).
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_wrapped_support import Server, running, scripted_model
+from tests.e2e.wrapped_support import Server, running, scripted_model
 
 pytestmark = pytest.mark.e2e
 

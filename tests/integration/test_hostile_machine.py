@@ -29,24 +29,6 @@ from tests.conftest import FAKE_SERVER, Agent, fake_runtime, free_port
 from tests.disk_support import tmpfs
 from tests.gateway_support import squatting
 
-# Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
-ATTACKER = "mlxattacker" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
-
-
-@pytest.fixture(scope="module")
-def attacker() -> Iterator[pwd.struct_passwd]:
-    """Return an unprivileged second user, created for the tests (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a second user (CI runs as root)")
-    if shutil.which("useradd") is None or shutil.which("setpriv") is None:
-        pytest.skip("needs useradd and setpriv to act as a second user")
-    try:
-        pwd.getpwnam(ATTACKER)
-    except KeyError:
-        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER], check=False)
-        assert made.returncode in (0, 9), f"useradd {ATTACKER} failed with {made.returncode}"  # 9: made meanwhile
-    yield pwd.getpwnam(ATTACKER)
-
 
 def as_user(user: pwd.struct_passwd, code: str) -> subprocess.CompletedProcess[str]:
     """Run Python ``code`` as ``user`` (no groups, no privileges) and return what happened."""

@@ -27,9 +27,6 @@ import pytest
 from tests.conditions import accepted_connections, wait_until
 from tests.gateway_support import Gateway, running_gateway
 from tests.integration.test_front_connections import closed_within, connect, request_statuses
-from tests.integration.test_hostile_machine import attacker
-
-__all__ = ["attacker"]  # the second user's fixture, used here too
 
 # argv: port, connections, key ("" for none). Holds that many connections in their bodies, a byte a second
 # each, reopening every one the front closes (slowloris' way), until killed. Prints "attacking" once all are open.

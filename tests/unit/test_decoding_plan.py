@@ -12,13 +12,7 @@ from mlx_agent.canonical import plan_diff
 from mlx_agent.errors import DraftModelMismatch, InvalidArguments, UnsupportedRuntime
 from mlx_agent.plan.front import front_config
 from tests.fixtures.tiny_model import build_tiny_model
-from tests.unit.test_serve_plan import plan_for
-
-
-@pytest.fixture(scope="module")
-def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build a one-layer tiny model with the tiny model's tokenizer, to draft for it."""
-    return build_tiny_model(tmp_path_factory.mktemp("draft") / "tiny-draft", seed=7, num_layers=1)
+from tests.plan_support import plan_for
 
 
 def test_a_draft_model_is_bound_passed_and_counted(tiny_model: Path, tiny_draft: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from mlx_agent.errors import InvalidArguments
 from mlx_agent.plan.group import hosts_from_file, hosts_from_list, launcher_argv, model_expectations
-from tests.unit.test_serve_plan import plan_for
+from tests.plan_support import plan_for
 
 
 @pytest.mark.fast

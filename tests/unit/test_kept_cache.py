@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlx_agent.kept_cache import cache_dir
 from mlx_agent.plan.front import model_config
-from tests.unit.test_serve_plan import plan_for
+from tests.plan_support import plan_for
 
 
 def test_the_same_reviewed_model_keeps_one_directory(tiny_model: Path) -> None:

@@ -7,23 +7,17 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from mlx_agent.canonical import canonical_json, plan_diff, with_hash
+from mlx_agent.canonical import canonical_json, plan_diff
 from mlx_agent.errors import InvalidArguments, RuntimeNotExecutable, RuntimeNotInstalled, UnsupportedRuntime
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.serve_plan import build_serve_plan
-from mlx_agent.records import ServePlan
 from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import assert_valid
-
-
-def plan_for(model: Path, **kw: Any) -> ServePlan:
-    """Return the hashed plan for a model path with extra request fields."""
-    return with_hash(build_serve_plan(ServeRequest(path=str(model), port=18999, **kw)))
+from tests.plan_support import plan_for
 
 
 def test_plan_is_deterministic_and_valid(tiny_model: Path) -> None:
