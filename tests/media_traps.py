@@ -149,3 +149,16 @@ def png(width: int = 32, height: int = 24) -> str:
         + chunk(b"IEND", b"")
     )
     return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + body).decode()
+
+
+class Traps:
+    """A loopback listener and a 0600 file of ``nobody``'s, watched for a module (tests/e2e/conftest.py: ``traps``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.listener = Listener()
+        self.secret = SecretFile(directory)
+
+    def close(self) -> None:
+        """Stop listening and watching."""
+        self.listener.close()
+        self.secret.close()

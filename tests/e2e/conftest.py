@@ -20,6 +20,7 @@ from tests.conftest import Agent, free_port
 from tests.e2e.vision_support import vision_front
 from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
+from tests.media_traps import Traps
 
 # The tiny fronts' reply limit (the random model never ends, so a reply is this long), and the agent front's.
 TINY_MAX_TOKENS = 8
@@ -110,3 +111,13 @@ def embed_fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, embe
         yield f"http://127.0.0.1:{port}"
     finally:
         agent.run("serve", "stop", "--port", str(port))
+
+
+@pytest.fixture(scope="module")
+def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
+    """Yield a loopback listener and a 0600 file of nobody's, watched for the whole module."""
+    watched = Traps(tmp_path_factory.mktemp("secret"))
+    try:
+        yield watched
+    finally:
+        watched.close()

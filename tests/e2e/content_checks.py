@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tests.e2e.content_fuzz import APIS, named, placed
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import api_error, post, reply
-from tests.media_traps import Listener, SecretFile
+from tests.media_traps import Traps
 
 DOCUMENTED_5XX = (501, 503)
 
@@ -96,19 +95,6 @@ def _code(answer: dict[str, Any]) -> object:
 
 # Part types that carry media or a document: one that names a URL or a path is never taken, on any API or kind.
 NAMED_MEDIA = IMAGE_TYPES | MEDIA_TYPES | {"image_file", "document"}
-
-
-class Traps:
-    """A loopback listener and a 0600 file of ``nobody``'s, watched for a whole fuzz module."""
-
-    def __init__(self, directory: Path) -> None:
-        self.listener = Listener()
-        self.secret = SecretFile(directory)
-
-    def close(self) -> None:
-        """Stop listening and watching."""
-        self.listener.close()
-        self.secret.close()
 
 
 def attempt(

@@ -21,8 +21,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tests.e2e.fuzz_support import deep, values
-from tests.e2e.test_runtimes import png
-from tests.media_traps import Listener, lying_png, thin_png, truncated_png
+from tests.media_traps import Listener, lying_png, png, thin_png, truncated_png
 
 # Every API the front serves that carries a prompt, content parts or inputs.
 APIS = (

@@ -23,27 +23,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.content_checks import Traps, attempt, attempt_every_part, print_codes
+from tests.e2e.content_checks import attempt, attempt_every_part, print_codes
 from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import FUZZ, assert_first_worker, fuzz_front, values
 from tests.fixtures.tiny_embed import build_tiny_embed
+from tests.media_traps import Traps
 
 pytestmark = pytest.mark.e2e
 
 TEXT_SEEN: Counter[str] = Counter()
 EMBED_SEEN: Counter[str] = Counter()
 CASES = settings(FUZZ, max_examples=30)  # per API: ten APIs, about 300 requests per kind
-
-
-@pytest.fixture(scope="module")
-def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
-    """Yield a loopback listener and a 0600 file of nobody's, watched for the whole module."""
-    watched = Traps(tmp_path_factory.mktemp("secret"))
-    try:
-        yield watched
-    finally:
-        watched.close()
 
 
 @pytest.fixture(scope="module")

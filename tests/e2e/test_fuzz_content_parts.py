@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlx_agent.gateway.images import MAX_IMAGE_PIXELS
-from tests.e2e.content_checks import Traps, attempt, attempt_every_part, print_codes
+from tests.e2e.content_checks import attempt, attempt_every_part, print_codes
 from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import BASES, FIELDS, FUZZ, assert_first_worker, deep, fuzz_front, values
-from tests.e2e.test_runtimes import png
 from tests.fixtures.tiny_vlm import build_tiny_vlm
+from tests.media_traps import Traps, png
 
 pytestmark = pytest.mark.e2e
 
@@ -41,16 +41,6 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     with fuzz_front(model, tmp_path_factory.mktemp("fuzz-home"), SEEN, "--runtime", "mlx-vlm") as started:
         yield started
     print_codes("vision")
-
-
-@pytest.fixture(scope="module")
-def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
-    """Yield a loopback listener and a 0600 file of nobody's, watched for the whole fuzz."""
-    watched = Traps(tmp_path_factory.mktemp("secret"))
-    try:
-        yield watched
-    finally:
-        watched.close()
 
 
 @pytest.mark.parametrize("path", APIS)

@@ -29,7 +29,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.gateway_support import Gateway, gateway_config, real_worker_argv, start_gateway
-from tests.media_traps import Listener, SecretFile, lying_png, png, thin_png, truncated_png
+from tests.media_traps import Listener, Traps, lying_png, png, thin_png, truncated_png
 
 pytestmark = pytest.mark.e2e
 
@@ -271,17 +271,6 @@ def test_a_text_only_model_refuses_a_tool_results_image(text_only: Gateway, api:
 # -- the front's wall: no part names a URL or a path, every image decodes -----------------------------------
 
 
-@pytest.fixture(scope="module")
-def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Listener, SecretFile]]:
-    """Yield a loopback listener and a 0600 file of nobody's, watched for the whole module."""
-    listener, secret = Listener(), SecretFile(tmp_path_factory.mktemp("secret"))
-    try:
-        yield listener, secret
-    finally:
-        listener.close()
-        secret.close()
-
-
 def hostile_parts(listener: Listener, secret: Path) -> dict[str, tuple[dict[str, Any], str]]:
     """Return each chat part that names a URL or a path, with the code it must get."""
     return {
@@ -366,10 +355,10 @@ def api_body(api: str, stream: bool, chat_parts: list[Any] | None = None, image:
     ],
 )
 def test_a_chat_part_naming_a_url_or_a_path_is_refused_before_any_fetch(
-    vlm_front: Gateway, traps: tuple[Listener, SecretFile], case: str, stream: bool
+    vlm_front: Gateway, traps: Traps, case: str, stream: bool
 ) -> None:
     """Each part is 400 with its code naming the part; the listener sees no connection, the file no open."""
-    listener, secret = traps
+    listener, secret = traps.listener, traps.secret
     part, code = hostile_parts(listener, secret.path)[case]
     connections = listener.connections
     body = api_body("chat", stream, [{"type": "text", "text": QUESTION}, part])
@@ -418,10 +407,10 @@ def test_a_chat_part_naming_a_url_or_a_path_is_refused_before_any_fetch(
     ],
 )
 def test_no_other_api_lets_a_part_name_a_url_or_a_path(
-    vlm_front: Gateway, traps: tuple[Listener, SecretFile], api: str, body: dict[str, Any], code: str
+    vlm_front: Gateway, traps: Traps, api: str, body: dict[str, Any], code: str
 ) -> None:
     """Messages, Responses and /api/chat refuse such parts in their own shape; nothing is fetched or opened."""
-    listener, secret = traps
+    listener, secret = traps.listener, traps.secret
     connections = listener.connections
     raw = json.dumps({"model": "org/tiny", "stream": False, **body})
     raw = raw.replace("SECRET_URL", f"file://{secret.path}").replace("SECRET", str(secret.path))

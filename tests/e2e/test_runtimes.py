@@ -14,7 +14,7 @@ import pytest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
 from tests.conftest import Agent, free_port
-from tests.media_traps import png as png  # re-exported: tests/e2e/content_fuzz.py (being changed) imports it here
+from tests.media_traps import png
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ from mlx_agent.api_errors import Code
 from mlx_agent.wire import BODY_TIMEOUT_FLAG, MAX_BODY_BYTES
 from tests.e2e.test_worker_socket import CHAT_HEAD, is_api_error
 from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer, socket_worker
-from tests.media_traps import Listener, SecretFile
+from tests.media_traps import Listener, Traps
 
 pytestmark = pytest.mark.e2e
 
@@ -60,17 +60,6 @@ def test_a_body_sent_a_byte_at_a_time_is_408_at_its_deadline_by_the_vlm_worker(
     assert chat_served(worker, tiny_vlm)
 
 
-@pytest.fixture(scope="module")
-def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Listener, SecretFile]]:
-    """Yield a loopback listener and a 0600 file of nobody's, watched for the whole module."""
-    listener, secret = Listener(), SecretFile(tmp_path_factory.mktemp("secret"))
-    try:
-        yield listener, secret
-    finally:
-        listener.close()
-        secret.close()
-
-
 def worker_parts(listener: Listener, secret: Path) -> dict[str, tuple[Any, str]]:
     """Return each body part that names a URL or a path, with the code the worker must answer."""
     return {
@@ -103,10 +92,10 @@ def worker_parts(listener: Listener, secret: Path) -> dict[str, tuple[Any, str]]
     ],
 )
 def test_the_vlm_worker_itself_refuses_a_part_naming_a_url_or_a_path(
-    worker: SocketWorker, tiny_vlm: Path, traps: tuple[Listener, SecretFile], case: str, path: str
+    worker: SocketWorker, tiny_vlm: Path, traps: Traps, case: str, path: str
 ) -> None:
     """Straight to the socket, past the front: 400 with its code; no connection to the listener, no open of the file."""
-    listener, secret = traps
+    listener, secret = traps.listener, traps.secret
     part, code = worker_parts(listener, secret.path)[case]
     connections = listener.connections
     content = [{"type": "text", "text": "look"}, part]
