@@ -138,6 +138,11 @@ class Agent:
 # the run's tail, so these go first, then the other end-to-end, integration and unit files in their order.
 SLOW_FIRST = (
     "tests/e2e/test_agent_sessions.py",
+    "tests/e2e/test_vlm_worker_socket.py",
+    "tests/e2e/test_fuzz_content_parts.py",
+    "tests/e2e/test_family_agents.py",
+    "tests/e2e/test_agent_modes.py",
+    "tests/e2e/test_fuzz_content_kinds.py",
     "tests/e2e/test_serve_group.py",
     "tests/e2e/test_agent_long_prefill.py",
     "tests/e2e/test_fleet.py",
