@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, Agent, free_port
+from tests.conftest import REPO_ROOT, Agent, free_port, processes_mentioning
 
 AGENTS_DIR = REPO_ROOT / ".cache" / "agents"
 AGENT_PACKAGES = {
@@ -453,8 +453,15 @@ class Tmux:
         raise AssertionError(f"the program did not exit; the screen:\n{self.screen()}")
 
     def kill(self) -> None:
-        """Stop this tmux server and whatever still runs in it."""
+        """Stop this tmux server and whatever still runs in it, and wait until the server has exited.
+
+        kill-server answers before the server process is gone, and its command line names the test's home (``-c``):
+        a check of what the test left running would otherwise catch it on its way out.
+        """
         subprocess.run([*self.namespace.prefix, "tmux", "-S", str(self.socket), "kill-server"], capture_output=True)
+        deadline = time.monotonic() + 10
+        while processes_mentioning(str(self.socket)) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 # A session of Reads that survives compaction: the progress is the highest numbered file (``/f07.txt``) named
