@@ -178,6 +178,27 @@ def _wait_healthy(server: Server, timeout: float = 120) -> None:
 # -- model variants -------------------------------------------------------------------------------------
 
 
+def add_tokens(out_dir: Path, special: Sequence[str], plain: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+    """Add tokens to a built model's tokenizer (saved); return it and its tokenizer_config naming them (unsaved)."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in plain])
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    config: dict[str, Any] = json.loads((out_dir / "tokenizer_config.json").read_text())
+    for token in [*special, *plain]:
+        config["added_tokens_decoder"][str(tokenizer.token_to_id(token))] = {
+            "content": token,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": token in special,
+        }
+    return tokenizer, config
+
+
 def variant(
     out_dir: Path,
     *,
@@ -194,24 +215,10 @@ def variant(
     small random numbers, new output rows zero (their logit is 0; random rows are around 0).
     """
     import mlx.core as mx
-    from tokenizers import AddedToken, Tokenizer
 
     extra = len(special) + len(plain)
     build_tiny_model(out_dir, seed=seed, vocab_size=512 - extra, **(shape or {}))
-    tokenizer = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in plain])
-    tokenizer.save(str(out_dir / "tokenizer.json"))
-    config = json.loads((out_dir / "tokenizer_config.json").read_text())
-    for token in [*special, *plain]:
-        config["added_tokens_decoder"][str(tokenizer.token_to_id(token))] = {
-            "content": token,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": token in special,
-        }
+    tokenizer, config = add_tokens(out_dir, special, plain)
     if template is not None:
         config["chat_template"] = template
     config.update(tokenizer_config or {})
