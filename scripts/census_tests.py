@@ -4,7 +4,8 @@
 
 runs ``bash scripts/test ARGS`` (install, checks and tests, as CI does), or with ``--pytest`` only
 ``pytest ARGS`` (a subset on a busy machine), and prints how many processes of each kind started (worker,
-front, CLI, agent, the test runner's own, the checks', others), the CPU each kind used, and the 20 slowest tests.
+front, CLI, agent, the test runner's own, the checks', others), the CPU each kind used, the 20 slowest tests,
+and the test files that start the most workers and fronts.
 
 How it counts (Linux only): it becomes the run's child subreaper, so that a server the CLI detaches stays in the
 run's tree, and reads /proc every ``POLL_S``: a process is the run's when its parent is. A process's CPU is its
@@ -37,6 +38,7 @@ POLL_S = 0.05
 PR_SET_CHILD_SUBREAPER = 36
 TICKS = os.sysconf("SC_CLK_TCK")
 SLOWEST = 20
+SERVERS = ("worker", "front")  # the kinds counted per test file as well
 # By the command line, first match wins; a process matching none takes an agent parent's kind, else "other".
 # A stand-in runtime is a test's script named like the runtime it replaces; the real ones run as modules.
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -57,6 +59,7 @@ class Proc:
     kind: str
     ppid: int
     cpu_s: float = 0.0
+    test_file: str = ""  # the test file named in its environment (pytest's PYTEST_CURRENT_TEST), if any
 
 
 @dataclass
@@ -87,7 +90,7 @@ class Census:
                 continue
             key = (pid, int(fields[19]))
             cmdline = read(f"/proc/{pid}/cmdline").replace("\0", " ")
-            self.procs[key] = Proc(self.kind_of(cmdline, ppid), ppid)
+            self.procs[key] = Proc(self.kind_of(cmdline, ppid), ppid, test_file=test_file_of(pid))
             self.live[pid] = key
         for pid, key in list(self.live.items()):
             fields = stat(pid)
@@ -120,6 +123,19 @@ class Census:
                 return  # nothing waitable, or the run itself, which its Popen waits for
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(info.si_pid, os.WNOHANG)
+
+
+def test_file_of(pid: int) -> str:
+    """Return the test file in a process's ``PYTEST_CURRENT_TEST`` ("" if none): the test whose environment it has.
+
+    pytest sets the variable for each test as it runs, and children inherit it: a server a test starts names that
+    test; one a shared fixture starts names the test that first asked for it (or the one whose environment the
+    fixture copied).
+    """
+    for entry in read(f"/proc/{pid}/environ").split("\0"):
+        if entry.startswith("PYTEST_CURRENT_TEST="):
+            return entry.split("=", 1)[1].split("::", 1)[0]
+    return ""
 
 
 def stat(pid: int) -> list[str] | None:
@@ -178,12 +194,17 @@ def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[
     cpu: dict[str, float] = {}
     for p in census.procs.values():
         cpu[p.kind] = cpu.get(p.kind, 0.0) + p.cpu_s
+    by_file: dict[str, Counter[str]] = {}
+    for p in census.procs.values():
+        if p.kind in SERVERS:
+            by_file.setdefault(p.kind, Counter())[p.test_file or "(none named)"] += 1
     return {
         "wall_s": round(wall, 1),
         "cpu_s": round(sum(cpu.values()), 1),
         "starts": dict(starts.most_common()),
         "cpu_s_by_kind": {kind: round(s, 1) for kind, s in sorted(cpu.items(), key=lambda item: -item[1])},
         "slowest_tests": [{"s": round(s, 2), "test": name} for s, name in tests],
+        "server_starts_by_file": {kind: dict(files.most_common()) for kind, files in sorted(by_file.items())},
     }
 
 
@@ -214,6 +235,10 @@ def main() -> int:
     print(f"\nthe {SLOWEST} slowest tests (s):")
     for test in doc["slowest_tests"]:  # type: ignore[attr-defined]
         print(f"{test['s']:>8.2f}  {test['test']}")
+    for kind, files in doc["server_starts_by_file"].items():  # type: ignore[attr-defined]
+        print(f"\n{kind} starts by test file (the {SLOWEST} that start most):")
+        for name, count in list(files.items())[:SLOWEST]:
+            print(f"{count:>8}  {name}")
     if options.json:
         options.json.write_text(json.dumps(doc, indent=2) + "\n")
     return rc
