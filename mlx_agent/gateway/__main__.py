@@ -24,35 +24,32 @@ def main(argv: list[str]) -> int:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s mlx-agent front: %(message)s"
     )
 
-    from mlx_agent.startup_gc import collector_paused
+    from mlx_agent.spawn import await_word
 
-    with collector_paused():  # what the front imports to serve lives as long as it does
-        from mlx_agent.spawn import await_word
+    if not await_word():  # started at confirm: nothing before its receipt exists, and nothing if it never will
+        print("mlx-agent front: its supervisor ended before recording it; not starting", file=sys.stderr)
+        return 1
+    from mlx_agent.errors import MlxAgentError, print_refusal
+    from mlx_agent.spawn import refuse_if_interpreter_moved
+    from mlx_agent.wire import EXIT_REFUSED
 
-        if not await_word():  # started at confirm: nothing before its receipt exists, and nothing if it never will
-            print("mlx-agent front: its supervisor ended before recording it; not starting", file=sys.stderr)
-            return 1
-        from mlx_agent.errors import MlxAgentError, print_refusal
-        from mlx_agent.spawn import refuse_if_interpreter_moved
-        from mlx_agent.wire import EXIT_REFUSED
+    try:
+        refuse_if_interpreter_moved()  # a link swapped since review: the swapped-in file is never what runs
+    except MlxAgentError as exc:
+        print_refusal(exc)
+        return EXIT_REFUSED
+    from mlx_agent.errors import FrontConfigInvalid
+    from mlx_agent.gateway.app import read_secrets, serve
+    from mlx_agent.gateway.config import load_config
 
-        try:
-            refuse_if_interpreter_moved()  # a link swapped since review: the swapped-in file is never what runs
-        except MlxAgentError as exc:
-            print_refusal(exc)
-            return EXIT_REFUSED
-        from mlx_agent.errors import FrontConfigInvalid
-        from mlx_agent.gateway.app import read_secrets, serve
-        from mlx_agent.gateway.config import load_config
-
-        try:
-            config = load_config(Path(args.config))
-            secrets = read_secrets(config)
-        except FrontConfigInvalid as exc:
-            print(f"mlx-agent front: {exc.message}", file=sys.stderr)
-            return 2
-        # uvloop's event loop halves the front's CPU per streamed event, which the worker's own decode shares.
-        import uvloop
+    try:
+        config = load_config(Path(args.config))
+        secrets = read_secrets(config)
+    except FrontConfigInvalid as exc:
+        print(f"mlx-agent front: {exc.message}", file=sys.stderr)
+        return 2
+    # uvloop's event loop halves the front's CPU per streamed event, which the worker's own decode shares.
+    import uvloop
 
     try:
         return uvloop.run(serve(config, secrets))

@@ -135,7 +135,6 @@ FRONT_MODULES = (
     "readiness.py",
     "records.py",
     "spawn.py",
-    "startup_gc.py",
     "wire.py",
 )
 

@@ -48,7 +48,6 @@ WORKER_MODULES = (
     "identity.py",
     "installed.py",
     "resources.py",
-    "startup_gc.py",
     "tool_formats.py",
     "wire.py",
 )

@@ -38,9 +38,7 @@ def main(argv: list[str]) -> int:
     # worker's math is MLX's, and what it asks of numpy is elementwise. Read once, at load: before any import below.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from mlx_agent.runtime import transformers_index
-    from mlx_agent.startup_gc import collector_paused
 
-    with collector_paused():  # the runtime's imports: objects that live as long as the worker
-        transformers_index.install()  # before the runtime imports transformers: its index of model files, saved once
-        start = load_entry(argv[0])
+    transformers_index.install()  # before the runtime imports transformers: its index of model files, saved once
+    start = load_entry(argv[0])
     return start(argv[1:])
