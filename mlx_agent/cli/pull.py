@@ -127,7 +127,10 @@ def pull(
     from mlx_agent.supervise import pull as pulling
 
     def preview() -> tuple[PullPreview, list[str]]:
-        return pulling.preview(repo, revision), []
+        from mlx_agent.plan.pull import preview_warnings
+
+        data = pulling.preview(repo, revision)
+        return data, preview_warnings(data["disk"], data["servable"])
 
     if not confirm:
         from mlx_agent.cli.ask import preview_and_ask

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mlx_agent.errors import InvalidArguments, MlxAgentError, ModelNotLocal, NotEnoughDisk
+from mlx_agent.errors import HubUnreachable, InvalidArguments, MlxAgentError, ModelNotLocal, NotEnoughDisk
 from mlx_agent.plan.source import REPO_ID
 from mlx_agent.wire import PULL_VERSION
 
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from mlx_agent.plan.catalog import Runtimes
     from mlx_agent.plan.pull_records import PullDisk, PullFile, PullPlan, Role, Servable, SkippedFile
 
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a git commit or blob id
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")  # a branch, tag or commit; no "..", checked below
 FETCHED: dict[str, Role] = {
     "config.json": "config",
@@ -74,12 +75,17 @@ def check_request(repo: str, revision: str) -> None:
 
 
 def role(name: str) -> Role | None:
-    """Return what a file of the repo is for serving, or None when the pull leaves it on the Hub."""
+    """Return what a file of the repo is for serving, or None when the pull leaves it on the Hub.
+
+    Only files of the repo's top folder are fetched, so no name from the Hub's listing makes a path of its own.
+    """
+    if "/" in name or "\\" in name or name.startswith("."):
+        return None
     if name in FETCHED:
         return FETCHED[name]
     if name.endswith(".safetensors.index.json"):
         return "weight_index"
-    if name.endswith(".safetensors") and "/" not in name and not name.startswith("."):
+    if name.endswith(".safetensors"):
         return "weights"
     return None
 
@@ -97,8 +103,18 @@ def skip_reason(name: str) -> str:
 
 def _hub_file(name: str, kind: Role, sibling: Mapping[str, Any]) -> PullFile:
     size, blob_id, sha256 = sibling.get("size"), sibling.get("blob_id"), sibling.get("sha256")
-    if not isinstance(size, int) or size < 0 or not isinstance(blob_id, str):
-        raise MlxAgentError(f"the Hub's listing of {name} has no size or blob id", details={"file": name})
+    if sha256 is not None and not (isinstance(sha256, str) and SHA256.match(sha256)):
+        sha256 = ""  # refused below: a blob's name comes from it
+    if (
+        not isinstance(size, int)
+        or size < 0
+        or not isinstance(blob_id, str)
+        or not COMMIT.match(blob_id)
+        or sha256 == ""
+    ):
+        raise HubUnreachable(
+            f"the Hub's listing of {name} lacks a size, a git blob id or a valid sha256", details={"file": name}
+        )
     return {
         "name": name,
         "role": kind,
@@ -117,6 +133,8 @@ def pull_plan(
     ``siblings`` are the Hub's files of that commit: ``name``, ``size``, ``blob_id`` and, for LFS files,
     ``sha256``. Files come sorted by name, so the plan (and its hash) does not depend on the Hub's order.
     """
+    if not COMMIT.match(commit):
+        raise HubUnreachable(f"the Hub named {commit!r} as the commit of {revision}, not a commit id", details={})
     files: list[PullFile] = []
     skipped: list[SkippedFile] = []
     for sibling in sorted(siblings, key=lambda s: str(s["name"])):
@@ -222,3 +240,19 @@ def servable(plan: PullPlan, meta_dir: Path, runtimes: Runtimes, available: int 
     except MlxAgentError as exc:
         record["runtime_problem"] = {"code": exc.code, "message": str(exc)}
     return record
+
+
+def preview_warnings(disk: PullDisk, serving: Servable) -> list[str]:
+    """Return what a reviewer should know before confirming: the disk is short, or the model would not serve."""
+    warnings = []
+    if disk["fits"] is False:
+        warnings.append(
+            f"not_enough_disk: {disk['fetch_bytes']} bytes to fetch and {disk['free_bytes']} free at {disk['path']} "
+            f"(floor {disk['floor_bytes']}): the confirm is refused until space is freed"
+        )
+    for problem in (serving["problem"], serving["runtime_problem"]):
+        if problem is not None:
+            warnings.append(f"{problem['code']}: {problem['message']}: serve start would refuse the fetched model")
+    if serving["memory"]["fits"] is False:
+        warnings.append("insufficient_headroom: the model would not fit the memory available now")
+    return warnings
