@@ -92,19 +92,24 @@ def json_lines(event: PullProgress) -> None:
 
 @contextmanager
 def bar() -> Iterator[Callable[[PullProgress], None]]:
-    """Draw a progress bar of the whole fetch on stderr; yield the callback that moves it."""
+    """Yield the callback that draws the fetch's progress bar on stderr, from its first event (not while checking)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     from mlx_agent.cli.render import err
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=err) as progress:
-        task = progress.add_task("fetching", total=None)
+    progress = Progress(*columns, console=err)
+    task = progress.add_task("fetching", total=None)
 
-        def show(event: PullProgress) -> None:
-            progress.update(task, description=event["file"], completed=event["done_bytes"], total=event["fetch_bytes"])
+    def show(event: PullProgress) -> None:
+        progress.start()  # a no-op once started
+        progress.update(task, description=event["file"], completed=event["done_bytes"], total=event["fetch_bytes"])
 
+    try:
         yield show
+    finally:
+        if progress.live.is_started:
+            progress.stop()
 
 
 @click.command("pull")
