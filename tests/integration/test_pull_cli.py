@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conditions import wait_until
-from tests.conftest import LAUNCHER, Agent, assert_valid
+from tests.conftest import LAUNCHER, Agent, assert_valid, free_port
 from tests.disk_support import tmpfs
 from tests.hub_standin import Hub, model_files, serve
 
@@ -229,10 +229,13 @@ def test_a_full_disk_is_refused_before_the_fetch_and_halfway_through_it(
 
 
 def test_an_unknown_repo_and_an_offline_hub_are_refused_with_their_codes(puller: Agent) -> None:
-    """A repo the Hub does not have is repo_not_found; HF_HUB_OFFLINE=1 is hub_unreachable; a bad id is usage."""
+    """An unknown repo is repo_not_found; no Hub listening or HF_HUB_OFFLINE=1 is hub_unreachable; a bad id usage."""
     argv = [sys.executable, str(LAUNCHER), "pull"]
     missing = subprocess.run([*argv, "org/absent", "--json"], capture_output=True, text=True, env=puller.env)
     assert (missing.returncode, json.loads(missing.stdout)["error"]["code"]) == (1, "repo_not_found")
+    nobody = {**puller.env, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
+    closed = subprocess.run([*argv, REPO, "--json"], capture_output=True, text=True, env=nobody)
+    assert (closed.returncode, json.loads(closed.stdout)["error"]["code"]) == (1, "hub_unreachable")
     offline = {**puller.env, "HF_HUB_OFFLINE": "1"}
     refused = subprocess.run([*argv, REPO, "--json"], capture_output=True, text=True, env=offline)
     assert (refused.returncode, json.loads(refused.stdout)["error"]["code"]) == (1, "hub_unreachable")
