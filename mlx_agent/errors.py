@@ -260,7 +260,7 @@ class SourceError(MlxAgentError):
 class ModelNotLocal(SourceError):
     code = "model_not_local"
     remediation = (
-        "Download the model yourself (mlx-agent never downloads), or pass --path with an "
+        "Fetch it with mlx-agent pull ORG/NAME (serving never downloads), or pass --path with an "
         "absolute local model directory."
     )
 
