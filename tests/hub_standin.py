@@ -99,27 +99,45 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 else:
                     self._json(200, answer)
                 return
-            if path.count("/") < 4:  # e.g. huggingface_hub's daily /api/agent-harnesses: not the Hub's model API
-                self._json(404, {"error": "Not found"})
-                return
-            org, name, verb, commit, *rest = path.strip("/").split("/")
-            files = hub.commits.get(commit, {})
-            filename = "/".join(rest)
-            if verb != "resolve" or filename not in files or f"{org}/{name}" not in hub.repos:
-                self._json(404, {"error": "Entry not found"}, "EntryNotFound")
-                return
-            self._file(filename, files[filename])
+            found = self._resolve(path)
+            if found is not None:
+                self._file(*found)
 
-        def _file(self, filename: str, data: bytes) -> None:
+        def do_HEAD(self) -> None:
+            """Answer huggingface_hub's metadata request for a file: its headers, no body (for the benchmark)."""
+            found = self._resolve(unquote(urlsplit(self.path).path))
+            if found is not None:
+                self._headers(200, *found, len(found[2]))
+                self.end_headers()
+
+        def _resolve(self, path: str) -> tuple[str, str, bytes] | None:
+            """Return the commit, name and bytes ``/ORG/NAME/resolve/COMMIT/FILE`` names, or answer 404."""
+            parts = path.strip("/").split("/")
+            commit = parts[3] if len(parts) > 4 else ""
+            filename = "/".join(parts[4:])
+            files = hub.commits.get(commit, {})
+            if parts[2:3] != ["resolve"] or filename not in files or "/".join(parts[:2]) not in hub.repos:
+                self._json(404, {"error": "Entry not found"}, "EntryNotFound")  # also /api/agent-harnesses
+                return None
+            return commit, filename, files[filename]
+
+        def _headers(self, status: int, commit: str, filename: str, data: bytes, length: int) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(length))
+            self.send_header("X-Repo-Commit", commit)
+            self.send_header("ETag", f'"{git_sha1(data)}"')
+            if filename.endswith(".safetensors"):
+                self.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("X-Linked-Size", str(len(data)))
+
+        def _file(self, commit: str, filename: str, data: bytes) -> None:
             ranged = self.headers.get("Range")
             hub.requests.append((filename, ranged))
+            start = int(ranged.removeprefix("bytes=").split("-")[0]) if ranged else 0
             if filename in hub.wrong_bytes:
                 data = bytes(b ^ 0xFF for b in data)
-            start = int(ranged.removeprefix("bytes=").split("-")[0]) if ranged else 0
             body = data[start:]
-            self.send_response(206 if ranged else 200)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("ETag", f'"{git_sha1(data)}"')
+            self._headers(206 if ranged else 200, commit, filename, data, len(body))
             if ranged:
                 self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
             self.end_headers()

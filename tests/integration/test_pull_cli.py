@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from huggingface_hub import scan_cache_dir
 
 from tests.conditions import wait_until
 from tests.conftest import LAUNCHER, Agent, assert_valid, free_port
@@ -119,6 +120,10 @@ def test_confirm_fetches_exactly_the_plan_and_the_model_is_servable(puller: Agen
     assert sorted(p.name for p in snapshot.iterdir()) == sorted(set(published) - set(EXTRA))
     assert all((snapshot / name).read_bytes() == published[name] for name in data["fetched"])
     assert (repo_dir(puller) / "refs" / "main").read_text() == data["commit"]
+    [cached] = scan_cache_dir(repo_dir(puller).parent).repos  # huggingface_hub reads the cache as its own
+    [revision] = cached.revisions
+    assert (cached.repo_id, revision.commit_hash, set(revision.refs)) == (REPO, data["commit"], {"main"})
+    assert revision.nb_files == len(data["fetched"])
     rows = {row["name"]: row for row in puller.run("models").data["models"]}
     assert (rows[REPO]["complete"], rows[REPO]["runtime"]) == (True, "mlx_lm")
     planned = puller.run("serve", "start", "--repo", REPO)
