@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from mlx_agent.errors import LockTimeout, PreviewStale
+from mlx_agent.errors import DownloadInterrupted, LockTimeout, PreviewStale
 from mlx_agent.plan import pull as planning
 from mlx_agent.supervise import hub
 
@@ -146,7 +146,13 @@ def fetch(plan: PullPlan, report: Callable[[PullProgress], None]) -> tuple[list[
     for record in missing:
         url = hub.file_url(plan["repo"], plan["commit"], record["name"])
         partial = blobs / f"{record['blob']}.incomplete"
-        hub.download(url, partial, record, progress.file(record))
+        try:
+            hub.download(url, partial, record, progress.file(record))
+        except KeyboardInterrupt:  # Ctrl-C or SIGINT: said as an error (an agent gets its envelope), kept to resume
+            kept = partial.stat().st_size if partial.is_file() else 0
+            raise DownloadInterrupted(
+                f"interrupted while fetching {record['name']}", details={"file": record["name"], "bytes_kept": kept}
+            ) from None
         hub.place(partial, blobs / record["blob"])
     for record in plan["files"]:
         _link(snapshot, record["name"], blobs / record["blob"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -152,6 +153,25 @@ def test_a_broken_transfer_fails_and_the_next_confirm_resumes_it(puller: Agent, 
     weights = Path(envelope["data"]["snapshot"]) / "model.safetensors"
     assert hashlib.sha256(weights.read_bytes()).hexdigest() == weights.resolve().name
     assert not list((repo_dir(puller) / "blobs").glob("*.incomplete"))
+
+
+def test_a_pull_interrupted_by_a_signal_is_said_and_resumed(puller: Agent, hub: Hub) -> None:
+    """SIGINT halfway through the weights ends the confirm with download_interrupted; the next one resumes."""
+    preview_hash = previewed(puller)
+    hub.hold["model.safetensors"] = threading.Event()
+    argv = [sys.executable, str(LAUNCHER), "pull", REPO, "--confirm", "--preview-hash", preview_hash, "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=puller.env, cwd=puller.home)
+    blobs = repo_dir(puller) / "blobs"
+    wait_until(lambda: hub.halfway.is_set() and any(p.stat().st_size for p in blobs.glob("*.incomplete")), "half")
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=60)
+    envelope = documents(stdout)[-1]
+    assert (proc.returncode, envelope["error"]["code"]) == (1, "download_interrupted")
+    kept = envelope["error"]["details"]["bytes_kept"]
+    assert kept > 0 and envelope["error"]["details"]["file"] == "model.safetensors"
+    rc, envelope, _ = pull(puller, "--confirm", "--preview-hash", preview_hash)
+    assert rc == 0, envelope
+    assert [r for name, r in hub.requests if name == "model.safetensors"][-1] == f"bytes={kept}-"
 
 
 def test_a_revision_moved_since_the_preview_is_stale_and_nothing_is_fetched(
