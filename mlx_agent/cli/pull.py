@@ -115,12 +115,23 @@ def bar() -> Iterator[Callable[[PullProgress], None]]:
 @click.command("pull")
 @click.argument("repo")
 @click.option("--revision", default="main", show_default=True, help="A branch, tag or commit of the repo.")
+@click.option(
+    "--allow-code",
+    is_flag=True,
+    help="Also fetch the repo's own *.py files, bound by hash (mlx-agent never runs them).",
+)
 @click.option("--confirm", is_flag=True, help="Fetch the reviewed plan (needs --preview-hash).")
 @click.option("--preview-hash", default=None, help="The preview_hash of the reviewed preview.")
 @click.option("--receipts-dir", default=None, help="Where the pull receipts go [$MLX_AGENT_HOME].")
 @click.option("--json", "as_json", is_flag=True, help="The JSON envelope on stdout (a confirm: progress lines first).")
 def pull(
-    repo: str, revision: str, confirm: bool, preview_hash: str | None, receipts_dir: str | None, as_json: bool
+    repo: str,
+    revision: str,
+    allow_code: bool,
+    confirm: bool,
+    preview_hash: str | None,
+    receipts_dir: str | None,
+    as_json: bool,
 ) -> None:
     """Fetch REPO (ORG/NAME) from the Hugging Face Hub into its cache: weights, config, tokenizer, template.
 
@@ -134,7 +145,7 @@ def pull(
     def preview() -> tuple[PullPreview, list[str]]:
         from mlx_agent.plan.pull import preview_warnings
 
-        data = pulling.preview(repo, revision)
+        data = pulling.preview(repo, revision, allow_code)
         return data, preview_warnings(data["disk"], data["servable"])
 
     if not confirm:
@@ -147,8 +158,8 @@ def pull(
 
     def fetch() -> tuple[PullResult, list[str]]:
         if as_json:
-            return pulling.confirm(repo, revision, preview_hash, receipts_dir, json_lines), []
+            return pulling.confirm(repo, revision, allow_code, preview_hash, receipts_dir, json_lines), []
         with bar() as show:
-            return pulling.confirm(repo, revision, preview_hash, receipts_dir, show), []
+            return pulling.confirm(repo, revision, allow_code, preview_hash, receipts_dir, show), []
 
     run("pull", as_json, fetch, render_result)

@@ -3,7 +3,8 @@
 Pure: the Hub's listing comes in as plain records (``supervise/hub.py`` asks for it), and only the cache's
 blobs and the small metadata files fetched for the preview are read. A file is fetched when serving needs it
 (weights, their index, config, tokenizer, chat template, image processor); everything else stays on the Hub
-and is listed with why, model code always (mlx-agent never runs a model's own code).
+and is listed with why; a model's own code (``*.py``) only with ``--allow-code``, bound by its hash like every
+other file (mlx-agent never runs it; a runtime asked to trust remote code would).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ SKIPPED_SUFFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     ((".h5", ".msgpack", ".tflite", ".ot", ".mlmodel", ".npz"), "other_format"),
 )
 SKIP_REASONS = {
-    "code": "model code: mlx-agent never runs a model's own code",
+    "code": "model code: fetched only with --allow-code (mlx-agent never runs a model's own code)",
     "pickle": "a pickle (PyTorch) file: loading one can run code, and MLX reads .safetensors",
     "gguf": "a GGUF file: llama.cpp's format, not MLX's",
     "onnx": "an ONNX file: not read by MLX",
@@ -74,7 +75,7 @@ def check_request(repo: str, revision: str) -> None:
         )
 
 
-def role(name: str) -> Role | None:
+def role(name: str, allow_code: bool = False) -> Role | None:
     """Return what a file of the repo is for serving, or None when the pull leaves it on the Hub.
 
     Only files of the repo's top folder are fetched, so no name from the Hub's listing makes a path of its own.
@@ -87,6 +88,8 @@ def role(name: str) -> Role | None:
         return "weight_index"
     if name.endswith(".safetensors"):
         return "weights"
+    if allow_code and name.endswith(".py"):
+        return "code"
     return None
 
 
@@ -126,7 +129,13 @@ def _hub_file(name: str, kind: Role, sibling: Mapping[str, Any]) -> PullFile:
 
 
 def pull_plan(
-    repo: str, revision: str, commit: str, endpoint: str, cache_dir: Path, siblings: Sequence[Mapping[str, Any]]
+    repo: str,
+    revision: str,
+    commit: str,
+    endpoint: str,
+    cache_dir: Path,
+    siblings: Sequence[Mapping[str, Any]],
+    allow_code: bool = False,
 ) -> PullPlan:
     """Return the plan of fetching ``repo`` at ``commit`` (what ``revision`` resolved to) into ``cache_dir``.
 
@@ -139,7 +148,7 @@ def pull_plan(
     skipped: list[SkippedFile] = []
     for sibling in sorted(siblings, key=lambda s: str(s["name"])):
         name = str(sibling["name"])
-        kind = role(name)
+        kind = role(name, allow_code)
         if kind is None:
             size = sibling.get("size")
             skipped.append({"name": name, "size": size if isinstance(size, int) else None, "reason": skip_reason(name)})  # type: ignore[typeddict-item]  # a key of SKIP_REASONS

@@ -15,7 +15,7 @@ from mlx_agent.plan.catalog_records import Memory, Problem, Quantization
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 
-Role = Literal["weights", "weight_index", "config", "tokenizer", "template", "processor"]
+Role = Literal["weights", "weight_index", "config", "tokenizer", "template", "processor", "code"]
 
 
 @with_config(STRICT)

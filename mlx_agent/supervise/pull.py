@@ -27,13 +27,13 @@ LOCK_WAIT_S = 2.0
 STEP_BYTES = 8 * 1024 * 1024  # a progress line at least every this many bytes of a file, and at each file's end
 
 
-def build(repo: str, revision: str) -> PullPlan:
+def build(repo: str, revision: str, allow_code: bool = False) -> PullPlan:
     """Return the plan of pulling ``repo`` at what ``revision`` names on the Hub now (without its hash)."""
     from mlx_agent.plan.source import hf_hub_cache
 
     planning.check_request(repo, revision)
     commit, files = hub.listing(repo, revision)
-    return planning.pull_plan(repo, revision, commit, hub.endpoint(), hf_hub_cache(), files)
+    return planning.pull_plan(repo, revision, commit, hub.endpoint(), hf_hub_cache(), files, allow_code)
 
 
 def _disk(plan: PullPlan) -> PullDisk:
@@ -42,7 +42,7 @@ def _disk(plan: PullPlan) -> PullDisk:
     return planning.disk_record(plan, disk_space(plan["cache_dir"]))
 
 
-def preview(repo: str, revision: str) -> PullPreview:
+def preview(repo: str, revision: str, allow_code: bool = False) -> PullPreview:
     """Return the hashed plan with the disk and what the model would be here; keep it for a stale confirm."""
     from mlx_agent.canonical import with_hash
     from mlx_agent.files import private_dir
@@ -51,7 +51,7 @@ def preview(repo: str, revision: str) -> PullPreview:
     from mlx_agent.plan.catalog import Runtimes
     from mlx_agent.supervise.previews import save_preview
 
-    plan = with_hash(build(repo, revision))
+    plan = with_hash(build(repo, revision, allow_code))
     with tempfile.TemporaryDirectory(prefix="mlx-agent-pull-") as meta:
         for record in plan["files"]:
             if record["name"] in planning.METADATA:
@@ -62,12 +62,12 @@ def preview(repo: str, revision: str) -> PullPreview:
     return {"plan": plan, "disk": _disk(plan), "servable": servable, "requires_confirmation": True}
 
 
-def _reviewed(repo: str, revision: str, preview_hash: str | None) -> PullPlan:
+def _reviewed(repo: str, revision: str, allow_code: bool, preview_hash: str | None) -> PullPlan:
     """Rebuild the plan and return it if it is the reviewed one; a moved revision says so first."""
     from mlx_agent.supervise.previews import reviewed_plan
 
     try:
-        return reviewed_plan(lambda: build(repo, revision), preview_hash)
+        return reviewed_plan(lambda: build(repo, revision, allow_code), preview_hash)
     except PreviewStale as exc:
         moved = [c for c in exc.details.get("changes") or [] if c["field"] == "commit"]
         if moved:
@@ -160,7 +160,12 @@ def fetch(plan: PullPlan, report: Callable[[PullProgress], None]) -> tuple[list[
 
 
 def confirm(
-    repo: str, revision: str, preview_hash: str | None, receipts_dir: str | None, report: Callable[[PullProgress], None]
+    repo: str,
+    revision: str,
+    allow_code: bool,
+    preview_hash: str | None,
+    receipts_dir: str | None,
+    report: Callable[[PullProgress], None],
 ) -> PullResult:
     """Fetch the reviewed plan under the repo's pull lock, write the ref and the receipt, and say what was done."""
     from mlx_agent.files import utc_now, write_json_atomic
@@ -172,7 +177,7 @@ def confirm(
     busy = LockTimeout(f"another pull of {repo} is running", details={"repo": repo})
     busy.remediation = "Another mlx-agent pull of this repo is running; retry when it has finished."
     with file_lock(directory / f"{stem}.lock", timeout=LOCK_WAIT_S, busy=busy):
-        plan = _reviewed(repo, revision, preview_hash)
+        plan = _reviewed(repo, revision, allow_code, preview_hash)
         planning.check_disk(_disk(plan))
         fetched, reused, fetched_bytes = fetch(plan, report)
         ref = _write_ref(plan)

@@ -137,6 +137,18 @@ def test_confirm_fetches_exactly_the_plan_and_the_model_is_servable(puller: Agen
     assert len(hub.requests) == fetched_before + 2  # only the preview's two metadata files: nothing fetched again
 
 
+def test_code_is_fetched_only_with_allow_code_and_the_flag_is_reviewed(puller: Agent, hub: Hub) -> None:
+    """--allow-code fetches the repo's .py file; a confirm without the flag of that preview is preview_stale."""
+    rc, envelope, _ = pull(puller, "--allow-code")
+    plan = envelope["data"]["plan"]
+    assert rc == 0 and [f["role"] for f in plan["files"] if f["name"] == "modeling_tiny.py"] == ["code"]
+    rc, stale, _ = pull(puller, "--confirm", "--preview-hash", plan["preview_hash"])
+    assert (rc, stale["error"]["code"]) == (1, "preview_stale")
+    rc, envelope, _ = pull(puller, "--allow-code", "--confirm", "--preview-hash", plan["preview_hash"])
+    assert rc == 0 and "modeling_tiny.py" in envelope["data"]["fetched"]
+    assert (Path(envelope["data"]["snapshot"]) / "modeling_tiny.py").read_bytes() == EXTRA["modeling_tiny.py"]
+
+
 def test_a_broken_transfer_fails_and_the_next_confirm_resumes_it(puller: Agent, hub: Hub) -> None:
     """A connection dropped halfway is download_interrupted; the same confirm again resumes with a Range request."""
     preview_hash = previewed(puller)

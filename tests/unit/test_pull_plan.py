@@ -163,3 +163,14 @@ def test_the_disk_counts_what_the_cache_holds_and_keeps_the_floor(tmp_path: Path
     pull.check_disk(unknown)  # a free space that cannot be read is not a refusal
     warned = pull.preview_warnings(short, {"problem": None, "runtime_problem": None, "memory": {"fits": None}})  # type: ignore[typeddict-item]
     assert len(warned) == 1 and warned[0].startswith("not_enough_disk")
+
+
+def test_code_is_fetched_only_when_allowed_and_is_bound_like_every_file() -> None:
+    """With allow_code a top-level .py file is fetched (role code, git blob id bound) and the plan's hash differs."""
+    assert pull.role("modeling_x.py") is None and pull.role("modeling_x.py", allow_code=True) == "code"
+    assert pull.role("sub/modeling_x.py", allow_code=True) is None
+    allowed = pull.pull_plan("org/m", "main", COMMIT, "http://hub", Path("/cache"), LISTING, allow_code=True)
+    [code] = [f for f in allowed["files"] if f["role"] == "code"]
+    assert (code["name"], code["git_sha1"]) == ("modeling_llama.py", hashlib.sha1(b"import os").hexdigest())
+    assert "modeling_llama.py" not in {s["name"] for s in allowed["skipped"]}
+    assert plan_hash(allowed) != plan_hash(plan_of(LISTING))
