@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mlx_agent.plan.pull_records import PullDisk, PullFile, PullPlan, PullPreview, PullProgress, PullResult
 
 LOCK_WAIT_S = 2.0
+METADATA_MAX_BYTES = 16 * 1024 * 1024  # a config or weight index larger than this is not a model's: not fetched
 STEP_BYTES = 8 * 1024 * 1024  # a progress line at least every this many bytes of a file, and at each file's end
 
 
@@ -54,7 +55,7 @@ def preview(repo: str, revision: str, allow_code: bool = False) -> PullPreview:
     plan = with_hash(build(repo, revision, allow_code))
     with tempfile.TemporaryDirectory(prefix="mlx-agent-pull-") as meta:
         for record in plan["files"]:
-            if record["name"] in planning.METADATA:
+            if record["name"] in planning.METADATA and record["size"] <= METADATA_MAX_BYTES:
                 url = hub.file_url(repo, plan["commit"], record["name"])
                 hub.download(url, Path(meta) / record["name"], record, lambda _n: None)
         servable = planning.servable(plan, Path(meta), Runtimes(), available_memory())
