@@ -174,7 +174,7 @@ def test_a_pull_interrupted_by_a_signal_is_said_and_resumed(puller: Agent, hub: 
     argv = [sys.executable, str(LAUNCHER), "pull", REPO, "--confirm", "--preview-hash", preview_hash, "--json"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=puller.env, cwd=puller.home)
     blobs = repo_dir(puller) / "blobs"
-    wait_until(lambda: hub.halfway.is_set() and any(p.stat().st_size for p in blobs.glob("*.incomplete")), "half")
+    wait_until(lambda: hub.halfway.is_set() and any(p.stat().st_size for p in blobs.glob("*.incomplete")), "half", 120)
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=60)
     envelope = documents(stdout)[-1]
@@ -251,7 +251,7 @@ def test_a_full_disk_is_refused_before_the_fetch_and_halfway_through_it(
         hub.hold["model.safetensors"] = go_on = threading.Event()
         argv = [sys.executable, str(LAUNCHER), "pull", REPO, "--confirm", "--preview-hash", preview_hash, "--json"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=on_disk.env, cwd=on_disk.home)
-        wait_until(hub.halfway.is_set, "the weights' transfer held halfway")
+        wait_until(hub.halfway.is_set, "the weights' transfer held halfway", timeout=120)
         filler = fill(disk)
         go_on.set()
         stdout, _ = proc.communicate(timeout=120)
