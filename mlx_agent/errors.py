@@ -80,6 +80,12 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── NoServer ........................ no_server
     │   ├── ModelNotServed .................. model_not_served
     │   └── AgentNotFound ................... agent_not_found
+    ├── PullError
+    │   ├── HubUnreachable .................. hub_unreachable
+    │   ├── RepoNotFound .................... repo_not_found
+    │   ├── NotEnoughDisk ................... not_enough_disk
+    │   ├── DownloadInterrupted ............. download_interrupted
+    │   └── DownloadCorrupt ................. download_corrupt
     ├── RequestRefused ...................... (its own code: an HTTP error answer of the front or a worker)
     ├── SeamChanged ......................... seam_changed
     ├── OwnershipMismatch ................... ownership_mismatch
@@ -254,7 +260,7 @@ class SourceError(MlxAgentError):
 class ModelNotLocal(SourceError):
     code = "model_not_local"
     remediation = (
-        "Download the model yourself (mlx-agent never downloads), or pass --path with an "
+        "Fetch it with mlx-agent pull ORG/NAME (serving never downloads), or pass --path with an "
         "absolute local model directory."
     )
 
@@ -627,6 +633,45 @@ class ModelNotServed(AgentRunError):
 class AgentNotFound(AgentRunError):
     code = "agent_not_found"
     remediation = "Install the agent so its command is on PATH, or give its executable with --agent-bin PATH."
+
+
+class PullError(MlxAgentError):
+    """Fetching a model from the Hub (``mlx-agent pull``): the one command that uses the network."""
+
+
+class HubUnreachable(PullError):
+    code = "hub_unreachable"
+    remediation = "Check the network and HF_ENDPOINT (a pull needs HF_HUB_OFFLINE unset), then run the command again."
+
+
+class RepoNotFound(PullError):
+    code = "repo_not_found"
+    remediation = (
+        "Check ORG/NAME and --revision on the Hub; for a gated or private repo, log in (hf auth login) or set HF_TOKEN."
+    )
+
+
+class NotEnoughDisk(PullError):
+    code = "not_enough_disk"
+    remediation = (
+        "Free space on the disk of the Hugging Face cache (or point HF_HOME at a larger one) and run the command "
+        "again; the files already fetched are kept."
+    )
+
+
+class DownloadInterrupted(PullError):
+    code = "download_interrupted"
+    remediation = (
+        "Run the same --confirm again: the files already fetched are kept and the partial one resumes where it stopped."
+    )
+
+
+class DownloadCorrupt(PullError):
+    code = "download_corrupt"
+    remediation = (
+        "The bad bytes were deleted; run the same --confirm again, and if it repeats, the Hub's copy or a proxy "
+        "between is at fault."
+    )
 
 
 class RequestRefused(MlxAgentError):

@@ -12,6 +12,7 @@ PLAN_VERSION = "3.1"  # serve plans and the serve receipts that embed them (3.1:
 # the seed's decode_profile and prefill_kernel names again, max_tokens null when --max-tokens is not given; 2.0:
 # every server has a front)
 TRAINING_VERSION = "1.0"  # lora train plans and receipts
+PULL_VERSION = "1.0"  # pull plans and receipts
 FRONT_CONFIG_VERSION = "2.0"  # the config file the front reads
 FRONT_STATE_VERSION = "2.0"  # the front's control status document
 POLICY_FILE_VERSION = "2.0"  # the policy the front persists after `serve policy`

@@ -112,3 +112,7 @@ serve.add_command(top)
 from mlx_agent.cli.models import models  # noqa: E402  (models: a listing, not a planned command)
 
 cli.add_command(models)
+
+from mlx_agent.cli.pull import pull  # noqa: E402  (pull: a reviewed download, its own preview and confirm)
+
+cli.add_command(pull)

@@ -20,7 +20,7 @@ from mlx_agent.plan.source import hf_hub_cache, read_config, resolve_path_source
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Literal
 
     from mlx_agent.plan.catalog_records import AgentsSummary, Memory, ModelRow, Problem, Quantization
     from mlx_agent.records import Recipe, RuntimeRecord
@@ -148,14 +148,10 @@ def _agents(source: dict[str, Any], runtime: RuntimeRecord, recipe: Recipe, wind
     }
 
 
-def _memory(source: dict[str, Any], available: int | None) -> Memory:
+def memory_of(weights: int | None, available: int | None) -> Memory:
+    """Return the JIT admission's estimate of loading ``weights`` bytes against ``available`` memory."""
     from mlx_agent.load_memory import memory_check
-    from mlx_agent.plan.model_plan import weight_bytes
 
-    try:
-        weights = weight_bytes(source, None)  # type: ignore[arg-type]  # a resolved source record
-    except (OSError, ValueError, KeyError, TypeError, MlxAgentError):
-        weights = None  # an unreadable header: the estimate is unknown, as the front would find it
     check = memory_check(weights, 0.0, available)
     estimate = check["required_bytes"]
     return {
@@ -164,6 +160,16 @@ def _memory(source: dict[str, Any], available: int | None) -> Memory:
         "available_bytes": available,
         "fits": None if estimate is None or available is None else bool(check["ok"]),
     }
+
+
+def _memory(source: dict[str, Any], available: int | None) -> Memory:
+    from mlx_agent.plan.model_plan import weight_bytes
+
+    try:
+        weights = weight_bytes(source, None)  # type: ignore[arg-type]  # a resolved source record
+    except (OSError, ValueError, KeyError, TypeError, MlxAgentError):
+        weights = None  # an unreadable header: the estimate is unknown, as the front would find it
+    return memory_of(weights, available)
 
 
 def _row(name: str, source_kind: str, repo: str | None, revision: str | None, path: Path | None, size: int) -> ModelRow:
@@ -190,30 +196,43 @@ def _row(name: str, source_kind: str, repo: str | None, revision: str | None, pa
     }
 
 
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """Return what config.json alone says: ``quantization``, ``context_window`` and ``vision``."""
+    return {
+        "quantization": quantization(config),
+        "context_window": context_window(config),
+        "vision": bool(vision_markers(config)),
+    }
+
+
 def _describe(row: ModelRow, config: dict[str, Any]) -> None:
     """Fill in what config.json alone says (incomplete models too)."""
-    row["quantization"] = quantization(config)
-    row["context_window"] = context_window(config)
-    row["vision"] = bool(vision_markers(config))
+    row.update(describe(config))  # type: ignore[typeddict-item]  # the three keys describe fills
+
+
+def runtime_of(config: dict[str, Any], runtimes: Runtimes) -> tuple[str, Literal["text", "vision", "embedding"], str]:
+    """Return the runtime ``--runtime auto`` picks for ``config``, the model's kind and why; or raise its refusal."""
+    from mlx_agent.plan.model_plan import model_kind
+    from mlx_agent.plan.runtime_select import select_runtime
+
+    runtime, reason = select_runtime("auto", config, None)
+    recipe, _ = runtimes.get(runtime)
+    return runtime, model_kind(recipe, config), reason
 
 
 def _serving(
     row: ModelRow, source: dict[str, Any], config: dict[str, Any], runtimes: Runtimes, free: int | None
 ) -> None:
     """Fill in what a plan of the complete model would say: its runtime and kind, agents record and memory."""
-    from mlx_agent.plan.model_plan import model_kind
-    from mlx_agent.plan.runtime_select import select_runtime
-
     row["complete"] = True
     row["memory"] = _memory(source, free)
     try:
-        runtime, row["runtime_reason"] = select_runtime("auto", config, None)
+        runtime, row["kind"], row["runtime_reason"] = runtime_of(config, runtimes)
         recipe, record = runtimes.get(runtime)
     except MlxAgentError as exc:
         row["runtime_problem"] = _problem(exc)
         return
     row["runtime"] = runtime
-    row["kind"] = model_kind(recipe, config)
     if row["kind"] != "embedding":
         row["agents"] = _agents(source, record, recipe, row["context_window"])
 

@@ -164,3 +164,22 @@ def test_lora_train_asks_and_a_no_starts_nothing(agent: Agent, tiny_model: Path,
     assert status == 1 and "not confirmed: nothing was done" in screen
     assert not (tmp_path / "adapter").exists()
     assert not list((agent.home / "receipts" / "train").glob("*.json"))
+
+
+def test_pull_asks_and_fetches_only_on_yes(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """The pull command asks "Fetch this plan?": a no fetches nothing, a yes fetches the plan shown into the cache."""
+    from tests.hub_standin import Hub, model_files, serve
+
+    hub = Hub()
+    with serve(hub):
+        commit = hub.publish("org/tiny", model_files(tiny_model))
+        env = {k: v for k, v in agent.env.items() if k != "HF_HUB_OFFLINE"} | {"HF_ENDPOINT": hub.url}
+        question = "Fetch this plan? [y/N]"
+        status, screen = answer(terminal(env, tmp_path / "t1.sock"), ["pull", "org/tiny"], agent.home, question, "n")
+        assert status == 1 and "not confirmed: nothing was done" in screen
+        repo = Path(env["HF_HOME"]) / "hub" / "models--org--tiny"
+        assert not repo.exists()
+        status, screen = answer(terminal(env, tmp_path / "t2.sock"), ["pull", "org/tiny"], agent.home, question, "y")
+        assert status == 0, screen
+        assert commit in screen.replace("\n", "") and (repo / "refs" / "main").read_text() == commit
+        assert (repo / "snapshots" / commit / "model.safetensors").is_file()

@@ -28,7 +28,19 @@ def generator() -> object:
 
 
 @pytest.mark.parametrize(
-    "name", ["serve_plan", "serve_receipt", "front_config", "front_state", "front_policy", "recipe", "models_listing"]
+    "name",
+    [
+        "serve_plan",
+        "serve_receipt",
+        "front_config",
+        "front_state",
+        "front_policy",
+        "recipe",
+        "models_listing",
+        "pull_preview",
+        "pull_progress",
+        "pull_result",
+    ],
 )
 def test_generated_schemas_match_the_records(name: str) -> None:
     """Each generated schema is exactly what scripts/schemas writes from records.py now."""
