@@ -112,3 +112,7 @@ serve.add_command(top)
 from mlx_agent.cli.models import models  # noqa: E402  (models: a listing, not a planned command)
 
 cli.add_command(models)
+
+from mlx_agent.cli.mcp_server import mcp  # noqa: E402  (mcp: the commands above as MCP tools, over stdio)
+
+cli.add_command(mcp)
