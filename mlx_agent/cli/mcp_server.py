@@ -1,12 +1,13 @@
 """``mlx-agent mcp``: a stdio MCP server whose tools are the CLI's ``--json`` commands (``mcp_tools.TOOLS``).
 
-Each call runs its command as a child, ``python -m mlx_agent ... --json``, and returns what the child printed:
-the envelope is the CLI's by construction, its ``status`` decides ``isError``, and the child's exit status
-agrees with it. A child rather than a call in this process, because a confirm is the CLI's whole confirm: it
-holds the port's lock, installs its signal handlers (main thread only) and spawns a front that must outlive the
-call as it outlives ``serve start --confirm``; a long-lived server would also keep whatever a module read once.
-The child's stdin is the null device and its stdout a pipe of its own, so nothing it or its servers write can
-reach the MCP stream; while serving, the SDK points this process's own fd 0 and 1 away from the stream too.
+Each call runs its command as a child, ``python -m mlx_agent ... --json`` (this interpreter, this environment,
+this package), and returns what the child printed: the envelope is the CLI's by construction, its ``status``
+decides ``isError``, and the child's exit status agrees with it. A child rather than a call in this process,
+because a confirm is the CLI's whole confirm: it holds the port's lock, installs its signal handlers (main
+thread only) and spawns a front that must outlive the call as it outlives ``serve start --confirm``; a
+long-lived server would also keep whatever a module read once. The child's stdin is the null device and its
+stdout a pipe of its own, so nothing it or its servers write can reach the MCP stream; while serving, the SDK
+points this process's own fd 0 and 1 away from the stream too.
 
 The SDK (``pip install 'mlx-agent[mcp]'``) is imported only here, when the command runs.
 """
@@ -14,6 +15,7 @@ The SDK (``pip install 'mlx-agent[mcp]'``) is imported only here, when the comma
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -23,6 +25,7 @@ from mlx_agent import __version__
 from mlx_agent.cli.mcp_tools import BY_NAME, TOOLS, Tool, argv, description, input_schema
 from mlx_agent.cli.output import envelope
 from mlx_agent.errors import MlxAgentError, RuntimeNotInstalled
+from mlx_agent.resources import checkout_root
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,6 +42,14 @@ INSTRUCTIONS = (
 STDERR_KEPT = 4000  # the end of a child's stderr kept in an internal_error's details
 
 
+def command_env(env: dict[str, str]) -> dict[str, str]:
+    """Return the command's environment: this server's, with our package importable where it is a checkout."""
+    root = checkout_root()
+    if root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def run_tool(tool: Tool, arguments: dict[str, Any] | None) -> tuple[str, bool]:
     """Run ``tool`` as its CLI command and return the envelope's text and whether it reports an error."""
     try:
@@ -47,6 +58,7 @@ def run_tool(tool: Tool, arguments: dict[str, Any] | None) -> tuple[str, bool]:
         return json.dumps(envelope(tool.envelope_operation, None, [], exc), indent=2), True
     done = subprocess.run(
         [sys.executable, "-m", "mlx_agent", *args],
+        env=command_env(dict(os.environ)),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

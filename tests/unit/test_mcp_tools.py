@@ -109,3 +109,17 @@ def test_without_the_sdk_the_server_is_refused_with_its_install_command(monkeypa
         serve_stdio()
     assert refused.value.details["install_command"] == "pip install 'mlx-agent[mcp]'"
     assert "mlx-agent[mcp]" in refused.value.remediation
+
+
+def test_a_command_from_a_checkout_imports_this_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool's command finds the checkout the server runs from first on its path; an installed one adds nothing."""
+    from mlx_agent.cli import mcp_server
+
+    monkeypatch.setattr(mcp_server, "checkout_root", lambda: "/src/mlx-agent")
+    assert mcp_server.command_env({"PYTHONPATH": "/other", "X": "1"}) == {
+        "PYTHONPATH": "/src/mlx-agent:/other",
+        "X": "1",
+    }
+    assert mcp_server.command_env({})["PYTHONPATH"] == "/src/mlx-agent"
+    monkeypatch.setattr(mcp_server, "checkout_root", lambda: None)
+    assert mcp_server.command_env({"X": "1"}) == {"X": "1"}
