@@ -86,7 +86,15 @@ def _server() -> Any:
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
-    listed = [types.Tool(name=t.name, description=description(t), input_schema=input_schema(t)) for t in TOOLS]
+    listed = [
+        types.Tool(
+            name=t.name,
+            description=description(t),
+            input_schema=input_schema(t),
+            annotations=types.ToolAnnotations(read_only_hint=t.read_only),
+        )
+        for t in TOOLS
+    ]
 
     async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
         return types.ListToolsResult(tools=listed)

@@ -49,6 +49,12 @@ class Tool:
     operation: str | None = None  # the envelope's operation, where it is not the command's words joined by dots
     leave_out: tuple[str, ...] = ()  # parameters an agent cannot use over MCP (say, one that streams forever)
     argument_help: tuple[tuple[str, str], ...] = ()  # (name, help) of positional arguments: Click gives them none
+    looks_only: bool = False  # it changes nothing (a preview never does): MCP's readOnlyHint
+
+    @property
+    def read_only(self) -> bool:
+        """Return whether the tool changes nothing a user sees: a preview, or a command that only reads."""
+        return self.looks_only or self.step == PREVIEW
 
     @property
     def envelope_operation(self) -> str:
@@ -60,13 +66,13 @@ WIRED_AGENT = (("agent", "The agent whose own config file is edited: claude, cod
 # Adding a command is one row: `pull` (its preview, then its confirm) joins as
 #     Tool("pull_preview", ("pull",), PREVIEW), Tool("pull_confirm", ("pull",), CONFIRM),
 TOOLS: tuple[Tool, ...] = (
-    Tool("models", ("models",)),
+    Tool("models", ("models",), looks_only=True),
     Tool("serve_preview", ("serve", "start"), PREVIEW),
     Tool("serve_confirm", ("serve", "start"), CONFIRM),
-    Tool("status", ("serve", "status")),
+    Tool("status", ("serve", "status"), looks_only=True),
     Tool("stop", ("serve", "stop")),
     Tool("unload", ("serve", "unload")),
-    Tool("logs", ("serve", "logs"), leave_out=("follow",)),
+    Tool("logs", ("serve", "logs"), leave_out=("follow",), looks_only=True),
     Tool("wire_preview", ("wire", "agent"), PREVIEW, operation="wire", argument_help=WIRED_AGENT),
     Tool("wire_confirm", ("wire", "agent"), CONFIRM, operation="wire", argument_help=WIRED_AGENT),
 )
