@@ -50,20 +50,28 @@ def command_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _refused(tool: Tool, error: MlxAgentError) -> tuple[str, bool]:
+    return json.dumps(envelope(tool.envelope_operation, None, [], error), indent=2), True
+
+
 def run_tool(tool: Tool, arguments: dict[str, Any] | None) -> tuple[str, bool]:
     """Run ``tool`` as its CLI command and return the envelope's text and whether it reports an error."""
     try:
         args = argv(tool, arguments)
     except MlxAgentError as exc:
-        return json.dumps(envelope(tool.envelope_operation, None, [], exc), indent=2), True
-    done = subprocess.run(
-        [sys.executable, "-m", "mlx_agent", *args],
-        env=command_env(dict(os.environ)),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+        return _refused(tool, exc)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mlx_agent", *args],
+            env=command_env(dict(os.environ)),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            check=False,
+        )
+    except OSError as exc:  # no process to run the command in (out of memory, out of processes)
+        return _refused(tool, MlxAgentError(f"could not start the command: {exc}", details={"errno": exc.errno}))
     if done.stderr:  # the command's own notes: the MCP client's log of this server
         sys.stderr.write(done.stderr)
         sys.stderr.flush()
@@ -73,11 +81,13 @@ def run_tool(tool: Tool, arguments: dict[str, Any] | None) -> tuple[str, bool]:
     except (ValueError, TypeError, KeyError):
         doc, failed = None, True
     if doc is None or failed != (done.returncode != 0):
-        bug = MlxAgentError(
-            f"`mlx-agent {' '.join(tool.command)}` printed no envelope that matches its exit status {done.returncode}",
-            details={"exit_code": done.returncode, "stderr": done.stderr[-STDERR_KEPT:]},
+        return _refused(
+            tool,
+            MlxAgentError(
+                f"`mlx-agent {' '.join(tool.command)}` printed no envelope matching its exit status {done.returncode}",
+                details={"exit_code": done.returncode, "stderr": done.stderr[-STDERR_KEPT:]},
+            ),
         )
-        return json.dumps(envelope(tool.envelope_operation, None, [], bug), indent=2), True
     return done.stdout.strip(), failed
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import sys
 
 import pytest
@@ -123,3 +125,26 @@ def test_a_command_from_a_checkout_imports_this_package(monkeypatch: pytest.Monk
     assert mcp_server.command_env({})["PYTHONPATH"] == "/src/mlx-agent"
     monkeypatch.setattr(mcp_server, "checkout_root", lambda: None)
     assert mcp_server.command_env({"X": "1"}) == {"X": "1"}
+
+
+@pytest.mark.parametrize(
+    ("stdout", "rc"),
+    [("Traceback (most recent call last):", 1), ('{"status": "ok"}', 1), ('{"status": "error"}', 0), ("[]", 0)],
+)
+def test_a_command_without_its_envelope_is_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, stdout: str, rc: int
+) -> None:
+    """A command that printed no envelope, or one its exit status contradicts, comes back as internal_error."""
+    import subprocess
+
+    from mlx_agent.cli import mcp_server
+
+    def finished(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, rc, stdout, "boom\n")
+
+    monkeypatch.setattr(subprocess, "run", finished)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    text, failed = mcp_server.run_tool(BY_NAME["status"], {})
+    doc = json.loads(text)
+    assert failed and doc["operation"] == "serve.status" and doc["status"] == "error"
+    assert doc["error"]["code"] == "internal_error" and doc["error"]["details"] == {"exit_code": rc, "stderr": "boom\n"}
