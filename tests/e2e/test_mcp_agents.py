@@ -1,12 +1,12 @@
 """Claude Code, unmodified, launches a server through `mlx-agent mcp`: it previews the plan, then confirms it.
 
-Claude Code runs in a network namespace with only loopback (tests/agents_support.py) against a scripted model
-served by the CLI, with `mlx-agent mcp` as its one MCP server (`--mcp-config`). The model's first turn calls
-`serve_preview` for a second tiny model on another port, its second turn (after that result) calls
-`serve_confirm` with the plan's hash, and its third answers. The scripted weights read only the last token, so
-they cannot copy the hash out of the result: the call carries the hash of the same plan, previewed by the CLI
-before the model is built (a plan is deterministic: that is what makes it reviewable), and the test checks that
-the preview result Claude Code put in the model's prompt holds that hash.
+Claude Code runs in a network namespace with only loopback (tests/agents_support.py), with `mlx-agent mcp` as
+its one MCP server (`--mcp-config`), against a front the CLI serves there. Behind that front the model is a
+stand-in worker (``COPYING_MODEL``): no model that runs here can read a hash out of its prompt and write it back
+(the scripted weights read only their last token), so this one does in code exactly what the step needs and
+nothing else. Offered the tools, it calls `serve_preview` for a second tiny model on another port; given that
+result, it calls `serve_confirm` with the same arguments and the `preview_hash` it found in the result text;
+given that one, it answers. The second model is served by the real runtime, and found running afterwards.
 """
 
 from __future__ import annotations
@@ -17,38 +17,128 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents_support import (
-    Namespace,
-    agent_binary,
-    claude_env,
-    inside,
-    request_lines,
-    serve,
-    session_model,
-)
-from tests.conftest import LAUNCHER, Agent, free_port
+from tests.agents_support import Namespace, agent_binary, claude_env, inside
+from tests.conftest import LAUNCHER, Agent, fake_runtime, free_port
 
 pytestmark = pytest.mark.e2e
 
 ANSWER = "Launched"
 SERVER = "mlx-agent"  # the MCP server's name in the config: Claude Code calls its tools mcp__mlx-agent__NAME
-PREVIEW, CONFIRM = f"mcp__{SERVER}__serve_preview", f"mcp__{SERVER}__serve_confirm"
 # Run inside the namespace: the launched server listens on its loopback, not this test's.
 FETCH = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/v1/models').read().decode())"
+# A chat-completions worker (started as mlx_lm.server would be: --model --host --port ...) whose reply depends on
+# the conversation: the first tool result's preview_hash is copied into the confirm call. TARGET (the serve
+# arguments) and ANSWER are written above this text.
+COPYING_MODEL = r"""
+import argparse, json, re, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+p = argparse.ArgumentParser()
+p.add_argument("--port", type=int, required=True)
+p.add_argument("--host", default="127.0.0.1")
+a, _ = p.parse_known_args()
+HASH = re.compile(r'"preview_hash":\s*"([0-9a-f]{64})"')
+
+
+def text_of(message):
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def offered(body, suffix):
+    names = [t["function"]["name"] for t in body.get("tools") or []]
+    return next((name for name in names if name.endswith(suffix)), None)
+
+
+def reply(body):
+    # Return (text, tool call or None): preview first, then confirm with the hash copied from the result.
+    results = [m for m in body["messages"] if m.get("role") == "tool"]
+    preview, confirm = offered(body, "__serve_preview"), offered(body, "__serve_confirm")
+    if not results and preview:
+        return None, (preview, TARGET)
+    found = HASH.search(text_of(results[-1])) if results else None
+    if len(results) == 1 and found and confirm:
+        return None, (confirm, {**TARGET, "preview_hash": found.group(1)})
+    return ANSWER, None
+
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        raw = b'{"status": "ok"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def send(self, doc):
+        self.wfile.write(f"data: {json.dumps(doc)}\n\n".encode())
+        self.wfile.flush()
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        text, call = reply(body)
+        usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+        base = {"id": "chatcmpl-copying", "model": body.get("model")}
+        turn = sum(1 for m in body["messages"] if m.get("role") == "tool")
+        with open(__file__ + ".log", "a") as log:  # what it answered, for a failing test to show
+            log.write(json.dumps({"tool_results": turn, "text": text, "call": call}) + "\n")
+        calls = [] if call is None else [{
+            "id": f"call_copying_{turn}", "type": "function",
+            "function": {"name": call[0], "arguments": json.dumps(call[1])},
+        }]
+        finish = "tool_calls" if calls else "stop"
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": text}
+            if calls:
+                message["tool_calls"] = calls
+            doc = {**base, "object": "chat.completion", "usage": usage,
+                   "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+            raw = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        base = {**base, "object": "chat.completion.chunk"}
+        delta = {"role": "assistant", "content": text} if text else {
+            "role": "assistant", "tool_calls": [{"index": 0, **calls[0]}]
+        }
+        self.send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        self.send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self.send({**base, "choices": [], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+ThreadingHTTPServer((a.host, a.port), H).serve_forever()
+"""
 
 
 def test_claude_code_previews_then_confirms_a_server_over_mcp(
     agent: Agent, tiny_model: Path, tmp_path: Path, namespace: Namespace
 ) -> None:
-    """`claude -p` calls serve_preview, then serve_confirm with the plan's hash, and the tiny model is served."""
+    """`claude -p` calls serve_preview, then serve_confirm with the hash the model read, and the model is served."""
     cli = inside(agent, namespace)
     target_port = free_port()
     target = {"path": str(tiny_model), "port": target_port, "served_model_name": "tiny", "max_tokens": 4}
-    plan_hash = cli.preview_hash(
-        "--path", str(tiny_model), "--port", str(target_port), "--served-model-name", "tiny", "--max-tokens", "4"
-    )
-    calls = [(PREVIEW, target), (CONFIRM, {**target, "preview_hash": plan_hash})]
-    port = serve(cli, session_model(tmp_path / "model", calls, ANSWER), ["--log-prompts"], None, tmp_path)
+    script = f"TARGET = {json.dumps(target)}\nANSWER = {json.dumps(ANSWER)}\n{COPYING_MODEL}"
+    worker = fake_runtime(tmp_path, script, name="copying-model")
+    port = free_port()
+    cli.launch(
+        "--path", str(tiny_model), "--runtime-executable", str(worker), "--port", str(port),
+        "--served-model-name", "local-coder", "--alias", "claude-*",
+    )  # fmt: skip
     config = tmp_path / "mcp.json"
     server = {
         "type": "stdio",
@@ -57,6 +147,7 @@ def test_claude_code_previews_then_confirms_a_server_over_mcp(
         "env": {"MLX_AGENT_HOME": agent.env["MLX_AGENT_HOME"], "HF_HOME": agent.env["HF_HOME"]},
     }
     config.write_text(json.dumps({"mcpServers": {SERVER: server}}))
+    tools = [f"mcp__{SERVER}__serve_preview", f"mcp__{SERVER}__serve_confirm"]
     argv = [
         str(agent_binary("claude")),
         "--bare",
@@ -72,27 +163,26 @@ def test_claude_code_previews_then_confirms_a_server_over_mcp(
         "--tools",
         "",
         "--allowedTools",
-        f"{PREVIEW},{CONFIRM}",
+        ",".join(tools),
         "--system-prompt",
         "You launch local model servers for the user.",
     ]
     try:
         done = namespace.run(argv, claude_env(tmp_path / "claude-home", port), tmp_path, timeout=300)
-        assert done.returncode == 0, done.stdout + done.stderr
+        answered = Path(f"{worker}.log").read_text() if Path(f"{worker}.log").exists() else ""
+        assert done.returncode == 0, done.stdout + done.stderr + answered
         result = json.loads(done.stdout)
         assert result["is_error"] is False and result["result"] == ANSWER, result
         assert result["num_turns"] >= 3 and result["permission_denials"] == [], result
 
         status = cli.run("serve", "status", "--port", str(target_port))
         [launched] = status.data["servers"]
-        state = (launched["state"], launched["health"], launched["preview_hash"])
-        assert state == ("running", "ok", plan_hash), launched
+        assert (launched["state"], launched["health"]) == ("running", "ok"), launched
+        replies = [json.loads(line) for line in answered.splitlines()]
+        confirms = [r["call"][1] for r in replies if r["call"] and r["call"][0] == tools[1]]
+        assert [c["preview_hash"] for c in confirms] == [launched["preview_hash"]], replies  # copied, then launched
         served = namespace.run([sys.executable, "-c", FETCH.format(port=target_port)], agent.env, tmp_path, timeout=30)
         assert [m["id"] for m in json.loads(served.stdout)["data"]] == ["tiny"], served.stdout + served.stderr
-
-        prompts = [line.get("prompt") or [] for line in request_lines(cli, port)]
-        results = [m["content"] for prompt in prompts for m in prompt if m.get("role") == "tool"]
-        assert any(plan_hash in str(content) for content in results), results  # the preview's hash reached the model
     finally:
         cli.run("serve", "stop", "--port", str(target_port))
         cli.run("serve", "stop", "--port", str(port))
