@@ -41,11 +41,11 @@ def test_an_agent_reviews_launches_inspects_wires_and_stops_a_server(
     home = tmp_path / "user-home"
     home.mkdir()
     wire_log = tmp_path / "mcp-stdout.jsonl"
-    cli_preview = agent.run(
-        "serve", "start", "--path", str(tiny_model), "--port", str(port), "--served-model-name", "tiny",
-        "--max-tokens", "4",
-    )  # fmt: skip
+    cli_args = ["--path", str(tiny_model), "--port", str(port), "--served-model-name", "tiny", "--max-tokens", "4"]
+    cli_preview = agent.run("serve", "start", *cli_args)
     assert cli_preview.rc == 0, cli_preview.stderr
+    cli_stale = agent.run("serve", "start", *cli_args, "--confirm", "--preview-hash", STALE)
+    assert cli_stale.rc == 1, cli_stale.stderr
 
     async def session() -> None:
         async with mcp_tools(_env(agent, home), agent.home, wire_log) as tools:
@@ -59,7 +59,8 @@ def test_an_agent_reviews_launches_inspects_wires_and_stops_a_server(
             plan_hash = preview.data["plan"]["preview_hash"]
 
             stale = await tools.call("serve_confirm", **args, preview_hash=STALE)
-            assert stale.is_error and stale.code == "preview_stale", stale.doc
+            assert stale.is_error and stale.doc == cli_stale.doc  # preview_stale, as the CLI refuses it
+            assert stale.code == "preview_stale", stale.doc
             bare = await tools.call("serve_confirm", **args)
             assert bare.is_error and bare.code == "preview_hash_required", bare.doc
 
