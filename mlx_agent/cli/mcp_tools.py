@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 ONCE, PREVIEW, CONFIRM = "once", "preview", "confirm"
 # The command's own flags, which the step sets: never tool arguments.
-STEP_FLAGS = frozenset({"as_json", "json", "confirm", "preview_hash", "help"})
+STEP_FLAGS = frozenset({"json", "confirm", "preview_hash", "help"})
 PREVIEW_HASH = "preview_hash"  # the confirm tool's own argument, sent as --preview-hash
 STEP_NOTES = {
     ONCE: "",
@@ -92,10 +92,21 @@ def command_of(tool: Tool) -> click.Command:
     return command
 
 
+def argument_name(param: click.Parameter) -> str:
+    """Return the tool argument a parameter is: its long flag as a name, or a positional argument's name.
+
+    ``--served-model-name`` is ``served_model_name``, the field its record fills; ``--dir`` is ``dir`` (not
+    Click's ``dirs``), so a tool argument is always the flag a person types.
+    """
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len).lstrip("-").replace("-", "_")
+    return str(param.name)
+
+
 def parameters(tool: Tool) -> list[click.Parameter]:
     """Return the command's parameters that are the tool's arguments, in the command's order."""
     left_out = STEP_FLAGS | set(tool.leave_out)
-    return [p for p in command_of(tool).params if p.name is not None and p.name not in left_out]
+    return [p for p in command_of(tool).params if p.name is not None and argument_name(p) not in left_out]
 
 
 def _value_schema(param: click.Parameter) -> dict[str, Any]:
@@ -122,7 +133,7 @@ def _value_schema(param: click.Parameter) -> dict[str, Any]:
 def _schema(param: click.Parameter, argument_help: Mapping[str, str]) -> dict[str, Any]:
     value = _value_schema(param)
     schema: dict[str, Any] = {"type": "array", "items": value} if param.multiple else value
-    help_text = getattr(param, "help", None) or argument_help.get(param.name or "")
+    help_text = getattr(param, "help", None) or argument_help.get(argument_name(param))
     if help_text:
         schema["description"] = help_text
     default = param.default  # Click's own sentinel where none was declared: not a JSON value
@@ -136,10 +147,9 @@ def input_schema(tool: Tool) -> dict[str, Any]:
     props: dict[str, Any] = {}
     required: list[str] = []
     for param in parameters(tool):
-        assert param.name is not None
-        props[param.name] = _schema(param, dict(tool.argument_help))
+        props[argument_name(param)] = _schema(param, dict(tool.argument_help))
         if param.required:
-            required.append(param.name)
+            required.append(argument_name(param))
     if tool.step == CONFIRM:
         props[PREVIEW_HASH] = {"type": "string", "description": "The preview_hash the matching preview returned."}
         required.append(PREVIEW_HASH)
@@ -190,7 +200,7 @@ def argv(tool: Tool, arguments: Mapping[str, Any] | None) -> list[str]:
     options: list[str] = []
     positional: list[str] = []
     for param in parameters(tool):
-        value = given.get(param.name or "")
+        value = given.get(argument_name(param))
         if value is None or value is False:
             continue
         if isinstance(param, click.Argument):

@@ -49,7 +49,7 @@ def test_an_agent_reviews_launches_inspects_wires_and_stops_a_server(
 
     async def session() -> None:
         async with mcp_tools(_env(agent, home), agent.home, wire_log) as tools:
-            listed = await tools.call("models", dirs=[str(tiny_model)])
+            listed = await tools.call("models", dir=[str(tiny_model)])
             assert listed.doc["operation"] == "models" and not listed.is_error
             assert any(row["path"] == str(tiny_model) for row in listed.data["models"]), listed.data
 

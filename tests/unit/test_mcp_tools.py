@@ -63,6 +63,18 @@ def test_a_step_flag_or_a_left_out_option_is_no_argument() -> None:
     assert input_schema(BY_NAME["unload"])["required"] == ["port", "expected_pid"]
 
 
+def test_arguments_are_named_as_the_flags_a_person_types() -> None:
+    """The flag `models --dir` is the argument `dir`, `wire --default` is `default`, whatever Click names them."""
+    assert set(input_schema(BY_NAME["models"])["properties"]) == {"dir", "receipts_dir"}
+    wire = input_schema(BY_NAME["wire_preview"])
+    assert set(wire["properties"]) == {"agent", "port", "model", "scope", "default", "receipts_dir"}
+    assert wire["required"] == ["agent", "port"]
+    assert argv(BY_NAME["models"], {"dir": ["/a"]}) == ["models", "--dir=/a", "--json"]
+    assert argv(BY_NAME["wire_preview"], {"agent": "codex", "port": 9, "default": True}) == [
+        "wire", "agent", "--port=9", "--default", "--json", "--", "codex",
+    ]  # fmt: skip
+
+
 def test_arguments_become_the_command_line() -> None:
     """Options go as --flag=value (repeated for a list), true flags bare, the step's flags after, positionals last."""
     given = {"path": "/m", "alias": ["a", "-b"], "jit": True, "prompt_lookup": False}
