@@ -197,6 +197,8 @@ def argv(tool: Tool, arguments: Mapping[str, Any] | None) -> list[str]:
                 f"{tool.name}: {name} must be of JSON type {props[name]['type']}",
                 details={"argument": name, "expected": props[name]["type"]},
             )
+        if "\x00" in str(value):  # no command line can carry it
+            raise InvalidArguments(f"{tool.name}: {name} holds a NUL character", details={"argument": name})
     options: list[str] = []
     positional: list[str] = []
     for param in parameters(tool):

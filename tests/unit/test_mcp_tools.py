@@ -97,6 +97,7 @@ def test_arguments_become_the_command_line() -> None:
         ({"port": "8080"}, {"argument": "port", "expected": "integer"}),
         ({"port": True}, {"argument": "port", "expected": "integer"}),
         ({"port": 1, "uninstall": "yes"}, {"argument": "uninstall", "expected": "boolean"}),
+        ({"port": 1, "receipts_dir": "/a\x00b"}, {"argument": "receipts_dir"}),
     ],
 )
 def test_an_unknown_or_ill_typed_argument_is_refused(arguments: dict[str, object], details: dict[str, object]) -> None:
