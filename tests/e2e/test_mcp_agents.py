@@ -1,23 +1,26 @@
-"""Claude Code, unmodified, launches a server through `mlx-agent mcp`: it previews the plan, then confirms it.
+"""Claude Code and Codex, unmodified, launch a server through `mlx-agent mcp`: they preview the plan, then confirm it.
 
-Claude Code runs in a network namespace with only loopback (tests/agents_support.py), with `mlx-agent mcp` as
-its one MCP server (`--mcp-config`), against a front the CLI serves there. Behind that front the model is a
-stand-in worker (``COPYING_MODEL``): no model that runs here can read a hash out of its prompt and write it back
-(the scripted weights read only their last token), so this one does in code exactly what the step needs and
-nothing else. Offered the tools, it calls `serve_preview` for a second tiny model on another port; given that
-result, it calls `serve_confirm` with the same arguments and the `preview_hash` it found in the result text;
-given that one, it answers. The second model is served by the real runtime, and found running afterwards.
+Each agent runs in a network namespace with only loopback (tests/agents_support.py), with `mlx-agent mcp` as
+its one MCP server (Claude Code: `--mcp-config`; Codex: `[mcp_servers]` in its config.toml), against a front
+the CLI serves there. Behind that front the model is a stand-in worker (``COPYING_MODEL``): no model that runs
+here can read a hash out of its prompt and write it back (the scripted weights read only their last token), so
+this one does in code exactly what the step needs and nothing else. Offered the tools, it calls `serve_preview`
+for a second tiny model on another port; given that result, it calls `serve_confirm` with the same arguments
+and the `preview_hash` it found in the result text; given that one, it answers. The second model is served by
+the real runtime, and found running afterwards, launched by the copied hash.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.agents_support import Namespace, agent_binary, claude_env, inside
+from tests.agents_support import Namespace, agent_binary, claude_env, clean_env, codex_exec, codex_home, inside
 from tests.conftest import LAUNCHER, Agent, fake_runtime, free_port
 
 pytestmark = pytest.mark.e2e
@@ -125,34 +128,70 @@ ThreadingHTTPServer((a.host, a.port), H).serve_forever()
 """
 
 
-def test_claude_code_previews_then_confirms_a_server_over_mcp(
-    agent: Agent, tiny_model: Path, tmp_path: Path, namespace: Namespace
-) -> None:
-    """`claude -p` calls serve_preview, then serve_confirm with the hash the model read, and the model is served."""
-    cli = inside(agent, namespace)
-    target_port = free_port()
-    target = {"path": str(tiny_model), "port": target_port, "served_model_name": "tiny", "max_tokens": 4}
+@dataclass
+class Session:
+    """A front serving the copying model (``port``), and the server it is to launch (``target``)."""
+
+    port: int
+    target: dict[str, Any]
+    worker: Path
+
+    @property
+    def replies(self) -> list[dict[str, Any]]:
+        """Return what the copying model answered, request by request."""
+        log = Path(f"{self.worker}.log")
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def copying_front(cli: Agent, tiny_model: Path, tmp_path: Path) -> Session:
+    """Serve the copying model through the CLI, named as hosted models are, set to launch the tiny model."""
+    target = {"path": str(tiny_model), "port": free_port(), "served_model_name": "tiny", "max_tokens": 4}
     script = f"TARGET = {json.dumps(target)}\nANSWER = {json.dumps(ANSWER)}\n{COPYING_MODEL}"
     worker = fake_runtime(tmp_path, script, name="copying-model")
     port = free_port()
     cli.launch(
         "--path", str(tiny_model), "--runtime-executable", str(worker), "--port", str(port),
-        "--served-model-name", "local-coder", "--alias", "claude-*",
+        "--served-model-name", "local-coder", "--alias", "claude-*", "--alias", "gpt-*",
     )  # fmt: skip
-    config = tmp_path / "mcp.json"
-    server = {
-        "type": "stdio",
+    return Session(port, target, worker)
+
+
+def mcp_server(agent: Agent) -> dict[str, Any]:
+    """Return the stdio server entry that runs `mlx-agent mcp` from this checkout, on the test's home."""
+    return {
         "command": sys.executable,
         "args": [str(LAUNCHER), "mcp"],
         "env": {"MLX_AGENT_HOME": agent.env["MLX_AGENT_HOME"], "HF_HOME": agent.env["HF_HOME"]},
     }
-    config.write_text(json.dumps({"mcpServers": {SERVER: server}}))
+
+
+def assert_launched(cli: Agent, namespace: Namespace, session: Session) -> None:
+    """Check the target runs, answers inside the namespace, and was launched by the hash the model copied."""
+    target_port = session.target["port"]
+    status = cli.run("serve", "status", "--port", str(target_port))
+    [launched] = status.data["servers"]
+    assert (launched["state"], launched["health"]) == ("running", "ok"), launched
+    confirms = [r["call"][1] for r in session.replies if r["call"] and r["call"][0].endswith("__serve_confirm")]
+    assert [c["preview_hash"] for c in confirms] == [launched["preview_hash"]], session.replies
+    fetch = [sys.executable, "-c", FETCH.format(port=target_port)]
+    served = namespace.run(fetch, cli.env, cli.home, timeout=30)
+    assert [m["id"] for m in json.loads(served.stdout)["data"]] == ["tiny"], served.stdout + served.stderr
+
+
+def test_claude_code_previews_then_confirms_a_server_over_mcp(
+    agent: Agent, tiny_model: Path, tmp_path: Path, namespace: Namespace
+) -> None:
+    """`claude -p` calls serve_preview, then serve_confirm with the hash the model read, and the model is served."""
+    cli = inside(agent, namespace)
+    session = copying_front(cli, tiny_model, tmp_path)
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {SERVER: {"type": "stdio", **mcp_server(agent)}}}))
     tools = [f"mcp__{SERVER}__serve_preview", f"mcp__{SERVER}__serve_confirm"]
     argv = [
         str(agent_binary("claude")),
         "--bare",
         "-p",
-        f"Serve the tiny model on port {target_port}: review its plan first, then launch it.",
+        f"Serve the tiny model on port {session.target['port']}: review its plan first, then launch it.",
         "--output-format",
         "json",
         "--model",
@@ -168,21 +207,39 @@ def test_claude_code_previews_then_confirms_a_server_over_mcp(
         "You launch local model servers for the user.",
     ]
     try:
-        done = namespace.run(argv, claude_env(tmp_path / "claude-home", port), tmp_path, timeout=300)
-        answered = Path(f"{worker}.log").read_text() if Path(f"{worker}.log").exists() else ""
-        assert done.returncode == 0, done.stdout + done.stderr + answered
+        done = namespace.run(argv, claude_env(tmp_path / "claude-home", session.port), tmp_path, timeout=300)
+        assert done.returncode == 0, f"{done.stdout}{done.stderr}{session.replies}"
         result = json.loads(done.stdout)
         assert result["is_error"] is False and result["result"] == ANSWER, result
         assert result["num_turns"] >= 3 and result["permission_denials"] == [], result
-
-        status = cli.run("serve", "status", "--port", str(target_port))
-        [launched] = status.data["servers"]
-        assert (launched["state"], launched["health"]) == ("running", "ok"), launched
-        replies = [json.loads(line) for line in answered.splitlines()]
-        confirms = [r["call"][1] for r in replies if r["call"] and r["call"][0] == tools[1]]
-        assert [c["preview_hash"] for c in confirms] == [launched["preview_hash"]], replies  # copied, then launched
-        served = namespace.run([sys.executable, "-c", FETCH.format(port=target_port)], agent.env, tmp_path, timeout=30)
-        assert [m["id"] for m in json.loads(served.stdout)["data"]] == ["tiny"], served.stdout + served.stderr
+        assert_launched(cli, namespace, session)
     finally:
-        cli.run("serve", "stop", "--port", str(target_port))
-        cli.run("serve", "stop", "--port", str(port))
+        cli.run("serve", "stop", "--port", str(session.target["port"]))
+        cli.run("serve", "stop", "--port", str(session.port))
+
+
+def test_codex_previews_then_confirms_a_server_over_mcp(
+    agent: Agent, tiny_model: Path, tmp_path: Path, namespace: Namespace
+) -> None:
+    """`codex exec` with mlx-agent in its config.toml's mcp_servers does the same two calls, and the model is served."""
+    cli = inside(agent, namespace)
+    session = copying_front(cli, tiny_model, tmp_path)
+    server = mcp_server(agent)
+    table = (
+        f"\n[mcp_servers.{SERVER}]\ncommand = {json.dumps(server['command'])}\nargs = {json.dumps(server['args'])}\n"
+        f"tool_timeout_sec = 300\n[mcp_servers.{SERVER}.env]\n"
+        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in server["env"].items())
+    )
+    home = codex_home(tmp_path / "codex-home", session.port)
+    with (home / "config.toml").open("a") as config:
+        config.write(table)
+    env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
+    prompt = f"Serve the tiny model on port {session.target['port']}: review its plan first, then launch it."
+    try:
+        done = namespace.run(codex_exec(prompt), env, tmp_path, timeout=300)
+        assert done.returncode == 0, f"{done.stdout}{done.stderr}{session.replies}"
+        assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
+        assert_launched(cli, namespace, session)
+    finally:
+        cli.run("serve", "stop", "--port", str(session.target["port"]))
+        cli.run("serve", "stop", "--port", str(session.port))
