@@ -7,7 +7,8 @@ here can read a hash out of its prompt and write it back (the scripted weights r
 this one does in code exactly what the step needs and nothing else. Offered the tools, it calls `serve_preview`
 for a second tiny model on another port; given that result, it calls `serve_confirm` with the same arguments
 and the `preview_hash` it found in the result text; given that one, it answers. The second model is served by
-the real runtime, and found running afterwards, launched by the copied hash.
+the real runtime, and found running afterwards, launched by the copied hash. opencode is checked as far as its
+own `mcp list`: the documented entry starts the server and connects.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def offered(body, suffix):
 def reply(body):
     # Return (text, tool call or None): preview first, then confirm with the hash copied from the result.
     results = [m for m in body["messages"] if m.get("role") == "tool"]
-    preview, confirm = offered(body, "__serve_preview"), offered(body, "__serve_confirm")
+    preview, confirm = offered(body, "serve_preview"), offered(body, "serve_confirm")
     if not results and preview:
         return None, (preview, TARGET)
     found = HASH.search(text_of(results[-1])) if results else None
@@ -171,7 +172,7 @@ def assert_launched(cli: Agent, namespace: Namespace, session: Session) -> None:
     status = cli.run("serve", "status", "--port", str(target_port))
     [launched] = status.data["servers"]
     assert (launched["state"], launched["health"]) == ("running", "ok"), launched
-    confirms = [r["call"][1] for r in session.replies if r["call"] and r["call"][0].endswith("__serve_confirm")]
+    confirms = [r["call"][1] for r in session.replies if r["call"] and r["call"][0].endswith("serve_confirm")]
     assert [c["preview_hash"] for c in confirms] == [launched["preview_hash"]], session.replies
     fetch = [sys.executable, "-c", FETCH.format(port=target_port)]
     served = namespace.run(fetch, cli.env, cli.home, timeout=30)
@@ -243,3 +244,16 @@ def test_codex_previews_then_confirms_a_server_over_mcp(
     finally:
         cli.run("serve", "stop", "--port", str(session.target["port"]))
         cli.run("serve", "stop", "--port", str(session.port))
+
+
+def test_opencode_connects_to_the_server_as_documented(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+    """opencode, given the opencode.json entry of docs/mcp.md, starts `mlx-agent mcp` and lists it as connected."""
+    server = mcp_server(agent)
+    entry = {"type": "local", "command": [server["command"], *server["args"]], "environment": server["env"]}
+    home = tmp_path / "user"
+    (home / ".config" / "opencode").mkdir(parents=True)
+    (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps({"mcp": {SERVER: entry}}))
+    listed = namespace.run([str(agent_binary("opencode")), "mcp", "list"], clean_env(home), tmp_path, timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    [line] = [line for line in listed.stdout.splitlines() if f" {SERVER} " in line]
+    assert "connected" in line and "failed" not in line, listed.stdout
