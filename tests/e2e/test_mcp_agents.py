@@ -1,19 +1,20 @@
-"""Claude Code and Codex, unmodified, launch a server through `mlx-agent mcp`: they preview the plan, then confirm it.
+"""Claude Code, Codex and opencode, unmodified, launch a server through `mlx-agent mcp`: preview, then confirm.
 
 Each agent runs in a network namespace with only loopback (tests/agents_support.py), with `mlx-agent mcp` as
-its one MCP server (Claude Code: `--mcp-config`; Codex: `[mcp_servers]` in its config.toml), against a front
-the CLI serves there. Behind that front the model is a stand-in worker (``COPYING_MODEL``): no model that runs
-here can read a hash out of its prompt and write it back (the scripted weights read only their last token), so
-this one does in code exactly what the step needs and nothing else. Offered the tools, it calls `serve_preview`
-for a second tiny model on another port; given that result, it calls `serve_confirm` with the same arguments
-and the `preview_hash` it found in the result text; given that one, it answers. The second model is served by
-the real runtime, and found running afterwards, launched by the copied hash. opencode is checked as far as its
-own `mcp list`: the documented entry starts the server and connects.
+its one MCP server, configured as docs/mcp.md shows (Claude Code: `--mcp-config`; Codex: `[mcp_servers]` in its
+config.toml; opencode: `mcp` in its opencode.json), against a front the CLI serves there (`run opencode` points
+opencode at it). Behind that front the model is a stand-in worker (``COPYING_MODEL``): no model that runs here
+can read a hash out of its prompt and write it back (the scripted weights read only their last token), so this
+one does in code exactly what the step needs and nothing else. Offered the tools, it calls `serve_preview` for
+a second tiny model on another port; given that result, it calls `serve_confirm` with the same arguments and the
+`preview_hash` it found in the result text; given that one, it answers. The second model is served by the real
+runtime, and found running afterwards, launched by the copied hash.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,9 +150,13 @@ def copying_front(cli: Agent, tiny_model: Path, tmp_path: Path) -> Session:
     target = {"path": str(tiny_model), "port": free_port(), "served_model_name": "tiny", "max_tokens": 4}
     script = f"TARGET = {json.dumps(target)}\nANSWER = {json.dumps(ANSWER)}\n{COPYING_MODEL}"
     worker = fake_runtime(tmp_path, script, name="copying-model")
+    model = tmp_path / "agent-model"  # the tiny model's files, its window widened: agents send long prompts
+    shutil.copytree(tiny_model, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 131072}))
     port = free_port()
     cli.launch(
-        "--path", str(tiny_model), "--runtime-executable", str(worker), "--port", str(port),
+        "--path", str(model), "--runtime-executable", str(worker), "--port", str(port),
         "--served-model-name", "local-coder", "--alias", "claude-*", "--alias", "gpt-*",
     )  # fmt: skip
     return Session(port, target, worker)
@@ -246,14 +251,25 @@ def test_codex_previews_then_confirms_a_server_over_mcp(
         cli.run("serve", "stop", "--port", str(session.port))
 
 
-def test_opencode_connects_to_the_server_as_documented(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
-    """opencode, given the opencode.json entry of docs/mcp.md, starts `mlx-agent mcp` and lists it as connected."""
+def test_opencode_previews_then_confirms_a_server_over_mcp(
+    agent: Agent, tiny_model: Path, tmp_path: Path, namespace: Namespace
+) -> None:
+    """`opencode run` with mlx-agent in its opencode.json's mcp does the same two calls, and the model is served."""
+    cli = inside(agent, namespace)
+    session = copying_front(cli, tiny_model, tmp_path)
     server = mcp_server(agent)
     entry = {"type": "local", "command": [server["command"], *server["args"]], "environment": server["env"]}
     home = tmp_path / "user"
     (home / ".config" / "opencode").mkdir(parents=True)
     (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps({"mcp": {SERVER: entry}}))
-    listed = namespace.run([str(agent_binary("opencode")), "mcp", "list"], clean_env(home), tmp_path, timeout=120)
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    [line] = [line for line in listed.stdout.splitlines() if f" {SERVER} " in line]
-    assert "connected" in line and "failed" not in line, listed.stdout
+    prompt = f"Serve the tiny model on port {session.target['port']}: review its plan first, then launch it."
+    run = [sys.executable, str(LAUNCHER), "run", "opencode", "--port", str(session.port)]
+    run += ["--agent-bin", str(agent_binary("opencode")), "--", "run", prompt]
+    try:
+        done = namespace.run(run, clean_env(home, MLX_AGENT_HOME=str(cli.home)), tmp_path, timeout=300)
+        assert done.returncode == 0, f"{done.stdout}{done.stderr}{session.replies}"
+        assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
+        assert_launched(cli, namespace, session)
+    finally:
+        cli.run("serve", "stop", "--port", str(session.target["port"]))
+        cli.run("serve", "stop", "--port", str(session.port))
