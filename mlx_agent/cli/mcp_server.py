@@ -24,7 +24,7 @@ import click
 from mlx_agent import __version__
 from mlx_agent.cli.mcp_tools import BY_NAME, TOOLS, Tool, argv, description, input_schema
 from mlx_agent.cli.output import envelope
-from mlx_agent.errors import MlxAgentError, RuntimeNotInstalled
+from mlx_agent.errors import InvalidArguments, MlxAgentError, RuntimeNotInstalled
 from mlx_agent.resources import checkout_root
 
 TYPE_CHECKING = False
@@ -112,8 +112,6 @@ def _server() -> Any:
     async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
         tool = BY_NAME.get(params.name)
         if tool is None:
-            from mlx_agent.errors import InvalidArguments
-
             unknown = InvalidArguments(
                 f"no tool {params.name}", details={"tool": params.name, "tools": [t.name for t in TOOLS]}
             )
