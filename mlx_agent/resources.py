@@ -11,6 +11,19 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def checkout_root() -> str | None:
+    """Return the source tree this package runs from when it is not installed (a checkout), else None.
+
+    A child this process starts with the same interpreter imports mlx_agent from there only if told so
+    (``PYTHONPATH``): a checkout's launcher put it on this process's own path, not the child's.
+    """
+    import sysconfig
+
+    root = str(PACKAGE_DIR.parent)
+    installed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    return None if root in installed else root
+
+
 def data_dir(name: str) -> Path:
     """Return the directory of one data folder (``recipes`` or ``schemas``), installed or in a checkout."""
     inside = PACKAGE_DIR / name

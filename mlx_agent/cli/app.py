@@ -116,3 +116,6 @@ cli.add_command(models)
 from mlx_agent.cli.pull import pull  # noqa: E402  (pull: a reviewed download, its own preview and confirm)
 
 cli.add_command(pull)
+from mlx_agent.cli.mcp_server import mcp  # noqa: E402  (mcp: the commands above as MCP tools, over stdio)
+
+cli.add_command(mcp)

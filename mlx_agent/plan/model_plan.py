@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import sysconfig
 from pathlib import Path
 
 from mlx_agent.canonical import canonical_json
@@ -27,7 +26,7 @@ from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, reviewed_executable, runtime_checks
 from mlx_agent.plan.runtime_select import MLX_VLM, select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
-from mlx_agent.resources import PACKAGE_DIR
+from mlx_agent.resources import checkout_root
 from mlx_agent.wire import (
     CHAT_TEMPLATE_FLAG,
     CONTEXT_WINDOW_FLAG,
@@ -108,9 +107,8 @@ def child_env(launcher: str) -> dict[str, str]:
     env = dict(OFFLINE_ENV)
     if launcher == "wrapped":
         # From a checkout the package is not installed: point the child at the source tree it was planned from.
-        root = str(PACKAGE_DIR.parent)
-        installed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-        if root not in installed:
+        root = checkout_root()
+        if root is not None:
             env["PYTHONPATH"] = root
     return env
 
