@@ -155,6 +155,8 @@ SLOW_FIRST = (
     "tests/e2e/test_wire_agents.py",
     "tests/integration/test_slow_bodies.py",
     "tests/e2e/test_agent_run.py",
+    "tests/e2e/test_mcp_agents.py",
+    "tests/integration/test_pull_cli.py",
     "tests/e2e/test_concurrent_serving.py",
     "tests/e2e/test_agent_compaction.py",
     "tests/e2e/test_prompt_cache_disk.py",

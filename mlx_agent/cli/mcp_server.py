@@ -76,10 +76,10 @@ def run_tool(tool: Tool, arguments: dict[str, Any] | None) -> tuple[str, bool]:
         sys.stderr.write(done.stderr)
         sys.stderr.flush()
     try:
-        doc = json.loads(done.stdout)
+        text, doc = last_document(done.stdout)
         failed = doc["status"] == "error"
     except (ValueError, TypeError, KeyError):
-        doc, failed = None, True
+        text, doc, failed = "", None, True
     if doc is None or failed != (done.returncode != 0):
         return _refused(
             tool,
@@ -88,7 +88,26 @@ def run_tool(tool: Tool, arguments: dict[str, Any] | None) -> tuple[str, bool]:
                 details={"exit_code": done.returncode, "stderr": done.stderr[-STDERR_KEPT:]},
             ),
         )
-    return done.stdout.strip(), failed
+    return text, failed
+
+
+def last_document(stdout: str) -> tuple[str, Any]:
+    """Return the text and value of the last JSON document on a command's stdout.
+
+    A command prints its envelope last; one that reports progress under ``--json`` (``pull --confirm``) prints
+    a line for each step before it, which an MCP call does not return (its result is the envelope alone).
+    """
+    decoder, at, last = json.JSONDecoder(), 0, None
+    while at < len(stdout):
+        if stdout[at].isspace():
+            at += 1
+            continue
+        start = at
+        value, at = decoder.raw_decode(stdout, at)
+        last = (stdout[start:at], value)
+    if last is None:
+        raise ValueError("no JSON document")
+    return last
 
 
 def _server() -> Any:

@@ -63,8 +63,8 @@ class Tool:
 
 
 WIRED_AGENT = (("agent", "The agent whose own config file is edited: claude, codex or opencode."),)
-# Adding a command is one row: `pull` (its preview, then its confirm) joins as
-#     Tool("pull_preview", ("pull",), PREVIEW), Tool("pull_confirm", ("pull",), CONFIRM),
+PULLED_REPO = (("repo", "The Hugging Face repo to fetch, ORG/NAME."),)
+# Adding a command is one row (or two: its preview, then its confirm).
 TOOLS: tuple[Tool, ...] = (
     Tool("models", ("models",), looks_only=True),
     Tool("serve_preview", ("serve", "start"), PREVIEW),
@@ -75,6 +75,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("logs", ("serve", "logs"), leave_out=("follow",), looks_only=True),
     Tool("wire_preview", ("wire", "agent"), PREVIEW, operation="wire", argument_help=WIRED_AGENT),
     Tool("wire_confirm", ("wire", "agent"), CONFIRM, operation="wire", argument_help=WIRED_AGENT),
+    Tool("pull_preview", ("pull",), PREVIEW, argument_help=PULLED_REPO),
+    Tool("pull_confirm", ("pull",), CONFIRM, argument_help=PULLED_REPO),
 )
 BY_NAME = {tool.name: tool for tool in TOOLS}
 

@@ -18,6 +18,7 @@ import pytest
 from mlx_agent.cli.mcp_tools import BY_NAME, TOOLS, input_schema
 from tests.conftest import Agent, assert_valid, free_port
 from tests.e2e.mcp_support import mcp_tools
+from tests.hub_standin import Hub, model_files, serve
 
 pytestmark = pytest.mark.e2e
 
@@ -107,7 +108,7 @@ def test_bad_calls_come_back_as_error_envelopes(agent: Agent, tmp_path: Path) ->
             listed = await tools.session.list_tools()
             assert [t.name for t in listed.tools] == [t.name for t in TOOLS]
             looking = {t.name for t in listed.tools if t.annotations is not None and t.annotations.read_only_hint}
-            assert looking == {"models", "serve_preview", "status", "logs", "wire_preview"}
+            assert looking == {"models", "serve_preview", "status", "logs", "wire_preview", "pull_preview"}
             confirm = next(t for t in listed.tools if t.name == "serve_confirm")
             assert confirm.input_schema == input_schema(BY_NAME["serve_confirm"])
             nothing = await tools.call("launch_everything")
@@ -121,3 +122,34 @@ def test_bad_calls_come_back_as_error_envelopes(agent: Agent, tmp_path: Path) ->
             assert missing.is_error and missing.code == "receipt_not_found", missing.doc
 
     anyio.run(session)
+
+
+def test_an_agent_previews_then_pulls_a_model_from_the_hub(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
+    """pull_preview, a stale pull_confirm, then pull_confirm by its hash: the CLI's envelopes, the files fetched."""
+    hub = Hub()
+    with serve(hub):
+        commit = hub.publish("org/tiny", model_files(tiny_model))
+        env = {**_env(agent, tmp_path), "HF_ENDPOINT": hub.url}
+        env.pop("HF_HUB_OFFLINE", None)
+        cli_preview = Agent(agent.home, env).run("pull", "org/tiny")
+        assert cli_preview.rc == 0, cli_preview.stderr
+
+        async def session() -> None:
+            async with mcp_tools(env, agent.home) as tools:
+                preview = await tools.call("pull_preview", repo="org/tiny")
+                # The same envelope `pull --json` prints, the disk's free bytes aside (they move between the two).
+                assert preview.data["plan"] == cli_preview.data["plan"], (preview.data, cli_preview.data)
+                assert {**preview.doc, "data": None} == {**cli_preview.doc, "data": None}
+                assert_valid("pull_preview", preview.data)
+                assert preview.data["plan"]["commit"] == commit
+                stale = await tools.call("pull_confirm", repo="org/tiny", preview_hash=STALE)
+                assert stale.is_error and stale.code == "preview_stale", stale.doc
+                pulled = await tools.call(
+                    "pull_confirm", repo="org/tiny", preview_hash=preview.data["plan"]["preview_hash"]
+                )
+                assert not pulled.is_error and pulled.doc["operation"] == "pull", pulled.doc
+                assert_valid("pull_result", pulled.data)  # the envelope alone: the progress lines are left out
+                snapshot = Path(pulled.data["snapshot"])
+                assert sorted(p.name for p in snapshot.iterdir()) == sorted(model_files(tiny_model))
+
+        anyio.run(session)

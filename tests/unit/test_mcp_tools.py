@@ -16,7 +16,7 @@ pytestmark = pytest.mark.fast
 
 
 def test_the_tools_are_the_issued_operations() -> None:
-    """The table holds the CLI's operations by the names agents call (pull joins when its command exists)."""
+    """The table holds the CLI's operations by the names agents call, pull's two steps included."""
     assert [t.name for t in TOOLS] == [
         "models",
         "serve_preview",
@@ -27,6 +27,8 @@ def test_the_tools_are_the_issued_operations() -> None:
         "logs",
         "wire_preview",
         "wire_confirm",
+        "pull_preview",
+        "pull_confirm",
     ]
     for tool in TOOLS:
         assert command_of(tool).name == tool.command[-1]
@@ -108,11 +110,28 @@ def test_an_unknown_or_ill_typed_argument_is_refused(arguments: dict[str, object
 
 
 def test_a_new_row_is_a_tool() -> None:
-    """A row naming any command of the tree is a tool with that command's options: pull_preview will be one row."""
+    """A row naming any command of the tree is a tool with that command's options."""
     tool = Tool("train_preview", ("lora", "train"), PREVIEW)
     props = input_schema(tool)["properties"]
     assert {"data", "adapter_path", "iters"} <= set(props)
     assert argv(tool, {"data": "/d", "iters": 3})[-4:] == ["train", "--data=/d", "--iters=3", "--json"]
+
+
+def test_pull_tools_take_the_repo_and_its_options_and_step() -> None:
+    """pull_preview and pull_confirm take the repo and pull's options; only the confirm carries the hash."""
+    preview, confirm = BY_NAME["pull_preview"], BY_NAME["pull_confirm"]
+    schema = input_schema(confirm)
+    assert {"repo", "revision", "allow_code", "preview_hash"} <= set(schema["properties"])
+    assert "repo" in schema["required"] and "preview_hash" in schema["required"]
+    assert "preview_hash" not in input_schema(preview)["properties"]
+    assert preview.read_only and not confirm.read_only
+    assert argv(preview, {"repo": "org/name", "revision": "v2"}) == [
+        "pull",
+        "--revision=v2",
+        "--json",
+        "--",
+        "org/name",
+    ]
 
 
 def test_without_the_sdk_the_server_is_refused_with_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,3 +180,14 @@ def test_a_command_without_its_envelope_is_an_internal_error(
     doc = json.loads(text)
     assert failed and doc["operation"] == "serve.status" and doc["status"] == "error"
     assert doc["error"]["code"] == "internal_error" and doc["error"]["details"] == {"exit_code": rc, "stderr": "boom\n"}
+
+
+def test_a_command_that_reports_progress_answers_with_its_envelope_alone() -> None:
+    """Progress lines before the envelope (pull --confirm --json) are left out of the tool's result."""
+    from mlx_agent.cli.mcp_server import last_document
+
+    envelope = '{\n  "status": "ok",\n  "data": {}\n}'
+    stdout = '{"file": "a", "done_bytes": 1}\n{"file": "b", "done_bytes": 2}\n' + envelope + "\n"
+    assert last_document(stdout) == (envelope, {"status": "ok", "data": {}})
+    with pytest.raises(ValueError):
+        last_document("  \n")
