@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments
 from mlx_agent.files import sha256_file
+from mlx_agent.port_files import PortFiles
 from mlx_agent.wire import (
     BODY_GRACE_S,
     BODY_MIN_RATE,
@@ -42,10 +43,11 @@ MLX_LM_DECODE_CONCURRENCY = 32  # mlx_lm.server's --decode-concurrency default, 
 
 def front_paths(serve_dir: Path, port: int) -> dict[str, str]:
     """Return where the front's private files live, beside the receipt of ``port``."""
+    files = PortFiles(serve_dir, port)
     return {
-        "config_path": str(serve_dir / f"{port}.front.json"),
-        "token_path": str(serve_dir / f"{port}.token"),
-        "policy_path": str(serve_dir / f"{port}.policy.json"),
+        "config_path": str(files.front_config),
+        "token_path": str(files.token),
+        "policy_path": str(files.policy),
     }
 
 
@@ -54,13 +56,13 @@ def worker_paths(serve_dir: Path, port: int, index: int) -> tuple[Path, Path]:
 
     Both live beside the receipt of ``port``, private to it: confirm writes the reviewed hosts there.
     """
-    stem = f"{port}.worker" if index == 0 else f"{port}.worker-{index}"
-    return serve_dir / f"{stem}.log", serve_dir / f"{stem}.hosts.json"
+    files = PortFiles(serve_dir, port)
+    return files.worker_log(index), files.worker_hosts(index)
 
 
 def socket_dir(serve_dir: Path, port: int) -> str:
     """Return the directory the front creates (0700) for its workers' sockets, or "" for a private temp one."""
-    path = serve_dir / f"{port}.sockets"
+    path = PortFiles(serve_dir, port).sockets
     return str(path) if len(str(path)) <= MAX_SOCKET_DIR else ""
 
 

@@ -20,6 +20,7 @@ from mlx_agent.plan.model_plan import ResolvedModel, build_model_plan, child_env
 from mlx_agent.plan.model_spec import model_policy
 from mlx_agent.plan.requests import ModelRequest
 from mlx_agent.policy import policy_from_options
+from mlx_agent.port_files import PortFiles
 from mlx_agent.wire import HOST, PLAN_VERSION
 
 TYPE_CHECKING = False
@@ -131,7 +132,7 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
     if req.supervisor != "mlx-agent":
         from mlx_agent.plan.units import build_unit  # plistlib and configparser only when a unit is asked for
 
-        log = str(serve_dir / f"{port}.log")
+        log = str(PortFiles(serve_dir, port).log)
         plan["unit"] = build_unit(req.supervisor, plan, req.unit_dir, log, req.restart)
     return plan
 
