@@ -171,6 +171,10 @@ class RecipeCapabilities(TypedDict):
     kv_bits: NotRequired[bool]
     chat_template: NotRequired[bool]  # --chat-template FILE: the worker renders with the reviewed file instead
     tool_parser: NotRequired[bool]  # --tool-parser NAME: the worker reads calls with the named parser
+    batch_slots: NotRequired[Positive]  # the worker batches this many requests at once (else the front holds them)
+    serial_with: NotRequired[list[Literal["draft_model", "kv_bits"]]]  # options under which it serves one at a time
+    vision: NotRequired[bool]  # it serves models with a vision tower (config.json's markers); others get none
+    groups: NotRequired[bool]  # its wrapped worker serves one model across an mlx.launch group of ranks
 
 
 @with_config(STRICT)

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 FRONT_READINESS: ReadinessRecord = {"path": "/health", "status": 200, "json": {"ready": True}}
 # AF_UNIX paths are limited to 108 bytes; a longer state directory gets a private temporary one at start.
 MAX_SOCKET_DIR = 80
-MLX_LM_DECODE_CONCURRENCY = 32  # mlx_lm.server's --decode-concurrency default, which plans do not change
 
 
 def front_paths(serve_dir: Path, port: int) -> dict[str, str]:
@@ -167,12 +166,18 @@ def hidden_names(model: ModelPlan) -> list[str]:
 def worker_slots(model: ModelPlan) -> int | None:
     """Return how many requests the model's worker runs at once (the front holds the rest), or None if unknown.
 
-    mlx_lm batches up to its decode concurrency, except with a draft model or a quantized KV cache, where it
-    serves one request at a time; another runtime's batching is not known, so the front does not hold its requests.
+    A runtime whose recipe has ``batch_slots`` batches that many (mlx_lm: its --decode-concurrency), except under
+    an option its ``serial_with`` names (a draft model, a quantized KV cache), where it serves one at a time; a
+    runtime without it is not known to batch, so the front does not hold its requests.
     """
-    if model["runtime"].get("name") != "mlx_lm":
+    from mlx_agent.plan.recipes import load_recipe
+
+    capabilities = load_recipe(model["runtime"]["name"])[0]["capabilities"]
+    slots = capabilities.get("batch_slots")
+    if slots is None:
         return None
-    return 1 if model["draft"] is not None or model["kv_cache"] is not None else MLX_LM_DECODE_CONCURRENCY
+    used = {"draft_model": model["draft"] is not None, "kv_bits": model["kv_cache"] is not None}
+    return 1 if any(used[option] for option in capabilities.get("serial_with", [])) else slots
 
 
 def model_config(model: ModelPlan) -> FrontModelConfig:

@@ -25,7 +25,7 @@ from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, reviewed_executable, runtime_checks
-from mlx_agent.plan.runtime_select import MLX_VLM, select_runtime
+from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
 from mlx_agent.resources import PACKAGE_DIR
 from mlx_agent.wire import (
@@ -266,12 +266,13 @@ def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
 def model_kind(recipe: Recipe, config: dict[str, Any]) -> Literal["text", "vision", "embedding"]:
     """Return what the model serves: a recipe's own ``kind`` (embeddings), or chat that reads images or not.
 
-    A vision model is one mlx-vlm serves with a vision tower in its config.json (``runtime_select``); mlx-vlm
-    also serves text-only model types, and mlx_lm is never given a vision model.
+    A vision model is one a runtime with the ``vision`` capability (mlx-vlm) serves with a vision tower in its
+    config.json (``runtime_select``); such a runtime also serves text-only model types, and one without the
+    capability is never given a vision model.
     """
     if recipe.get("kind") == "embedding":
         return "embedding"
-    return "vision" if recipe["name"] == MLX_VLM and vision_markers(config) else "text"
+    return "vision" if recipe["capabilities"].get("vision") and vision_markers(config) else "text"
 
 
 class ResolvedModel:
