@@ -82,7 +82,12 @@ def test_vision_comes_from_the_recipe(throwaway: Path) -> None:
 def test_groups_come_from_the_recipe(throwaway: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only a runtime with the groups capability gets past the runtime check to the model's own (sharding)."""
     asked: list[tuple[str, ...]] = []
-    monkeypatch.setattr(group, "_architecture", lambda *args: asked.append(args) or (False, False))
+
+    def architecture(*args: str) -> tuple[bool, bool]:
+        asked.append(args)
+        return False, False  # no class of this type shards or pipelines
+
+    monkeypatch.setattr(group, "_architecture", architecture)
     assert group_refusal("toy-none").details.get("runtime") == "toy-none"
     assert group_refusal("toy-all").details.get("parallelism") == "tensor"
     assert group_refusal("mlx-vlm").details.get("runtime") == "mlx-vlm"
