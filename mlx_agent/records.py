@@ -175,6 +175,7 @@ class RecipeCapabilities(TypedDict):
     serial_with: NotRequired[list[Literal["draft_model", "kv_bits"]]]  # options under which it serves one at a time
     vision: NotRequired[bool]  # it serves models with a vision tower (config.json's markers); others get none
     groups: NotRequired[bool]  # its wrapped worker serves one model across an mlx.launch group of ranks
+    reply_limits: NotRequired[bool]  # its wrapped worker applies --reasoning-budget, --hedge-limit, ... (limits.py)
 
 
 @with_config(STRICT)
@@ -264,6 +265,16 @@ class KvCacheRecord(TypedDict):
 
     kv_bits: Literal[2, 3, 4, 5, 6, 8]
     kv_group_size: Literal[32, 64, 128]
+
+
+@with_config(STRICT)
+class ReplyLimitsRecord(TypedDict):
+    """The wrapped worker's reply limits for a request naming none (``--reasoning-budget`` and friends; 0: off)."""
+
+    reasoning_budget: Count
+    hedge_limit: Count
+    repeat_limit: Count
+    limit_answers: bool
 
 
 @with_config(STRICT)
@@ -363,6 +374,7 @@ class ModelPlan(TypedDict):
     policy: ModelPolicyRecord
     worker: WorkerRecord
     agents: NotRequired[AgentsRecord | None]  # plan 3.1; None for an embedding model
+    reply_limits: NotRequired[ReplyLimitsRecord | None]  # plan 3.2; None where the worker applies none
 
 
 @with_config(STRICT)

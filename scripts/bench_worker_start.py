@@ -26,10 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ARGV = [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--help"]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.contract_support import contract
+
+HELP = ["mlx_lm", "--help", *contract()]  # the entry reads its contract first, then mlx_lm parses --help
+ARGV = [sys.executable, "-m", "mlx_agent.runtime", *HELP]
 NO_PAUSE = "import contextlib, mlx_agent.startup_gc as g; g.collector_paused = contextlib.nullcontext\n"
 WORKER = (
-    "import runpy, sys; sys.argv = ['x', 'mlx_lm', '--help']; "
+    f"import runpy, sys; sys.argv = ['x', *{HELP!r}]; "
     "runpy.run_module('mlx_agent.runtime', run_name='__main__')"
 )
 FRONT = (

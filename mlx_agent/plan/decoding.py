@@ -13,7 +13,7 @@ from mlx_agent.errors import DraftModelMismatch, UnsupportedRuntime
 from mlx_agent.identity import with_digests
 from mlx_agent.plan.requests import DEFAULT_KV_GROUP_SIZE
 from mlx_agent.plan.source import REPO_ID, resolve_path_source, resolve_repo_source
-from mlx_agent.wire import PROMPT_CACHE_DISK_GB_FLAG, PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER
+from mlx_agent.wire import PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER
 
 PROMPT_CACHE_DIR = "prompt-cache"  # under $MLX_AGENT_HOME: one 0700 directory per model identity
 
@@ -103,7 +103,10 @@ def prompt_cache_plan(spec: ModelRequest, recipe: Recipe, runtime: Mapping[str, 
 
 
 def prompt_cache_args(record: PromptCacheRecord | None) -> list[str]:
-    """Return the wrapped entry's flags for keeping the prompt cache (its directory filled in by the front)."""
+    """Return the wrapped entry's flag for keeping the prompt cache, its directory filled in by the front at each load.
+
+    Its disk limit is the contract's (``prompt_cache_disk_gb``).
+    """
     if record is None:
         return []
-    return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER, PROMPT_CACHE_DISK_GB_FLAG, repr(float(record["disk_gb"]))]
+    return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER]

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord, Recipe
+    from mlx_agent.worker_contract import ModelCheck
 
 BACKENDS = ("ring", "jaccl")
 DEFAULT_RING_PORT = 32323  # mlx.launch's default; never planned: a port is given, or chosen at confirm
@@ -197,11 +198,11 @@ def ring_port_count(group: GroupRecord) -> int:
     return sum(len(host["ips"]) for host in group["hosts"])
 
 
-def model_expectations(source: Mapping[str, Any]) -> list[str]:
-    """Return the entry's flags binding the model's files as every host's copy shares them (content, not stat)."""
-    from mlx_agent.wire import MODEL_CHECK_FLAG
+def model_expectations(source: Mapping[str, Any]) -> tuple[ModelCheck, ...]:
+    """Return the contract's checks binding the model's files as every host's copy shares them (content, not stat)."""
+    from mlx_agent.worker_contract import ModelCheck
 
-    args: list[str] = []
+    checks: list[ModelCheck] = []
     root = Path(source["path"])
     for record in source["files"]:
         if "sha256" in record:
@@ -212,8 +213,8 @@ def model_expectations(source: Mapping[str, Any]) -> list[str]:
             method, digest = "header", record["header_sha256"]
         else:
             method, digest = "size", ""
-        args += [MODEL_CHECK_FLAG, f"{root / record['name']}={method}:{digest}:{record['size']}"]
-    return args
+        checks.append(ModelCheck(str(root / record["name"]), method, digest, record["size"]))
+    return tuple(checks)
 
 
 def launcher_argv(group: GroupRecord, interpreter: str, env: dict[str, str], entry_argv: list[str]) -> list[str]:
