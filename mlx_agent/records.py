@@ -375,6 +375,7 @@ class ModelPlan(TypedDict):
     worker: WorkerRecord
     agents: NotRequired[AgentsRecord | None]  # plan 3.1; None for an embedding model
     reply_limits: NotRequired[ReplyLimitsRecord | None]  # plan 3.2; None where the worker applies none
+    decode_concurrency: NotRequired[Positive | None]  # plan 3.2: --decode-concurrency; None: the runtime's own
 
 
 @with_config(STRICT)

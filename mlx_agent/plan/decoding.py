@@ -77,9 +77,19 @@ def kv_cache_plan(spec: ModelRequest, recipe: Recipe) -> KvCacheRecord | None:
     return record  # type: ignore[return-value]
 
 
-def decoding_args(draft: DraftRecord | None, kv_cache: KvCacheRecord | None) -> list[str]:
-    """Return mlx_lm's flags for the draft model and the KV-cache quantization."""
-    args: list[str] = []
+def decode_concurrency_plan(spec: ModelRequest, recipe: Recipe) -> int | None:
+    """Return the plan's ``decode_concurrency`` (None: the runtime's own, the recipe's ``batch_slots``)."""
+    if spec.decode_concurrency is None:
+        return None
+    _refuse_unless(recipe, "batch_slots", "--decode-concurrency")
+    return spec.decode_concurrency
+
+
+def decoding_args(
+    draft: DraftRecord | None, kv_cache: KvCacheRecord | None, decode_concurrency: int | None = None
+) -> list[str]:
+    """Return mlx_lm's flags for the draft model, the KV-cache quantization and the decode concurrency."""
+    args: list[str] = [] if decode_concurrency is None else ["--decode-concurrency", str(decode_concurrency)]
     if draft is not None:
         args += ["--draft-model", draft["source"]["path"]]
         if draft["num_draft_tokens"] is not None:

@@ -166,9 +166,10 @@ def hidden_names(model: ModelPlan) -> list[str]:
 def worker_slots(model: ModelPlan) -> int | None:
     """Return how many requests the model's worker runs at once (the front holds the rest), or None if unknown.
 
-    A runtime whose recipe has ``batch_slots`` batches that many (mlx_lm: its --decode-concurrency), except under
-    an option its ``serial_with`` names (a draft model, a quantized KV cache), where it serves one at a time; a
-    runtime without it is not known to batch, so the front does not hold its requests.
+    A runtime whose recipe has ``batch_slots`` batches that many (mlx_lm: its --decode-concurrency default), or the
+    plan's ``--decode-concurrency``, except under an option its ``serial_with`` names (a draft model, a quantized
+    KV cache), where it serves one at a time; a runtime without it is not known to batch, so the front does not
+    hold its requests.
     """
     from mlx_agent.plan.recipes import load_recipe
 
@@ -177,7 +178,9 @@ def worker_slots(model: ModelPlan) -> int | None:
     if slots is None:
         return None
     used = {"draft_model": model["draft"] is not None, "kv_bits": model["kv_cache"] is not None}
-    return 1 if any(used[option] for option in capabilities.get("serial_with", [])) else slots
+    if any(used[option] for option in capabilities.get("serial_with", [])):
+        return 1
+    return model.get("decode_concurrency") or slots
 
 
 def model_config(model: ModelPlan) -> FrontModelConfig:

@@ -20,7 +20,14 @@ from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.agent_support import agents_record, check_options, template_checks
-from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
+from mlx_agent.plan.decoding import (
+    decode_concurrency_plan,
+    decoding_args,
+    draft_plan,
+    kv_cache_plan,
+    prompt_cache_args,
+    prompt_cache_plan,
+)
 from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
@@ -318,7 +325,8 @@ def build_model_plan(
         extra_args += ["--adapter-path", adapter["path"]]
     draft = draft_plan(spec, recipe, config)
     kv_cache = kv_cache_plan(spec, recipe)
-    extra_args += decoding_args(draft, kv_cache)
+    concurrency = decode_concurrency_plan(spec, recipe)
+    extra_args += decoding_args(draft, kv_cache, concurrency)
     lookup = accel.prompt_lookup(
         spec.prompt_lookup,
         recipe,
@@ -395,6 +403,7 @@ def build_model_plan(
         "prefill_kernel": prefill,
         "draft": draft,
         "kv_cache": kv_cache,
+        "decode_concurrency": concurrency,
         "prompt_cache": prompt_cache,
         "group": group,
         "max_tokens": spec.max_tokens,

@@ -179,6 +179,12 @@ class ModelRequest(Record):
         "The most a request may ask for (default: the model's context window less the prompt).",
         minimum=1,
     )
+    decode_concurrency: int | None = option(
+        "--decode-concurrency",
+        "int",
+        "mlx_lm: decode up to this many requests at once (default: mlx_lm's, 32); the front holds the rest.",
+        minimum=1,
+    )
     reasoning_budget: int | None = option(
         "--reasoning-budget",
         "int",

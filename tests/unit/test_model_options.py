@@ -69,6 +69,7 @@ CASES = [
     Case("ring_port", {"path": "@model", "hosts": LOCAL_PAIR, "ring_port": 40000}),
     Case("max_tokens", {"path": "@model", "max_tokens": 64}),
     Case("max_tokens_ceiling", {"path": "@model", "max_tokens_ceiling": 128}),
+    Case("decode_concurrency", {"path": "@model", "decode_concurrency": 4}),
     Case("reasoning_budget", {"path": "@model", "reasoning_budget": 256}),
     Case("hedge_limit", {"path": "@model", "hedge_limit": 0}),
     Case("repeat_limit", {"path": "@model", "repeat_limit": 5}),

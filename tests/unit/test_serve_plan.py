@@ -261,3 +261,18 @@ def test_the_reply_limits_are_per_model_options_in_the_plan_and_the_contract(tin
     }
     with pytest.raises(UnsupportedRuntime, match="--repeat-limit"):
         plan_for(tiny_model, runtime="mlx-vlm", repeat_limit=2)
+
+
+def test_decode_concurrency_reaches_mlx_lm_and_the_front_s_slots(tiny_model: Path) -> None:
+    """--decode-concurrency is mlx_lm's own flag in the worker's argv, the plan's field and the front's slots."""
+    from mlx_agent.plan.front import front_config
+
+    plan = plan_for(tiny_model, decode_concurrency=4)
+    model = plan["models"][0]
+    argv = model["worker"]["argv"]
+    assert model["decode_concurrency"] == 4 and argv[argv.index("--decode-concurrency") + 1] == "4"
+    assert front_config(plan)["models"][0]["worker_slots"] == 4
+    assert plan_for(tiny_model)["models"][0]["decode_concurrency"] is None
+    assert front_config(plan_for(tiny_model, decode_concurrency=4, kv_bits=4))["models"][0]["worker_slots"] == 1
+    with pytest.raises(UnsupportedRuntime, match="--decode-concurrency"):
+        plan_for(tiny_model, runtime="mlx-vlm", decode_concurrency=4)
