@@ -32,10 +32,7 @@ from tests.contract_support import contract
 HELP = ["mlx_lm", "--help", *contract()]  # the entry reads its contract first, then mlx_lm parses --help
 ARGV = [sys.executable, "-m", "mlx_agent.runtime", *HELP]
 NO_PAUSE = "import contextlib, mlx_agent.startup_gc as g; g.collector_paused = contextlib.nullcontext\n"
-WORKER = (
-    f"import runpy, sys; sys.argv = ['x', *{HELP!r}]; "
-    "runpy.run_module('mlx_agent.runtime', run_name='__main__')"
-)
+WORKER = f"import runpy, sys; sys.argv = ['x', *{HELP!r}]; runpy.run_module('mlx_agent.runtime', run_name='__main__')"
 FRONT = (
     "from mlx_agent.startup_gc import collector_paused\n"
     "with collector_paused():\n"
