@@ -171,6 +171,11 @@ class RecipeCapabilities(TypedDict):
     kv_bits: NotRequired[bool]
     chat_template: NotRequired[bool]  # --chat-template FILE: the worker renders with the reviewed file instead
     tool_parser: NotRequired[bool]  # --tool-parser NAME: the worker reads calls with the named parser
+    batch_slots: NotRequired[Positive]  # the worker batches this many requests at once (else the front holds them)
+    serial_with: NotRequired[list[Literal["draft_model", "kv_bits"]]]  # options under which it serves one at a time
+    vision: NotRequired[bool]  # it serves models with a vision tower (config.json's markers); others get none
+    groups: NotRequired[bool]  # its wrapped worker serves one model across an mlx.launch group of ranks
+    reply_limits: NotRequired[bool]  # its wrapped worker applies --reasoning-budget, --hedge-limit, ... (limits.py)
 
 
 @with_config(STRICT)
@@ -260,6 +265,16 @@ class KvCacheRecord(TypedDict):
 
     kv_bits: Literal[2, 3, 4, 5, 6, 8]
     kv_group_size: Literal[32, 64, 128]
+
+
+@with_config(STRICT)
+class ReplyLimitsRecord(TypedDict):
+    """The wrapped worker's reply limits for a request naming none (``--reasoning-budget`` and friends; 0: off)."""
+
+    reasoning_budget: Count
+    hedge_limit: Count
+    repeat_limit: Count
+    limit_answers: bool
 
 
 @with_config(STRICT)
@@ -359,6 +374,8 @@ class ModelPlan(TypedDict):
     policy: ModelPolicyRecord
     worker: WorkerRecord
     agents: NotRequired[AgentsRecord | None]  # plan 3.1; None for an embedding model
+    reply_limits: NotRequired[ReplyLimitsRecord | None]  # plan 3.2; None where the worker applies none
+    decode_concurrency: NotRequired[Positive | None]  # plan 3.2: --decode-concurrency; None: the runtime's own
 
 
 @with_config(STRICT)

@@ -8,7 +8,8 @@ the control path, the environment every child gets, and the limits of a request 
 
 # Format versions: readers refuse an unknown major version and read older minors.
 ENVELOPE_VERSION = "1.0"  # the CLI's --json envelope
-PLAN_VERSION = "3.1"  # serve plans and the serve receipts that embed them (3.1: each model's agents record; 3.0:
+PLAN_VERSION = "3.2"  # serve plans and the serve receipts that embed them (3.2: each model's reply_limits and
+# decode_concurrency; 3.1: each model's agents record; 3.0:
 # the seed's decode_profile and prefill_kernel names again, max_tokens null when --max-tokens is not given; 2.0:
 # every server has a front)
 TRAINING_VERSION = "1.0"  # lora train plans and receipts
@@ -57,29 +58,19 @@ GRANTED_MAX_TOKENS_HEADER = "x-mlx-agent-granted-max-tokens"
 # (``{"text", "error"}``); the front counts them (``mlx_agent_unparsed_tool_calls_total``).
 UNPARSED_TOOL_CALLS = "unparsed_tool_calls"
 
-# The wrapped entry's own flags, taken out of argv before the runtime parses the rest.
+# The wrapped entry: what the plan fixes for it crosses as one record (``worker_contract``); what its front fills
+# in at each load stays a flag of its own, taken out of argv with the contract before the runtime parses the rest.
 ENTRY_MODULE = "mlx_agent.runtime"
 FRONT_MODULE = "mlx_agent.gateway"
-FILE_CHECK_FLAG = "--mlx-agent-expect"  # PATH=SHA256:SIZE, rechecked before the model loads
-PROMPT_LOOKUP_FLAG = "--mlx-agent-prompt-lookup"
-M5_PREFILL_FLAG = "--mlx-agent-m5-prefill"
-EXPECT_VERSIONS_FLAG = "--mlx-agent-expect-versions"  # mlx=V,mlx-lm=V[,mlx-metal=V]
-EXPECT_SOURCE_FLAG = "--mlx-agent-expect-source"  # NAME=SHA256 of a bundled source or the support file
 SOCKET_FLAG = "--mlx-agent-socket"  # the Unix socket a worker behind the front listens on
-CONTEXT_WINDOW_FLAG = "--mlx-agent-context-window"  # the model's context: longer prompts are refused, replies cut
-CHAT_TEMPLATE_FLAG = "--mlx-agent-chat-template"  # PATH=SHA256:SIZE of --chat-template, read and checked at load
-TOOL_PARSER_FLAG = "--mlx-agent-tool-parser"  # --tool-parser's name, given to mlx_lm's own parser selection
-# The front's body cap and read deadlines, applied by the wrapped worker to what it reads off its own socket
-# (absent: MAX_BODY_BYTES, HEADER_TIMEOUT_S and BODY_TIMEOUT_S, the plan's values).
-MAX_BODY_FLAG = "--mlx-agent-max-body-bytes"
-HEADER_TIMEOUT_FLAG = "--mlx-agent-header-timeout"
-BODY_TIMEOUT_FLAG = "--mlx-agent-body-timeout"
+# The reply limits a request naming none gets, where the model's plan sets none (0: no limit; runtime/serving/limits).
+REASONING_BUDGET = 0
+HEDGE_LIMIT = 12
+REPEAT_LIMIT = 3
 # Serving one model from a group of ranks (docs/distributed.md). The plan runs the entry under this launcher
 # (mlx.launch with a quiet forwarder and an honest exit status), and gives every rank the base model's reviewed
-# files, which each rank rechecks in its own copy before it loads: PATH=METHOD:HEX:SIZE, METHOD sha256 (full
-# content), header (sha256 of a safetensors header), blob (the HF cache blob's name) or size (HEX empty).
+# files (the contract's ``model_checks``), which each rank rechecks in its own copy before it loads.
 LAUNCH_MODULE = "mlx_agent.runtime.distributed.launcher"
-MODEL_CHECK_FLAG = "--mlx-agent-expect-model"
 EXIT_MODEL_CHANGED = 65  # a rank's copy of the model is not what was reviewed (refusal line model_changed)
 EXIT_RANK_LOST = 75  # a rank lost its group: a peer or its launcher went away
 # A ring group planned without --ring-port has this in its launcher argv; confirm puts the first port it chose.
@@ -120,6 +111,5 @@ def front_proof(token: str, challenge: str) -> str:
 # every saved entry of the home within the byte limit (least recently used first out).
 PROMPT_CACHE_FLAG = "--mlx-agent-prompt-cache"
 PROMPT_CACHE_PLACEHOLDER = "{prompt_cache}"  # the front puts the model's directory here at each spawn
-PROMPT_CACHE_DISK_GB_FLAG = "--mlx-agent-prompt-cache-disk-gb"  # --prompt-cache-disk-gb, as the plan reviewed it
 PROMPT_CACHE_QUARANTINE = "quarantine"  # beside a model's kept entries: those the worker refused to restore
 PROMPT_CACHE_REPORT = "last-save.json"  # beside them too: what the last save did (saved, skipped, failed)

@@ -66,7 +66,6 @@ import bench_gateway  # noqa: E402  (the sibling script that starts an eager fro
 import bench_prompt_lookup  # noqa: E402  (the sibling script that trains the copy model)
 from bench_gateway_apis import chat_event, messages_event, responses_event, timed_stream  # noqa: E402
 
-from mlx_agent.wire import PROMPT_LOOKUP_FLAG  # noqa: E402
 from tests.e2e.wrapped_support import running  # noqa: E402
 
 STACK_TARGET, API_TARGET, LOOKUP_TARGET, CODE_TARGET = 0.98, 0.97, 0.98, 2.0
@@ -395,12 +394,14 @@ def build_model(directory: Path) -> Path:
 
 
 @contextmanager
-def stack(directory: Path, model: Path, tokens: int, *flags: str) -> Iterator[Target]:
-    """Run the whole stack (an eager front over the wrapped worker, with ``flags``) until the block ends."""
+def stack(directory: Path, model: Path, tokens: int, *flags: str, lookup: bool = False) -> Iterator[Target]:
+    """Run the whole stack (an eager front over the wrapped worker: mlx_lm's ``flags``, lookup) until the block ends."""
     directory.mkdir(parents=True, exist_ok=True)
-    gateway = bench_gateway.front(directory, model, tokens, eager=True, worker_flags=flags)
+    contract = {"prompt_lookup": lookup}
+    gateway = bench_gateway.front(directory, model, tokens, eager=True, worker_flags=flags, contract=contract)
     try:
-        target = Target(f"ours{'+' + '+'.join(flags) if flags else ''}", gateway.port, "org/tiny", gateway.proc.pid)
+        named = [*flags, *(["--prompt-lookup"] if lookup else [])]
+        target = Target(f"ours{'+' + '+'.join(named) if named else ''}", gateway.port, "org/tiny", gateway.proc.pid)
         warm_up(target, ("chat", "chat_stream", "messages", "responses"))
         yield target
     finally:
@@ -442,7 +443,7 @@ def main() -> int:
             copier = bench_prompt_lookup.build_model()
             with (
                 stack(directory / "plain", copier, ceiling) as plain,
-                stack(directory / "lookup", copier, ceiling, PROMPT_LOOKUP_FLAG) as lookup,
+                stack(directory / "lookup", copier, ceiling, lookup=True) as lookup,
             ):
                 lookup_part(plain, lookup, rounds, tokens)
         if "3" in args.parts:

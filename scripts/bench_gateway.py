@@ -93,13 +93,24 @@ def timed_stream(target: Target, body: dict[str, Any]) -> tuple[int, float]:
     return tokens, elapsed
 
 
-def front(directory: Path, model: Path, tokens: int, *, eager: bool, worker_flags: tuple[str, ...] = ()) -> Gateway:
-    """Start a front over the real wrapped worker (with ``worker_flags``); an eager one is returned once loaded."""
+def front(
+    directory: Path,
+    model: Path,
+    tokens: int,
+    *,
+    eager: bool,
+    worker_flags: tuple[str, ...] = (),
+    contract: dict[str, Any] | None = None,
+) -> Gateway:
+    """Start a front over the real wrapped worker (mlx_lm's ``worker_flags``, ``contract`` fields).
+
+    An eager one is returned once loaded.
+    """
     policy = {"preload": True, "keep_loaded": True} if eager else {}
     config = gateway_config(
         directory,
         free_port(),
-        [*real_worker_argv(model, tokens), *worker_flags],
+        [*real_worker_argv(model, tokens, **(contract or {})), *worker_flags],
         model_path=model,
         max_tokens=tokens,
         policy=policy,

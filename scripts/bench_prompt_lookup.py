@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mlx_agent.wire import PROMPT_LOOKUP_FLAG as LOOKUP_FLAG  # noqa: E402
+from tests.contract_support import LOOKUP  # noqa: E402
 from tests.e2e.wrapped_support import running  # noqa: E402
 from tests.fixtures import copy_model  # noqa: E402
 
@@ -218,7 +218,7 @@ def measure(model: Path, kinds: list[Kind], rounds: int, max_tokens: int, logs: 
     # Each prompt with every kind that uses it: code edits and chat stay interleaved.
     work = [(kind, messages) for name, messages in prompts() for kind in kinds if kind.prompts == name]
     same = ("reasoning", "text", "finish", "tokens")
-    with running(model, logs) as native, running(model, logs, LOOKUP_FLAG) as lookup:
+    with running(model, logs) as native, running(model, logs, *LOOKUP) as lookup:
         ports = {"native": native.port, "lookup": lookup.port}
         for kind, messages in work[:2]:  # warm both up
             for port in ports.values():

@@ -20,6 +20,7 @@ from mlx_agent.gateway.anthropic.request import AnthropicRequest, translate
 from mlx_agent.gateway.endpoints import parse
 from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from tests.conftest import REPO_ROOT, free_port
+from tests.contract_support import contract
 
 # A stand-in for the worker: HTTP/1.0 like mlx_lm.server, echoes what it received, streams on request.
 # Request fields it understands: x_chunks (stream events), x_delay (seconds between events), x_cached
@@ -128,8 +129,11 @@ def fake_worker_argv(directory: Path) -> list[str]:
     return [sys.executable, str(script), "--host", "127.0.0.1", "--port", "{port}"]
 
 
-def real_worker_argv(model: Path, max_tokens: int) -> list[str]:
-    """Return the argv template of the real wrapped mlx_lm.server worker (on the socket the front gives it)."""
+def real_worker_argv(model: Path, max_tokens: int, **changes: Any) -> list[str]:
+    """Return the argv template of the real wrapped mlx_lm.server worker (on the socket the front gives it).
+
+    ``changes`` are fields of its contract (the plain one's otherwise).
+    """
     return [
         sys.executable,
         "-m",
@@ -141,6 +145,7 @@ def real_worker_argv(model: Path, max_tokens: int) -> list[str]:
         str(max_tokens),
         "--mlx-agent-socket",
         "{socket}",
+        *contract(**changes),
     ]
 
 

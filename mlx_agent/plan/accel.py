@@ -9,9 +9,9 @@ server (``runtime/entries/accel_entry.py``, with the same rules from this module
 apply: the plan says why, and the server runs native MLX. The M5 kernel needs Metal, so on this kind of
 machine it is always recorded as not eligible.
 
-The plan passes its fingerprint to the entry: ``--mlx-agent-expect-versions mlx=...,mlx-lm=...`` (the
-dependency versions it recorded) and one ``--mlx-agent-expect-source NAME=SHA256`` per bundled source (and the
-support file). The entry refuses to start (``runtime_changed``) when what is installed differs.
+The plan passes its fingerprint to the entry in the worker's contract (``entry_fingerprint``): the dependency
+versions it recorded and the sha256 of each bundled source (and of the support file). The entry refuses to start
+(``runtime_changed``) when what is installed differs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from mlx_agent.accel_rules import (
     support,
 )
 from mlx_agent.errors import UnsupportedRuntime
-from mlx_agent.wire import EXPECT_SOURCE_FLAG, EXPECT_VERSIONS_FLAG, M5_PREFILL_FLAG, PROMPT_LOOKUP_FLAG
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -134,18 +133,16 @@ def m5_prefill(
     }
 
 
-def entry_flags(lookup: PromptLookupRecord, prefill: M5PrefillRecord, runtime: RuntimeRecord) -> list[str]:
-    """Return the wrapped entry's flags: lookup when it applies, the kernel whenever asked, and the fingerprint.
+def entry_fingerprint(
+    lookup: PromptLookupRecord, prefill: M5PrefillRecord
+) -> tuple[bool, bool, dict[str, str | None], dict[str, str | None]]:
+    """Return the contract's part: lookup when it applies, the kernel whenever asked, and their fingerprint.
 
-    The entry rechecks the kernel's eligibility itself and logs how many layers it adapted (zero where it
-    does not apply). The fingerprint is what the plan recorded of what the enabled options run on.
+    The fingerprint is the dependency versions and source digests of what the enabled ones run on. The entry
+    rechecks the kernel's eligibility itself and logs how many layers it adapted (zero where it does not apply).
     """
-    if runtime["launcher"] != "wrapped":
-        return []
     use_lookup = lookup["applied"]
     use_kernel = prefill["requested"]
-    if not (use_lookup or use_kernel):
-        return []
     versions: dict[str, str | None] = {}
     files: dict[str, str | None] = {}
     for record, used in ((lookup, use_lookup), (prefill, use_kernel)):
@@ -153,9 +150,4 @@ def entry_flags(lookup: PromptLookupRecord, prefill: M5PrefillRecord, runtime: R
             versions.update(record.get("versions") or {})
             files.update(record.get("sources") or {})
             files[SUPPORT_NAME] = record.get("support_sha256")
-    flags = [PROMPT_LOOKUP_FLAG] if use_lookup else []
-    flags += [M5_PREFILL_FLAG] if use_kernel else []
-    flags += [EXPECT_VERSIONS_FLAG, ",".join(f"{dep}={versions[dep] or ''}" for dep in sorted(versions))]
-    for name in sorted(files):
-        flags += [EXPECT_SOURCE_FLAG, f"{name}={files[name] or ''}"]
-    return flags
+    return use_lookup, use_kernel, versions, files

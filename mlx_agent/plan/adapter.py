@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.records import AdapterRecord, ContentRecord
+    from mlx_agent.worker_contract import FileCheck
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapters.safetensors"
@@ -105,12 +106,11 @@ def resolve_adapter(raw: str) -> AdapterRecord:
     }
 
 
-def expectations(adapter: AdapterRecord) -> list[str]:
-    """Return the entry arguments that make the server recheck each adapter file before loading."""
-    args = []
-    for record in adapter["files"]:
-        args += ["--mlx-agent-expect", f"{Path(adapter['path']) / record['name']}={record['sha256']}:{record['size']}"]
-    return args
+def expectations(adapter: AdapterRecord) -> tuple[FileCheck, ...]:
+    """Return the worker contract's checks that make the server recheck each adapter file before loading."""
+    from mlx_agent.worker_contract import FileCheck
+
+    return tuple(FileCheck(str(Path(adapter["path"]) / f["name"]), f["sha256"], f["size"]) for f in adapter["files"])
 
 
 def verify(adapter: AdapterRecord) -> str:

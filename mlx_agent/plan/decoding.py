@@ -13,7 +13,7 @@ from mlx_agent.errors import DraftModelMismatch, UnsupportedRuntime
 from mlx_agent.identity import with_digests
 from mlx_agent.plan.requests import DEFAULT_KV_GROUP_SIZE
 from mlx_agent.plan.source import REPO_ID, resolve_path_source, resolve_repo_source
-from mlx_agent.wire import PROMPT_CACHE_DISK_GB_FLAG, PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER
+from mlx_agent.wire import PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER
 
 PROMPT_CACHE_DIR = "prompt-cache"  # under $MLX_AGENT_HOME: one 0700 directory per model identity
 
@@ -77,9 +77,19 @@ def kv_cache_plan(spec: ModelRequest, recipe: Recipe) -> KvCacheRecord | None:
     return record  # type: ignore[return-value]
 
 
-def decoding_args(draft: DraftRecord | None, kv_cache: KvCacheRecord | None) -> list[str]:
-    """Return mlx_lm's flags for the draft model and the KV-cache quantization."""
-    args: list[str] = []
+def decode_concurrency_plan(spec: ModelRequest, recipe: Recipe) -> int | None:
+    """Return the plan's ``decode_concurrency`` (None: the runtime's own, the recipe's ``batch_slots``)."""
+    if spec.decode_concurrency is None:
+        return None
+    _refuse_unless(recipe, "batch_slots", "--decode-concurrency")
+    return spec.decode_concurrency
+
+
+def decoding_args(
+    draft: DraftRecord | None, kv_cache: KvCacheRecord | None, decode_concurrency: int | None = None
+) -> list[str]:
+    """Return mlx_lm's flags for the draft model, the KV-cache quantization and the decode concurrency."""
+    args: list[str] = [] if decode_concurrency is None else ["--decode-concurrency", str(decode_concurrency)]
     if draft is not None:
         args += ["--draft-model", draft["source"]["path"]]
         if draft["num_draft_tokens"] is not None:
@@ -103,7 +113,10 @@ def prompt_cache_plan(spec: ModelRequest, recipe: Recipe, runtime: Mapping[str, 
 
 
 def prompt_cache_args(record: PromptCacheRecord | None) -> list[str]:
-    """Return the wrapped entry's flags for keeping the prompt cache (its directory filled in by the front)."""
+    """Return the wrapped entry's flag for keeping the prompt cache, its directory filled in by the front at each load.
+
+    Its disk limit is the contract's (``prompt_cache_disk_gb``).
+    """
     if record is None:
         return []
-    return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER, PROMPT_CACHE_DISK_GB_FLAG, repr(float(record["disk_gb"]))]
+    return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER]

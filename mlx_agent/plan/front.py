@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments
 from mlx_agent.files import sha256_file
+from mlx_agent.port_files import PortFiles
 from mlx_agent.wire import (
     BODY_GRACE_S,
     BODY_MIN_RATE,
@@ -37,15 +38,15 @@ if TYPE_CHECKING:
 FRONT_READINESS: ReadinessRecord = {"path": "/health", "status": 200, "json": {"ready": True}}
 # AF_UNIX paths are limited to 108 bytes; a longer state directory gets a private temporary one at start.
 MAX_SOCKET_DIR = 80
-MLX_LM_DECODE_CONCURRENCY = 32  # mlx_lm.server's --decode-concurrency default, which plans do not change
 
 
 def front_paths(serve_dir: Path, port: int) -> dict[str, str]:
     """Return where the front's private files live, beside the receipt of ``port``."""
+    files = PortFiles(serve_dir, port)
     return {
-        "config_path": str(serve_dir / f"{port}.front.json"),
-        "token_path": str(serve_dir / f"{port}.token"),
-        "policy_path": str(serve_dir / f"{port}.policy.json"),
+        "config_path": str(files.front_config),
+        "token_path": str(files.token),
+        "policy_path": str(files.policy),
     }
 
 
@@ -54,13 +55,13 @@ def worker_paths(serve_dir: Path, port: int, index: int) -> tuple[Path, Path]:
 
     Both live beside the receipt of ``port``, private to it: confirm writes the reviewed hosts there.
     """
-    stem = f"{port}.worker" if index == 0 else f"{port}.worker-{index}"
-    return serve_dir / f"{stem}.log", serve_dir / f"{stem}.hosts.json"
+    files = PortFiles(serve_dir, port)
+    return files.worker_log(index), files.worker_hosts(index)
 
 
 def socket_dir(serve_dir: Path, port: int) -> str:
     """Return the directory the front creates (0700) for its workers' sockets, or "" for a private temp one."""
-    path = serve_dir / f"{port}.sockets"
+    path = PortFiles(serve_dir, port).sockets
     return str(path) if len(str(path)) <= MAX_SOCKET_DIR else ""
 
 
@@ -164,12 +165,21 @@ def hidden_names(model: ModelPlan) -> list[str]:
 def worker_slots(model: ModelPlan) -> int | None:
     """Return how many requests the model's worker runs at once (the front holds the rest), or None if unknown.
 
-    mlx_lm batches up to its decode concurrency, except with a draft model or a quantized KV cache, where it
-    serves one request at a time; another runtime's batching is not known, so the front does not hold its requests.
+    A runtime whose recipe has ``batch_slots`` batches that many (mlx_lm: its --decode-concurrency default), or the
+    plan's ``--decode-concurrency``, except under an option its ``serial_with`` names (a draft model, a quantized
+    KV cache), where it serves one at a time; a runtime without it is not known to batch, so the front does not
+    hold its requests.
     """
-    if model["runtime"].get("name") != "mlx_lm":
+    from mlx_agent.plan.recipes import load_recipe
+
+    capabilities = load_recipe(model["runtime"]["name"])[0]["capabilities"]
+    slots = capabilities.get("batch_slots")
+    if slots is None:
         return None
-    return 1 if model["draft"] is not None or model["kv_cache"] is not None else MLX_LM_DECODE_CONCURRENCY
+    used = {"draft_model": model["draft"] is not None, "kv_bits": model["kv_cache"] is not None}
+    if any(used[option] for option in capabilities.get("serial_with", [])):
+        return 1
+    return model.get("decode_concurrency") or slots
 
 
 def model_config(model: ModelPlan) -> FrontModelConfig:

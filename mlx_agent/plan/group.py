@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord, Recipe
+    from mlx_agent.worker_contract import ModelCheck
 
 BACKENDS = ("ring", "jaccl")
 DEFAULT_RING_PORT = 32323  # mlx.launch's default; never planned: a port is given, or chosen at confirm
@@ -96,13 +97,13 @@ def _refuse(message: str, **details: Any) -> DistributedUnsupported:
     return DistributedUnsupported(message, details=details)
 
 
-def _architecture(model_type: str | None) -> tuple[bool, bool]:
-    """Return whether the installed mlx_lm's class for ``model_type`` can shard (tensor) and pipeline."""
+def _architecture(runtime: str, package: str, model_type: str | None) -> tuple[bool, bool]:
+    """Return whether the installed runtime's class for ``model_type`` can shard (tensor) and pipeline."""
     from mlx_agent.installed import package_dir
-    from mlx_agent.plan.runtime_select import MLX_LM, supported_module
+    from mlx_agent.plan.runtime_select import supported_module
 
-    module = supported_module(MLX_LM, model_type or "", None)
-    root = package_dir("mlx_lm", None)
+    module = supported_module(runtime, model_type or "", None)
+    root = package_dir(package, None)
     if module is None or root is None or not (root / "models" / f"{module}.py").is_file():
         return False, False
     text = (root / "models" / f"{module}.py").read_text(encoding="utf-8", errors="replace")
@@ -135,8 +136,12 @@ def group_plan(
         return None
     if spec.hosts is not None and spec.hostfile is not None:
         raise InvalidArguments("give one of --hosts and --hostfile")
-    if recipe["name"] != "mlx_lm" or runtime.get("launcher") != "wrapped":
-        raise _refuse("only the wrapped mlx_lm runtime serves a model across ranks", runtime=recipe["name"])
+    if not recipe["capabilities"].get("groups") or runtime.get("launcher") != "wrapped":
+        raise _refuse(
+            f"runtime {recipe['name']} does not serve a model across ranks (only a wrapped runtime whose recipe has "
+            "the groups capability does: mlx_lm)",
+            runtime=recipe["name"],
+        )
     for flag, asked in refused.items():
         if asked:
             raise _refuse(
@@ -144,7 +149,7 @@ def group_plan(
             )
     if spec.backend not in BACKENDS:
         raise InvalidArguments(f"--backend must be one of {', '.join(BACKENDS)}", details={"backend": spec.backend})
-    tensor, pipeline = _architecture(source.get("model_type"))
+    tensor, pipeline = _architecture(recipe["name"], recipe["package"], source.get("model_type"))
     if spec.pipeline and not pipeline:
         raise _refuse(
             f"the installed mlx_lm cannot pipeline model type {source.get('model_type')!r}",
@@ -193,11 +198,11 @@ def ring_port_count(group: GroupRecord) -> int:
     return sum(len(host["ips"]) for host in group["hosts"])
 
 
-def model_expectations(source: Mapping[str, Any]) -> list[str]:
-    """Return the entry's flags binding the model's files as every host's copy shares them (content, not stat)."""
-    from mlx_agent.wire import MODEL_CHECK_FLAG
+def model_expectations(source: Mapping[str, Any]) -> tuple[ModelCheck, ...]:
+    """Return the contract's checks binding the model's files as every host's copy shares them (content, not stat)."""
+    from mlx_agent.worker_contract import ModelCheck
 
-    args: list[str] = []
+    checks: list[ModelCheck] = []
     root = Path(source["path"])
     for record in source["files"]:
         if "sha256" in record:
@@ -208,8 +213,8 @@ def model_expectations(source: Mapping[str, Any]) -> list[str]:
             method, digest = "header", record["header_sha256"]
         else:
             method, digest = "size", ""
-        args += [MODEL_CHECK_FLAG, f"{root / record['name']}={method}:{digest}:{record['size']}"]
-    return args
+        checks.append(ModelCheck(str(root / record["name"]), method, digest, record["size"]))
+    return tuple(checks)
 
 
 def launcher_argv(group: GroupRecord, interpreter: str, env: dict[str, str], entry_argv: list[str]) -> list[str]:

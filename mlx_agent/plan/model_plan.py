@@ -19,17 +19,23 @@ from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter
 from mlx_agent.plan.agent_support import agents_record, check_options, template_checks
-from mlx_agent.plan.decoding import decoding_args, draft_plan, kv_cache_plan, prompt_cache_args, prompt_cache_plan
+from mlx_agent.plan.decoding import (
+    decode_concurrency_plan,
+    decoding_args,
+    draft_plan,
+    kv_cache_plan,
+    prompt_cache_args,
+    prompt_cache_plan,
+)
 from mlx_agent.plan.group import group_plan, launcher_argv, model_expectations
 from mlx_agent.plan.model_spec import validate_spec
 from mlx_agent.plan.recipes import AUTO, load_recipe
 from mlx_agent.plan.runtime import resolve_runtime, reviewed_executable, runtime_checks
-from mlx_agent.plan.runtime_select import MLX_VLM, select_runtime
+from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.source import resolve_path_source, resolve_repo_source
+from mlx_agent.plan.worker_plan import bound_template, reply_limits_plan, worker_contract
 from mlx_agent.resources import checkout_root
 from mlx_agent.wire import (
-    CHAT_TEMPLATE_FLAG,
-    CONTEXT_WINDOW_FLAG,
     HOST,
     KEY_ENV,
     OFFLINE_ENV,
@@ -37,9 +43,9 @@ from mlx_agent.wire import (
     PORT_PLACEHOLDER,
     SOCKET_FLAG,
     SOCKET_PLACEHOLDER,
-    TOOL_PARSER_FLAG,
     WORKER_MODEL_NAME,
 )
+from mlx_agent.worker_contract import contract_argv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
         AgentsRecord,
         DraftRecord,
         FileCheck,
+        FrontRecord,
         ModelPlan,
         ModelPolicyRecord,
         Recipe,
@@ -235,23 +242,16 @@ def file_checks(adapter: AdapterRecord | None) -> list[FileCheck]:
 
 def agents_plan(
     spec: ModelRequest, recipe: Recipe, model: ResolvedModel, window: int | None
-) -> tuple[AgentsRecord | None, Template | None, list[str]]:
-    """Return a chat model's ``agents`` record, its template, and the worker's arguments for the two options.
+) -> tuple[AgentsRecord | None, Template | None]:
+    """Return a chat model's ``agents`` record and its template (the worker's contract binds a template file).
 
     An embedding model has none. Only the wrapped mlx_lm worker's parser is predicted (``tool_parser`` capability).
     """
     check_options(spec, recipe, model.runtime)
     if model_kind(recipe, model.config) == "embedding":
-        return None, None, []
+        return None, None
     predicts = bool(recipe.get("capabilities", {}).get("tool_parser")) and model.runtime["launcher"] == "wrapped"
-    record, template = agents_record(spec, model.source, model.runtime, predicts_parser=predicts, window=window)
-    args: list[str] = []
-    if template is not None and template.record["source"] == "file":
-        bound = template.record
-        args += [CHAT_TEMPLATE_FLAG, f"{bound['path']}={bound['sha256']}:{bound['size']}"]
-    if spec.tool_parser is not None:
-        args += [TOOL_PARSER_FLAG, spec.tool_parser]
-    return record, template, args
+    return agents_record(spec, model.source, model.runtime, predicts_parser=predicts, window=window)
 
 
 def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
@@ -264,12 +264,13 @@ def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
 def model_kind(recipe: Recipe, config: dict[str, Any]) -> Literal["text", "vision", "embedding"]:
     """Return what the model serves: a recipe's own ``kind`` (embeddings), or chat that reads images or not.
 
-    A vision model is one mlx-vlm serves with a vision tower in its config.json (``runtime_select``); mlx-vlm
-    also serves text-only model types, and mlx_lm is never given a vision model.
+    A vision model is one a runtime with the ``vision`` capability (mlx-vlm) serves with a vision tower in its
+    config.json (``runtime_select``); such a runtime also serves text-only model types, and one without the
+    capability is never given a vision model.
     """
     if recipe.get("kind") == "embedding":
         return "embedding"
-    return "vision" if recipe["name"] == MLX_VLM and vision_markers(config) else "text"
+    return "vision" if recipe["capabilities"].get("vision") and vision_markers(config) else "text"
 
 
 class ResolvedModel:
@@ -308,17 +309,22 @@ def build_model_plan(
     *,
     log_path: Path,
     hostfile_path: Path,
+    front: FrontRecord,
 ) -> ModelPlan:
-    """Return one model's plan record (without its front), its files at the paths given; reads, writes nothing."""
+    """Return one model's plan record, its files at the paths given; reads, writes nothing.
+
+    Its wrapped worker reads requests under the ``front``'s body cap and deadlines (its contract).
+    """
     spec, trained, source, config = model.spec, model.trained, model.source, model.config
     recipe, runtime, reason, name = model.recipe, model.runtime, model.reason, model.runtime["name"]
     thinking, template_args, extra_args = thinking_args(recipe, spec)
     adapter = _adapter(spec, recipe, runtime, trained)
     if adapter is not None:
-        extra_args += ["--adapter-path", adapter["path"], *expectations(adapter)]
+        extra_args += ["--adapter-path", adapter["path"]]
     draft = draft_plan(spec, recipe, config)
     kv_cache = kv_cache_plan(spec, recipe)
-    extra_args += decoding_args(draft, kv_cache)
+    concurrency = decode_concurrency_plan(spec, recipe)
+    extra_args += decoding_args(draft, kv_cache, concurrency)
     lookup = accel.prompt_lookup(
         spec.prompt_lookup,
         recipe,
@@ -328,7 +334,6 @@ def build_model_plan(
         kv_bits=kv_cache is not None,
     )
     prefill = accel.m5_prefill(spec.m5_prefill, recipe, runtime, config, adapter=adapter is not None)
-    extra_args += accel.entry_flags(lookup, prefill, runtime)
     asked = {
         "--adapter-path": adapter is not None,
         "--draft-model": draft is not None,
@@ -341,15 +346,24 @@ def build_model_plan(
     group = group_plan(spec, recipe, runtime, source, config, refused=asked, hostfile_path=hostfile_path)
     prompt_cache = None if group is not None else prompt_cache_plan(spec, recipe, runtime)
     extra_args += prompt_cache_args(prompt_cache)
-    if group is not None:
-        extra_args += model_expectations(source)  # each rank checks its own copy
     window = context_window(config)
-    agents, chat_template, agent_args = agents_plan(spec, recipe, model, window)
-    extra_args += agent_args
+    agents, chat_template = agents_plan(spec, recipe, model, window)
+    reply_limits = reply_limits_plan(spec, recipe, runtime)
     wrapped = runtime["launcher"] == "wrapped"
     cuts = wrapped and bool(recipe.get("cuts_to_context"))
-    if cuts and window is not None:
-        extra_args += [CONTEXT_WINDOW_FLAG, str(window)]
+    if wrapped:
+        contract = worker_contract(
+            front=front,
+            file_checks=() if adapter is None else expectations(adapter),
+            chat_template=bound_template(None if chat_template is None else chat_template.record),
+            model_checks=() if group is None else model_expectations(source),  # each rank checks its own copy
+            tool_parser=spec.tool_parser,
+            accel=accel.entry_fingerprint(lookup, prefill),
+            context_window=window if cuts else None,
+            prompt_cache=prompt_cache,
+            reply_limits=reply_limits,
+        )
+        extra_args += contract_argv(contract)
     limit = worker_max_tokens(spec, window)
     values = {
         "model": source["path"],
@@ -387,6 +401,7 @@ def build_model_plan(
         "prefill_kernel": prefill,
         "draft": draft,
         "kv_cache": kv_cache,
+        "decode_concurrency": concurrency,
         "prompt_cache": prompt_cache,
         "group": group,
         "max_tokens": spec.max_tokens,
@@ -413,4 +428,5 @@ def build_model_plan(
             "log_path": str(log_path),
         },
         "agents": agents,
+        "reply_limits": reply_limits,
     }

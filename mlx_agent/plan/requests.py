@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mlx_agent.plan import training_defaults as train
 from mlx_agent.plan.options import Opt, Record, option
-from mlx_agent.wire import MAX_QUEUE, STALL_TIMEOUT_S
+from mlx_agent.wire import HEDGE_LIMIT, MAX_QUEUE, REASONING_BUDGET, REPEAT_LIMIT, STALL_TIMEOUT_S
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -178,6 +178,38 @@ class ModelRequest(Record):
         "int",
         "The most a request may ask for (default: the model's context window less the prompt).",
         minimum=1,
+    )
+    decode_concurrency: int | None = option(
+        "--decode-concurrency",
+        "int",
+        "mlx_lm: decode up to this many requests at once (default: mlx_lm's, 32); the front holds the rest.",
+        minimum=1,
+    )
+    reasoning_budget: int | None = option(
+        "--reasoning-budget",
+        "int",
+        f"mlx_lm: close a thinking model's thinking after this many tokens (default {REASONING_BUDGET}: no budget).",
+        minimum=0,
+    )
+    hedge_limit: int | None = option(
+        "--hedge-limit",
+        "int",
+        f"mlx_lm: cut a reply second-guessing itself this many times in its last 1024 tokens (default {HEDGE_LIMIT}; "
+        "0 off).",
+        minimum=0,
+    )
+    repeat_limit: int | None = option(
+        "--repeat-limit",
+        "int",
+        f"mlx_lm: cut a reply ending with the same run written this many times in a row (default {REPEAT_LIMIT}; "
+        "0 off).",
+        minimum=0,
+    )
+    limit_answers: bool = option(
+        "--limit-answers",
+        "flag",
+        "mlx_lm: watch answers for hedges and repeats too, not only the thinking.",
+        default=False,
     )
     idle_timeout: float | None = option(
         "--idle-timeout", "float", "JIT: unload after this many idle seconds (0 disables).", minimum=0

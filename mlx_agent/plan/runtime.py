@@ -50,6 +50,7 @@ WORKER_MODULES = (
     "resources.py",
     "tool_formats.py",
     "wire.py",
+    "worker_contract.py",
 )
 
 

@@ -22,11 +22,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mlx_agent.records import Recipe
+
 MLX_LM = "mlx_lm"
 MLX_VLM = "mlx-vlm"
-MLX_VLM_EMBED = "mlx-vlm-embed"  # mlx-vlm's embedding loader, served by our entry; only when asked for by name
-PACKAGES = {MLX_LM: "mlx_lm", MLX_VLM: "mlx_vlm"}
-DISTRIBUTIONS = {MLX_LM: "mlx-lm", MLX_VLM: "mlx-vlm"}
+# What ``auto`` tries, in order: a vision model goes to the first with the ``vision`` capability, a text model to
+# the first whose package has its model type. An embedding runtime is served only when asked for by name.
+AUTO_ORDER = (MLX_LM, MLX_VLM)
 CHECKOUT = PACKAGE_DIR.parent  # a checkout's .venv is scripts/install's, which installs every runtime
 
 
@@ -36,8 +38,14 @@ def supported_module(runtime: str, model_type: str, executable: str | None) -> s
     return _module(_support(runtime, executable), model_type)
 
 
+def _recipe(runtime: str) -> Recipe:
+    from mlx_agent.plan.recipes import load_recipe
+
+    return load_recipe(runtime)[0]
+
+
 def _support(runtime: str, executable: str | None) -> tuple[set[str], dict[str, str]] | None:
-    return model_support(PACKAGES[runtime], runtime_site_paths(runtime, executable))
+    return model_support(_recipe(runtime)["package"], runtime_site_paths(runtime, executable))
 
 
 def _module(support: tuple[set[str], dict[str, str]] | None, model_type: str) -> str | None:
@@ -54,7 +62,7 @@ def install_hint(runtime: str, executable: str | None) -> tuple[str, Path]:
     That is this interpreter's environment, or the one of ``--runtime-executable`` (or runtimes.json).
     """
     paths = runtime_site_paths(runtime, executable)
-    dist = DISTRIBUTIONS[runtime]
+    dist = _recipe(runtime)["distribution"]
     if paths is None:
         prefix, interpreter = Path(sys.prefix), Path(sys.executable)
         if prefix == CHECKOUT / ".venv" and (CHECKOUT / "uv.lock").is_file():
@@ -70,7 +78,7 @@ def not_installed(runtime: str, executable: str | None, why: str) -> RuntimeNotI
     """Return the refusal of a plan that needs ``runtime`` where it is not installed, naming the command."""
     command, interpreter = install_hint(runtime, executable)
     return RuntimeNotInstalled(
-        f"{why}; {DISTRIBUTIONS[runtime]} is not installed for {interpreter}",
+        f"{why}; {_recipe(runtime)['distribution']} is not installed for {interpreter}",
         details={"runtime": runtime, "interpreter": str(interpreter), "install_command": command},
         remediation=f"Install it into that environment (mlx-agent never installs runtimes): {command}.",
     )
@@ -83,12 +91,16 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
         raise UnsupportedModel("config.json names no model_type", details={"model_type": raw_type})
     model_type = raw_type.lower()
     markers = vision_markers(config)
-    if requested == MLX_LM and markers:
+    if requested == "auto":
+        return _auto(raw_type, model_type, markers)
+    recipe = _recipe(requested)
+    embeds = recipe.get("kind") == "embedding"
+    if markers and not embeds and not recipe["capabilities"].get("vision"):
         raise RuntimeModelMismatch(
-            f"{raw_type} is a vision model ({', '.join(markers)} in config.json); mlx_lm cannot serve it",
+            f"{raw_type} is a vision model ({', '.join(markers)} in config.json); {requested} cannot serve it",
             details={"model_type": raw_type, "vision_markers": markers},
         )
-    if requested == MLX_VLM_EMBED:
+    if embeds:
         if executable is not None:  # mlx_vlm's own server takes no token ids and ignores ``dimensions``
             raise UnsupportedRuntime(
                 f"--runtime {requested} runs wrapped in this environment only; drop --runtime-executable",
@@ -96,38 +108,40 @@ def select_runtime(requested: str, config: dict[str, Any], executable: str | Non
             )
         embedders = embedding_support(runtime_site_paths(requested, executable))
         if embedders is None:
-            raise not_installed(MLX_VLM, executable, f"--runtime {requested} was asked for")
+            raise not_installed(requested, executable, f"--runtime {requested} was asked for")
         if model_type not in embedders:
             raise UnsupportedModel(
                 f"mlx-vlm's embedding loader has no embedding model class for model_type {raw_type!r}",
                 details={"model_type": raw_type, "runtime": requested, "supported": sorted(embedders)},
             )
         return requested, f"requested; mlx-vlm's embedding loader loads model_type {raw_type}"
-    if requested in PACKAGES:
-        support = _support(requested, executable)
-        if support is None:
-            raise not_installed(requested, executable, f"--runtime {requested} was asked for")
-        module = _module(support, model_type)
-        if module is None:
-            raise UnsupportedModel(
-                f"{requested} has no model class for model_type {raw_type!r}",
-                details={"model_type": raw_type, "runtime": requested},
-            )
-        return requested, f"requested; {requested} loads model_type {raw_type} as {module}"
-    if requested != "auto":
-        return requested, "requested"
+    support = _support(requested, executable)
+    if support is None:
+        raise not_installed(requested, executable, f"--runtime {requested} was asked for")
+    module = _module(support, model_type)
+    if module is None:
+        raise UnsupportedModel(
+            f"{requested} has no model class for model_type {raw_type!r}",
+            details={"model_type": raw_type, "runtime": requested},
+        )
+    return requested, f"requested; {requested} loads model_type {raw_type} as {module}"
+
+
+def _auto(raw_type: str, model_type: str, markers: list[str]) -> tuple[str, str]:
+    """Return the runtime ``auto`` picks for a model (``AUTO_ORDER``) and the reason, or refuse it."""
     if markers:
-        support = _support(MLX_VLM, None)
+        vision = next(name for name in AUTO_ORDER if _recipe(name)["capabilities"].get("vision"))
+        support = _support(vision, None)
         if support is None:
-            raise not_installed(MLX_VLM, None, f"config.json has {', '.join(markers)}: a vision model needs mlx-vlm")
+            raise not_installed(vision, None, f"config.json has {', '.join(markers)}: a vision model needs {vision}")
         module = _module(support, model_type)
         if module is None:
             raise UnsupportedModel(
-                f"vision model_type {raw_type!r} is not supported by the installed mlx-vlm",
+                f"vision model_type {raw_type!r} is not supported by the installed {vision}",
                 details={"model_type": raw_type, "vision_markers": markers},
             )
-        return MLX_VLM, f"auto: config.json has {', '.join(markers)}; mlx-vlm loads {raw_type} as {module}"
-    for runtime in (MLX_LM, MLX_VLM):
+        return vision, f"auto: config.json has {', '.join(markers)}; {vision} loads {raw_type} as {module}"
+    for runtime in AUTO_ORDER:
         module = supported_module(runtime, model_type, None)
         if module is not None:
             return runtime, f"auto: text model; {runtime} loads model_type {raw_type} as {module}"

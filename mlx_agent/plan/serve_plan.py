@@ -20,6 +20,7 @@ from mlx_agent.plan.model_plan import ResolvedModel, build_model_plan, child_env
 from mlx_agent.plan.model_spec import model_policy
 from mlx_agent.plan.requests import ModelRequest
 from mlx_agent.policy import policy_from_options
+from mlx_agent.port_files import PortFiles
 from mlx_agent.wire import HOST, PLAN_VERSION
 
 TYPE_CHECKING = False
@@ -92,13 +93,6 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
     resolved = [ResolvedModel(spec) for spec in specs]
     port = req.port if req.port is not None else resolved[0].default_port
     serve_dir = receipts_dir("serve", req.receipts_dir)
-    models = []
-    for index, model in enumerate(resolved):  # every path of a model's plan is known once the port is
-        log_path, hostfile_path = worker_paths(serve_dir, port, index)
-        policy = model_policy(model.spec, jit=req.jit)
-        models.append(
-            build_model_plan(model, policy, req.ready_timeout, log_path=log_path, hostfile_path=hostfile_path)
-        )
     front = front_record(
         serve_dir,
         port,
@@ -110,6 +104,15 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
         max_queue=req.max_queue,
         stall_timeout=req.stall_timeout,
     )
+    models = []
+    for index, model in enumerate(resolved):  # every path of a model's plan is known once the port is
+        log_path, hostfile_path = worker_paths(serve_dir, port, index)
+        policy = model_policy(model.spec, jit=req.jit)
+        models.append(
+            build_model_plan(
+                model, policy, req.ready_timeout, log_path=log_path, hostfile_path=hostfile_path, front=front
+            )
+        )
     preloaded = sum(1 for m in models if m["policy"]["preload"])
     plan: ServePlan = {
         "format_version": PLAN_VERSION,
@@ -131,7 +134,7 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
     if req.supervisor != "mlx-agent":
         from mlx_agent.plan.units import build_unit  # plistlib and configparser only when a unit is asked for
 
-        log = str(serve_dir / f"{port}.log")
+        log = str(PortFiles(serve_dir, port).log)
         plan["unit"] = build_unit(req.supervisor, plan, req.unit_dir, log, req.restart)
     return plan
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mlx_agent.errors import LockTimeout, MlxAgentError
 from mlx_agent.files import open_private, private_dir
+from mlx_agent.port_files import PortFiles
 
 
 @contextmanager
@@ -62,5 +63,5 @@ def _same_file(fd: int, path: Path) -> bool:
 def port_lock(directory: Path, port: int, *, timeout: float, busy: type[MlxAgentError] = LockTimeout) -> Iterator[None]:
     """Hold the exclusive lock of ``port`` for the block, or raise ``busy`` after ``timeout`` seconds."""
     error = busy(f"another mlx-agent command holds the lock of port {port}", details={"port": port})
-    with file_lock(directory / f"{port}.lock", timeout=timeout, busy=error):
+    with file_lock(PortFiles(directory, port).lock, timeout=timeout, busy=error):
         yield

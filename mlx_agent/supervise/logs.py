@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments, ReceiptNotFound
+from mlx_agent.port_files import PortFiles
 from mlx_agent.supervise.receipts import has_front, read_receipt, receipt_path
 
 TYPE_CHECKING = False
@@ -82,8 +83,9 @@ def sources(directory: Path, port: int, model: str | None) -> list[LogSource]:
             f"port {port} has no receipt, so its models' names are unknown; leave out --model",
             details={"port": port},
         )
-    found = [LogSource(FRONT_SOURCE, directory / f"{port}.log")]
-    found += [LogSource(p.name, p) for p in sorted(directory.glob(f"{port}.worker*.log"))]
+    files = PortFiles(directory, port)
+    found = [LogSource(FRONT_SOURCE, files.log)]
+    found += [LogSource(p.name, p) for p in files.worker_logs()]
     found = [s for s in found if s.path.exists()]
     if not found:
         raise ReceiptNotFound(f"no receipt and no logs for port {port}", details={"port": port})

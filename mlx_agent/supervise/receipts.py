@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported, StateDirUnsafe
 from mlx_agent.files import open_private, sweep_stale_temps, write_json_atomic
+from mlx_agent.port_files import PortFiles, is_receipt_name
 from mlx_agent.wire import PLAN_VERSION
 
 TYPE_CHECKING = False
@@ -86,12 +87,12 @@ def plan_receipt(plan: ServePlan, supervisor: str, log: str) -> ServeReceipt:
 
 def receipt_path(directory: Path, port: int) -> Path:
     """Return where the receipt of ``port`` lives."""
-    return directory / f"{port}.json"
+    return PortFiles(directory, port).receipt
 
 
 def log_path(directory: Path, port: int) -> Path:
     """Return the log file of the server on ``port``, beside its receipt."""
-    return directory / f"{port}.log"
+    return PortFiles(directory, port).log
 
 
 def _check(path: Path, json_value: Any) -> Receipt:
@@ -178,7 +179,7 @@ def receipt_files(directory: Path) -> list[Path]:
             f"{directory} cannot be listed (mode {directory.stat().st_mode & 0o777:o}): its servers are unknown",
             details={"path": str(directory)},
         ) from None
-    paths = [directory / n for n in names if n.endswith(".json") and n[: -len(".json")].isdigit()]
+    paths = [directory / n for n in names if is_receipt_name(n)]
     return sorted(paths, key=lambda p: int(p.stem))
 
 

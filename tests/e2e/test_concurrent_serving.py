@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.wire import PROMPT_LOOKUP_FLAG
+from tests.contract_support import LOOKUP
 from tests.e2e.test_prompt_lookup_server import CHATS, CODE, LOOKUP_LINE
 from tests.e2e.test_wrapped_cancel import STOPPED
 from tests.e2e.wrapped_support import Server, running
@@ -43,7 +43,7 @@ def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     with (
         running(tiny_model, logs, *STEP, bare=True) as bare,
         running(tiny_model, logs, *STEP) as wrapped,
-        running(tiny_model, logs, PROMPT_LOOKUP_FLAG) as lookup,
+        running(tiny_model, logs, *LOOKUP) as lookup,
     ):
         yield {"bare": bare, "wrapped": wrapped, "lookup": lookup}
 

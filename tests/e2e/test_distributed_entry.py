@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 
 from mlx_agent.identity import safetensors_header_sha256
-from mlx_agent.wire import EXIT_MODEL_CHANGED, EXIT_REFUSED, MODEL_CHECK_FLAG, REFUSAL_PREFIX
+from mlx_agent.wire import EXIT_MODEL_CHANGED, EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.worker_contract import ModelCheck
+from tests.contract_support import contract
 from tests.e2e.wrapped_support import running
 from tests.fixtures.group import (
     Group,
@@ -84,16 +86,17 @@ def one_process_replies(model: Path, log_dir: Path, prompts: list[str]) -> list[
 
 
 def model_expectations(model: Path, root: str) -> list[str]:
-    """Return the ``--mlx-agent-expect-model`` flags for ``model``'s files, as paths under ``root``."""
-    flags = []
+    """Return the contract binding ``model``'s files (its ``model_checks``), as paths under ``root``."""
+    checks = []
     for path in sorted(model.iterdir()):
         size = path.stat().st_size
         if path.suffix == ".safetensors":
-            identity = f"header:{safetensors_header_sha256(path)}:{size}"
+            checks.append(ModelCheck(f"{root}/{path.name}", "header", safetensors_header_sha256(path), size))
         else:
-            identity = f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}:{size}"
-        flags += [MODEL_CHECK_FLAG, f"{root}/{path.name}={identity}"]
-    return flags
+            checks.append(
+                ModelCheck(f"{root}/{path.name}", "sha256", hashlib.sha256(path.read_bytes()).hexdigest(), size)
+            )
+    return contract(model_checks=tuple(checks))
 
 
 def refusals(log: str) -> list[dict[str, Any]]:
@@ -205,7 +208,7 @@ def test_a_changed_model_file_on_one_rank_refuses_the_group(tiny_model: Path, tm
 
 def test_model_identities_hold_for_any_copy_and_catch_changes(tiny_model: Path, tmp_path: Path) -> None:
     """Each identity method accepts a faithful copy (new inode and mtime) and names a changed file."""
-    from mlx_agent.runtime.entries.file_checks import ModelExpectation, model_changes
+    from mlx_agent.runtime.entries.file_checks import model_changes
 
     weights = tiny_model / "model.safetensors"
     blobs = tmp_path / "blobs"
@@ -218,9 +221,9 @@ def test_model_identities_hold_for_any_copy_and_catch_changes(tiny_model: Path, 
     (copy / "linked.safetensors").symlink_to(blob)
     size = weights.stat().st_size
     expected = [
-        ModelExpectation(copy / "model.safetensors", "header", safetensors_header_sha256(weights), size),
-        ModelExpectation(copy / "model.safetensors", "size", "", size),
-        ModelExpectation(copy / "linked.safetensors", "blob", blob.name, size),
+        ModelCheck(str(copy / "model.safetensors"), "header", safetensors_header_sha256(weights), size),
+        ModelCheck(str(copy / "model.safetensors"), "size", "", size),
+        ModelCheck(str(copy / "linked.safetensors"), "blob", blob.name, size),
     ]
     assert model_changes(expected) == []
     data = (copy / "model.safetensors").read_bytes()  # a tensor renamed in the header, same size

@@ -28,7 +28,7 @@ EMBED_HEAD = b"POST /v1/embeddings HTTP/1.1\r\nHost: worker\r\nContent-Type: app
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SocketWorker]:
     """Start one embedding worker on its socket with short read deadlines."""
     model = build_tiny_embed(tmp_path_factory.mktemp("embed") / "tiny-embed")
-    with socket_worker(model, *SHORT_DEADLINES, runtime="mlx-vlm-embed") as started:
+    with socket_worker(model, SHORT_DEADLINES, runtime="mlx-vlm-embed") as started:
         yield started
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from mlx_agent.gateway.limit_notice import LOWERED_HEADER
-from mlx_agent.wire import CONTEXT_WINDOW_FLAG
 from tests.gateway_support import real_worker_argv, running_gateway
 from tests.integration.test_lowered_limits import request_lines
 
@@ -19,7 +18,7 @@ WINDOW = 160
 
 def test_a_limit_cut_to_the_windows_room_is_said_and_no_limit_gets_the_room(tmp_path: Path, tiny_model: Path) -> None:
     """32000 asked in a 160-token window: the reply is cut to the room, and the header says by how much."""
-    argv = [*real_worker_argv(tiny_model, 16), CONTEXT_WINDOW_FLAG, str(WINDOW)]
+    argv = real_worker_argv(tiny_model, 16, context_window=WINDOW)
     with running_gateway(tmp_path, argv, model_path=tiny_model, max_tokens=None, context_window=WINDOW) as gateway:
         reply = gateway.chat("hello there", max_tokens=32000, temperature=0)
         assert reply.status == 200, reply.body

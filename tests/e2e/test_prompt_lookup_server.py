@@ -21,8 +21,8 @@ import jsonschema
 import openai
 import pytest
 
-from mlx_agent.wire import M5_PREFILL_FLAG, PROMPT_LOOKUP_FLAG
 from tests.conftest import Agent, assert_valid, free_port
+from tests.contract_support import LOOKUP, contract
 from tests.e2e.wrapped_support import Server, running, variant
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
@@ -78,7 +78,10 @@ LOOKUP_LINE = re.compile(
 def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
     """Start the plain server and the lookup server on the same model."""
     logs = tmp_path_factory.mktemp("lookup")
-    with running(tiny_model, logs) as plain, running(tiny_model, logs, PROMPT_LOOKUP_FLAG, M5_PREFILL_FLAG) as fast:
+    with (
+        running(tiny_model, logs) as plain,
+        running(tiny_model, logs, *contract(prompt_lookup=True, m5_prefill=True)) as fast,
+    ):
         yield plain, fast
 
 
@@ -88,7 +91,7 @@ def thinking_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     model = tmp_path_factory.mktemp("thinking") / "model"
     assert QWEN3_TEMPLATE != CHAT_TEMPLATE
     variant(model, special=["<think>", "</think>"], template=QWEN3_TEMPLATE)
-    with running(model, model.parent) as plain, running(model, model.parent, PROMPT_LOOKUP_FLAG) as fast:
+    with running(model, model.parent) as plain, running(model, model.parent, *LOOKUP) as fast:
         yield plain, fast
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.api_errors import Code
-from mlx_agent.wire import BODY_TIMEOUT_FLAG, MAX_BODY_BYTES
+from mlx_agent.wire import MAX_BODY_BYTES
 from tests.e2e.test_worker_socket import CHAT_HEAD, is_api_error
 from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer, socket_worker
 from tests.media_traps import Listener, Traps
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def worker(tiny_vlm: Path) -> Iterator[SocketWorker]:
     """Start one wrapped mlx-vlm worker on its socket with a 3 s body deadline."""
-    with socket_worker(tiny_vlm, BODY_TIMEOUT_FLAG, "3", runtime="mlx-vlm") as started:
+    with socket_worker(tiny_vlm, {"body_timeout": 3.0}, runtime="mlx-vlm") as started:
         yield started
 
 

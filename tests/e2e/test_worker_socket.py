@@ -32,7 +32,7 @@ HUGE_GROWTH_BOUND = 400 * 1024 * 1024
 @pytest.fixture(scope="module")
 def worker(tiny_model: Path) -> Iterator[SocketWorker]:
     """Start one wrapped worker on its socket with short read deadlines and a 256-token context."""
-    with socket_worker(tiny_model, *SHORT_DEADLINES) as started:
+    with socket_worker(tiny_model, SHORT_DEADLINES) as started:
         yield started
 
 

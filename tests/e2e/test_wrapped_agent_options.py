@@ -3,7 +3,7 @@
 The model is scripted to answer every prompt ending in a generation prompt with
 ``<tool_call>{"name": "get_time", ...}</tool_call>`` (see wrapped_support), and its checkpoint's template
 (the tiny model's ChatML) renders no tools and names no parser, so mlx_lm reads the call as text. The worker is
-given the plan's flags as the front gives them (``wire.CHAT_TEMPLATE_FLAG``, ``wire.TOOL_PARSER_FLAG``):
+given the plan's contract as the front gives it (its ``chat_template`` and ``tool_parser``):
 
 * a template file changes the prompt the worker renders (its token count is the file's rendering, counted with the
   model's own tokenizer) and, as it names json_tools' markers, the parser mlx_lm infers;
@@ -27,9 +27,11 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.wire import CHAT_TEMPLATE_FLAG, EXIT_REFUSED, REFUSAL_PREFIX, TOOL_PARSER_FLAG
+from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.worker_contract import FileCheck
 from tests.adapter_support import restart_refusal
 from tests.conftest import Agent, free_port
+from tests.contract_support import contract
 from tests.e2e.wrapped_support import REPO_ROOT, Server, running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
@@ -83,10 +85,10 @@ def template_file(model: Path) -> Path:
     return path
 
 
-def bound(path: Path) -> str:
-    """Return the plan's ``PATH=SHA256:SIZE`` of a file as it is now."""
+def bound(path: Path) -> FileCheck:
+    """Return the contract's check of a file as it is now."""
     data = path.read_bytes()
-    return f"{path}={hashlib.sha256(data).hexdigest()}:{len(data)}"
+    return FileCheck(str(path), hashlib.sha256(data).hexdigest(), len(data))
 
 
 def rendered_tokens(model: Path, template: str) -> int:
@@ -126,7 +128,7 @@ def test_without_options_the_checkpoint_template_renders_and_no_parser_reads_the
 
 def test_a_chat_template_file_is_what_the_worker_renders_and_picks_the_parser(model: Path, template_file: Path) -> None:
     """With the file, the prompt is the file's rendering (tools listed), and mlx_lm infers json_tools from it."""
-    with running(model, model.parent, CHAT_TEMPLATE_FLAG, bound(template_file)) as server:
+    with running(model, model.parent, *contract(chat_template=bound(template_file))) as server:
         message, tokens = ask(server)
     assert tokens == rendered_tokens(model, TOOL_TEMPLATE) > rendered_tokens(model, CHAT_TEMPLATE)
     [call] = message["tool_calls"]
@@ -135,7 +137,7 @@ def test_a_chat_template_file_is_what_the_worker_renders_and_picks_the_parser(mo
 
 def test_a_tool_parser_reads_the_calls_of_a_template_that_names_none(model: Path) -> None:
     """--tool-parser json_tools alone: the checkpoint's prompt, and the call comes back as a call."""
-    with running(model, model.parent, TOOL_PARSER_FLAG, "json_tools") as server:
+    with running(model, model.parent, *contract(tool_parser="json_tools")) as server:
         message, tokens = ask(server)
     assert tokens == rendered_tokens(model, CHAT_TEMPLATE)
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_time"]
@@ -144,7 +146,7 @@ def test_a_tool_parser_reads_the_calls_of_a_template_that_names_none(model: Path
 def test_a_tool_parser_overrides_the_one_the_template_implies(model: Path, template_file: Path) -> None:
     """The file implies json_tools; --tool-parser qwen3_coder is what reads the call, and it cannot: the marker."""
     with running(
-        model, model.parent, CHAT_TEMPLATE_FLAG, bound(template_file), TOOL_PARSER_FLAG, "qwen3_coder"
+        model, model.parent, *contract(chat_template=bound(template_file), tool_parser="qwen3_coder")
     ) as server:
         message, _ = ask(server)
     assert not message.get("tool_calls")
@@ -158,7 +160,15 @@ def test_a_template_file_edited_after_review_is_refused_before_loading(model: Pa
     path.write_text(TOOL_TEMPLATE, encoding="utf-8")
     reviewed = bound(path)
     path.write_text(TOOL_TEMPLATE.replace("Tools:", "Tool list:"), encoding="utf-8")
-    argv = [sys.executable, "-m", "mlx_agent.runtime", "mlx_lm", "--model", str(model), CHAT_TEMPLATE_FLAG, reviewed]
+    argv = [
+        sys.executable,
+        "-m",
+        "mlx_agent.runtime",
+        "mlx_lm",
+        "--model",
+        str(model),
+        *contract(chat_template=reviewed),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120, check=False)
     assert done.returncode == EXIT_REFUSED, done.stderr

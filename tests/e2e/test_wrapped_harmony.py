@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.wire import PROMPT_LOOKUP_FLAG
+from tests.contract_support import LOOKUP
 from tests.e2e.harmony_support import (
     ANSWER,
     FINAL_HEADER,
@@ -143,7 +143,7 @@ def split_of(message: dict[str, Any]) -> tuple[Any, ...]:
 
 def test_prompt_lookup_leaves_the_split_unchanged(caller: Server, caller_model: Path) -> None:
     """With --prompt-lookup a watched Harmony reply takes lookup and splits the same as native generation."""
-    with running(caller_model, caller_model.parent, PROMPT_LOOKUP_FLAG) as fast:
+    with running(caller_model, caller_model.parent, *LOOKUP) as fast:
         looked_up = split_of(chat(fast, {**ASK, "temperature": 0})["message"])
         log = fast.wait_for_log(" prompt lookup: ")
     assert looked_up == split_of(chat(caller, ASK)["message"]) == (THOUGHT, PREAMBLE, [("get_weather", PARIS)])

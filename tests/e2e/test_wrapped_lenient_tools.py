@@ -23,7 +23,7 @@ import anthropic
 import openai
 import pytest
 
-from mlx_agent.wire import PROMPT_LOOKUP_FLAG
+from tests.contract_support import LOOKUP
 from tests.e2e.wrapped_support import Server, running, scripted_model
 from tests.gateway_support import Gateway, real_worker_argv, running_gateway
 
@@ -114,7 +114,7 @@ def test_the_call_flows_through_every_api_of_the_front(front: Gateway) -> None:
 
 def test_prompt_lookup_returns_the_same_call(model: Path) -> None:
     """A plain greedy request served by prompt lookup parses its call the same way."""
-    with running(model, model.parent, PROMPT_LOOKUP_FLAG) as fast:
+    with running(model, model.parent, *LOOKUP) as fast:
         status, answer = fast.post({"messages": ASK, "tools": TOOLS, "max_tokens": 16, "temperature": 0})
         assert status == 200, answer
         [call] = answer["choices"][0]["message"]["tool_calls"]

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests.contract_support import contract
 from tests.e2e.wrapped_support import Server, running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
@@ -143,11 +144,10 @@ def test_a_bad_limit_is_400(server: Server, field: str, value: Any) -> None:
     assert answer["error"]["param"] == field
 
 
-def test_server_flags_are_the_defaults(waiter: Path) -> None:
-    """--reasoning-budget and friends set what a request that names no limit gets; a request field wins."""
-    with running(
-        waiter, waiter.parent, "--reasoning-budget", "3", "--hedge-limit", "0", "--repeat-limit", "0", "--limit-answers"
-    ) as flagged:
+def test_the_planned_limits_are_the_defaults(waiter: Path) -> None:
+    """The contract's reply limits set what a request naming no limit gets; a request field wins."""
+    planned = contract(reasoning_budget=3, hedge_limit=0, repeat_limit=0, limit_answers=True)
+    with running(waiter, waiter.parent, *planned) as flagged:
         assert waits(chat(flagged)["message"]["reasoning"]) == 3
         assert waits(chat(flagged, reasoning_budget=5)["message"]["reasoning"]) == 5
         log = flagged.log()

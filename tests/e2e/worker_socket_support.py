@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlx_agent.wire import BODY_TIMEOUT_FLAG, CONTEXT_WINDOW_FLAG, HEADER_TIMEOUT_FLAG, SOCKET_FLAG
+from mlx_agent.wire import SOCKET_FLAG
+from tests.contract_support import contract
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_S = 120.0  # how long the worker may take to load and listen (a bound, not a measure)
@@ -118,16 +119,22 @@ def closed_by_peer(sock: socket.socket, trickle: bytes, bound_s: float = 60.0) -
 
 @contextmanager
 def socket_worker(
-    model: Path, *extra: str, context_window: int = 256, runtime: str = "mlx_lm"
+    model: Path, changes: dict[str, Any] | None = None, *, context_window: int = 256, runtime: str = "mlx_lm"
 ) -> Iterator[SocketWorker]:
-    """Start the wrapped worker of ``runtime`` on a private Unix socket, as a front does, and stop it afterwards."""
+    """Start the wrapped worker of ``runtime`` on a private Unix socket, as a front does, and stop it afterwards.
+
+    ``changes`` are fields of its contract (the plain one's otherwise).
+    """
+    changes = dict(changes or {})
     directory = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))  # AF_UNIX paths are short
     directory.chmod(0o700)
     path = str(directory / "w.sock")
     log_path = directory / "worker.log"
-    generation = ["--max-tokens", "8", CONTEXT_WINDOW_FLAG, str(context_window)] if runtime == "mlx_lm" else []
+    if runtime == "mlx_lm":
+        changes = {"context_window": context_window, **changes}
+    generation = ["--max-tokens", "8"] if runtime == "mlx_lm" else []
     argv = [sys.executable, "-m", "mlx_agent.runtime", runtime, "--model", str(model), SOCKET_FLAG, path]
-    argv += [*generation, *extra]
+    argv += [*generation, *contract(**changes)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
@@ -153,4 +160,4 @@ def socket_worker(
             process.wait(timeout=30)
 
 
-SHORT_DEADLINES = (HEADER_TIMEOUT_FLAG, "2", BODY_TIMEOUT_FLAG, "3")
+SHORT_DEADLINES: dict[str, Any] = {"header_timeout": 2.0, "body_timeout": 3.0}  # contract fields

@@ -28,6 +28,7 @@ from typing import Any, cast
 import openai
 
 from tests.conftest import free_port
+from tests.contract_support import with_contract
 from tests.fixtures.tiny_model import CHAT_TEMPLATE, build_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,20 +98,22 @@ class Server:
 
 
 def wrapped_argv(model: Path, port: int, *extra: str) -> list[str]:
-    """Return the supervisor's command line for the wrapped entry."""
-    return [
-        sys.executable,
-        "-m",
-        "mlx_agent.runtime",
-        "mlx_lm",
-        "--model",
-        str(model),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *extra,
-    ]
+    """Return the supervisor's command line for the wrapped entry (the plain contract unless ``extra`` has one)."""
+    return with_contract(
+        [
+            sys.executable,
+            "-m",
+            "mlx_agent.runtime",
+            "mlx_lm",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *extra,
+        ]
+    )
 
 
 def bare_argv(model: Path, port: int, *extra: str) -> list[str]:

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from mlx_agent.plan.agent_support import NO_PARSER, NO_TOOLS
+from mlx_agent.worker_contract import split_worker_argv
 from tests.conftest import Agent, assert_valid
 from tests.template_corpus import TEMPLATES_DIR
 
@@ -23,7 +24,7 @@ def test_the_preview_records_the_agents_part_and_warns_in_the_envelope(agent: Ag
     assert result.rc == 0, result.stderr
     model = result.data["plan"]["models"][0]
     assert_valid("serve_plan", result.data["plan"])
-    assert result.data["plan"]["format_version"] == "3.1"
+    assert result.data["plan"]["format_version"] == "3.2"
     agents = model["agents"]
     assert (agents["renders_tools"], agents["tool_parser"], agents["context_window"]) == (
         False,
@@ -49,9 +50,9 @@ def test_a_chat_template_and_a_tool_parser_reach_the_worker_and_clear_the_warnin
     assert result.rc == 0, result.stderr
     model = result.data["plan"]["models"][0]
     assert (model["agents"]["tool_parser"], model["agents"]["tool_parser_from"]) == ("qwen3_coder", "option")
-    argv = model["worker"]["argv"]
-    assert argv[argv.index("--mlx-agent-tool-parser") + 1] == "qwen3_coder"
-    assert argv[argv.index("--mlx-agent-chat-template") + 1].startswith(f"{QWEN_CODER}=")
+    planned = split_worker_argv(model["worker"]["argv"])[0].contract
+    assert planned.tool_parser == "qwen3_coder"
+    assert planned.chat_template is not None and planned.chat_template.path == str(QWEN_CODER)
     assert [c["path"] for c in model["file_checks"]] == [str(QWEN_CODER)]
     assert not [w for w in result.doc["warnings"] if w.startswith(f"{model['served_model_name']}: ")]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent import accel_rules, wire
+from mlx_agent import accel_rules
 from mlx_agent.canonical import plan_diff, with_hash
 from mlx_agent.errors import UnsupportedRuntime
 from mlx_agent.plan import accel
@@ -18,7 +18,8 @@ from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import ModelPlan, ServePlan
 from mlx_agent.runtime.entries import accel_entry
-from mlx_agent.runtime.entries.mlx_lm_server import split_front_flags
+from mlx_agent.runtime.entries.mlx_lm_server import listening
+from mlx_agent.worker_contract import Started, split_worker_argv
 from tests.conftest import assert_valid
 
 RULES = accel_rules.support()[0]
@@ -43,6 +44,12 @@ def worker_args(model: ModelPlan) -> list[str]:
     return model["worker"]["argv"][4:]
 
 
+def entry_view(model: ModelPlan) -> tuple[accel_entry.AccelFlags, Started, list[str]]:
+    """Return what the wrapped entry reads of the accelerations, what else it was given, and mlx_lm's own argv."""
+    given, rest = split_worker_argv(worker_args(model))
+    return accel_entry.accel_flags(given.contract), given, rest
+
+
 def native_executable(tmp_path: Path) -> Path:
     """Return an executable runtime from "another environment" (this interpreter, launched natively)."""
     exe = tmp_path / "mlx_lm.server"
@@ -56,7 +63,7 @@ def test_not_requested_is_native_and_adds_nothing(tiny_model: Path) -> None:
     plan = plan_for(tiny_model)
     assert plan["decode_profile"] == {"requested": False, "applied": False, "reasons": []}
     assert plan["prefill_kernel"] == {"requested": False, "eligible": False, "reasons": []}
-    flags, _ = accel_entry.split_accel_flags(worker_args(plan))
+    flags, _, _ = entry_view(plan)
     assert not flags.requested and not flags.versions and not flags.sources
 
 
@@ -68,13 +75,13 @@ def test_prompt_lookup_applies_here_and_passes_its_fingerprint(tiny_model: Path)
     assert lookup.get("max_draft_tokens") == 8 and lookup.get("lookup_window") == 8192
     sources = lookup.get("sources") or {}
     assert set(sources) == set(accel_rules.LOOKUP_SOURCES) and all(sources.values())
-    flags, rest = accel_entry.split_accel_flags(worker_args(plan))
+    flags, given, native = entry_view(plan)
     assert flags.prompt_lookup and not flags.m5_prefill
     assert flags.versions == lookup.get("versions")
     assert flags.sources == {**sources, accel_rules.SUPPORT_NAME: lookup.get("support_sha256")}
-    listening, native = split_front_flags(rest)
+    where = listening(given)
     assert native == ["--model", str(tiny_model), "--max-tokens", str(plan["context_window"])]  # no --max-tokens
-    assert listening.socket == "{socket}" and listening.context_window == plan["context_window"]
+    assert where.socket == "{socket}" and where.context_window == plan["context_window"]
     assert accel_entry.fingerprint_changes(flags) == []
 
 
@@ -93,23 +100,23 @@ def test_m5_prefill_is_recorded_as_not_eligible_here(tiny_model: Path) -> None:
     sources = prefill.get("sources") or {}
     assert set(sources) == set(accel_rules.PREFILL_SOURCES) and all(sources.values())
     assert prefill.get("min_rows") == 128 and "mlx-metal" in (prefill.get("versions") or {})
-    flags, _ = accel_entry.split_accel_flags(worker_args(plan))
+    flags, _, _ = entry_view(plan)
     assert flags.m5_prefill and not flags.prompt_lookup and "mlx-metal" in flags.versions
 
 
 def test_both_options_combine(tiny_model: Path) -> None:
     """Both flags reach the entry with one fingerprint covering both."""
     plan = plan_for(tiny_model, prompt_lookup=True, m5_prefill=True)
-    flags, _ = accel_entry.split_accel_flags(worker_args(plan))
+    flags, _, _ = entry_view(plan)
     assert flags.prompt_lookup and flags.m5_prefill
     assert set(flags.sources) == {*accel_rules.LOOKUP_SOURCES, *accel_rules.PREFILL_SOURCES, accel_rules.SUPPORT_NAME}
 
 
 def test_a_jit_worker_gets_the_same_flags_and_fingerprint(tiny_model: Path) -> None:
     """A JIT worker's argv carries exactly the eager worker's acceleration flags, versions and source hashes."""
-    eager = accel_entry.split_accel_flags(worker_args(plan_for(tiny_model, prompt_lookup=True)))[0]
+    eager = entry_view(plan_for(tiny_model, prompt_lookup=True))[0]
     jit_plan = plan_for(tiny_model, prompt_lookup=True, jit=True)
-    jit = accel_entry.split_accel_flags(worker_args(jit_plan))[0]
+    jit = entry_view(jit_plan)[0]
     assert (jit.prompt_lookup, jit.m5_prefill) == (eager.prompt_lookup, eager.m5_prefill) == (True, False)
     assert jit.versions == eager.versions == jit_plan["decode_profile"].get("versions")
     assert jit.sources == eager.sources and len(jit.sources) == len(accel_rules.LOOKUP_SOURCES) + 1
@@ -144,7 +151,7 @@ def test_an_adapter_keeps_both_native(tiny_model: Path, tmp_path: Path) -> None:
     assert plan["decode_profile"]["reasons"] == ["an adapter is served, and adapters keep native generation"]
     assert plan["prefill_kernel"]["reasons"][-1] == "LoRA adapters are excluded"
     assert plan["prefill_kernel"]["reasons"][:-1] == plan_for(tiny_model, m5_prefill=True)["prefill_kernel"]["reasons"]
-    assert wire.PROMPT_LOOKUP_FLAG not in plan["worker"]["argv"]
+    assert not entry_view(plan)[0].prompt_lookup
 
 
 def test_a_changed_kernel_source_makes_the_plan_stale(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent import accel_rules, wire
+from mlx_agent import accel_rules
 from mlx_agent.errors import RuntimeChanged, error_class
 from mlx_agent.plan import accel
 from mlx_agent.plan.recipes import load_recipe
@@ -20,6 +20,8 @@ from mlx_agent.runtime.accel import m5_prefill
 from mlx_agent.runtime.entries import accel_entry
 from mlx_agent.supervise.readiness import launch_failed
 from mlx_agent.wire import REFUSAL_PREFIX as ERROR_PREFIX
+from mlx_agent.worker_contract import split_worker_argv
+from tests.contract_support import contract
 from tests.unit.test_m5_prefill import FakeKernel, qwen2_model
 
 RULES = accel_rules.support()[0]
@@ -33,12 +35,13 @@ QWEN2_Q4 = {
 
 
 def planned_flags() -> list[str]:
-    """Return the entry flags the plan gives for both options on this machine."""
+    """Return the contract the plan gives for both options on this machine (the rest plain)."""
     recipe, sha = load_recipe("mlx_lm")
     runtime = resolve_runtime("mlx_lm", recipe, sha, None)
     lookup = accel.prompt_lookup(True, recipe, runtime)
     prefill = accel.m5_prefill(True, recipe, runtime, QWEN2_Q4)
-    return accel.entry_flags(lookup, prefill, runtime)
+    use_lookup, use_kernel, versions, sources = accel.entry_fingerprint(lookup, prefill)
+    return contract(prompt_lookup=use_lookup, m5_prefill=use_kernel, versions=versions, sources=sources)
 
 
 def test_untested_versions_keep_native_decoding() -> None:
@@ -101,24 +104,23 @@ def test_each_model_shape_rule(change: dict[str, Any], reason: str) -> None:
     assert accel_rules.model_shape_reasons({**QWEN2_Q4, **change}, RULES["m5_prefill"]) == [reason]
 
 
-def test_split_leaves_every_other_argument_in_order() -> None:
-    """The entry takes out exactly its flags and their values."""
+def test_the_contract_gives_the_flags_and_the_fingerprint() -> None:
+    """The entry reads both options and their fingerprint from the contract as the plan wrote them."""
     argv = [
         "--model",
         "m",
-        wire.PROMPT_LOOKUP_FLAG,
-        wire.EXPECT_VERSIONS_FLAG,
-        "mlx=1.0,mlx-metal=",
+        *contract(
+            prompt_lookup=True,
+            m5_prefill=True,
+            versions={"mlx": "1.0", "mlx-metal": None},
+            sources={"runtime/x.py": "abc"},
+        ),
         "--port",
         "1",
-        wire.EXPECT_SOURCE_FLAG,
-        "runtime/x.py=abc",
-        wire.M5_PREFILL_FLAG,
-        "--max-tokens",
-        "5",
     ]
-    flags, rest = accel_entry.split_accel_flags(argv)
-    assert rest == ["--model", "m", "--port", "1", "--max-tokens", "5"]
+    given, rest = split_worker_argv(argv)
+    assert rest == ["--model", "m", "--port", "1"]
+    flags = accel_entry.accel_flags(given.contract)
     assert flags == accel_entry.AccelFlags(True, True, {"mlx": "1.0", "mlx-metal": None}, {"runtime/x.py": "abc"})
 
 
@@ -137,7 +139,7 @@ def test_a_changed_dependency_or_source_is_named() -> None:
 
 def test_the_entry_refuses_with_runtime_changed(capsys: pytest.CaptureFixture[str]) -> None:
     """A fingerprint that no longer holds stops the entry before anything loads, with a runtime_changed line."""
-    argv = ["mlx_lm", "--model", "m", wire.PROMPT_LOOKUP_FLAG, wire.EXPECT_VERSIONS_FLAG, "mlx=0.0.1,mlx-lm=0.0.1"]
+    argv = ["mlx_lm", "--model", "m", *contract(prompt_lookup=True, versions={"mlx": "0.0.1", "mlx-lm": "0.0.1"})]
     with pytest.raises(SystemExit) as exit_info:
         entry.main(argv)
     assert exit_info.value.code == 3
@@ -158,12 +160,12 @@ def test_the_supervisor_reports_runtime_changed(tmp_path: Path) -> None:
 
 
 def test_the_entry_strips_its_flags_before_mlx_lm(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a matching fingerprint the entry hands mlx_lm the argv without any acceleration flag."""
+    """With a matching fingerprint the entry hands mlx_lm the argv without the contract."""
     from mlx_agent.runtime.entries import mlx_lm_server
 
     seen: dict[str, Any] = {}
 
-    def serve(argv: list[str], flags: Any) -> int:
+    def serve(argv: list[str], given: Any, flags: Any) -> int:
         seen.update(argv=argv, flags=flags)
         return 0
 
@@ -177,7 +179,8 @@ def test_the_entry_strips_its_flags_before_mlx_lm(monkeypatch: pytest.MonkeyPatc
 
 def test_the_planned_fingerprint_holds_here() -> None:
     """What the plan records of this environment is what the entry finds in it."""
-    flags, rest = accel_entry.split_accel_flags(planned_flags())
+    given, rest = split_worker_argv(planned_flags())
+    flags = accel_entry.accel_flags(given.contract)
     assert rest == [] and flags.requested
     assert set(flags.sources) == {*accel_rules.LOOKUP_SOURCES, *accel_rules.PREFILL_SOURCES, accel_rules.SUPPORT_NAME}
     assert accel_entry.fingerprint_changes(flags) == []

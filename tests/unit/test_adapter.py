@@ -16,8 +16,8 @@ from mlx_agent.plan.adapter import resolve_adapter, verify
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records import OlderReceipt
-from mlx_agent.runtime.entries.file_checks import split_expectations
 from mlx_agent.supervise.servers import adapter_fields
+from mlx_agent.worker_contract import split_worker_argv
 from tests.conftest import assert_valid
 
 CONFIG = {"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": {"rank": 8, "scale": 20.0, "dropout": 0.0}}
@@ -45,15 +45,15 @@ def test_adapter_binds_both_files_by_content(tmp_path: Path) -> None:
 
 
 def test_plan_passes_adapter_and_its_expected_hashes(tiny_model: Path, tmp_path: Path) -> None:
-    """The wrapped server gets --adapter-path and one recheck flag per file; the plan validates."""
+    """The wrapped server gets --adapter-path and its contract one recheck per file; the plan validates."""
     adapter = make_adapter(tmp_path / "a")
     plan = build_serve_plan(ServeRequest(path=str(tiny_model), port=18990, adapter_path=str(adapter)))
     assert_valid("serve_plan", {**plan, "preview_hash": "0" * 64})
     argv = plan["models"][0]["worker"]["argv"]
     assert argv[argv.index("--adapter-path") + 1] == str(adapter)
-    expected, rest = split_expectations(argv[4:])
-    assert [p.name for p, _, _ in expected] == ["adapter_config.json", "adapters.safetensors"]
-    assert "--mlx-agent-expect" not in rest and "--adapter-path" in rest
+    given, rest = split_worker_argv(argv[4:])
+    assert [Path(c.path).name for c in given.contract.file_checks] == ["adapter_config.json", "adapters.safetensors"]
+    assert "--adapter-path" in rest
 
 
 @pytest.mark.fast

@@ -44,8 +44,7 @@ def test_a_hostfile_must_start_with_this_machine(tmp_path: Path) -> None:
 def test_each_file_is_checked_by_what_every_copy_shares(tiny_model: Path) -> None:
     """Small files by sha256, weights by their safetensors header; never by inode or mtime."""
     source = plan_for(tiny_model)["models"][0]["source"]
-    values = model_expectations(source)[1::2]
-    methods = {value.split("=", 1)[0].rsplit("/", 1)[1]: value.split("=", 1)[1].split(":")[0] for value in values}
+    methods = {Path(check.path).name: check.method for check in model_expectations(source)}
     assert methods["config.json"] == "sha256" and methods["model.safetensors"] == "header"
 
 

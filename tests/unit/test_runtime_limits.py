@@ -1,6 +1,8 @@
-"""Reply limits: server flags, request fields, and how hedges and loops are recognised."""
+"""Reply limits: the worker's defaults from its contract, request fields, and how hedges and loops are recognised."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -9,10 +11,11 @@ from mlx_agent.runtime.serving.limits import (
     Limits,
     answer_reserve,
     count_hedges,
+    from_contract,
     limits_from_body,
     loop_length,
-    split_server_flags,
 )
+from tests.contract_support import PLAIN
 
 pytestmark = pytest.mark.fast
 
@@ -24,29 +27,11 @@ def piece(token: int) -> str:
     return PIECES[token]
 
 
-def test_our_flags_are_taken_out_and_the_rest_left_for_mlx_lm() -> None:
-    """The limit flags become the defaults; every other argument goes on to mlx_lm in order."""
-    limits, rest = split_server_flags(
-        ["--model", "m", "--hedge-limit", "4", "--limit-answers", "--port", "1", "--reasoning-budget=9"]
-    )
-    assert limits == Limits(reasoning_budget=9, hedge_limit=4, repeat_limit=3, limit_answers=True)
-    assert rest == ["--model", "m", "--port", "1"]
-
-
-def test_no_flags_means_the_documented_defaults() -> None:
-    """Without flags the defaults are no budget, 12 hedges, 3 repeats, thinking only."""
-    assert split_server_flags(["--model", "m"]) == (Limits(0, 12, 3, False), ["--model", "m"])
-
-
-def test_a_prefix_of_our_flag_is_not_taken() -> None:
-    """Flags are matched whole, so an mlx_lm flag that shares a prefix is never swallowed."""
-    assert split_server_flags(["--repeat", "2"])[1] == ["--repeat", "2"]
-
-
-def test_a_negative_flag_is_refused() -> None:
-    """A negative limit on the command line stops the server with a usage error."""
-    with pytest.raises(SystemExit):
-        split_server_flags(["--repeat-limit", "-1"])
+def test_the_contract_gives_the_defaults() -> None:
+    """The worker's defaults are its contract's four fields; the plain contract's are the documented ones."""
+    assert from_contract(PLAIN) == Limits(0, 12, 3, False) == Limits()
+    changed = dataclasses.replace(PLAIN, reasoning_budget=9, hedge_limit=4, limit_answers=True)
+    assert from_contract(changed) == Limits(reasoning_budget=9, hedge_limit=4, repeat_limit=3, limit_answers=True)
 
 
 def test_request_fields_win_over_the_server_defaults() -> None:

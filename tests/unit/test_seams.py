@@ -12,8 +12,11 @@ import pytest
 
 from mlx_agent.errors import SeamChanged
 from mlx_agent.runtime.entries import mlx_lm_server, seams
+from mlx_agent.runtime.entries.contract_entry import started
 from mlx_agent.runtime.serving.limits import Limits
 from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.worker_contract import split_worker_argv
+from tests.contract_support import contract
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -121,7 +124,8 @@ def test_a_text_machine_that_no_longer_reads_response_transitions_fails_loudly(m
 def test_a_changed_seam_stops_the_entry(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """serve() exits with status 2 and says which seam changed, before parsing arguments or listening."""
     monkeypatch.delattr(mlx_lm.server, "_make_logits_processors")
-    assert mlx_lm_server.serve(["--model", "m"]) == 2
+    given, rest = split_worker_argv(["--model", "m", *contract()])
+    assert mlx_lm_server.serve(rest, given) == 2
     assert "_make_logits_processors" in capsys.readouterr().err
 
 
@@ -162,19 +166,20 @@ def test_wrapped_run_loads_before_it_listens(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_front_flags_are_taken_out_before_mlx_lm_parses() -> None:
-    """--mlx-agent-socket and --mlx-agent-context-window reach the worker's own settings, not mlx_lm's parser."""
-    listening, rest = mlx_lm_server.split_front_flags(
-        ["--model", "m", "--mlx-agent-socket", "/s/0-1.sock", "--mlx-agent-context-window", "4096"]
+    """The front's socket and the contract's context window reach the worker's own settings, not mlx_lm's parser."""
+    given, rest = split_worker_argv(
+        ["--model", "m", "--mlx-agent-socket", "/s/0-1.sock", *contract(context_window=4096)]
     )
-    assert rest == ["--model", "m"] and listening == mlx_lm_server.Listening("/s/0-1.sock", 4096)
+    assert rest == ["--model", "m"] and mlx_lm_server.listening(given) == mlx_lm_server.Listening("/s/0-1.sock", 4096)
 
 
 def test_the_kept_prompt_cache_arrives_with_its_reviewed_disk_limit(capsys: pytest.CaptureFixture[str]) -> None:
-    """The worker takes --prompt-cache-disk-gb's value as the plan gave it; a cache directory alone is refused."""
-    flags = ["--mlx-agent-prompt-cache", "/c/id", "--mlx-agent-prompt-cache-disk-gb", "1.5"]
-    listening, rest = mlx_lm_server.split_front_flags(["--model", "m", *flags])
+    """The worker takes the contract's prompt_cache_disk_gb as the plan gave it; a cache directory alone is refused."""
+    flags = ["--mlx-agent-prompt-cache", "/c/id"]
+    given, rest = split_worker_argv(["--model", "m", *flags, *contract(prompt_cache_disk_gb=1.5)])
+    listening = mlx_lm_server.listening(given)
     assert (listening.prompt_cache_dir, listening.prompt_cache_disk_gb, rest) == ("/c/id", 1.5, ["--model", "m"])
     with pytest.raises(SystemExit) as exited:
-        mlx_lm_server.split_front_flags(flags[:2])
+        started([*flags, *contract()])
     assert exited.value.code == EXIT_REFUSED
     assert capsys.readouterr().err.startswith(REFUSAL_PREFIX + '{"code": "invalid_arguments"')

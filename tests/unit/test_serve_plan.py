@@ -16,7 +16,9 @@ from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.runtime.entries.native_entry import KEY_ENV, PORT_ENV
+from mlx_agent.worker_contract import split_worker_argv
 from tests.conftest import assert_valid
+from tests.contract_support import contract
 from tests.plan_support import plan_for
 
 
@@ -50,10 +52,11 @@ def test_plan_binds_what_decides_the_launch(tiny_model: Path) -> None:
         "{socket}",
         "--mlx-agent-prompt-cache",
         "{prompt_cache}",
-        "--mlx-agent-prompt-cache-disk-gb",
-        "4.0",
-        "--mlx-agent-context-window",
-        str(window),
+        *contract(
+            context_window=window,
+            prompt_cache_disk_gb=4.0,
+            **{field: plan["front"][field] for field in ("max_body_bytes", "header_timeout", "body_timeout")},
+        ),
     ]
     assert model["worker"]["transport"] == "unix" and model["served_model_name"] == tiny_model.name
     assert plan["argv"] == [sys.executable, "-m", "mlx_agent.gateway", "--config", plan["front"]["config_path"]]
@@ -241,3 +244,35 @@ def test_the_queue_bound_the_stall_timeout_and_the_worker_slots_reach_the_fronts
     assert (model["worker_slots"], model["kv_cache"]) == (1, {"kv_bits": 4, "kv_group_size": 64})
     assert plan["preview_hash"] != default["preview_hash"]
     assert_valid("front_config", config)
+
+
+def test_the_reply_limits_are_per_model_options_in_the_plan_and_the_contract(tiny_model: Path) -> None:
+    """--hedge-limit and friends land in the model's plan and its worker's contract; the defaults fill the rest."""
+    model = plan_for(tiny_model, reasoning_budget=64, hedge_limit=0, limit_answers=True)["models"][0]
+    assert model["reply_limits"] == {"reasoning_budget": 64, "hedge_limit": 0, "repeat_limit": 3, "limit_answers": True}
+    planned = split_worker_argv(model["worker"]["argv"])[0].contract
+    limits = (planned.reasoning_budget, planned.hedge_limit, planned.repeat_limit, planned.limit_answers)
+    assert limits == (64, 0, 3, True)
+    assert plan_for(tiny_model)["models"][0]["reply_limits"] == {
+        "reasoning_budget": 0,
+        "hedge_limit": 12,
+        "repeat_limit": 3,
+        "limit_answers": False,
+    }
+    with pytest.raises(UnsupportedRuntime, match="--repeat-limit"):
+        plan_for(tiny_model, runtime="mlx-vlm", repeat_limit=2)
+
+
+def test_decode_concurrency_reaches_mlx_lm_and_the_front_s_slots(tiny_model: Path) -> None:
+    """--decode-concurrency is mlx_lm's own flag in the worker's argv, the plan's field and the front's slots."""
+    from mlx_agent.plan.front import front_config
+
+    plan = plan_for(tiny_model, decode_concurrency=4)
+    model = plan["models"][0]
+    argv = model["worker"]["argv"]
+    assert model["decode_concurrency"] == 4 and argv[argv.index("--decode-concurrency") + 1] == "4"
+    assert front_config(plan)["models"][0]["worker_slots"] == 4
+    assert plan_for(tiny_model)["models"][0]["decode_concurrency"] is None
+    assert front_config(plan_for(tiny_model, decode_concurrency=4, kv_bits=4))["models"][0]["worker_slots"] == 1
+    with pytest.raises(UnsupportedRuntime, match="--decode-concurrency"):
+        plan_for(tiny_model, runtime="mlx-vlm", decode_concurrency=4)

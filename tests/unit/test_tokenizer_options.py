@@ -16,29 +16,29 @@ import pytest
 
 from mlx_agent.runtime.entries.file_checks import reviewed_template
 from mlx_agent.runtime.entries.mlx_lm_entry import tokenizer_options, with_tokenizer_options
-from mlx_agent.wire import CHAT_TEMPLATE_FLAG, EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.worker_contract import FileCheck
 
 QWEN_STYLE = "{{ messages[0].content }}<tool_call>\n<function=x>"  # mlx_lm infers qwen3_coder from this text
 
 
-def flag(path: Path, data: bytes) -> list[str]:
-    """Return the plan's flag binding ``path`` to ``data``."""
-    return [CHAT_TEMPLATE_FLAG, f"{path}={hashlib.sha256(data).hexdigest()}:{len(data)}"]
+def bound(path: Path, data: bytes) -> FileCheck:
+    """Return the contract's check binding ``path`` to ``data``."""
+    return FileCheck(str(path), hashlib.sha256(data).hexdigest(), len(data))
 
 
 @pytest.mark.fast
-def test_the_reviewed_template_is_returned_and_its_flag_taken_out(tmp_path: Path) -> None:
-    """An unchanged file gives its text; the runtime's own arguments stay, in order."""
+def test_the_reviewed_template_is_returned(tmp_path: Path) -> None:
+    """An unchanged file gives its text."""
     path = tmp_path / "t.jinja"
     path.write_text("héllo {{ x }}", encoding="utf-8")
-    text, rest = reviewed_template(["--model", "m", *flag(path, path.read_bytes()), "--port", "1"])
-    assert (text, rest) == ("héllo {{ x }}", ["--model", "m", "--port", "1"])
+    assert reviewed_template(bound(path, path.read_bytes())) == "héllo {{ x }}"
 
 
 @pytest.mark.fast
-def test_no_flag_means_no_template() -> None:
-    """Without the flag the checkpoint's template stays (None), and argv is untouched."""
-    assert reviewed_template(["--model", "m"]) == (None, ["--model", "m"])
+def test_no_file_means_no_template() -> None:
+    """Without a bound file the checkpoint's template stays (None)."""
+    assert reviewed_template(None) is None
 
 
 @pytest.mark.fast
@@ -49,7 +49,7 @@ def test_a_template_changed_after_review_is_refused(
     """Edited, removed or replaced by a link, the file is refused with adapter_changed and the refusal exit."""
     path = tmp_path / "t.jinja"
     path.write_text("{{ a }}", encoding="utf-8")
-    argv = flag(path, path.read_bytes())
+    argv = bound(path, path.read_bytes())
     if change == "edited":
         path.write_text("{{ b }}", encoding="utf-8")
     elif change == "removed":

@@ -1,9 +1,9 @@
 """The entry's side of ``--prompt-lookup`` and ``--m5-prefill``: flags, fingerprint, eligibility, application.
 
-The plan (``plan/accel_rules.py``) gives the entry ``--mlx-agent-prompt-lookup`` and/or ``--mlx-agent-m5-prefill``
-with its fingerprint: ``--mlx-agent-expect-versions mlx=V,mlx-lm=V[,mlx-metal=V]`` and one
-``--mlx-agent-expect-source NAME=SHA256`` per bundled source and the support file. ``split_accel_flags``
-takes them out of argv before mlx_lm parses it; ``refuse_if_changed`` compares the fingerprint with what is
+The plan (``plan/accel.py``) gives the entry ``prompt_lookup`` and/or ``m5_prefill`` in the worker's contract,
+with their fingerprint: the dependency versions (``mlx``, ``mlx-lm``[, ``mlx-metal``]) and the sha256 of each
+bundled source and the support file. ``accel_flags`` reads them from the contract; ``refuse_if_changed``
+compares the fingerprint with what is
 installed and exits with one ``mlx-agent-error`` line (``runtime_changed``) if anything differs, before any
 model loads. After the model has loaded, ``prepare`` rechecks eligibility with the same rules as the plan,
 applies the kernel (logging how many layers it adapted, 0 where it does not apply) and returns the prompt
@@ -17,8 +17,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_agent import accel_rules, wire
+from mlx_agent import accel_rules
 from mlx_agent.errors import RuntimeChanged, exit_refused
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.worker_contract import WorkerContract
 
 log = logging.getLogger(__name__)
 
@@ -38,34 +42,9 @@ class AccelFlags:
         return self.prompt_lookup or self.m5_prefill
 
 
-def _pairs(text: str, separator: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for item in filter(None, text.split(separator)):
-        name, _, value = item.partition("=")
-        out[name] = value or None
-    return out
-
-
-def split_accel_flags(argv: list[str]) -> tuple[AccelFlags, list[str]]:
-    """Return the acceleration flags and fingerprint, and the argv without them."""
-    lookup = kernel = False
-    versions: dict[str, str | None] = {}
-    sources: dict[str, str | None] = {}
-    rest: list[str] = []
-    words = iter(argv)
-    for word in words:
-        if word == wire.PROMPT_LOOKUP_FLAG:
-            lookup = True
-        elif word == wire.M5_PREFILL_FLAG:
-            kernel = True
-        elif word == wire.EXPECT_VERSIONS_FLAG:
-            versions.update(_pairs(next(words, ""), ","))
-        elif word == wire.EXPECT_SOURCE_FLAG:
-            name, _, digest = next(words, "").rpartition("=")
-            sources[name] = digest or None
-        else:
-            rest.append(word)
-    return AccelFlags(lookup, kernel, versions, sources), rest
+def accel_flags(contract: WorkerContract) -> AccelFlags:
+    """Return what the contract asks of the accelerations, with the fingerprint they were reviewed with."""
+    return AccelFlags(contract.prompt_lookup, contract.m5_prefill, dict(contract.versions), dict(contract.sources))
 
 
 def fingerprint_changes(flags: AccelFlags) -> list[dict[str, Any]]:

@@ -1,9 +1,10 @@
 """The mlx_lm worker's start: what changed since review is refused before mlx_lm is imported, then it serves.
 
-The reviewed adapter files (``file_checks``), the ``--chat-template`` file (read once, its checked bytes kept)
-and the fingerprint of ``--prompt-lookup``/``--m5-prefill`` (``accel_entry``) are checked first and their flags
-taken out of argv, and so are the socket limits (``socket_limits``: the front's body cap and read deadlines);
-``mlx_lm_server`` then gets the runtime's own arguments.
+The argv is split once (``contract_entry``: the plan's contract, the front's socket and prompt cache directory,
+and mlx_lm's own arguments). The reviewed adapter files (``file_checks``), the ``--chat-template`` file (read
+once, its checked bytes kept) and the fingerprint of ``--prompt-lookup``/``--m5-prefill`` (``accel_entry``) are
+checked first, and the socket limits set (``socket_limits``: the front's body cap and read deadlines);
+``mlx_lm_server`` then serves with the contract and mlx_lm's own arguments.
 
 ``--chat-template`` and ``--tool-parser`` reach mlx_lm through its own tokenizer config: ``mlx_lm.server.load``
 (a seam, ``seams.SEAMS``) is given ``chat_template`` (what mlx_lm's own ``--chat-template`` puts there: the
@@ -18,11 +19,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from mlx_agent.runtime.entries.accel_entry import accel_flags
 from mlx_agent.runtime.entries.accel_entry import refuse_if_changed as refuse_if_runtime_changed
-from mlx_agent.runtime.entries.accel_entry import split_accel_flags
-from mlx_agent.runtime.entries.file_checks import refuse_if_changed, reviewed_template, split_expectations, take_flag
+from mlx_agent.runtime.entries.contract_entry import started
+from mlx_agent.runtime.entries.file_checks import refuse_if_changed, reviewed_template
 from mlx_agent.runtime.serving import socket_limits
-from mlx_agent.wire import TOOL_PARSER_FLAG
 
 
 def tokenizer_options(chat_template: str | None, tool_parser: str | None) -> dict[str, str]:
@@ -51,19 +52,18 @@ def with_tokenizer_options(load: Callable[..., Any], options: dict[str, str]) ->
 
 def main(argv: list[str]) -> int:
     """Check what the plan bound, then run the wrapped mlx_lm server; return the process exit status."""
-    expected, native = split_expectations(argv)
-    refuse_if_changed(expected)  # reviewed adapter files, checked in this process before anything loads
-    chat_template, native = reviewed_template(native)
-    parsers, native = take_flag(native, TOOL_PARSER_FLAG)
-    accel, native = split_accel_flags(native)
+    given, native = started(argv)
+    contract = given.contract
+    refuse_if_changed(contract.file_checks)  # reviewed adapter files, checked in this process before anything loads
+    chat_template = reviewed_template(contract.chat_template)
+    accel = accel_flags(contract)
     refuse_if_runtime_changed(accel)  # the reviewed versions and sources of --prompt-lookup/--m5-prefill
-    limits, native = socket_limits.split_socket_flags(native)
-    socket_limits.configure(limits)  # what the handler reads every request under
+    socket_limits.configure(socket_limits.from_contract(contract))  # what the handler reads every request under
     from mlx_agent.runtime.entries.mlx_lm_server import serve  # here: mlx_lm is imported only after the checks
 
-    options = tokenizer_options(chat_template, parsers[-1] if parsers else None)
+    options = tokenizer_options(chat_template, contract.tool_parser)
     if options:
         import mlx_lm.server as server
 
         server.load = with_tokenizer_options(server.load, options)  # type: ignore[attr-defined]
-    return serve(native, accel)
+    return serve(native, given, accel)

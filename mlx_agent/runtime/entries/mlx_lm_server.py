@@ -29,17 +29,13 @@ import mlx_lm.server as server
 
 from mlx_agent.errors import LaunchFailed, MlxAgentError, PortInUse, SeamChanged, exit_refused, print_refusal
 from mlx_agent.runtime.distributed.group import launched_rank
-from mlx_agent.runtime.entries.accel_entry import AccelFlags, prepare
-from mlx_agent.runtime.entries.file_checks import refuse_if_model_changed, split_model_expectations
+from mlx_agent.runtime.entries.accel_entry import AccelFlags, accel_flags, prepare
+from mlx_agent.runtime.entries.file_checks import refuse_if_model_changed
 from mlx_agent.runtime.entries.seams import check_seams, warn_if_untested
-from mlx_agent.runtime.serving.limits import Limits, split_server_flags
-from mlx_agent.wire import (
-    CONTEXT_WINDOW_FLAG,
-    EXIT_REFUSED,
-    PROMPT_CACHE_DISK_GB_FLAG,
-    PROMPT_CACHE_FLAG,
-    SOCKET_FLAG,
-)
+from mlx_agent.runtime.serving import limits
+from mlx_agent.runtime.serving.limits import Limits
+from mlx_agent.wire import EXIT_REFUSED
+from mlx_agent.worker_contract import Started
 
 log = logging.getLogger(__name__)
 
@@ -54,30 +50,10 @@ class Listening:
     prompt_cache_disk_gb: float = 0.0  # what every saved entry of the home may take together (given with the dir)
 
 
-def split_front_flags(argv: list[str]) -> tuple[Listening, list[str]]:
-    """Take the front's flags (its socket, the model's context window, the kept prompt cache) out of ``argv``."""
-    socket_path: str | None = None
-    window: int | None = None
-    cache_dir: str | None = None
-    cache_gb = 0.0
-    rest: list[str] = []
-    words = iter(argv)
-    for word in words:
-        if word == SOCKET_FLAG:
-            socket_path = next(words, None)
-        elif word == CONTEXT_WINDOW_FLAG:
-            window = int(next(words, "0")) or None
-        elif word == PROMPT_CACHE_FLAG:
-            cache_dir = next(words, None)
-        elif word == PROMPT_CACHE_DISK_GB_FLAG:
-            cache_gb = float(next(words, "0"))
-        else:
-            rest.append(word)
-    if cache_dir is not None and cache_gb <= 0:  # the plan gives both or neither: no second default here
-        from mlx_agent.errors import InvalidArguments
-
-        exit_refused(InvalidArguments(f"{PROMPT_CACHE_FLAG} needs {PROMPT_CACHE_DISK_GB_FLAG} above 0"))
-    return Listening(socket_path, window, cache_dir, cache_gb), rest
+def listening(given: Started) -> Listening:
+    """Return where the worker listens and what it keeps: the front's socket and cache directory, the rest planned."""
+    contract = given.contract
+    return Listening(given.socket, contract.context_window, given.prompt_cache_dir, contract.prompt_cache_disk_gb)
 
 
 def _interrupt(*_: Any) -> None:
@@ -315,20 +291,17 @@ def tolerant_scan(scan: Callable[..., Any]) -> Callable[..., Any]:
     return scan_cache_dir
 
 
-def serve(argv: list[str], accel: AccelFlags | None = None) -> int:
-    """Run mlx_lm.server's own ``main`` with ``argv`` (less our flags), wrapped; return the exit status."""
+def serve(argv: list[str], given: Started, accel: AccelFlags | None = None) -> int:
+    """Run mlx_lm.server's own ``main`` with ``argv`` (mlx_lm's own), wrapped as ``given`` says; return the status."""
     try:
         check_seams()
     except SeamChanged as error:
         print(f"mlx-agent: cannot wrap this mlx_lm: {error}", file=sys.stderr)
         return 2
-    model_files, argv = split_model_expectations(argv)
     # Each rank rechecks its own host's copy before it joins the group (docs/distributed.md).
-    refuse_if_model_changed(model_files, launched_rank(), socket.gethostname())
-    limit_defaults, rest = split_server_flags(argv)
-    listening, rest = split_front_flags(rest)
-    install(limit_defaults, accel, listening)
-    sys.argv = ["mlx_lm.server", *rest]
+    refuse_if_model_changed(given.contract.model_checks, launched_rank(), socket.gethostname())
+    install(limits.from_contract(given.contract), accel or accel_flags(given.contract), listening(given))
+    sys.argv = ["mlx_lm.server", *argv]
     upstream_main: Callable[[], None] = server.main  # untyped upstream
     upstream_main()
     return 0

@@ -13,8 +13,8 @@ it was trained for that (``matryoshka_dimensions`` in config.json, jina-embeddin
 (``context_length_exceeded``), never cut. Requests are served one at a time (MLX is not thread-safe).
 
 Every request is read off the socket under the front's limits, as the mlx_lm worker reads its own
-(``socket_limits``, ``read_deadlines``; the same ``--mlx-agent-max-body-bytes``, ``--mlx-agent-header-timeout``
-and ``--mlx-agent-body-timeout`` flags set them): a body past the cap is 413 unread, headers that do not arrive
+(``socket_limits``, ``read_deadlines``; the contract's ``max_body_bytes``, ``header_timeout`` and
+``body_timeout`` set them): a body past the cap is 413 unread, headers that do not arrive
 within their deadline close the connection and a late body is 408 ``body_timeout``, so a slow or endless
 request cannot hold this one-at-a-time worker.
 
@@ -37,10 +37,10 @@ from typing import Any
 
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.errors import SeamChanged
+from mlx_agent.runtime.entries.contract_entry import started
 from mlx_agent.runtime.entries.mlx_vlm_server import bind_private
 from mlx_agent.runtime.serving import socket_limits
 from mlx_agent.runtime.serving.read_deadlines import ReadDeadlines
-from mlx_agent.wire import SOCKET_FLAG
 
 EMBED_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.embedding_loader": {"load_embedding_model": ("model_path",)},
@@ -298,15 +298,15 @@ def serve(argv: list[str]) -> int:
     except SeamChanged as error:
         print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
         return 2
+    given, argv = started(argv, socket=True)
+    socket_limits.configure(socket_limits.from_contract(given.contract))  # what every request is read under
     parser = argparse.ArgumentParser(prog="mlx_agent.runtime mlx-vlm-embed")
     parser.add_argument("--model", required=True)
-    parser.add_argument(SOCKET_FLAG, dest="socket", required=True)
-    limits, argv = socket_limits.split_socket_flags(argv)
-    socket_limits.configure(limits)  # what every request is read under
     args = parser.parse_args(argv)
+    socket_path = given.socket or ""
     embedder = Embedder(Path(args.model))  # loaded before the socket exists: readiness means loaded
-    sock = bind_private(args.socket)
-    server = socketserver.UnixStreamServer(args.socket, handler_for(embedder, args.model), bind_and_activate=False)
+    sock = bind_private(socket_path)
+    server = socketserver.UnixStreamServer(socket_path, handler_for(embedder, args.model), bind_and_activate=False)
     server.socket.close()
     server.socket = sock
     server.server_activate()
@@ -317,5 +317,5 @@ def serve(argv: list[str]) -> int:
     finally:
         server.server_close()
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(args.socket)
+            os.unlink(socket_path)
     return 0

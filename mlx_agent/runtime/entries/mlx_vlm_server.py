@@ -24,7 +24,6 @@ does not know, stops the worker before it listens (tests/unit/test_vlm_seams.py)
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import inspect
@@ -43,7 +42,6 @@ from mlx_agent.runtime.serving.conversation import Conversations, template_faile
 from mlx_agent.runtime.serving.errors_http import from_generation_error
 from mlx_agent.runtime.serving.progress import Board
 from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, place, text_of
-from mlx_agent.wire import SOCKET_FLAG
 
 NORMALIZER = "_normalize_instruction_messages"
 RENDERER = "apply_chat_template"  # in mlx_vlm.server: every endpoint renders through this name (AdaptedRender)
@@ -338,20 +336,20 @@ def bind_private(path: str) -> socket.socket:
 
 
 def serve(argv: list[str]) -> int:
-    """Run mlx_vlm's server on the socket named by ``--mlx-agent-socket`` in ``argv``."""
+    """Run mlx_vlm's server on the socket named by ``--mlx-agent-socket`` in ``argv``, under its contract's limits."""
     try:
         check_vlm_seams()
         check_media_types()
     except SeamChanged as error:
         print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
         return 2
-    parser = argparse.ArgumentParser(prog="mlx_agent.runtime mlx-vlm", add_help=False)
-    parser.add_argument(SOCKET_FLAG, dest="socket", required=True)
-    ours, native = parser.parse_known_args(argv)
-    from mlx_agent.runtime.serving.socket_limits import split_socket_flags
+    from mlx_agent.runtime.entries.contract_entry import started
+    from mlx_agent.runtime.serving.socket_limits import from_contract
 
-    limits, native = split_socket_flags(native)  # the front's body cap and body deadline (asgi_limits)
-    sock = bind_private(ours.socket)
+    given, native = started(argv, socket=True)
+    socket_path = given.socket or ""
+    limits = from_contract(given.contract)  # the front's body cap and body deadline (asgi_limits)
+    sock = bind_private(socket_path)
 
     import uvicorn
     from mlx_vlm.server import cli
@@ -377,5 +375,5 @@ def serve(argv: list[str]) -> int:
         cli.main()  # type: ignore[no-untyped-call]
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(ours.socket)
+            os.unlink(socket_path)
     return 0

@@ -1,6 +1,7 @@
 """Reply limits: how far a reply may go before the server cuts it short, and how a reply is judged.
 
-Four settings, each a request field with a server flag as its default (docs/wrapped-server.md):
+Four settings, each a request field whose default is the model's plan (its per-model option, given to the worker
+in its contract; docs/wrapped-server.md):
 
 ``reasoning_budget`` (``--reasoning-budget``, default 0 = none)
     A thinking model's thinking is closed after this many thinking tokens, and the model answers.
@@ -20,13 +21,17 @@ tokens would be left, so a reply that thinks too long still answers.
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mlx_agent.runtime.serving.errors_http import bad_request
+from mlx_agent.wire import HEDGE_LIMIT, REASONING_BUDGET, REPEAT_LIMIT
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.worker_contract import WorkerContract
 
 # The judged text is the newest this many tokens: a loop says the same thing every few lines, while an
 # honest long reply may say "wait" a dozen times over thousands of tokens.
@@ -52,9 +57,9 @@ HEDGE = re.compile(
 class Limits:
     """The limits of one reply (or the server's defaults); 0 means no limit."""
 
-    reasoning_budget: int = 0
-    hedge_limit: int = 12
-    repeat_limit: int = 3
+    reasoning_budget: int = REASONING_BUDGET
+    hedge_limit: int = HEDGE_LIMIT
+    repeat_limit: int = REPEAT_LIMIT
     limit_answers: bool = False
 
     @property
@@ -63,27 +68,9 @@ class Limits:
         return bool(self.hedge_limit or self.repeat_limit)
 
 
-SERVER_FLAGS = ("--reasoning-budget", "--hedge-limit", "--repeat-limit", "--limit-answers", "--no-limit-answers")
-
-
-def split_server_flags(argv: Sequence[str]) -> tuple[Limits, list[str]]:
-    """Take our limit flags out of ``argv``; return the server defaults and the arguments left for mlx_lm."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    defaults = Limits()
-    parser.add_argument("--reasoning-budget", type=_count, default=defaults.reasoning_budget)
-    parser.add_argument("--hedge-limit", type=_count, default=defaults.hedge_limit)
-    parser.add_argument("--repeat-limit", type=_count, default=defaults.repeat_limit)
-    parser.add_argument("--limit-answers", action=argparse.BooleanOptionalAction, default=defaults.limit_answers)
-    own, rest = parser.parse_known_args(list(argv))
-    limits = Limits(own.reasoning_budget, own.hedge_limit, own.repeat_limit, own.limit_answers)
-    return limits, rest
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
+def from_contract(contract: WorkerContract) -> Limits:
+    """Return the worker's defaults, as its model's plan set them."""
+    return Limits(contract.reasoning_budget, contract.hedge_limit, contract.repeat_limit, contract.limit_answers)
 
 
 def limits_from_body(body: Mapping[str, Any], defaults: Limits) -> Limits:

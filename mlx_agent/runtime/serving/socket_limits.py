@@ -2,8 +2,8 @@
 
 Only the worker's front can open its socket, and the front forwards only what passed its own limits; these
 bound what reaches the worker anyway (a 50 MB body once took a worker to 9.8 GB, a client that stops
-sending once held a handler thread for ever). The values are the front's (``wire``: the plan's
-``max_body_bytes``, ``header_timeout`` and ``body_timeout``), and the worker's flags may set them:
+sending once held a handler thread for ever). The values are the front's: the plan's ``front`` record gives its
+``max_body_bytes``, ``header_timeout`` and ``body_timeout`` to the worker's contract (``from_contract``):
 
 * a body over ``max_body_bytes`` (by its Content-Length) is answered 413 ``body_too_large`` unread;
 * the request line and headers must arrive within ``header_timeout`` of the connection's start (or of the
@@ -11,22 +11,18 @@ sending once held a handler thread for ever). The values are the front's (``wire
   they trickle in; past either the connection is closed (a body past its deadline is answered 408
   ``body_timeout`` first).
 
-Stdlib and ``wire`` only: the entry reads the flags before mlx_lm is imported.
+Stdlib and ``wire`` only: the entry reads the contract before mlx_lm is imported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mlx_agent.wire import (
-    BODY_TIMEOUT_FLAG,
-    BODY_TIMEOUT_S,
-    HEADER_TIMEOUT_FLAG,
-    HEADER_TIMEOUT_S,
-    MAX_BODY_BYTES,
-    MAX_BODY_FLAG,
-)
+from mlx_agent.wire import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_BODY_BYTES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.worker_contract import WorkerContract
 
 # How long the worker may take to write a refusal to a client that stopped reading, before it closes.
 REFUSAL_WRITE_S = 2.0
@@ -55,34 +51,6 @@ def configure(limits: SocketLimits) -> None:
     _current = limits
 
 
-def split_socket_flags(argv: Sequence[str]) -> tuple[SocketLimits, list[str]]:
-    """Take the socket-limit flags out of ``argv``; return the limits and the arguments left.
-
-    A value that is not a positive number ends the worker with a usage message (the plan writes them).
-    """
-    values: dict[str, float] = {}
-    rest: list[str] = []
-    words = iter(argv)
-    names = {MAX_BODY_FLAG: "max_body_bytes", HEADER_TIMEOUT_FLAG: "header_timeout", BODY_TIMEOUT_FLAG: "body_timeout"}
-    for word in words:
-        name = names.get(word)
-        if name is None:
-            rest.append(word)
-            continue
-        raw = next(words, "")
-        try:
-            value = float(raw)
-        except ValueError:
-            value = 0.0
-        if not 0 < value < float("inf"):
-            raise SystemExit(f"mlx-agent worker: {word} must be a number above 0, not {raw!r}")
-        values[name] = value
-    defaults = SocketLimits()
-    return (
-        SocketLimits(
-            max_body_bytes=int(values.get("max_body_bytes", defaults.max_body_bytes)),
-            header_timeout=values.get("header_timeout", defaults.header_timeout),
-            body_timeout=values.get("body_timeout", defaults.body_timeout),
-        ),
-        rest,
-    )
+def from_contract(contract: WorkerContract) -> SocketLimits:
+    """Return the limits the plan gave the worker (the front's own)."""
+    return SocketLimits(contract.max_body_bytes, contract.header_timeout, contract.body_timeout)
