@@ -55,11 +55,10 @@ if TYPE_CHECKING:
 
 B = TypeVar("B", bound=Body)
 BodyHandler = Callable[[web.Request, B], Awaitable[web.StreamResponse]]
-ANTHROPIC_PREFIX = "/v1/messages"  # every error under it, the front door's too, has Anthropic's shape
 
 
 class Key(StrEnum):
-    """The name of an endpoint in code (``Upstream`` and ``cache_privacy`` are told which a body is for)."""
+    """The name of a front endpoint in code (the worker's routes are ``worker_routes.WorkerRoute``)."""
 
     ROOT = "root"
     HEALTH = "health"

@@ -137,6 +137,7 @@ FRONT_MODULES = (
     "spawn.py",
     "startup_gc.py",
     "wire.py",
+    "worker_routes.py",
 )
 
 

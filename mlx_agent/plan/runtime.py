@@ -51,6 +51,7 @@ WORKER_MODULES = (
     "startup_gc.py",
     "tool_formats.py",
     "wire.py",
+    "worker_routes.py",
 )
 
 

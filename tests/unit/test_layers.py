@@ -27,7 +27,8 @@ ALLOWED = {
     "cli": {"bottom", "plan", "supervise", "cli"},
     "entry": {"cli"},  # python -m mlx_agent
 }
-STDLIB_ONLY = {"mlx_agent.wire", "mlx_agent.tool_formats"}  # shared by every process, importable by anything
+# Shared by every process, importable by anything.
+STDLIB_ONLY = {"mlx_agent.wire", "mlx_agent.tool_formats", "mlx_agent.worker_routes"}
 
 
 def module_name(path: Path) -> str:

@@ -21,7 +21,6 @@ from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import Body, ChatBody, CompletionBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.disk_check import add_disk
-from mlx_agent.gateway.endpoints import Key
 from mlx_agent.gateway.http_errors import json_response, refusal_response, retry_headers
 from mlx_agent.gateway.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
@@ -29,6 +28,7 @@ from mlx_agent.gateway.openai.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_error
 from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE
+from mlx_agent.worker_routes import WorkerRoute
 
 
 class PassThrough:
@@ -191,25 +191,25 @@ class OpenAiApi:
 
     async def chat(self, request: web.Request, body: ChatBody) -> web.StreamResponse:
         """Forward a chat completion."""
-        return await self._forward(request, Key.CHAT, body)
+        return await self._forward(request, WorkerRoute.CHAT, body)
 
     async def completions(self, request: web.Request, body: CompletionBody) -> web.StreamResponse:
         """Forward a text completion."""
-        return await self._forward(request, Key.COMPLETIONS, body)
+        return await self._forward(request, WorkerRoute.COMPLETIONS, body)
 
-    async def _forward(self, request: web.Request, endpoint: Key, body: Body) -> web.StreamResponse:
-        """Send the body as it was sent (the worker reads the fields its declaration passes on) to the same path."""
-        path, sent = request.path, body.sent
+    async def _forward(self, request: web.Request, route: WorkerRoute, body: Body) -> web.StreamResponse:
+        """Send the body as it was sent (the worker reads the fields its declaration passes on) on ``route``."""
+        sent = body.sent
         model, prepared = self.upstream.prepare(request, sent)
-        account = self.upstream.accountant(request, endpoint, sent)
+        account = self.upstream.accountant(request, route, sent)
         if prepared.stream:
-            return await self.upstream.stream(request, model, prepared, PassThrough(prepared, account), path)
-        return await self._plain(model, prepared, account, path)
+            return await self.upstream.stream(request, model, prepared, PassThrough(prepared, account), route)
+        return await self._plain(model, prepared, account, route)
 
     async def _plain(
-        self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, path: str
+        self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, route: WorkerRoute
     ) -> web.Response:
-        async with self.upstream.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
+        async with self.upstream.worker_request(model, prepared.body, route, stream=False) as (reply, worker):
             raw = await self.upstream.read_body(model, worker, reply)  # a refusal here is answered by _forward
             status, content_type = reply.status, reply.content_type
         if status == 200:

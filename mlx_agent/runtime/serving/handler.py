@@ -30,11 +30,11 @@ from mlx_agent.runtime.serving.prompt_size import refuse_if_too_long
 from mlx_agent.runtime.serving.read_deadlines import ReadDeadlines
 from mlx_agent.runtime.serving.request_options import RequestOptions, prepare_body
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
+from mlx_agent.worker_routes import BodyKind, WorkerRoute
 
 log = logging.getLogger(__name__)
 
-CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
-TEXT_PATHS = ("/v1/completions",)
+GENERATES = (WorkerRoute.CHAT, WorkerRoute.COMPLETIONS)  # the routes mlx_lm serves (embedding is mlx-vlm's)
 
 
 class WrappedHandler(ReadDeadlines, server.APIHandler):
@@ -90,7 +90,8 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
         self.body_unread = False
 
     def _prepare(self) -> None:
-        if self.path not in CHAT_PATHS + TEXT_PATHS:
+        route = WorkerRoute.at(self.path)
+        if route not in GENERATES:
             raise api_error(Code.UNKNOWN_ENDPOINT, f"There is no POST endpoint {self.path!r}.")
         length = self.headers.get("Content-Length")
         if length is None:
@@ -108,7 +109,7 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
             raise ClientGone
         if self.reader is not None:
             self.reader.lift()  # the reply may take as long as it takes
-        chat = self.path in CHAT_PATHS
+        chat = route is not None and route.kind is BodyKind.MESSAGES
         try:
             body = load_json(raw)
         except BodyInvalid as error:
