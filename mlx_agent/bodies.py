@@ -218,7 +218,7 @@ class CompletionBody(Sampling):
 
 
 class EmbeddingsBody(Body):
-    """``POST /v1/embeddings``: ``input``'s shape is checked by ``gateway/embeddings.py`` (strings or token ids)."""
+    """``POST /v1/embeddings``: ``input`` (strings or token ids) is checked by ``gateway/openai/embeddings.py``."""
 
     closed = True
     input: Any

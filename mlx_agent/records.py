@@ -764,7 +764,7 @@ class ModelState(TypedDict):
     idle_unload_at: str | None
     queue: QueueState
     stall: StallState
-    # What the worker reports and the front samples (gateway/progress.py); absent from fronts before them.
+    # What the worker reports and the front samples (gateway/models/progress.py); absent from fronts before them.
     load_progress: NotRequired[LoadProgress | None]  # while loading, once the worker reads its weights
     prefill: NotRequired[list[PrefillProgress]]
     worker_rss_bytes: NotRequired[int | None]

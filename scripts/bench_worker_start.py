@@ -4,7 +4,7 @@
    transformers, mlx), is timed in interleaved rounds with an empty user cache (each round a fresh
    ``XDG_CACHE_HOME``, so transformers scans its ~3,300 model files) and with the index saved by a warm-up run.
 2. The CPU time (the child's rusage, steadier than wall time on a shared machine) of the same worker import, and
-   of a front's (``mlx_agent.gateway.app`` and uvloop, what its ``main`` imports), with the cyclic collector
+   of a front's (``mlx_agent.gateway.door.app`` and uvloop, what its ``main`` imports), with the cyclic collector
    paused as they start (``mlx_agent.startup_gc``) and with ``collector_paused`` replaced by a no-op.
 3. The CPU time of the worker import with the entry's one OpenBLAS thread and with one a core (what numpy
    starts unless told: ``OPENBLAS_NUM_THREADS`` set to the core count, which the entry then leaves alone).
@@ -35,7 +35,7 @@ WORKER = (
 FRONT = (
     "from mlx_agent.startup_gc import collector_paused\n"
     "with collector_paused():\n"
-    "    import mlx_agent.gateway.app, uvloop"
+    "    import mlx_agent.gateway.door.app, uvloop"
 )
 
 

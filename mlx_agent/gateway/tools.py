@@ -22,7 +22,7 @@ from typing import Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 
 DROPPED_HEADER = "x-mlx-agent-dropped-tools"
 NAMESPACE_JOIN = "__"

@@ -29,21 +29,21 @@ from aiohttp import web
 from mlx_agent.api_errors import TYPE_INVALID_REQUEST, TYPE_SERVER, Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
-from mlx_agent.gateway.disk_check import disk_full
-from mlx_agent.gateway.fleet import Fleet
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
+from mlx_agent.gateway.door.security import API_KEY_ID
 from mlx_agent.gateway.images import check_decoded
-from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.limit_notice import lowered_headers, worker_granted
-from mlx_agent.gateway.observe import current_exchange, exchange_of
-from mlx_agent.gateway.openai.request import PreparedRequest, prepare
-from mlx_agent.gateway.queue import served_alone
-from mlx_agent.gateway.request_memory import check_request
-from mlx_agent.gateway.security import API_KEY_ID
+from mlx_agent.gateway.models.disk_check import disk_full
+from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.models.lifecycle import Lifecycle
+from mlx_agent.gateway.models.queue import served_alone
+from mlx_agent.gateway.models.request_memory import check_request
+from mlx_agent.gateway.models.worker import WorkerProcess
+from mlx_agent.gateway.models.worker_stream import WorkerReply, open_reply
+from mlx_agent.gateway.observe.limit_notice import lowered_headers, worker_granted
+from mlx_agent.gateway.observe.request_log import current_exchange, exchange_of
+from mlx_agent.gateway.request import PreparedRequest, prepare
 from mlx_agent.gateway.sse import Accountant, ClientStream, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
-from mlx_agent.gateway.worker import WorkerProcess
-from mlx_agent.gateway.worker_stream import WorkerReply, open_reply
 from mlx_agent.worker_routes import WorkerRoute
 
 log = logging.getLogger("mlx_agent.gateway")

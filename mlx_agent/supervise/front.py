@@ -57,7 +57,7 @@ STATUS_KEYS = (
     "memory_estimate_bytes",
     "last_error",
     "idle_since",
-    "load_progress",  # what the worker reports and the front samples (gateway/progress.py)
+    "load_progress",  # what the worker reports and the front samples (gateway/models/progress.py)
     "prefill",
     "worker_rss_bytes",
     "window",

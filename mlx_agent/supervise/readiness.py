@@ -71,7 +71,8 @@ def read_token(path: str) -> str:
         return fh.read().decode("utf-8", "replace").strip()
 
 
-# A front answers /health 503 with this status while a model's worker is wedged (gateway/stall.py): still the front.
+# A front answers /health 503 with this status while a model's worker is wedged (gateway/models/stall.py):
+# still the front.
 FRONT_HEALTH: tuple[ReadinessRecord, ...] = (
     {"path": "/health", "status": 200},
     {"path": "/health", "status": 503, "json": {"status": "wedged"}},

@@ -19,7 +19,7 @@ from mlx_agent.bodies import (
 )
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.anthropic.api import ANTHROPIC_PREFIX
-from mlx_agent.gateway.endpoints import ENDPOINTS, Endpoint, Key, parse
+from mlx_agent.gateway.door.endpoints import ENDPOINTS, Endpoint, Key, parse
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.request_memory import (
+from mlx_agent.gateway.models.request_memory import (
     KvShape,
     estimate,
     kv_bytes,

@@ -72,7 +72,7 @@ def test_a_front_serves_with_the_collector_on(monkeypatch: pytest.MonkeyPatch, t
 
     from mlx_agent import spawn
     from mlx_agent.gateway import __main__ as front
-    from mlx_agent.gateway import app, config
+    from mlx_agent.gateway.door import app, config
 
     seen: dict[str, bool] = {}
 

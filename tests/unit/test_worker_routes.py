@@ -12,7 +12,7 @@ from mlx_agent.worker_routes import BodyKind, WorkerRoute
 pytestmark = pytest.mark.fast
 
 # The front's own route table names the paths clients call; some are spelled like a worker's on purpose.
-FRONT_ROUTE_TABLE = PACKAGE_DIR / "gateway" / "endpoints.py"
+FRONT_ROUTE_TABLE = PACKAGE_DIR / "gateway" / "door" / "endpoints.py"
 
 
 def test_a_path_names_its_route_and_no_other() -> None:

@@ -25,7 +25,7 @@ from mlx_agent.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.anthropic.reply import message_from_chat
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.anthropic.stream import AnthropicStream
-from mlx_agent.gateway.http_errors import family_errors, json_response, refused
+from mlx_agent.gateway.door.http_errors import family_errors, json_response, refused
 from mlx_agent.gateway.upstream import Upstream, dropped_tools
 from mlx_agent.worker_routes import WorkerRoute
 

@@ -29,9 +29,10 @@ from aiohttp import web
 from mlx_agent import __version__
 from mlx_agent.api_errors import Code, ollama_body
 from mlx_agent.files import utc_iso
-from mlx_agent.gateway.http_errors import family_errors, json_response, refused
-from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.door.http_errors import family_errors, json_response, refused
+from mlx_agent.gateway.door.security import OLLAMA_PREFIX
+from mlx_agent.gateway.models.lifecycle import Lifecycle
+from mlx_agent.gateway.observe.request_log import exchange_of
 from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGenerateBody, OllamaShowBody
 from mlx_agent.gateway.ollama.embed import OllamaEmbedApi
 from mlx_agent.gateway.ollama.keep_alive import KeepAlive
@@ -39,7 +40,6 @@ from mlx_agent.gateway.ollama.models import ModelInfo, read_info
 from mlx_agent.gateway.ollama.names import required_model, route_tagged
 from mlx_agent.gateway.ollama.request import OllamaRequest, translate_chat, translate_generate
 from mlx_agent.gateway.ollama.stream import NDJSON, OllamaStream, load_duration, reply
-from mlx_agent.gateway.security import OLLAMA_PREFIX
 from mlx_agent.gateway.sse import Events, PumpResult
 from mlx_agent.gateway.upstream import Upstream, read_error
 from mlx_agent.load_memory import memory_estimate

@@ -20,11 +20,11 @@ from mlx_agent.agent_names import is_pattern
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import Body, ChatBody, CompletionBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.disk_check import add_disk
-from mlx_agent.gateway.http_errors import json_response, refusal_response, retry_headers
-from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.door.http_errors import json_response, refusal_response, retry_headers
+from mlx_agent.gateway.models.disk_check import add_disk
+from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
-from mlx_agent.gateway.openai.request import PreparedRequest
+from mlx_agent.gateway.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_error
 from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE

@@ -31,10 +31,10 @@ from aiohttp import web
 from mlx_agent.api_errors import Code
 from mlx_agent.bodies import EmbeddingsBody, RerankBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.fleet import Fleet
-from mlx_agent.gateway.http_errors import json_response, refused
-from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.door.http_errors import json_response, refused
+from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.models.lifecycle import Lifecycle
+from mlx_agent.gateway.observe.request_log import exchange_of
 from mlx_agent.gateway.ollama.names import route_tagged
 from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.wire import WORKER_MODEL_NAME

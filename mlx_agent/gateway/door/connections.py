@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.security import Handler
+    from mlx_agent.gateway.door.security import Handler
     from mlx_agent.records import FrontConfig
 
 log = logging.getLogger("mlx_agent.gateway")

@@ -34,7 +34,8 @@ from mlx_agent.bodies import (
     load_json,
 )
 from mlx_agent.errors import BodyInvalid, RequestRefused
-from mlx_agent.gateway.http_errors import refusal_response
+from mlx_agent.gateway.door.http_errors import refusal_response
+from mlx_agent.gateway.door.security import Handler
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,
@@ -42,14 +43,13 @@ from mlx_agent.gateway.ollama.bodies import (
     OllamaGenerateBody,
     OllamaShowBody,
 )
-from mlx_agent.gateway.security import Handler
 from mlx_agent.wire import CONTROL_PREFIX
 
 if TYPE_CHECKING:
     from mlx_agent.gateway.anthropic.api import AnthropicApi
-    from mlx_agent.gateway.control import Control
-    from mlx_agent.gateway.embeddings import EmbeddingsApi
+    from mlx_agent.gateway.door.control import Control
     from mlx_agent.gateway.ollama.api import OllamaApi
+    from mlx_agent.gateway.openai.embeddings import EmbeddingsApi
     from mlx_agent.gateway.openai.passthrough import OpenAiApi
     from mlx_agent.gateway.responses.api import ResponsesApi
 

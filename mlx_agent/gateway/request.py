@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.gateway.content_parts import check_messages
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.images import check_processing
 from mlx_agent.wire import WORKER_MODEL_NAME
 

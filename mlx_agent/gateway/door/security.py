@@ -27,8 +27,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mlx_agent.api_errors import Code
-from mlx_agent.gateway.connections import BodyTimeout
-from mlx_agent.gateway.http_errors import error_response
+from mlx_agent.gateway.door.connections import BodyTimeout
+from mlx_agent.gateway.door.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX, front_proof
 
 MODEL_PREFIX = "/v1/"

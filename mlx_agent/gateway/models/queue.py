@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 
 if TYPE_CHECKING:
     from mlx_agent.records import QueueState
