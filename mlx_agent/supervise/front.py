@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.policy import Policy
-    from mlx_agent.records import ModelPlan, ServePlan, ServeReceipt
+    from mlx_agent.records.plan import ModelPlan, ServePlan
+    from mlx_agent.records.receipt import ServeReceipt
 
 CONTROL_LOCK_SECONDS = 30.0
 # What `serve status` shows of the front's state, per model and for the whole front.

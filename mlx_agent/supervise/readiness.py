@@ -15,7 +15,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
 
-    from mlx_agent.records import ReadinessRecord, ServePlan, ServeReceipt
+    from mlx_agent.records.plan import ReadinessRecord, ServePlan
+    from mlx_agent.records.receipt import ServeReceipt
 
 Tick = Callable[[float, str], None]
 POLL_SECONDS = 0.25

@@ -20,7 +20,7 @@ from mlx_agent.gateway.door.endpoints import parse
 from mlx_agent.gateway.images import ImageLimits
 from mlx_agent.gateway.request import prepare
 from mlx_agent.gateway.responses import request as responses
-from mlx_agent.records import FrontModelConfig
+from mlx_agent.records.front import FrontModelConfig
 from tests.gateway_support import gateway_config
 
 pytestmark = pytest.mark.fast

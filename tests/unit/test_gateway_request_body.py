@@ -13,7 +13,7 @@ from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.door.config import parse_config
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.request import prepare
-from mlx_agent.records import FrontModelConfig
+from mlx_agent.records.front import FrontModelConfig
 from tests.gateway_support import gateway_config
 
 pytestmark = pytest.mark.fast

@@ -27,6 +27,7 @@ ALLOWED = {
     "cli": {"bottom", "plan", "supervise", "cli"},
     "entry": {"cli"},  # python -m mlx_agent
 }
+BOTTOM_PACKAGES = {"records"}  # folders of the bottom floor: the documents, one module each
 # Shared by every process, importable by anything.
 STDLIB_ONLY = {"mlx_agent.wire", "mlx_agent.tool_formats", "mlx_agent.worker_routes"}
 
@@ -43,6 +44,8 @@ def layer(name: str) -> str:
     if name == "mlx_agent.__main__":
         return "entry"
     if len(parts) == 1 or (len(parts) == 2 and (PACKAGE_DIR / f"{parts[1]}.py").is_file()):
+        return "bottom"
+    if parts[1] in BOTTOM_PACKAGES:
         return "bottom"
     return parts[1]
 
@@ -111,6 +114,12 @@ def test_the_wire_module_imports_nothing_of_the_package(name: str) -> None:
     assert graph()[name] == set()
 
 
+def source_name(name: str) -> str:
+    """Return a module's file, relative to the package (a package's is its ``__init__.py``)."""
+    path = name.removeprefix("mlx_agent.").replace(".", "/")
+    return f"{path}/__init__.py" if (PACKAGE_DIR / path).is_dir() else f"{path}.py"
+
+
 def bottom_modules_run_by(process: str) -> set[str]:
     """Return the bottom modules (as file names) that a layer's modules import, at any depth."""
     edges = graph()
@@ -122,7 +131,7 @@ def bottom_modules_run_by(process: str) -> set[str]:
             continue
         seen.add(name)
         todo.extend(target for target in edges.get(name, ()) if target in edges)
-    return {name.removeprefix("mlx_agent.") + ".py" for name in seen if layer(name) == "bottom"} - {"mlx_agent.py"}
+    return {source_name(name) for name in seen if layer(name) == "bottom" and name != "mlx_agent"}
 
 
 def test_the_front_binds_every_module_it_runs() -> None:

@@ -18,7 +18,7 @@ from mlx_agent.gateway.models.request_memory import (
     read_kv_shape,
     request_tokens,
 )
-from mlx_agent.records import KvCacheRecord
+from mlx_agent.records.plan import KvCacheRecord
 
 pytestmark = pytest.mark.fast
 

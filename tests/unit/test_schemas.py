@@ -1,4 +1,4 @@
-"""The shipped JSON Schemas: the generated ones match records.py, and every schema is itself valid."""
+"""The shipped JSON Schemas: the generated ones match records/, and every schema is itself valid."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def generator() -> object:
     "name", ["serve_plan", "serve_receipt", "front_config", "front_state", "front_policy", "recipe", "models_listing"]
 )
 def test_generated_schemas_match_the_records(name: str) -> None:
-    """Each generated schema is exactly what scripts/schemas writes from records.py now."""
+    """Each generated schema is exactly what scripts/schemas writes from records/ now."""
     script = generator()
     assert (SCHEMAS / f"{name}.json").read_text() == script.text(name), "run scripts/schemas"  # type: ignore[attr-defined]
 

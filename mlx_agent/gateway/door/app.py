@@ -40,7 +40,7 @@ from mlx_agent.policy import Policy
 from mlx_agent.wire import EXIT_REFUSED
 
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontConfig
+    from mlx_agent.records.front import FrontConfig
 
 log = logging.getLogger("mlx_agent.gateway")
 FLEET = web.AppKey("fleet", Fleet)

@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from mlx_agent.gateway.door.security import Handler
-    from mlx_agent.records import FrontConfig
+    from mlx_agent.records.front import FrontConfig
 
 log = logging.getLogger("mlx_agent.gateway")
 HEADERS_END = b"\r\n\r\n"

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from mlx_agent.errors import RequestRefused
     from mlx_agent.gateway.models.fleet import Fleet
     from mlx_agent.gateway.models.lifecycle import Lifecycle
-    from mlx_agent.records import FrontModelConfig
+    from mlx_agent.records.front import FrontModelConfig
 
 REMEDIATION = "free some space on that disk (or lower --prompt-cache-disk-gb); no restart is needed"
 

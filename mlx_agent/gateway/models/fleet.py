@@ -36,7 +36,7 @@ from mlx_agent.policy import Policy
 from mlx_agent.wire import FRONT_STATE_VERSION, MAX_QUEUE, STALL_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontConfig, FrontState
+    from mlx_agent.records.front import FrontConfig, FrontState
 
 WATCH_INTERVAL_S = 0.5
 log = logging.getLogger("mlx_agent.gateway")

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from contextlib import AbstractAsyncContextManager
 
-    from mlx_agent.records import FrontModelConfig, ModelState
+    from mlx_agent.records.front import FrontModelConfig, ModelState
 
 log = logging.getLogger("mlx_agent.gateway")
 

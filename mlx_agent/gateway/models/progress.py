@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mlx_agent.gateway.models.lifecycle import Lifecycle
     from mlx_agent.gateway.models.worker import WorkerProcess
     from mlx_agent.gateway.observe.samples import Samples
-    from mlx_agent.records import LoadProgress, MachineMemory, ModelWindow, PrefillProgress
+    from mlx_agent.records.front import LoadProgress, MachineMemory, ModelWindow, PrefillProgress
 
 
 def read_progress(path: Path | None) -> dict[str, Any] | None:

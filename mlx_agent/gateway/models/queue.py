@@ -23,7 +23,7 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.door.http_errors import refused
 
 if TYPE_CHECKING:
-    from mlx_agent.records import QueueState
+    from mlx_agent.records.front import QueueState
 
 QUEUE_RETRY_AFTER_S = 5  # a queue drains by the request, not by the load: a short wait is worth a retry
 

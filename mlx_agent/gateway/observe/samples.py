@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlx_agent.records import ModelWindow
+    from mlx_agent.records.front import ModelWindow
 
 WINDOW_S = 60
 
