@@ -7,18 +7,10 @@ from typing import Any
 import pytest
 
 from mlx_agent.api_errors import Code, Family
-from mlx_agent.bodies import (
-    Body,
-    ChatBody,
-    CompletionBody,
-    EmbeddingsBody,
-    MessagesBody,
-    PromptBody,
-    RerankBody,
-    ResponsesBody,
-)
+from mlx_agent.bodies import Body, ChatBody, CompletionBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.anthropic.api import ANTHROPIC_PREFIX
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.door.endpoints import ENDPOINTS, Endpoint, Key, parse
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
@@ -27,6 +19,8 @@ from mlx_agent.gateway.ollama.bodies import (
     OllamaGenerateBody,
     OllamaShowBody,
 )
+from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.wire import CONTROL_PREFIX
 
 pytestmark = pytest.mark.fast

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from mlx_agent.api_errors import Code, anthropic_body
-from mlx_agent.bodies import MessagesBody, PromptBody
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.anthropic.reply import message_from_chat
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.anthropic.stream import AnthropicStream

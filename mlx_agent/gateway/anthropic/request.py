@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.gateway.anthropic.safeguards import refuse_safeguards
 from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, media_refusal
 from mlx_agent.gateway.images import check_data_url, data_url, image_part

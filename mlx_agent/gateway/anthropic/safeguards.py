@@ -15,7 +15,7 @@ accepted, like every ``anthropic-beta``.
 from __future__ import annotations
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import PromptBody
+from mlx_agent.gateway.anthropic.bodies import PromptBody
 from mlx_agent.gateway.tools import refuse
 
 PARAM = "safeguards"

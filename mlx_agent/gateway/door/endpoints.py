@@ -1,13 +1,13 @@
 """Every path the front answers, one record each, registered by one loop (``app.build_app``).
 
 A ``Route`` is a path whose handler takes the request alone (listings, health, metrics, control). An
-``Endpoint`` is a model API path with a body: the body is read and checked against its declaration
-(``bodies.py``: its fields are the endpoint's whitelist and bounds) before the handler runs, and the handler
-gets the parsed body. Any ``RequestRefused`` raised on the way is answered in the endpoint's API family's
+``Endpoint`` is a model API path with a body: the body is read and checked against its declaration (its
+family's ``bodies.py``: its fields are the endpoint's whitelist and bounds) before the handler runs, and the
+handler gets the parsed body. Any ``RequestRefused`` raised on the way is answered in the endpoint's API family's
 shape (``api_errors``), with the retry advice every refusal gets (``http_errors``); one a ``Route``'s handler
 raises (a bad query parameter) is answered too, in OpenAI's shape.
 
-To add an endpoint: a declaration in ``bodies.py``, a handler (and translator) in its family's package, one
+To add an endpoint: a declaration in its family's ``bodies.py``, a handler (and translator) in its family's package, one
 row here, and its rows in docs/gateway.md (docs/contributing.md, "Add an endpoint").
 """
 
@@ -21,19 +21,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from aiohttp import web
 
 from mlx_agent.api_errors import Family
-from mlx_agent.bodies import (
-    Body,
-    ChatBody,
-    CompletionBody,
-    EmbeddingsBody,
-    MessagesBody,
-    PromptBody,
-    RerankBody,
-    ResponsesBody,
-    check,
-    load_json,
-)
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, check, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.door.http_errors import refusal_response
 from mlx_agent.gateway.door.security import Handler
 from mlx_agent.gateway.ollama.bodies import (
@@ -43,6 +33,8 @@ from mlx_agent.gateway.ollama.bodies import (
     OllamaGenerateBody,
     OllamaShowBody,
 )
+from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.wire import CONTROL_PREFIX
 
 if TYPE_CHECKING:

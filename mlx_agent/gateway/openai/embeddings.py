@@ -29,13 +29,13 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import EmbeddingsBody, RerankBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.door.http_errors import json_response, refused
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.observe.request_log import exchange_of
 from mlx_agent.gateway.ollama.names import route_tagged
+from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
 from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.wire import WORKER_MODEL_NAME
 from mlx_agent.worker_routes import WorkerRoute

@@ -18,11 +18,11 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import ResponsesBody
 from mlx_agent.gateway.door.http_errors import error_response, json_response, refused
 from mlx_agent.gateway.door.security import API_KEY_ID
 from mlx_agent.gateway.observe.limit_notice import with_granted_output
 from mlx_agent.gateway.observe.request_log import exchange_of
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.compact import Compactor, is_trigger
 from mlx_agent.gateway.responses.items import ItemsQuery, items_of, page
 from mlx_agent.gateway.responses.output import base_response, conversation_of, new_id, response_from_chat

@@ -30,10 +30,10 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import ResponsesBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.door.http_errors import json_response, refused
 from mlx_agent.gateway.door.security import API_KEY_ID
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.output import IdMaker, base_response, failed, finished, new_id, usage_of
 from mlx_agent.gateway.responses.request import COMPACTION_TRIGGER, SUMMARY_MARK, ResponsesRequest, to_chat
 from mlx_agent.gateway.sse import Accountant, ChunkTranslator, sse

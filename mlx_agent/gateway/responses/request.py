@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import ResponsesBody, Text
 from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, media_refusal
 from mlx_agent.gateway.images import check_data_url, image_part
+from mlx_agent.gateway.responses.bodies import ResponsesBody, Text
 from mlx_agent.gateway.tools import ToolSet, refuse, responses_tools
 
 TEXT_PARTS = ("input_text", "output_text")
