@@ -134,14 +134,14 @@ def bottom_modules_run_by(process: str) -> set[str]:
     return {source_name(name) for name in seen if layer(name) == "bottom" and name != "mlx_agent"}
 
 
-def test_the_front_binds_every_module_it_runs() -> None:
-    """Each bottom module the front imports (at any depth) is among the sources its plan binds by content."""
-    assert sorted(bottom_modules_run_by("gateway") - set(FRONT_MODULES)) == []
+def test_the_front_binds_every_module_it_runs_and_no_other() -> None:
+    """The bottom modules the front imports (at any depth) are exactly those its plan binds by content."""
+    assert sorted(FRONT_MODULES) == sorted(bottom_modules_run_by("gateway"))
 
 
-def test_the_worker_binds_every_module_it_runs() -> None:
-    """Each bottom module the worker imports is among its entry's sources, rechecked before every load."""
-    assert sorted(bottom_modules_run_by("runtime") - set(WORKER_MODULES)) == []
+def test_the_worker_binds_every_module_it_runs_and_no_other() -> None:
+    """The bottom modules the worker imports are exactly its entry's bound ones, so no front-only edit stales it."""
+    assert sorted(WORKER_MODULES) == sorted(bottom_modules_run_by("runtime"))
     assert set(WORKER_MODULES) <= set(entry_sources())
 
 
