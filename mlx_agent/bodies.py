@@ -24,7 +24,7 @@ import json
 import math
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import BodyInvalid
@@ -216,6 +216,20 @@ class CompletionBody(Sampling):
     """``POST /v1/completions``."""
 
     prompt: str
+
+
+class TokenizeBody(Body):
+    """``POST /v1/tokenize``: a ``text`` as a completion's prompt is read, or ``messages`` as a chat's is rendered."""
+
+    closed = True
+    text: str | None = None
+    messages: Annotated[list[Object], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> TokenizeBody:
+        if (self.text is None) == (self.messages is None):
+            raise ValueError("send exactly one of 'text' and 'messages'")
+        return self
 
 
 B = TypeVar("B", bound=Body)

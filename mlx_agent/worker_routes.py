@@ -4,7 +4,7 @@ The front (``gateway/``) and the worker (``runtime/``) are separate processes: t
 a worker path from. The front's own route table (``gateway.door.endpoints.Key``) names what clients call; a
 front endpoint reaches its model through one of these (the Ollama and Anthropic families translate to
 ``CHAT`` or ``COMPLETIONS``). The body kind says what the worker does with a body: render ``messages`` with the
-model's chat template, take a raw ``prompt``, or embed an ``input``.
+model's chat template, take a raw ``prompt``, embed an ``input``, or tokenize a text or messages.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ class BodyKind(StrEnum):
     MESSAGES = "messages"  # a conversation, rendered by the model's chat template
     PROMPT = "prompt"  # a raw prompt, no template
     INPUT = "input"  # texts to embed
+    TOKENIZE = "tokenize"  # a text, or messages rendered as a chat's, to tokenize (nothing is generated)
 
 
 class WorkerRoute(Enum):
@@ -26,6 +27,7 @@ class WorkerRoute(Enum):
     CHAT = ("/v1/chat/completions", BodyKind.MESSAGES)
     COMPLETIONS = ("/v1/completions", BodyKind.PROMPT)
     EMBEDDINGS = ("/v1/embeddings", BodyKind.INPUT)
+    TOKENIZE = ("/v1/tokenize", BodyKind.TOKENIZE)
 
     def __init__(self, path: str, kind: BodyKind) -> None:
         self.path = path

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from aiohttp import web
 
 from mlx_agent.api_errors import Family
-from mlx_agent.bodies import Body, ChatBody, CompletionBody, check, load_json
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody, check, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.door.http_errors import refusal_response
@@ -61,6 +61,7 @@ class Key(StrEnum):
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
     RERANK = "rerank"
+    TOKENIZE = "tokenize"
     MESSAGES = "messages"
     COUNT_TOKENS = "count_tokens"
     RESPONSES = "responses"
@@ -216,6 +217,7 @@ ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     Endpoint(Key.COMPLETIONS, "POST", "/v1/completions", CompletionBody, lambda apis: apis.openai.completions),
     Endpoint(Key.EMBEDDINGS, "POST", "/v1/embeddings", EmbeddingsBody, lambda apis: apis.embeddings.create),
     Endpoint(Key.RERANK, "POST", "/v1/rerank", RerankBody, lambda apis: apis.embeddings.rerank),
+    Endpoint(Key.TOKENIZE, "POST", "/v1/tokenize", TokenizeBody, lambda apis: apis.openai.tokenize),
     Endpoint(
         Key.MESSAGES, "POST", "/v1/messages", MessagesBody, lambda apis: apis.anthropic.messages, Family.ANTHROPIC
     ),

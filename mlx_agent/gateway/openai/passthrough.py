@@ -1,10 +1,10 @@
 """``/v1/chat/completions`` and ``/v1/completions`` as the worker speaks them, plus ``/v1/models`` and ``/health``.
 
-The body is checked and prepared (``openai.request.prepare``), sent through ``Upstream``, and the reply comes
+The body is checked and prepared (``request.prepare``), sent through ``Upstream``, and the reply comes
 back as the worker wrote it, with two rewrites: the model is named as the client named it, and, when API
 keys are in use, ``cached_tokens`` is held to what the caller's own key explains (``cache_privacy``). Streams
 go through ``PassThrough``, the identity translator: events are forwarded as written, rewritten only where
-those two rules touch them.
+those two rules touch them. ``/v1/tokenize`` is prepared the same way and answered by the worker's tokenizer.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from aiohttp import web
 
 from mlx_agent.agent_names import is_pattern
 from mlx_agent.api_errors import Code, Family, error_body
-from mlx_agent.bodies import Body, ChatBody, CompletionBody
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.door.http_errors import json_response, refusal_response, retry_headers
+from mlx_agent.gateway.door.http_errors import json_response, refusal_response, refused, retry_headers
 from mlx_agent.gateway.models.disk_check import add_disk
 from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
@@ -196,6 +196,34 @@ class OpenAiApi:
     async def completions(self, request: web.Request, body: CompletionBody) -> web.StreamResponse:
         """Forward a text completion."""
         return await self._forward(request, WorkerRoute.COMPLETIONS, body)
+
+    async def tokenize(self, request: web.Request, body: TokenizeBody) -> web.StreamResponse:
+        """Answer the tokens of a text or of messages as the model's worker reads them, and how many there are.
+
+        The body is prepared as a chat's (its model routed, its content parts checked) and the worker tokenizes
+        it (``runtime/serving/tokenize.py``); a worker of another runtime has no such path (its 404).
+        """
+        model, prepared = self.upstream.prepare(request, body.sent)
+        sent: dict[str, Any] = {
+            name: prepared.body[name] for name in ("model", "text", "messages") if name in prepared.body
+        }
+        try:
+            doc = await self.upstream.worker_json(model, sent, WorkerRoute.TOKENIZE)
+        except RequestRefused as refusal:
+            if refusal.status == 404 and refusal.code == Code.WORKER_ERROR:
+                raise refused(
+                    Code.UNKNOWN_ENDPOINT,
+                    f"the model '{model.name}' runs a runtime that does not tokenize; POST /v1/tokenize is answered "
+                    "by mlx_lm's workers",
+                    param="model",
+                ) from None
+            raise
+        tokens = doc.get("tokens") if isinstance(doc, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise refused(Code.WORKER_FAILED, "the model worker's tokenize reply is malformed")
+        return json_response(
+            {"object": "tokens", "model": prepared.client_model, "tokens": tokens, "count": len(tokens)}
+        )
 
     async def _forward(self, request: web.Request, route: WorkerRoute, body: Body) -> web.StreamResponse:
         """Send the body as it was sent (the worker reads the fields its declaration passes on) on ``route``."""
