@@ -24,8 +24,8 @@ from mlx_agent.api_errors import Family
 from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody, check, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
+from mlx_agent.gateway.door.connections import Handler
 from mlx_agent.gateway.door.http_errors import refusal_response
-from mlx_agent.gateway.door.security import Handler
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,

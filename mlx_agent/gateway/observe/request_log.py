@@ -36,7 +36,7 @@ from mlx_agent.wire import UNPARSED_TOOL_CALLS
 if TYPE_CHECKING:
     from aiohttp.typedefs import Middleware
 
-    from mlx_agent.gateway.door.security import Handler
+    from mlx_agent.gateway.door.connections import Handler
     from mlx_agent.gateway.observe.metrics import FrontMetrics
     from mlx_agent.gateway.observe.samples import Ring, Samples
 
