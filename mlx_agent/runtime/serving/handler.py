@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import mlx_lm.server as server
@@ -271,7 +272,7 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
         if self.command != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(body)
 
-    def _answer_json(self, doc: dict[str, Any]) -> None:
+    def _answer_json(self, doc: Mapping[str, object]) -> None:
         """Answer 200 with ``doc``, in mlx_lm's JSON head (what the wrapper answers itself: ``tokenize``)."""
         body = json.dumps(doc).encode()
         self._set_completion_headers(200)

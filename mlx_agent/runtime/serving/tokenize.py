@@ -9,7 +9,7 @@ which is how the template's own tokens are counted once. The body is checked by 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from mlx_agent.api_errors import Code
 from mlx_agent.bodies import TokenizeBody, check
@@ -18,8 +18,16 @@ from mlx_agent.runtime.serving.errors_http import api_error, bad_request, model_
 from mlx_agent.runtime.serving.request_options import Served, prepare_body
 
 
-def tokenize(body: dict[str, Any], served: Served, tokenizer: Any) -> dict[str, Any]:
-    """Return ``{"tokens": [...], "count": N}`` for a checked tokenize body; raise ``HttpError`` for a bad one."""
+class Tokens(TypedDict):
+    """The worker's answer: the token ids and how many there are."""
+
+    object: str
+    tokens: list[int]
+    count: int
+
+
+def tokenize(body: dict[str, Any], served: Served, tokenizer: Any) -> Tokens:
+    """Return the tokens of a checked tokenize body; raise ``HttpError`` for a bad one."""
     try:
         parsed = check(TokenizeBody, body)
     except BodyInvalid as error:
