@@ -1,4 +1,4 @@
-r"""What every endpoint accepts, declared once: the JSON a body may be, and each endpoint's fields.
+r"""What both processes check: the JSON a body may be, the declaration rules, and chat and text completions.
 
 ``load_json`` reads a body: UTF-8 without a byte order mark (the APIs say so; ``json`` would read UTF-16, UTF-32
 and a BOM: ``invalid_encoding``), JSON, an object, at most ``MAX_DEPTH`` levels deep, no string that is not valid
@@ -11,8 +11,10 @@ field's path as ``param``.
 
 An open declaration (chat and text completions) passes undeclared fields on (the worker reads them); a closed
 one (``closed = True``: Messages, Responses, and the objects inside them) is the endpoint's whitelist, and an
-undeclared field with a value is refused as ``unsupported_parameter``. Both the front and the worker check, so
-a worker defends itself whoever calls it.
+undeclared field with a value is refused as ``unsupported_parameter``. Both the front and the worker check chat
+and text completions, so a worker defends itself whoever calls it. Every other endpoint's declaration lives with
+its family (``gateway/openai/bodies.py``, ``gateway/anthropic/bodies.py``, ``gateway/responses/bodies.py``,
+``gateway/ollama/bodies.py``), read by the front alone, so changing one does not change what a worker runs.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ import json
 import math
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import BodyInvalid
@@ -125,21 +126,21 @@ class Body(Declared):
         return self._sent
 
 
-def _one_of(value: Any, kinds: tuple[type, ...], what: str) -> Any:
+def one_of(value: Any, kinds: tuple[type, ...], what: str) -> Any:
     """Check a field that takes one of several JSON types (one clear error instead of one per member)."""
     if value is not None and not isinstance(value, kinds):
         raise ValueError(f"must be {what}")
     return value
 
 
-def _text(value: Any, example: str) -> Any:
+def nonempty_text(value: Any, example: str) -> Any:
     """Check a field that must be a non-empty string when given (an invalid_value, as it always was)."""
     if value is not None and (not isinstance(value, str) or not value):
         raise ValueError(f"must be a string such as {example}")
     return value
 
 
-def _stops(value: Any, limit: int = MAX_STOP) -> Any:
+def stops(value: Any, limit: int = MAX_STOP) -> Any:
     """Check stop sequences: a string or a list of at most ``limit`` non-empty strings."""
     texts = [value] if isinstance(value, str) else value
     if value is None:
@@ -191,7 +192,7 @@ class Sampling(Body):
     @field_validator("stop")
     @classmethod
     def _stop(cls, value: Any) -> Any:
-        return _stops(value)
+        return stops(value)
 
 
 class ChatBody(Sampling):
@@ -208,7 +209,7 @@ class ChatBody(Sampling):
     @field_validator("tool_choice")
     @classmethod
     def _choice(cls, value: Any) -> Any:
-        return _one_of(value, (str, dict), "a string or an object")
+        return one_of(value, (str, dict), "a string or an object")
 
 
 class CompletionBody(Sampling):
@@ -217,181 +218,18 @@ class CompletionBody(Sampling):
     prompt: str
 
 
-class EmbeddingsBody(Body):
-    """``POST /v1/embeddings``: ``input``'s shape is checked by ``gateway/embeddings.py`` (strings or token ids)."""
+class TokenizeBody(Body):
+    """``POST /v1/tokenize``: a ``text`` as a completion's prompt is read, or ``messages`` as a chat's is rendered."""
 
     closed = True
-    input: Any
-    encoding_format: Literal["float", "base64"] | None = None
-    dimensions: Annotated[int, Field(ge=1, le=65536)] | None = None
-    user: str | None = None  # accepted, changes nothing
+    text: str | None = None
+    messages: Annotated[list[Object], Field(min_length=1)] | None = None
 
-
-class RerankBody(Body):
-    """``POST /v1/rerank`` (Cohere's and Jina's shape): read to route its model, which refuses (embeddings.py)."""
-
-    query: Any = None
-    documents: Any = None
-    top_n: Annotated[int, Field(ge=1)] | None = None
-    return_documents: bool | None = None
-
-
-class Thinking(Declared):
-    """Anthropic's ``thinking`` object: ``display`` is any string (only ``omitted`` changes the reply)."""
-
-    type: Any = None  # enabled, disabled or adaptive: the translator refuses another (unsupported_parameter)
-    budget_tokens: Limit | None = None
-    display: str | None = None
-
-
-class OutputConfig(Declared):
-    """Anthropic's ``output_config``: ``effort`` for templates that read it, ``format`` an enforced JSON schema."""
-
-    closed = True
-    effort: Any = None
-    format: Object | None = None
-
-    @field_validator("effort")
-    @classmethod
-    def _effort(cls, value: Any) -> Any:
-        return _text(value, "'low' or 'high'")
-
-    @field_validator("format", mode="before")
-    @classmethod
-    def _format(cls, value: Any) -> Any:
-        if value is not None and (
-            not isinstance(value, dict)
-            or value.get("type") != "json_schema"
-            or not isinstance(value.get("schema"), dict)
-        ):
-            raise ValueError("must be {'type': 'json_schema', 'schema': {...}}")
-        return value
-
-
-class PromptBody(Body):
-    """``POST /v1/messages/count_tokens``: what makes an Anthropic Messages prompt (no reply fields)."""
-
-    closed = True
-    messages: Annotated[list[Object], Field(min_length=1)]
-    system: Any = None
-    tools: Tools | None = None
-    tool_choice: Object | None = None
-    thinking: Thinking | None = None
-    output_config: OutputConfig | None = None
-    metadata: Object | None = None
-    cache_control: Any = None  # accepted without effect (the worker caches prompt prefixes by itself)
-    context_management: Any = None
-    service_tier: Any = None
-    safeguards: Any = None  # Claude Code's auto-mode check: refused with its reason (gateway/anthropic/safeguards.py)
-
-    @field_validator("system")
-    @classmethod
-    def _system(cls, value: Any) -> Any:
-        return _one_of(value, (str, list), "a string or a list of text blocks")
-
-
-class MessagesBody(PromptBody):
-    """``POST /v1/messages``: a prompt and how to reply to it."""
-
-    max_tokens: Limit | None = None
-    stream: bool | None = None
-    temperature: Unit | None = None
-    top_p: Unit | None = None
-    top_k: TopK | None = None
-    stop_sequences: Any = None
-
-    @field_validator("stop_sequences")
-    @classmethod
-    def _stop(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            raise ValueError("must be a list of strings")
-        return _stops(value)
-
-
-class Reasoning(Declared):
-    """The Responses ``reasoning`` object (``summary``: none are made; reasoning comes back as written)."""
-
-    closed = True
-    effort: Any = None
-    summary: Any = None
-    generate_summary: Any = None
-
-    @field_validator("effort")
-    @classmethod
-    def _effort(cls, value: Any) -> Any:
-        return _text(value, "'low' or 'high'")
-
-
-class Text(Declared):
-    """The Responses ``text`` object: ``format`` as the reply's format, ``verbosity`` accepted."""
-
-    closed = True
-    format: Any = None
-    verbosity: Any = None
-
-    @field_validator("format")
-    @classmethod
-    def _format(cls, value: Any) -> Any:
-        kind = value.get("type") if isinstance(value, dict) else None
-        if value is None or kind in ("text", "json_object"):
-            return value
-        if kind == "json_schema" and isinstance(value.get("schema"), dict):
-            return value
-        raise ValueError("must be text, json_object or json_schema with a schema")
-
-
-class ResponsesBody(Body):
-    """``POST /v1/responses`` and ``POST /v1/responses/compact``."""
-
-    closed = True
-    stream: bool | None = None
-    input: Any = None
-    instructions: str | None = None
-    max_output_tokens: Limit | None = None
-    temperature: Temperature | None = None
-    top_p: Unit | None = None
-    tools: Tools | None = None
-    tool_choice: Any = None
-    parallel_tool_calls: bool | None = None
-    include: Annotated[list[str], Field(max_length=64)] | None = None
-    store: bool | None = None
-    background: bool | None = None
-    previous_response_id: str | None = None
-    metadata: Object | None = None
-    reasoning: Reasoning | None = None
-    text: Text | None = None
-    truncation: Any = None
-    prompt_cache_key: str | None = None
-    client_metadata: Object | None = None
-    user: str | None = None
-    safety_identifier: str | None = None
-    service_tier: str | None = None
-    prompt_cache_retention: str | None = None
-    stream_options: Object | None = None
-
-    @field_validator("input")
-    @classmethod
-    def _input(cls, value: Any) -> Any:
-        return _one_of(value, (str, list), "a string or a list of items")
-
-    @field_validator("tool_choice")
-    @classmethod
-    def _choice(cls, value: Any) -> Any:
-        return _one_of(value, (str, dict), "a string or an object")
-
-    @field_validator("truncation")
-    @classmethod
-    def _truncation(cls, value: Any) -> Any:
-        if value not in (None, "disabled", "auto"):
-            raise ValueError("must be 'auto' or 'disabled'")
-        return value
-
-    @field_validator("previous_response_id")
-    @classmethod
-    def _previous(cls, value: str | None) -> str | None:
-        if value is not None and not value:
-            raise PydanticCustomError("string_type", "must be a response id")
-        return value
+    @model_validator(mode="after")
+    def _one(self) -> TokenizeBody:
+        if (self.text is None) == (self.messages is None):
+            raise ValueError("send exactly one of 'text' and 'messages'")
+        return self
 
 
 B = TypeVar("B", bound=Body)

@@ -19,7 +19,7 @@ from mlx_agent.wire import PROMPT_CACHE_QUARANTINE, PROMPT_CACHE_REPORT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontModelConfig
+    from mlx_agent.records.front import FrontModelConfig
 
 
 def cache_identity(model: FrontModelConfig) -> str:

@@ -39,7 +39,7 @@ class Policy:
         return not self.keep_loaded and self.idle_timeout > 0
 
     def to_json(self) -> dict[str, Any]:
-        """Return the policy as its JSON object."""
+        """Return the policy as its JSON object (``records.front.PolicyDocument``: the idle policy and the floor)."""
         return {
             "idle_timeout": self.idle_timeout,
             "keep_loaded": self.keep_loaded,

@@ -10,7 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import ReadinessRecord
+    from mlx_agent.records.plan import ReadinessRecord
 
 
 class Readiness:

@@ -52,7 +52,7 @@ MAX_QUEUE = 64
 STALL_TIMEOUT_S = 120.0
 
 # Our worker's reply header giving the reply limit it applied when the room the prompt leaves in the context
-# cut the ``max_tokens`` it was sent; the front tells the client (``gateway.limit_notice``).
+# cut the ``max_tokens`` it was sent; the front tells the client (``gateway.observe.limit_notice``).
 GRANTED_MAX_TOKENS_HEADER = "x-mlx-agent-granted-max-tokens"
 # A worker's reply lists here, in its message (or a stream chunk's delta), each tool call no parser could read
 # (``{"text", "error"}``); the front counts them (``mlx_agent_unparsed_tool_calls_total``).

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
-from mlx_agent.gateway.request_memory import PEAK_FACTOR, kv_bytes, prompt_token_bound, read_kv_shape  # noqa: E402
+from mlx_agent.gateway.models.request_memory import PEAK_FACTOR, kv_bytes, prompt_token_bound, read_kv_shape  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.fixtures.tiny_model import build_tiny_model  # noqa: E402
 from tests.gateway_support import gateway_config, real_worker_argv, start_gateway  # noqa: E402

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlx_agent.bodies import MessagesBody, ResponsesBody
+from mlx_agent.gateway.anthropic.bodies import MessagesBody
 from mlx_agent.gateway.anthropic.request import AnthropicRequest, translate
-from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from tests.conftest import REPO_ROOT, free_port
 from tests.contract_support import contract

@@ -8,7 +8,7 @@ from typing import Any
 from mlx_agent.canonical import with_hash
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
-from mlx_agent.records import ServePlan
+from mlx_agent.records.plan import ServePlan
 
 
 def plan_for(model: Path, **kw: Any) -> ServePlan:

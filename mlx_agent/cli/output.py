@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, NoReturn, TypedDict, TypeVar
 
-    from mlx_agent.records import ServePlan, ServeReceipt, TrainingReceipt
+    from mlx_agent.records.plan import ServePlan
+    from mlx_agent.records.receipt import ServeReceipt
+    from mlx_agent.records.training import TrainingReceipt
 
     Result = tuple[dict[str, Any], list[str]]
     Data = TypeVar("Data", bound=Mapping[str, Any])  # what one command's action returns and its renderer reads

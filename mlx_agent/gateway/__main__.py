@@ -39,8 +39,8 @@ def main(argv: list[str]) -> int:
         print_refusal(exc)
         return EXIT_REFUSED
     from mlx_agent.errors import FrontConfigInvalid
-    from mlx_agent.gateway.app import read_secrets, serve
-    from mlx_agent.gateway.config import load_config
+    from mlx_agent.gateway.door.app import read_secrets, serve
+    from mlx_agent.gateway.door.config import load_config
 
     try:
         config = load_config(Path(args.config))

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from mlx_agent.gateway.endpoints import Key
+from mlx_agent.worker_routes import BodyKind, WorkerRoute
 
 HISTORY = 64
 # Body fields that change how a chat prompt is rendered, besides its messages.
@@ -39,23 +39,23 @@ def _canonical(obj: object) -> bytes:
 class PromptShape:
     """What a request's prompt is made of, reduced to what the prefix test needs."""
 
-    endpoint: Key
+    route: WorkerRoute
     preamble: bytes
     messages: tuple[bytes, ...] | None  # chat: each message canonically encoded
     text: str | None  # completions: the prompt string
 
     @classmethod
-    def of(cls, endpoint: Key, body: dict[str, Any]) -> PromptShape:
-        """Return the prompt shape of a request body sent to ``endpoint``."""
-        if endpoint is Key.CHAT:
+    def of(cls, route: WorkerRoute, body: dict[str, Any]) -> PromptShape:
+        """Return the prompt shape of a request body sent to ``route``."""
+        if route.kind is BodyKind.MESSAGES:
             messages = body.get("messages")
             items = tuple(_canonical(m) for m in messages) if isinstance(messages, list) else (_canonical(messages),)
             preamble = _canonical({k: body.get(k) for k in CHAT_PREAMBLE_FIELDS})
-            return cls(endpoint, preamble, items, None)
+            return cls(route, preamble, items, None)
         prompt = body.get("prompt")
         if isinstance(prompt, str):
-            return cls(endpoint, b"", None, prompt)
-        return cls(endpoint, b"", (_canonical(prompt),), None)
+            return cls(route, b"", None, prompt)
+        return cls(route, b"", (_canonical(prompt),), None)
 
     def units(self) -> int:
         """Return how many prefix units the prompt has (messages, or characters)."""
@@ -65,7 +65,7 @@ class PromptShape:
 
     def digest(self, units: int) -> bytes:
         """Return the digest of the first ``units`` prefix units."""
-        h = hashlib.sha256(self.endpoint.encode() + b"\0" + self.preamble + b"\0")
+        h = hashlib.sha256(self.route.path.encode() + b"\0" + self.preamble + b"\0")
         if self.messages is not None:
             for item in self.messages[:units]:
                 h.update(hashlib.sha256(item).digest())

@@ -25,7 +25,7 @@ from typing import Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.images import IMAGE_PART_TYPES, LIMITS, ImageLimits, ImagePart, check_images, part_url
 
 # The text part types of chat completions and of the Responses shape (mlx-vlm reads all three as text).

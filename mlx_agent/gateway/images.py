@@ -41,7 +41,7 @@ from typing import Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 
 MAX_IMAGE_BYTES = 8 * 1024 * 1024
 MAX_IMAGES = 16

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
-from mlx_agent.gateway.observe import Exchange, exchange_of
-from mlx_agent.gateway.worker_stream import WorkerReply
+from mlx_agent.gateway.models.worker_stream import WorkerReply
+from mlx_agent.gateway.observe.request_log import Exchange, exchange_of
 from mlx_agent.wire import UNPARSED_TOOL_CALLS
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 
 DROPPED_HEADER = "x-mlx-agent-dropped-tools"
 NAMESPACE_JOIN = "__"
@@ -68,11 +67,6 @@ FIXED_CLIENT_TOOLS = {
 CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
 
-def refuse(message: str, param: str, code: Code = Code.INVALID_VALUE) -> RequestRefused:
-    """Return the 400 ``invalid_request_error`` the front answers for a request it cannot honour."""
-    return refused(code, message, param=param)
-
-
 @dataclass(frozen=True)
 class ClientTool:
     """How a tool the model sees is named to the client: its kind, its own name and its namespace."""
@@ -93,7 +87,7 @@ class ToolSet:
     def add(self, visible: str, description: object, parameters: object, client: ClientTool, where: str) -> None:
         """Add one function the model sees under ``visible``."""
         if visible in self.clients:
-            raise refuse(f"two tools are named {visible!r}", f"{where}.name")
+            raise refused(Code.INVALID_VALUE, f"two tools are named {visible!r}", param=f"{where}.name")
         function: dict[str, Any] = {"name": visible}
         if isinstance(description, str):
             function["description"] = description
@@ -115,7 +109,7 @@ class ToolSet:
 def _name(tool: Mapping[str, Any], where: str) -> str:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
-        raise refuse("a tool needs a name", f"{where}.name")
+        raise refused(Code.INVALID_VALUE, "a tool needs a name", param=f"{where}.name")
     return name
 
 
@@ -132,7 +126,7 @@ def anthropic_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
         if kind in (None, "custom"):
             schema = tool.get("input_schema")
             if not isinstance(schema, Mapping):
-                raise refuse("a tool needs an input_schema object", f"{where}.input_schema")
+                raise refused(Code.INVALID_VALUE, "a tool needs an input_schema object", param=f"{where}.input_schema")
             name = _name(tool, where)
             found.add(name, tool.get("description"), schema, ClientTool("function", name), where)
         elif isinstance(kind, str) and kind.startswith(SERVER_TOOL_PREFIXES):
@@ -143,11 +137,11 @@ def anthropic_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
             name = str(tool.get("name") or fixed[0])
             found.add(name, fixed[2], fixed[1], ClientTool("function", name), where)
         else:
-            raise refuse(
+            raise refused(
+                Code.UNSUPPORTED_TOOL,
                 f"tool type {kind!r} is not supported: it needs what a local text model does not have "
                 "(such as screenshots)",
-                f"{where}.type",
-                Code.UNSUPPORTED_TOOL,
+                param=f"{where}.type",
             )
     return found
 
@@ -166,7 +160,9 @@ def _responses_tool(tool: Mapping[str, Any], where: str, found: ToolSet, namespa
         name = _name(tool, where)
         parameters = tool.get("parameters")
         if parameters is not None and not isinstance(parameters, Mapping):
-            raise refuse("a function tool's parameters must be an object", f"{where}.parameters", Code.INVALID_TYPE)
+            raise refused(
+                Code.INVALID_TYPE, "a function tool's parameters must be an object", param=f"{where}.parameters"
+            )
         found.add(
             found.visible(name, namespace),
             tool.get("description"),
@@ -187,12 +183,12 @@ def _responses_tool(tool: Mapping[str, Any], where: str, found: ToolSet, namespa
         space = _name(tool, where)
         inner = tool.get("tools")
         if not isinstance(inner, list):
-            raise refuse("a namespace tool needs a list of tools", f"{where}.tools", Code.INVALID_TYPE)
+            raise refused(Code.INVALID_TYPE, "a namespace tool needs a list of tools", param=f"{where}.tools")
         for index, item in enumerate(inner):
             if not isinstance(item, Mapping):
-                raise refuse("each tool must be an object", f"{where}.tools.{index}", Code.INVALID_TYPE)
+                raise refused(Code.INVALID_TYPE, "each tool must be an object", param=f"{where}.tools.{index}")
             _responses_tool(item, f"{where}.tools.{index}", found, space)
     elif kind in HOSTED_TOOLS or kind == TOOL_SEARCH:
         found.dropped.append(str(kind))
     else:
-        raise refuse(f"tool type {kind!r} is not supported here", f"{where}.type", Code.UNSUPPORTED_TOOL)
+        raise refused(Code.UNSUPPORTED_TOOL, f"tool type {kind!r} is not supported here", param=f"{where}.type")

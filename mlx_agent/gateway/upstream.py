@@ -29,24 +29,23 @@ from aiohttp import web
 from mlx_agent.api_errors import TYPE_INVALID_REQUEST, TYPE_SERVER, Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
-from mlx_agent.gateway.disk_check import disk_full
-from mlx_agent.gateway.endpoints import Key
-from mlx_agent.gateway.fleet import Fleet
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
+from mlx_agent.gateway.door.security import API_KEY_ID
 from mlx_agent.gateway.images import check_decoded
-from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.limit_notice import lowered_headers, worker_granted
-from mlx_agent.gateway.observe import current_exchange, exchange_of
-from mlx_agent.gateway.openai.request import PreparedRequest, prepare
-from mlx_agent.gateway.queue import served_alone
-from mlx_agent.gateway.request_memory import check_request
-from mlx_agent.gateway.security import API_KEY_ID
+from mlx_agent.gateway.models.disk_check import disk_full
+from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.models.lifecycle import Lifecycle
+from mlx_agent.gateway.models.queue import served_alone
+from mlx_agent.gateway.models.request_memory import check_request
+from mlx_agent.gateway.models.worker import WorkerProcess
+from mlx_agent.gateway.models.worker_stream import WorkerReply, open_reply
+from mlx_agent.gateway.observe.limit_notice import lowered_headers, worker_granted
+from mlx_agent.gateway.observe.request_log import current_exchange, exchange_of
+from mlx_agent.gateway.request import PreparedRequest, prepare
 from mlx_agent.gateway.sse import Accountant, ClientStream, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
-from mlx_agent.gateway.worker import WorkerProcess
-from mlx_agent.gateway.worker_stream import WorkerReply, open_reply
+from mlx_agent.worker_routes import WorkerRoute
 
-CHAT_PATH = "/v1/chat/completions"
 log = logging.getLogger("mlx_agent.gateway")
 EXIT_NOTICE_S = 1.0
 MAX_DETAIL = 300  # characters of a worker's own error message a client is shown
@@ -108,9 +107,9 @@ class Upstream:
 
     @contextlib.asynccontextmanager
     async def worker_request(
-        self, model: Lifecycle, body: dict[str, Any], path: str, *, stream: bool
+        self, model: Lifecycle, body: dict[str, Any], route: WorkerRoute, *, stream: bool
     ) -> AsyncIterator[tuple[WorkerReply, WorkerProcess]]:
-        """Send ``body`` to the worker (loading it first if needed) and hold the reply open while it is read.
+        """Send ``body`` to the worker on ``route`` (loading it first if needed); hold the reply open while read.
 
         A non-streamed request's images are first decoded whole (``images.check_decoded``: 400 ``image_invalid``).
         The request counts as open (``stream`` says which kind) from before the load until the block ends, and
@@ -127,7 +126,8 @@ class Upstream:
             alone = served_alone(body, model.model.get("greedy_alone", False))
             async with model.admitted(alone, stream) as worker:
                 try:
-                    reply = await open_reply(worker.endpoint, path, json.dumps(body).encode(), worker.session.headers)
+                    raw = json.dumps(body).encode()
+                    reply = await open_reply(worker.endpoint, route.path, raw, worker.session.headers)
                 except OSError as exc:
                     await self.notice_exit(model, worker)
                     raise model.worker_failure(worker, f"the model worker did not answer: {exc}") from exc
@@ -162,11 +162,11 @@ class Upstream:
             await self.notice_exit(model, worker)
             raise model.worker_failure(worker, f"the model worker failed while answering: {exc}") from exc
 
-    def accountant(self, request: web.Request, endpoint: Key, body: dict[str, Any]) -> Accountant:
+    def accountant(self, request: web.Request, route: WorkerRoute, body: dict[str, Any]) -> Accountant:
         """Return what sees a reply's usage: the request's exchange, and the ``cached_tokens`` bound of its key."""
         key_id: str | None = request.get(API_KEY_ID)
         ledger = self.ledger if key_id is not None else None
-        shape = PromptShape.of(endpoint, body) if ledger is not None else None
+        shape = PromptShape.of(route, body) if ledger is not None else None
         exchange = exchange_of(request)
 
         def account(doc: dict[str, Any]) -> None:
@@ -182,9 +182,9 @@ class Upstream:
 
         return account
 
-    async def worker_json(self, model: Lifecycle, body: dict[str, Any], path: str) -> Any:
-        """Return the worker's parsed (non-streamed) 200 reply to ``body`` on ``path``; its error as a refusal."""
-        async with self.worker_request(model, body, path, stream=False) as (reply, worker):
+    async def worker_json(self, model: Lifecycle, body: dict[str, Any], route: WorkerRoute) -> Any:
+        """Return the worker's parsed (non-streamed) 200 reply to ``body`` on ``route``; its error as a refusal."""
+        async with self.worker_request(model, body, route, stream=False) as (reply, worker):
             raw = await self.read_body(model, worker, reply)
             status = reply.status
         try:
@@ -196,11 +196,11 @@ class Upstream:
         return doc
 
     async def complete(
-        self, request: web.Request, model: Lifecycle, prepared: PreparedRequest, path: str = CHAT_PATH
+        self, request: web.Request, model: Lifecycle, prepared: PreparedRequest, route: WorkerRoute = WorkerRoute.CHAT
     ) -> dict[str, Any]:
         """Return the worker's (non-streamed) reply, its usage held to what the caller's key may see."""
-        account = self.accountant(request, Key.CHAT, prepared.body)
-        doc = await self.worker_json(model, prepared.body, path)
+        account = self.accountant(request, route, prepared.body)
+        doc = await self.worker_json(model, prepared.body, route)
         if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list) or not doc["choices"]:
             raise refused(Code.WORKER_FAILED, "the model worker's reply has no choices")
         account(doc)
@@ -212,7 +212,7 @@ class Upstream:
         model: Lifecycle,
         prepared: PreparedRequest,
         translator: StreamTranslator,
-        path: str = CHAT_PATH,
+        route: WorkerRoute = WorkerRoute.CHAT,
         headers: dict[str, str] | None = None,
     ) -> web.StreamResponse:
         """Stream the worker's answer through ``translator``.
@@ -223,7 +223,7 @@ class Upstream:
         await check_decoded(prepared.body)  # 400 image_invalid, before the client's head may go out early
         client = ClientStream(request, translator, headers or {})
         try:
-            async with self.worker_request(model, prepared.body, path, stream=True) as (reply, worker):
+            async with self.worker_request(model, prepared.body, route, stream=True) as (reply, worker):
                 if reply.status != 200 or reply.content_type != "text/event-stream":
                     try:
                         doc = json.loads(await reply.body())

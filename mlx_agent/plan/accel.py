@@ -39,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import M5PrefillRecord, PromptLookupRecord, Recipe, RuntimeRecord
+    from mlx_agent.records.plan import M5PrefillRecord, PromptLookupRecord, Recipe, RuntimeRecord
 
 FOREIGN = "a runtime from another environment keeps its exact native argv"
 

@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import AdapterRecord, ContentRecord
+    from mlx_agent.records.plan import AdapterRecord, ContentRecord
     from mlx_agent.worker_contract import FileCheck
 
 CONFIG = "adapter_config.json"

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing import Any, Literal
 
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import AgentsRecord, ChatTemplateRecord, FileCheck, ModelPlan, Recipe, RuntimeRecord
+    from mlx_agent.records.plan import AgentsRecord, ChatTemplateRecord, FileCheck, ModelPlan, Recipe, RuntimeRecord
 
 # Where transformers finds a checkpoint's template, first match wins (a processor also reads chat_template.json).
 TEMPLATE_FILE = "chat_template.jinja"

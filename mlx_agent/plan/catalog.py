@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any, Literal
 
     from mlx_agent.plan.catalog_records import AgentsSummary, Memory, ModelRow, Problem, Quantization
-    from mlx_agent.records import Recipe, RuntimeRecord
+    from mlx_agent.records.plan import Recipe, RuntimeRecord
 
 REPO_PREFIX = "models--"
 INDEX = "model.safetensors.index.json"

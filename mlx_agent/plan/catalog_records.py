@@ -1,6 +1,6 @@
 """The typed shape of ``mlx-agent models``'s listing: one row per model found (``schemas/models_listing.json``).
 
-Kept apart from ``records.py`` (plans and receipts, which nothing here writes); ``scripts/schemas`` generates the
+Kept apart from ``records/`` (plans and receipts, which nothing here writes); ``scripts/schemas`` generates the
 schema from these declarations as it does the others.
 """
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import DraftRecord, KvCacheRecord, PromptCacheRecord, Recipe, SourceRecord
+    from mlx_agent.records.plan import DraftRecord, KvCacheRecord, PromptCacheRecord, Recipe, SourceRecord
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:

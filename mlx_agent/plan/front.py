@@ -31,7 +31,8 @@ from mlx_agent.wire import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontConfig, FrontModelConfig, FrontRecord, ModelPlan, ReadinessRecord, ServePlan
+    from mlx_agent.records.front import FrontConfig, FrontModelConfig
+    from mlx_agent.records.plan import FrontRecord, ModelPlan, ReadinessRecord, ServePlan
 
 # The front answers /health at once; "ready" says every model it preloads has loaded. Its "status" is not asked:
 # "degraded" (a disk under its floor, mlx_agent.disk) is still ready, and serve start warns of it.
@@ -134,9 +135,12 @@ FRONT_MODULES = (
     "model_config.py",
     "policy.py",
     "readiness.py",
-    "records.py",
+    "records/front.py",
+    "records/plan.py",
+    "records/types.py",
     "spawn.py",
     "wire.py",
+    "worker_routes.py",
 )
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import GroupRecord, HostfileRecord, HostRecord, Recipe
+    from mlx_agent.records.plan import GroupRecord, HostfileRecord, HostRecord, Recipe
     from mlx_agent.worker_contract import ModelCheck
 
 BACKENDS = ("ring", "jaccl")

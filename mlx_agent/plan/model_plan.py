@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from mlx_agent.plan.agent_support import Template
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import (
+    from mlx_agent.records.plan import (
         AdapterRecord,
         AgentsRecord,
         DraftRecord,

@@ -13,7 +13,7 @@ from mlx_agent.plan.recipes import AUTO
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import ModelPolicyRecord
+    from mlx_agent.records.plan import ModelPolicyRecord
 
 
 def validate_spec(spec: ModelRequest) -> None:

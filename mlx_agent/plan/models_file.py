@@ -24,7 +24,7 @@ from mlx_agent.plan.requests import ModelRequest
 
 if TYPE_CHECKING:
     from mlx_agent.plan.options import Opt
-    from mlx_agent.records import ModelsFileRecord
+    from mlx_agent.records.plan import ModelsFileRecord
 
 DECODE_POSITION = re.compile(r"at line (\d+), column (\d+)")
 NAME, ALIAS = "served_model_name", "alias"

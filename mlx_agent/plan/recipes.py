@@ -16,7 +16,7 @@ from mlx_agent.resources import recipes_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.records import Recipe
+    from mlx_agent.records.plan import Recipe
 
 AUTO = "auto"
 

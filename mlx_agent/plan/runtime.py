@@ -28,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import FileCheck, Recipe, RuntimeRecord
+    from mlx_agent.records.plan import FileCheck, Recipe, RuntimeRecord
 
 ENTRY_DIR = PACKAGE_DIR / "runtime"
 NATIVE_ENTRY = ENTRY_DIR / "entries" / "native_entry.py"  # run by path under another environment's interpreter
@@ -51,6 +51,7 @@ WORKER_MODULES = (
     "tool_formats.py",
     "wire.py",
     "worker_contract.py",
+    "worker_routes.py",
 )
 
 

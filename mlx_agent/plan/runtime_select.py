@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import Recipe
+    from mlx_agent.records.plan import Recipe
 
 MLX_LM = "mlx_lm"
 MLX_VLM = "mlx-vlm"

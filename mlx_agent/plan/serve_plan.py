@@ -26,7 +26,7 @@ from mlx_agent.wire import HOST, PLAN_VERSION
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mlx_agent.plan.requests import ServeRequest
-    from mlx_agent.records import ModelsFileRecord, ServePlan
+    from mlx_agent.records.plan import ModelsFileRecord, ServePlan
 
 SUPERVISORS = ("mlx-agent", "launchd", "systemd")
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from mlx_agent.records import TrainingReceipt
+    from mlx_agent.records.training import TrainingReceipt
 
 # plan.adapter's CONFIG and WEIGHTS; spelled out so that reading a receipt (lora status) imports nothing more.
 ADAPTER_FILES = ("adapter_config.json", "adapters.safetensors")

@@ -19,7 +19,7 @@ from mlx_agent.errors import InvalidArguments
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.records import ServePlan, UnitRecord
+    from mlx_agent.records.plan import ServePlan, UnitRecord
 
 LAUNCHD = "launchd"
 SYSTEMD = "systemd"

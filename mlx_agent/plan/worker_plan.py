@@ -16,7 +16,7 @@ from mlx_agent.worker_contract import FileCheck, WorkerContract
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import (
+    from mlx_agent.records.plan import (
         ChatTemplateRecord,
         FrontRecord,
         PromptCacheRecord,

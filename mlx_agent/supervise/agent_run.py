@@ -72,7 +72,7 @@ def served_facts(directory: Path, port: int) -> ServedFacts:
 def _key(key_file: str | None) -> tuple[str | None, bool]:
     """Return the front's first key and whether the file holds only it, read by the front's rule.
 
-    The rule (``gateway.config.read_private_lines``): the stripped lines that are neither blank nor a comment.
+    The rule (``gateway.door.config.read_private_lines``): the stripped lines that are neither blank nor a comment.
     """
     if key_file is None:
         return None, True

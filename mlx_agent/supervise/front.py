@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.policy import Policy
-    from mlx_agent.records import ModelPlan, ServePlan, ServeReceipt
+    from mlx_agent.records.plan import ModelPlan, ServePlan
+    from mlx_agent.records.receipt import ServeReceipt
 
 CONTROL_LOCK_SECONDS = 30.0
 # What `serve status` shows of the front's state, per model and for the whole front.
@@ -57,7 +58,7 @@ STATUS_KEYS = (
     "memory_estimate_bytes",
     "last_error",
     "idle_since",
-    "load_progress",  # what the worker reports and the front samples (gateway/progress.py)
+    "load_progress",  # what the worker reports and the front samples (gateway/models/progress.py)
     "prefill",
     "worker_rss_bytes",
     "window",

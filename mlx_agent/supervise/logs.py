@@ -2,7 +2,7 @@
 
 The files are the plan's (the receipt names them); once a server has stopped and its receipt is gone, the
 logs beside where it was (``<port>.log``, ``<port>.worker*.log``) are still read. The front writes one request
-line per model request (``gateway.observe``); they are parsed for ``--json`` and filtered by ``--model``.
+line per model request (``gateway.observe.request_log``); they are parsed for ``--json`` and filtered by ``--model``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     import psutil
 
-    from mlx_agent.records import ProcessIdentity
+    from mlx_agent.records.plan import ProcessIdentity
 
     State = Literal["running", "exited", "foreign"]
 

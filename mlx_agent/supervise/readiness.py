@@ -15,7 +15,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
 
-    from mlx_agent.records import ReadinessRecord, ServePlan, ServeReceipt
+    from mlx_agent.records.plan import ReadinessRecord, ServePlan
+    from mlx_agent.records.receipt import ServeReceipt
 
 Tick = Callable[[float, str], None]
 POLL_SECONDS = 0.25
@@ -71,7 +72,8 @@ def read_token(path: str) -> str:
         return fh.read().decode("utf-8", "replace").strip()
 
 
-# A front answers /health 503 with this status while a model's worker is wedged (gateway/stall.py): still the front.
+# A front answers /health 503 with this status while a model's worker is wedged (gateway/models/stall.py):
+# still the front.
 FRONT_HEALTH: tuple[ReadinessRecord, ...] = (
     {"path": "/health", "status": 200},
     {"path": "/health", "status": 503, "json": {"status": "wedged"}},

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
     from typing_extensions import TypeIs
 
-    from mlx_agent.records import Receipt, ServePlan, ServeReceipt
+    from mlx_agent.records.plan import ServePlan
+    from mlx_agent.records.receipt import Receipt, ServeReceipt
 
 REQUIRED = ("format_version", "port")
 PROCESS_FIELDS = ("pid", "pgid", "create_time", "argv")

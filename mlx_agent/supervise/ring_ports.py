@@ -20,7 +20,7 @@ from mlx_agent.wire import RING_PORT_PLACEHOLDER
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mlx_agent.records import GroupRecord, ServePlan
+    from mlx_agent.records.plan import GroupRecord, ServePlan
 
 ATTEMPTS = 200
 CHOSEN_PORTS = range(10000, 20000)  # where confirm draws a run (``choose_run``)

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     import subprocess
 
     from mlx_agent.plan.requests import ServeRequest
-    from mlx_agent.records import ProcessIdentity, ServePlan, ServeReceipt
+    from mlx_agent.records.plan import ProcessIdentity, ServePlan
+    from mlx_agent.records.receipt import ServeReceipt
 
 
 def gates(plan: ServePlan, directory: Path, *, cleanup: bool) -> list[str]:

@@ -17,7 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TypedDict
 
-    from mlx_agent.records import AdapterRecord, Receipt
+    from mlx_agent.records.plan import AdapterRecord
+    from mlx_agent.records.receipt import Receipt
 
     class AdapterFields(TypedDict):
         """A status entry's adapter: its path and ``bound``, ``verified``, ``changed``, ``missing`` or ``unknown``."""

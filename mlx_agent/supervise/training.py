@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.requests import TrainRequest
-    from mlx_agent.records import TrainedProcess, TrainingReceipt
+    from mlx_agent.records.training import TrainedProcess, TrainingReceipt
 
 LOCK_SECONDS = 30.0
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

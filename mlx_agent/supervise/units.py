@@ -19,7 +19,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from mlx_agent.records import Receipt, ServePlan, ServeReceipt
+    from mlx_agent.records.plan import ServePlan
+    from mlx_agent.records.receipt import Receipt, ServeReceipt
 
 
 def _sha256(text: str) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.observe import REQUEST_LINE
+from mlx_agent.gateway.observe.request_log import REQUEST_LINE
 from tests.agents_support import (
     Namespace,
     claude_env,

@@ -100,3 +100,13 @@ def test_a_prompt_just_inside_the_context_is_still_served(worker: SocketWorker, 
     too_long = text * (SAFETY * 2 * worker.context_window // max(counted, 1) + 1)  # far past the bound
     refused = worker.post({"messages": [{"role": "user", "content": too_long}], "max_tokens": 2})
     assert refused.status == 400 and is_api_error(refused.json(), Code.CONTEXT_LENGTH_EXCEEDED), refused
+
+
+def test_the_worker_tokenizes_and_checks_the_body_itself(worker: SocketWorker) -> None:
+    """The worker answers /v1/tokenize on its own socket and refuses a body its declaration refuses, as the front."""
+    answer = worker.post({"model": "default_model", "text": "hello"}, path="/v1/tokenize")
+    assert answer.status == 200 and answer.json()["count"] == len(answer.json()["tokens"]) > 0
+    refused = worker.post({"text": 3}, path="/v1/tokenize")
+    assert refused.status == 400 and is_api_error(refused.json(), Code.INVALID_TYPE)
+    unknown = worker.post({"text": "hello"}, path="/v1/detokenize")
+    assert unknown.status == 404 and is_api_error(unknown.json(), Code.UNKNOWN_ENDPOINT)

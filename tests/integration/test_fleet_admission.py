@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway import fleet as fleet_module
-from mlx_agent.gateway.config import parse_config
-from mlx_agent.gateway.fleet import Fleet
+from mlx_agent.gateway.door.config import parse_config
+from mlx_agent.gateway.models import fleet as fleet_module
+from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.load_memory import memory_estimate
 from mlx_agent.policy import Policy
 from tests.gateway_support import fake_worker_argv, gateway_config

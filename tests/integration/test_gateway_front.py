@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.api_errors import Family
-from mlx_agent.gateway.endpoints import ENDPOINTS, Endpoint
+from mlx_agent.gateway.door.endpoints import ENDPOINTS, Endpoint
 from mlx_agent.wire import CONTROL_PREFIX
 from tests.conftest import REPO_ROOT, assert_valid
 from tests.gateway_support import CONTROL_TOKEN, Gateway, running_gateway, start_gateway
@@ -295,8 +295,8 @@ def test_gateway_imports_no_mlx(tmp_path: Path, front: Gateway) -> None:
     """Importing and building the gateway loads no MLX, mlx_lm, transformers or huggingface_hub."""
     code = (
         "import json, sys\n"
-        "import mlx_agent.gateway.__main__, mlx_agent.gateway.app as app\n"
-        "from mlx_agent.gateway.config import parse_config\n"
+        "import mlx_agent.gateway.__main__, mlx_agent.gateway.door.app as app\n"
+        "from mlx_agent.gateway.door.config import parse_config\n"
         f"cfg = parse_config(json.loads(open({str(tmp_path / 'c.json')!r}).read()))\n"
         "app.build_app(cfg, app.Secrets('t', None, None, None))\n"
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))\n"

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import openai
 import pytest
 
+from mlx_agent.resources import PACKAGE_DIR
 from tests.conftest import assert_valid
 from tests.gateway_support import Gateway, pid_alive, running_gateway, squatting
 
@@ -259,6 +261,35 @@ def test_a_changed_runtime_source_fails_the_load(tmp_path: Path) -> None:
         reply = gateway.chat()
         assert (reply.status, reply.json()["error"]["code"]) == (503, "runtime_changed")
         assert (gateway.status()["loads"], gateway.status()["last_error"]["code"]) == (0, "runtime_changed")
+
+
+def test_a_front_only_change_leaves_the_reviewed_worker_loadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a copy of the package, a family's declaration edited leaves the worker loading; bodies.py edited does not."""
+    from mlx_agent.plan import front as plan_front
+    from mlx_agent.plan import runtime as plan_runtime
+
+    copy = tmp_path / "copy" / "mlx_agent"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(plan_runtime, "PACKAGE_DIR", copy)
+    monkeypatch.setattr(plan_runtime, "ENTRY_DIR", copy / "runtime")
+    reviewed = plan_runtime.runtime_checks({"entry_sources": plan_runtime.entry_sources()})  # as a plan binds them
+    assert {Path(c["path"]).parent for c in reviewed} >= {copy, copy / "runtime"}
+    front_before = plan_front.front_sources()
+
+    front_only = copy / "gateway" / "anthropic" / "bodies.py"  # MessagesBody: the front reads it, no worker does
+    front_only.write_text(front_only.read_text() + "\n# an edit of a front-only declaration\n")
+    with running_gateway(tmp_path, runtime_checks=reviewed) as gateway:
+        assert gateway.chat().status == 200 and gateway.status()["loads"] == 1
+        assert gateway.control("POST", "unload").status == 200
+        worker_module = copy / "bodies.py"  # ChatBody: the worker checks every chat body with it
+        worker_module.write_text(worker_module.read_text() + "\n# an edit of a declaration the worker runs\n")
+        reply = gateway.chat()
+        assert (reply.status, reply.json()["error"]["code"]) == (503, "runtime_changed")
+        assert [Path(c["path"]) for c in gateway.status()["last_error"]["details"]["changed"]] == [worker_module]
+    monkeypatch.setattr("mlx_agent.resources.PACKAGE_DIR", copy)  # the front binds the front-only edit
+    assert plan_front.front_sources()["gateway/anthropic/bodies.py"] != front_before["gateway/anthropic/bodies.py"]
 
 
 def test_a_changed_draft_model_fails_the_load(tmp_path: Path) -> None:

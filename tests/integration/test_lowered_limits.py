@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlx_agent.gateway.limit_notice import LOWERED_HEADER
-from mlx_agent.gateway.observe import REQUEST_LINE
+from mlx_agent.gateway.observe.limit_notice import LOWERED_HEADER
+from mlx_agent.gateway.observe.request_log import REQUEST_LINE
 from tests.gateway_support import Gateway, read_sse, running_gateway
 
 ANTHROPIC = {"anthropic-version": "2023-06-01"}

@@ -16,7 +16,7 @@ from mlx_agent.plan import accel
 from mlx_agent.plan import runtime as plan_runtime
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
-from mlx_agent.records import ModelPlan, ServePlan
+from mlx_agent.records.plan import ModelPlan, ServePlan
 from mlx_agent.runtime.entries import accel_entry
 from mlx_agent.runtime.entries.mlx_lm_server import listening
 from mlx_agent.worker_contract import Started, split_worker_argv

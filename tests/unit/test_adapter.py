@@ -15,7 +15,7 @@ from mlx_agent.files import changed_files
 from mlx_agent.plan.adapter import resolve_adapter, verify
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
-from mlx_agent.records import OlderReceipt
+from mlx_agent.records.receipt import OlderReceipt
 from mlx_agent.supervise.servers import adapter_fields
 from mlx_agent.worker_contract import split_worker_argv
 from tests.conftest import assert_valid

@@ -116,7 +116,7 @@ def test_codex_provider_reads_the_key_from_its_file() -> None:
 
 def test_codex_auth_command_prints_the_key_the_front_reads(tmp_path: Path) -> None:
     """The auth command, run as Codex runs it (an argv, no shell), prints the first key as the front reads it."""
-    from mlx_agent.gateway.config import read_private_lines
+    from mlx_agent.gateway.door.config import read_private_lines
 
     keys = tmp_path / "it's keys"
     keys.write_text("# the front's keys\r\n\n   \n  # indented comment\n\t sk-first \r\nsk-second\n")

@@ -9,11 +9,11 @@ import pytest
 
 from mlx_agent.gateway import content_parts
 from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, PART_TYPES, check_messages
-from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.door.endpoints import parse
 from mlx_agent.gateway.images import IMAGE_PART_TYPES
 from mlx_agent.gateway.ollama.bodies import OllamaChatBody
 from mlx_agent.gateway.ollama.request import translate_chat
-from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.gateway.request import prepare
 from tests.unit.test_gateway_images import PNG_B64, PNG_URL, model, refusal
 
 pytestmark = pytest.mark.fast

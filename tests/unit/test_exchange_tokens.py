@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_agent.gateway.observe import Exchange
+from mlx_agent.gateway.observe.request_log import Exchange
+from mlx_agent.gateway.observe.samples import Samples
 from mlx_agent.gateway.openai.passthrough import PassThrough
-from mlx_agent.gateway.openai.request import PreparedRequest
-from mlx_agent.gateway.samples import Samples
+from mlx_agent.gateway.request import PreparedRequest
 from mlx_agent.gateway.sse import Events, PumpResult
 
 pytestmark = pytest.mark.fast

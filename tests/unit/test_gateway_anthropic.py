@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 
 from mlx_agent.agent_names import is_pattern
-from mlx_agent.bodies import MessagesBody, PromptBody, check
+from mlx_agent.bodies import check
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic import request
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.anthropic.reply import message_from_chat, usage_of
 from mlx_agent.gateway.anthropic.request import AnthropicRequest
-from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.door.endpoints import parse
 from mlx_agent.gateway.openai.passthrough import window_fields
-from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.gateway.request import prepare
 from tests.unit.test_gateway_request_body import model as request_model
 
 pytestmark = pytest.mark.fast

@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
-from mlx_agent.gateway.endpoints import Key
+from mlx_agent.worker_routes import WorkerRoute
 
 pytestmark = pytest.mark.fast
 
 
 def chat_shape(*contents: str, **fields: Any) -> PromptShape:
     """Return the shape of a chat request with one user message per content."""
-    return PromptShape.of(Key.CHAT, {"messages": [{"role": "user", "content": c} for c in contents], **fields})
+    return PromptShape.of(WorkerRoute.CHAT, {"messages": [{"role": "user", "content": c} for c in contents], **fields})
 
 
 def usage(cached: int, prompt: int = 100) -> dict[str, Any]:
@@ -66,9 +66,9 @@ def test_different_tools_or_messages_are_not_a_prefix() -> None:
 def test_completion_prompts_match_by_string_prefix() -> None:
     """For /v1/completions a string prefix of the prompt counts; chat and completions never mix."""
     ledger = PromptLedger()
-    ledger.record("A", PromptShape.of(Key.COMPLETIONS, {"prompt": "Once upon"}), 3)
-    assert ledger.bound("A", PromptShape.of(Key.COMPLETIONS, {"prompt": "Once upon a time"})) == 2
-    assert ledger.bound("A", PromptShape.of(Key.COMPLETIONS, {"prompt": "Once"})) == 0
+    ledger.record("A", PromptShape.of(WorkerRoute.COMPLETIONS, {"prompt": "Once upon"}), 3)
+    assert ledger.bound("A", PromptShape.of(WorkerRoute.COMPLETIONS, {"prompt": "Once upon a time"})) == 2
+    assert ledger.bound("A", PromptShape.of(WorkerRoute.COMPLETIONS, {"prompt": "Once"})) == 0
     assert ledger.bound("A", chat_shape("Once upon a time")) == 0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import FrontConfigInvalid
-from mlx_agent.gateway.config import load_config, matches, parse_config, read_private_lines, read_secret_file
+from mlx_agent.gateway.door.config import load_config, matches, parse_config, read_private_lines, read_secret_file
 from tests.conftest import assert_valid
 from tests.gateway_support import gateway_config
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import RequestRefused, SeamChanged, UnsupportedModel, UnsupportedRuntime
-from mlx_agent.gateway.config import parse_config
-from mlx_agent.gateway.embeddings import MAX_INPUTS, embedding_model, floats, inputs_of
-from mlx_agent.gateway.fleet import Fleet
+from mlx_agent.gateway.door.config import parse_config
+from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.openai.embeddings import MAX_INPUTS, embedding_model, floats, inputs_of
 from mlx_agent.installed import embedding_support
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.runtime.entries.mlx_vlm_embed import EMBED_SEAMS, check_embed_seams

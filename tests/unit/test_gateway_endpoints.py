@@ -7,18 +7,11 @@ from typing import Any
 import pytest
 
 from mlx_agent.api_errors import Code, Family
-from mlx_agent.bodies import (
-    Body,
-    ChatBody,
-    CompletionBody,
-    EmbeddingsBody,
-    MessagesBody,
-    PromptBody,
-    RerankBody,
-    ResponsesBody,
-)
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.endpoints import ANTHROPIC_PREFIX, ENDPOINTS, Endpoint, Key, parse
+from mlx_agent.gateway.anthropic.api import ANTHROPIC_PREFIX
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
+from mlx_agent.gateway.door.endpoints import ENDPOINTS, Endpoint, Key, parse
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,
@@ -26,6 +19,8 @@ from mlx_agent.gateway.ollama.bodies import (
     OllamaGenerateBody,
     OllamaShowBody,
 )
+from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.wire import CONTROL_PREFIX
 
 pytestmark = pytest.mark.fast
@@ -34,6 +29,7 @@ HI = [{"role": "user", "content": "hi"}]
 VALID: dict[type[Body], dict[str, Any]] = {
     ChatBody: {"messages": HI},
     CompletionBody: {"prompt": "Once"},
+    TokenizeBody: {"model": "m", "text": "Once"},
     PromptBody: {"model": "m", "messages": HI},
     MessagesBody: {"model": "m", "messages": HI, "max_tokens": 5},
     ResponsesBody: {"input": "hi"},
@@ -76,7 +72,7 @@ def test_model_api_bodies_are_posted_and_control_takes_no_declaration() -> None:
         assert not (e.path.startswith(CONTROL_PREFIX) and isinstance(e, Endpoint)), e.key
 
 
-@pytest.mark.parametrize("declaration", [PromptBody, MessagesBody, ResponsesBody, EmbeddingsBody])
+@pytest.mark.parametrize("declaration", [PromptBody, MessagesBody, ResponsesBody, EmbeddingsBody, TokenizeBody])
 def test_a_closed_declaration_is_the_whitelist(declaration: type[Body]) -> None:
     """An undeclared field with a value is unsupported_parameter naming it; a null one is accepted."""
     with pytest.raises(RequestRefused) as info:
@@ -117,3 +113,13 @@ def test_the_parsed_body_is_typed_for_its_translator() -> None:
     with pytest.raises(RequestRefused) as info:
         parse(MessagesBody, {**VALID[MessagesBody], "top_k": -1})
     assert (info.value.code, info.value.param) == (Code.INVALID_VALUE, "top_k")
+
+
+def test_a_tokenize_body_names_exactly_one_of_text_and_messages() -> None:
+    """A text or messages is tokenized; neither or both is a 400 that says to send exactly one."""
+    assert parse(TokenizeBody, {"text": "hi"}).text == "hi" and parse(TokenizeBody, {"messages": HI}).messages == HI
+    for doc in ({"model": "m"}, {"text": "hi", "messages": HI}):
+        with pytest.raises(RequestRefused) as info:
+            parse(TokenizeBody, doc)
+        assert (info.value.status, info.value.code) == (400, Code.INVALID_VALUE)
+        assert "exactly one of 'text' and 'messages'" in info.value.message

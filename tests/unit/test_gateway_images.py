@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.bodies import MessagesBody, ResponsesBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway import images
 from mlx_agent.gateway.anthropic import request as anthropic
-from mlx_agent.gateway.config import parse_config
+from mlx_agent.gateway.anthropic.bodies import MessagesBody
 from mlx_agent.gateway.content_parts import check_messages
-from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.door.config import parse_config
+from mlx_agent.gateway.door.endpoints import parse
 from mlx_agent.gateway.images import ImageLimits
-from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.gateway.request import prepare
 from mlx_agent.gateway.responses import request as responses
-from mlx_agent.records import FrontModelConfig
+from mlx_agent.gateway.responses.bodies import ResponsesBody
+from mlx_agent.records.front import FrontModelConfig
 from tests.gateway_support import gateway_config
 
 pytestmark = pytest.mark.fast

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import FrontConfigInvalid, PolicyRejected
-from mlx_agent.gateway.admission import policy_file, read_policy_file
+from mlx_agent.gateway.models.admission import policy_file, read_policy_file
 from mlx_agent.load_memory import GB, RUNTIME_ALLOWANCE_BYTES, memory_check
 from mlx_agent.policy import Policy, parse_policy, policy_from_options
 from tests.conftest import assert_valid

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.queue import RequestQueue, served_alone
+from mlx_agent.gateway.models.queue import RequestQueue, served_alone
 
 pytestmark = pytest.mark.fast
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from mlx_agent.gateway.limit_notice import LOWERED_HEADER, lowered_headers, with_granted_output, worker_granted
-from mlx_agent.gateway.observe import Exchange
-from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.gateway.observe.limit_notice import LOWERED_HEADER, lowered_headers, with_granted_output, worker_granted
+from mlx_agent.gateway.observe.request_log import Exchange
+from mlx_agent.gateway.request import prepare
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
 from tests.unit.test_gateway_request_body import chat, model
 

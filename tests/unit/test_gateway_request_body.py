@@ -10,10 +10,10 @@ import pytest
 
 from mlx_agent.bodies import Body, ChatBody, CompletionBody, check, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
-from mlx_agent.gateway.config import parse_config
-from mlx_agent.gateway.fleet import Fleet
-from mlx_agent.gateway.openai.request import prepare
-from mlx_agent.records import FrontModelConfig
+from mlx_agent.gateway.door.config import parse_config
+from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.request import prepare
+from mlx_agent.records.front import FrontModelConfig
 from tests.gateway_support import gateway_config
 
 pytestmark = pytest.mark.fast

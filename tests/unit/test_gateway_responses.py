@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.bodies import ResponsesBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.door.endpoints import parse
 from mlx_agent.gateway.responses import request
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.compact import (
     SUMMARY_REQUEST,
     CompactionStream,

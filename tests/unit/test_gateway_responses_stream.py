@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.bodies import ResponsesBody
-from mlx_agent.gateway.endpoints import parse
+from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.output import base_response
 from mlx_agent.gateway.responses.request import to_chat
 from mlx_agent.gateway.responses.stream import ResponsesStream

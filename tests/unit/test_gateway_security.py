@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_agent.gateway.security import allowed_hosts, key_id, loopback_origin
+from mlx_agent.gateway.door.security import allowed_hosts, key_id, loopback_origin
 
 pytestmark = pytest.mark.fast
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mlx_agent.gateway.stall import StallWatch
+from mlx_agent.gateway.models.stall import StallWatch
 
 
 def quiet_for(watch: StallWatch, seconds: float) -> None:

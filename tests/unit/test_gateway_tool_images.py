@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.gateway.images import LIMITS
-from mlx_agent.gateway.openai.request import prepare
+from mlx_agent.gateway.request import prepare
 from tests.unit.test_gateway_images import (
     PNG_B64,
     PNG_URL,

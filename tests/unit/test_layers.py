@@ -27,7 +27,9 @@ ALLOWED = {
     "cli": {"bottom", "plan", "supervise", "cli"},
     "entry": {"cli"},  # python -m mlx_agent
 }
-STDLIB_ONLY = {"mlx_agent.wire", "mlx_agent.tool_formats"}  # shared by every process, importable by anything
+BOTTOM_PACKAGES = {"records"}  # folders of the bottom floor: the documents, one module each
+# Shared by every process, importable by anything.
+STDLIB_ONLY = {"mlx_agent.wire", "mlx_agent.tool_formats", "mlx_agent.worker_routes"}
 
 
 def module_name(path: Path) -> str:
@@ -42,6 +44,8 @@ def layer(name: str) -> str:
     if name == "mlx_agent.__main__":
         return "entry"
     if len(parts) == 1 or (len(parts) == 2 and (PACKAGE_DIR / f"{parts[1]}.py").is_file()):
+        return "bottom"
+    if parts[1] in BOTTOM_PACKAGES:
         return "bottom"
     return parts[1]
 
@@ -110,6 +114,12 @@ def test_the_wire_module_imports_nothing_of_the_package(name: str) -> None:
     assert graph()[name] == set()
 
 
+def source_name(name: str) -> str:
+    """Return a module's file, relative to the package (a package's is its ``__init__.py``)."""
+    path = name.removeprefix("mlx_agent.").replace(".", "/")
+    return f"{path}/__init__.py" if (PACKAGE_DIR / path).is_dir() else f"{path}.py"
+
+
 def bottom_modules_run_by(process: str) -> set[str]:
     """Return the bottom modules (as file names) that a layer's modules import, at any depth."""
     edges = graph()
@@ -121,17 +131,17 @@ def bottom_modules_run_by(process: str) -> set[str]:
             continue
         seen.add(name)
         todo.extend(target for target in edges.get(name, ()) if target in edges)
-    return {name.removeprefix("mlx_agent.") + ".py" for name in seen if layer(name) == "bottom"} - {"mlx_agent.py"}
+    return {source_name(name) for name in seen if layer(name) == "bottom" and name != "mlx_agent"}
 
 
-def test_the_front_binds_every_module_it_runs() -> None:
-    """Each bottom module the front imports (at any depth) is among the sources its plan binds by content."""
-    assert sorted(bottom_modules_run_by("gateway") - set(FRONT_MODULES)) == []
+def test_the_front_binds_every_module_it_runs_and_no_other() -> None:
+    """The bottom modules the front imports (at any depth) are exactly those its plan binds by content."""
+    assert sorted(FRONT_MODULES) == sorted(bottom_modules_run_by("gateway"))
 
 
-def test_the_worker_binds_every_module_it_runs() -> None:
-    """Each bottom module the worker imports is among its entry's sources, rechecked before every load."""
-    assert sorted(bottom_modules_run_by("runtime") - set(WORKER_MODULES)) == []
+def test_the_worker_binds_every_module_it_runs_and_no_other() -> None:
+    """The bottom modules the worker imports are exactly its entry's bound ones, so no front-only edit stales it."""
+    assert sorted(WORKER_MODULES) == sorted(bottom_modules_run_by("runtime"))
     assert set(WORKER_MODULES) <= set(entry_sources())
 
 

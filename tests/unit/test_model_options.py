@@ -17,7 +17,7 @@ from mlx_agent.plan.options import Opt
 from mlx_agent.plan.requests import COMMANDS, ModelRequest, ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.plan.source import resolve_path_source
-from mlx_agent.records import ModelPlan
+from mlx_agent.records.plan import ModelPlan
 from tests.conftest import REPO_ROOT
 from tests.fixtures.tiny_model import build_hf_cache_repo, build_tiny_model
 from tests.unit.test_accel import native_executable

@@ -13,7 +13,7 @@ from mlx_agent.errors import InvalidArguments, ModelsFileInvalid, ModelsNameConf
 from mlx_agent.plan.models_file import older_spellings
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
-from mlx_agent.records import ServePlan
+from mlx_agent.records.plan import ServePlan
 from mlx_agent.supervise.previews import name_models
 from tests.conftest import assert_valid
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.gateway.progress import load_progress, prefills, read_progress
+from mlx_agent.gateway.models.progress import load_progress, prefills, read_progress
 from mlx_agent.runtime.serving.progress import Board, ending
 
 pytestmark = pytest.mark.fast

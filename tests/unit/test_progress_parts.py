@@ -7,7 +7,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from mlx_agent.gateway.progress import prefills, read_progress
+from mlx_agent.gateway.models.progress import prefills, read_progress
 from mlx_agent.runtime.serving.progress import LOAD_STEPS, Board, sharded_loading
 
 

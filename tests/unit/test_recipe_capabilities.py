@@ -17,7 +17,7 @@ from mlx_agent.plan.model_plan import model_kind
 from mlx_agent.plan.recipes import load_recipe
 from mlx_agent.plan.requests import ModelRequest
 from mlx_agent.plan.runtime_select import select_runtime
-from mlx_agent.records import ModelPlan
+from mlx_agent.records.plan import ModelPlan
 from mlx_agent.resources import recipes_dir
 
 pytestmark = pytest.mark.fast

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mlx_agent import wire
 from mlx_agent.plan.recipes import load_recipe, recipe_names
-from mlx_agent.records import Recipe
+from mlx_agent.records.plan import Recipe
 from mlx_agent.resources import recipes_dir, schemas_dir
 from mlx_agent.runtime import entry
 

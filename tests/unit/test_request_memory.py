@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.request_memory import (
+from mlx_agent.gateway.models.request_memory import (
     KvShape,
     estimate,
     kv_bytes,
@@ -18,7 +18,7 @@ from mlx_agent.gateway.request_memory import (
     read_kv_shape,
     request_tokens,
 )
-from mlx_agent.records import KvCacheRecord
+from mlx_agent.records.plan import KvCacheRecord
 
 pytestmark = pytest.mark.fast
 

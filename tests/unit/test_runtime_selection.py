@@ -23,7 +23,7 @@ from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.plan.serve_plan import build_serve_plan
-from mlx_agent.records import ModelPlan
+from mlx_agent.records.plan import ModelPlan
 from mlx_agent.runtime.entries.native_entry import PORT_ENV
 from tests.conftest import assert_valid
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_agent.gateway.samples import WINDOW_S, Ring
+from mlx_agent.gateway.observe.samples import WINDOW_S, Ring
 
 pytestmark = pytest.mark.fast
 

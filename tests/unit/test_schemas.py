@@ -1,4 +1,4 @@
-"""The shipped JSON Schemas: the generated ones match records.py, and every schema is itself valid."""
+"""The shipped JSON Schemas: the generated ones match records/, and every schema is itself valid."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def generator() -> object:
     ],
 )
 def test_generated_schemas_match_the_records(name: str) -> None:
-    """Each generated schema is exactly what scripts/schemas writes from records.py now."""
+    """Each generated schema is exactly what scripts/schemas writes from records/ now."""
     script = generator()
     assert (SCHEMAS / f"{name}.json").read_text() == script.text(name), "run scripts/schemas"  # type: ignore[attr-defined]
 

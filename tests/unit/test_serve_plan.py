@@ -200,7 +200,7 @@ def test_the_plan_binds_the_interpreter_runtime_and_front_by_content(tiny_model:
     assert any(name.startswith("mlx_lm/tool_parsers/") for name in sources)
     checked = {Path(c["path"]).name for c in plan["models"][0]["runtime_checks"]}
     assert {"server.py", "generate.py", "generator.py"} <= checked  # the runtime's and our entry's
-    assert "gateway/app.py" in plan["front"]["sources"] and "bodies.py" in plan["front"]["sources"]
+    assert "gateway/door/app.py" in plan["front"]["sources"] and "bodies.py" in plan["front"]["sources"]
 
 
 def test_without_max_tokens_nothing_cuts_a_reply_short_of_the_window(tiny_model: Path) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.gateway.temp_sockets import LOCK, TempSocketDir
+from mlx_agent.gateway.models.temp_sockets import LOCK, TempSocketDir
 
 HOLD = """
 import sys, time
-from mlx_agent.gateway.temp_sockets import TempSocketDir
+from mlx_agent.gateway.models.temp_sockets import TempSocketDir
 d = TempSocketDir()
 print(d.path, flush=True)
 time.sleep(600)

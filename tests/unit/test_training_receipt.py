@@ -233,7 +233,7 @@ def test_the_training_receipt_record_has_the_keys_of_its_schema() -> None:
     """records.TrainingReceipt, which readers are typed by, names what the hand-written schema names and requires."""
     from pydantic import TypeAdapter
 
-    from mlx_agent.records import TrainedProcess, TrainingReceipt
+    from mlx_agent.records.training import TrainedProcess, TrainingReceipt
 
     schema = json.loads((Path(__file__).parents[2] / "schemas" / "training_receipt.json").read_text())
     record = TypeAdapter(TrainingReceipt).json_schema()

@@ -114,7 +114,7 @@ def test_the_plan_fills_the_reply_limits_only_where_they_apply() -> None:
     from mlx_agent.errors import UnsupportedRuntime
     from mlx_agent.plan.recipes import load_recipe
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records import RuntimeRecord
+    from mlx_agent.records.plan import RuntimeRecord
 
     lm, vlm = load_recipe("mlx_lm")[0], load_recipe("mlx-vlm")[0]
     wrapped: RuntimeRecord = {"launcher": "wrapped"}

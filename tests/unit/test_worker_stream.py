@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.gateway.worker_stream import WorkerReply, open_reply
+from mlx_agent.gateway.models.worker_stream import WorkerReply, open_reply
 
 
 async def answered(socket_path: Path, answer: bytes, *, close: bool = True) -> tuple[WorkerReply, bytes]:

@@ -21,13 +21,15 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from mlx_agent.api_errors import Code, anthropic_body
-from mlx_agent.bodies import MessagesBody, PromptBody
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.anthropic.reply import message_from_chat
 from mlx_agent.gateway.anthropic.request import translate
 from mlx_agent.gateway.anthropic.stream import AnthropicStream
-from mlx_agent.gateway.endpoints import ANTHROPIC_PREFIX, Key
-from mlx_agent.gateway.http_errors import family_errors, json_response, refused
+from mlx_agent.gateway.door.http_errors import family_errors, json_response, refused
 from mlx_agent.gateway.upstream import Upstream, dropped_tools
+from mlx_agent.worker_routes import WorkerRoute
+
+ANTHROPIC_PREFIX = "/v1/messages"  # every error under it, the front door's too, has Anthropic's shape
 
 
 class AnthropicApi:
@@ -43,7 +45,7 @@ class AnthropicApi:
         name = prepared.client_model
         headers = dropped_tools(translated.tools.dropped)
         if prepared.stream:
-            account = self.upstream.accountant(request, Key.CHAT, prepared.body)
+            account = self.upstream.accountant(request, WorkerRoute.CHAT, prepared.body)
             stream = AnthropicStream(name, on_usage=account, omit_thinking=translated.omit_thinking)
             return await self.upstream.stream(request, model, prepared, stream, headers=headers)
         doc = await self.upstream.complete(request, model, prepared)

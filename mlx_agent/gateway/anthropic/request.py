@@ -56,12 +56,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.errors import RequestRefused
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, OutputConfig, PromptBody, Thinking
 from mlx_agent.gateway.anthropic.safeguards import refuse_safeguards
 from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, media_refusal
+from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.images import check_data_url, data_url, image_part
-from mlx_agent.gateway.tools import ToolSet, anthropic_tools, refuse
+from mlx_agent.gateway.tools import ToolSet, anthropic_tools
 
 BILLING_HEADER = "x-anthropic-billing-header:"
 BLOCK_JOIN = "\n\n"
@@ -88,11 +89,13 @@ def translate(body: PromptBody) -> AnthropicRequest:
     """
     refuse_safeguards(body)  # before anything is read: Claude Code sends it again without the field
     if not body.model:
-        raise refuse("'model' is required and must be a string", "model")
+        raise refused(Code.INVALID_VALUE, "'model' is required and must be a string", param="model")
     out: dict[str, Any] = {"model": body.model}
     if isinstance(body, MessagesBody):
         if body.max_tokens is None:  # optional in the declaration, which count_tokens shares in part
-            raise refuse("'max_tokens' is required and must be a positive integer", "max_tokens")
+            raise refused(
+                Code.INVALID_VALUE, "'max_tokens' is required and must be a positive integer", param="max_tokens"
+            )
         out["max_tokens"] = body.max_tokens
 
     chat: list[dict[str, Any]] = []
@@ -115,8 +118,10 @@ def translate(body: PromptBody) -> AnthropicRequest:
     omit, template_kwargs = _thinking(body.thinking, out)
     if body.messages[-1].get("role") == "assistant":
         if chat[-1].get("tool_calls"):
-            raise refuse(
-                "the last message is an assistant tool_use: send its tool_result in a user message", "messages"
+            raise refused(
+                Code.INVALID_VALUE,
+                "the last message is an assistant tool_use: send its tool_result in a user message",
+                param="messages",
             )
         template_kwargs["continue_final_message"] = True
         template_kwargs["add_generation_prompt"] = False
@@ -144,17 +149,19 @@ def _thinking(thinking: Thinking | None, out: dict[str, Any]) -> tuple[bool, dic
     omit = thinking.display == "omitted"
     if thinking.type == "enabled":
         if thinking.budget_tokens is None:
-            raise refuse("thinking.budget_tokens must be a positive integer", "thinking.budget_tokens")
+            raise refused(
+                Code.INVALID_VALUE, "thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens"
+            )
         out["reasoning_budget"] = thinking.budget_tokens
         return omit, {}
     if thinking.type == "disabled":
         return omit, {"enable_thinking": False}
     if thinking.type == "adaptive":
         return omit, {}
-    raise refuse(
-        f"thinking type {thinking.type!r} is not supported; use enabled, disabled or adaptive",
-        "thinking.type",
+    raise refused(
         Code.UNSUPPORTED_PARAMETER,
+        f"thinking type {thinking.type!r} is not supported; use enabled, disabled or adaptive",
+        param="thinking.type",
     )
 
 
@@ -173,11 +180,13 @@ def _system_text(system: object, param: str = "system") -> str:
     if system is None or isinstance(system, str):
         return system or ""
     if not isinstance(system, list):
-        raise refuse("system content must be a string or a list of text blocks", param, Code.INVALID_TYPE)
+        raise refused(Code.INVALID_TYPE, "system content must be a string or a list of text blocks", param=param)
     texts = []
     for index, block in enumerate(system):
         if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise refuse("system content blocks must be text blocks", f"{param}.{index}", Code.UNSUPPORTED_CONTENT)
+            raise refused(
+                Code.UNSUPPORTED_CONTENT, "system content blocks must be text blocks", param=f"{param}.{index}"
+            )
         if not block["text"].startswith(BILLING_HEADER):  # a per-turn nonce: it would defeat the prompt cache
             texts.append(block["text"])
     return BLOCK_JOIN.join(texts)
@@ -188,18 +197,24 @@ def _message(message: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
     param = f"messages.{index}"
     role = message.get("role")
     if role not in ("user", "assistant", "system"):
-        raise refuse("a message's role must be 'user', 'assistant' or 'system'", f"{param}.role")
+        raise refused(
+            Code.INVALID_VALUE, "a message's role must be 'user', 'assistant' or 'system'", param=f"{param}.role"
+        )
     content = message.get("content")
     if role == "system":  # Claude Code puts some of its instructions here; they stay where they were sent
         return [{"role": "system", "content": _system_text(content, f"{param}.content")}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
-        raise refuse("a message's content must be a string or a list of blocks", f"{param}.content", Code.INVALID_TYPE)
+        raise refused(
+            Code.INVALID_TYPE, "a message's content must be a string or a list of blocks", param=f"{param}.content"
+        )
     for block_index, block in enumerate(content):
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
-            raise refuse(
-                "each content block must be an object with a type", f"{param}.content.{block_index}", Code.INVALID_TYPE
+            raise refused(
+                Code.INVALID_TYPE,
+                "each content block must be an object with a type",
+                param=f"{param}.content.{block_index}",
             )
     if role == "user":
         return _user_blocks(content, param)
@@ -213,35 +228,35 @@ def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     if kind == "base64" and isinstance(source, Mapping):
         media, data = source.get("media_type"), source.get("data")
         if not isinstance(media, str) or not media.startswith("image/") or not isinstance(data, str):
-            raise refuse(
-                "a base64 image source needs an image/* media_type and string data",
-                f"{where}.source",
+            raise refused(
                 Code.IMAGE_INVALID,
+                "a base64 image source needs an image/* media_type and string data",
+                param=f"{where}.source",
             )
         param = f"{where}.source.data"
         return image_part(check_data_url(data_url(media, data), param), param)
     if kind == "url" and isinstance(source, Mapping):
         param = f"{where}.source.url"
         return image_part(check_data_url(source.get("url"), param), param)
-    raise refuse(
-        f"image source type {kind!r} is not supported here: send base64 data or a data: URL (nothing is fetched)",
-        f"{where}.source.type",
+    raise refused(
         Code.IMAGE_INVALID,
+        f"image source type {kind!r} is not supported here: send base64 data or a data: URL (nothing is fetched)",
+        param=f"{where}.source.type",
     )
 
 
 def _unsupported_block(kind: str, param: str) -> RequestRefused:
     if kind == "image":
-        return refuse(
-            "an image is taken in a user turn's content or a tool_result only", param, Code.UNSUPPORTED_CONTENT
+        return refused(
+            Code.UNSUPPORTED_CONTENT, "an image is taken in a user turn's content or a tool_result only", param=param
         )
     if kind in MEDIA_PART_TYPES:
         return media_refusal(kind, param)
     if kind in ("document", "search_result", "container_upload"):
-        return refuse(
-            f"{kind} content is not supported: the local model reads text only", param, Code.UNSUPPORTED_CONTENT
+        return refused(
+            Code.UNSUPPORTED_CONTENT, f"{kind} content is not supported: the local model reads text only", param=param
         )
-    return refuse(f"content blocks of type '{kind}' are not supported here", param, Code.UNSUPPORTED_CONTENT)
+    return refused(Code.UNSUPPORTED_CONTENT, f"content blocks of type '{kind}' are not supported here", param=param)
 
 
 def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, Any]]:
@@ -279,7 +294,7 @@ def _user_blocks(blocks: list[Mapping[str, Any]], param: str) -> list[dict[str, 
             flush()
             tool_use_id = block.get("tool_use_id")
             if not isinstance(tool_use_id, str) or not tool_use_id:
-                raise refuse("a tool_result needs its tool_use_id", f"{where}.tool_use_id")
+                raise refused(Code.INVALID_VALUE, "a tool_result needs its tool_use_id", param=f"{where}.tool_use_id")
             text, images = _tool_result(block.get("content"), where)
             out.append({"role": "tool", "tool_call_id": tool_use_id, "content": text})
             tool_images.extend(images)
@@ -301,7 +316,9 @@ def _assistant_blocks(blocks: list[Mapping[str, Any]], param: str) -> dict[str, 
         elif kind == "tool_use":
             call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
             if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, Mapping):
-                raise refuse("a tool_use block needs a string id and name and an object input", where)
+                raise refused(
+                    Code.INVALID_VALUE, "a tool_use block needs a string id and name and an object input", param=where
+                )
             calls.append(
                 {
                     "id": call_id,
@@ -322,7 +339,7 @@ def _assistant_blocks(blocks: list[Mapping[str, Any]], param: str) -> dict[str, 
 def _text(block: Mapping[str, Any], where: str) -> str:
     text = block.get("text")
     if not isinstance(text, str):
-        raise refuse("a text block needs a string text", f"{where}.text", Code.INVALID_TYPE)
+        raise refused(Code.INVALID_TYPE, "a text block needs a string text", param=f"{where}.text")
     return text
 
 
@@ -331,8 +348,8 @@ def _tool_result(content: object, where: str) -> tuple[str, list[dict[str, Any]]
     if content is None or isinstance(content, str):
         return content or "", []
     if not isinstance(content, list):
-        raise refuse(
-            "a tool_result's content must be a string or a list of blocks", f"{where}.content", Code.INVALID_TYPE
+        raise refused(
+            Code.INVALID_TYPE, "a tool_result's content must be a string or a list of blocks", param=f"{where}.content"
         )
     texts: list[str] = []
     images: list[dict[str, Any]] = []
@@ -353,13 +370,13 @@ def _tool_choice(tool_choice: dict[str, Any] | None) -> str:
         return "auto"
     kind = tool_choice.get("type")
     if kind in ("any", "tool"):
-        raise refuse(
-            f"tool_choice '{kind}' forces a tool call, which the local runtime cannot enforce; use 'auto' or 'none'",
-            "tool_choice",
+        raise refused(
             Code.UNSUPPORTED_TOOL_CHOICE,
+            f"tool_choice '{kind}' forces a tool call, which the local runtime cannot enforce; use 'auto' or 'none'",
+            param="tool_choice",
         )
     if kind not in ("auto", "none"):
-        raise refuse(
-            "tool_choice must be an object of type 'auto' or 'none'", "tool_choice", Code.UNSUPPORTED_TOOL_CHOICE
+        raise refused(
+            Code.UNSUPPORTED_TOOL_CHOICE, "tool_choice must be an object of type 'auto' or 'none'", param="tool_choice"
         )
     return str(kind)

@@ -15,8 +15,8 @@ accepted, like every ``anthropic-beta``.
 from __future__ import annotations
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import PromptBody
-from mlx_agent.gateway.tools import refuse
+from mlx_agent.gateway.anthropic.bodies import PromptBody
+from mlx_agent.gateway.door.http_errors import refused
 
 PARAM = "safeguards"
 # Starts "safeguards:", the wording Claude Code matches (with param and code) to stop sending the field.
@@ -29,4 +29,4 @@ MESSAGE = (
 def refuse_safeguards(body: PromptBody) -> None:
     """Refuse a request that asks for the server-side check of its tool calls (``unsupported_parameter``)."""
     if body.safeguards is not None:
-        raise refuse(MESSAGE, PARAM, Code.UNSUPPORTED_PARAMETER)
+        raise refused(Code.UNSUPPORTED_PARAMETER, MESSAGE, param=PARAM)

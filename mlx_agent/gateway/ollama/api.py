@@ -29,10 +29,10 @@ from aiohttp import web
 from mlx_agent import __version__
 from mlx_agent.api_errors import Code, ollama_body
 from mlx_agent.files import utc_iso
-from mlx_agent.gateway.endpoints import Key
-from mlx_agent.gateway.http_errors import family_errors, json_response, refused
-from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.door.http_errors import family_errors, json_response, refused
+from mlx_agent.gateway.door.security import OLLAMA_PREFIX
+from mlx_agent.gateway.models.lifecycle import Lifecycle
+from mlx_agent.gateway.observe.request_log import exchange_of
 from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGenerateBody, OllamaShowBody
 from mlx_agent.gateway.ollama.embed import OllamaEmbedApi
 from mlx_agent.gateway.ollama.keep_alive import KeepAlive
@@ -40,12 +40,11 @@ from mlx_agent.gateway.ollama.models import ModelInfo, read_info
 from mlx_agent.gateway.ollama.names import required_model, route_tagged
 from mlx_agent.gateway.ollama.request import OllamaRequest, translate_chat, translate_generate
 from mlx_agent.gateway.ollama.stream import NDJSON, OllamaStream, load_duration, reply
-from mlx_agent.gateway.security import OLLAMA_PREFIX
 from mlx_agent.gateway.sse import Events, PumpResult
-from mlx_agent.gateway.upstream import CHAT_PATH, Upstream, read_error
+from mlx_agent.gateway.upstream import Upstream, read_error
 from mlx_agent.load_memory import memory_estimate
+from mlx_agent.worker_routes import WorkerRoute
 
-COMPLETIONS_PATH = "/v1/completions"  # a raw generate's (no chat template)
 OLLAMA_API_VERSION = "0.12.0"  # the Ollama API this front speaks (the fields of its 0.12 releases)
 NEVER_CHANGED = (
     "this server never downloads, creates or changes models: it serves the models its reviewed serve plan names; "
@@ -137,11 +136,11 @@ class OllamaApi:
             raise refused(Code.MODEL_NOT_THINKING, f"{name!r} does not support thinking", param="think")
         chat = dict(translated.chat, model=model.name)
         _, prepared = self.upstream.prepare(request, chat)
-        path, key = (COMPLETIONS_PATH, Key.COMPLETIONS) if translated.raw else (CHAT_PATH, Key.CHAT)
+        route = WorkerRoute.COMPLETIONS if translated.raw else WorkerRoute.CHAT  # a raw generate: no template
         if exchange is not None:
             exchange.stream = translated.stream  # the worker streams either way; the request line says the client's
 
-        account = self.upstream.accountant(request, key, prepared.body)
+        account = self.upstream.accountant(request, route, prepared.body)
         translator = OllamaStream(
             kind,
             name,
@@ -153,18 +152,18 @@ class OllamaApi:
         try:
             if translated.stream:
                 ndjson = {"Content-Type": NDJSON}
-                return await self.upstream.stream(request, model, prepared, translator, path=path, headers=ndjson)
-            return json_response(await self._collect(request, model, prepared.body, translator, path))
+                return await self.upstream.stream(request, model, prepared, translator, route=route, headers=ndjson)
+            return json_response(await self._collect(request, model, prepared.body, translator, route))
         finally:
             self.keep_alive.after(model, translated.keep_alive)
 
     async def _collect(
-        self, request: web.Request, model: Lifecycle, body: dict[str, Any], translator: OllamaStream, path: str
+        self, request: web.Request, model: Lifecycle, body: dict[str, Any], translator: OllamaStream, route: WorkerRoute
     ) -> dict[str, Any]:
         """Read the worker's stream through ``translator`` and return the folded reply (module docstring)."""
         result = PumpResult()
         events = Events(translator, result, exchange_of(request))
-        async with self.upstream.worker_request(model, body, path, stream=False) as (answer, worker):
+        async with self.upstream.worker_request(model, body, route, stream=False) as (answer, worker):
             if answer.status != 200 or answer.content_type != "text/event-stream":
                 try:
                     doc = json.loads(await answer.body())

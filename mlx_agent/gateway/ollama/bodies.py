@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from mlx_agent.bodies import MAX_STOP, Body, Declared, Object, Penalty, TopK, Unit, _one_of, _stops
+from mlx_agent.bodies import MAX_STOP, Body, Declared, Object, Penalty, TopK, Unit, one_of, stops
 
 Count = Annotated[int, Field(ge=-2, le=2**31 - 1)]  # num_predict: -1 no limit, -2 fill the context
 AnyInt = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
@@ -61,7 +61,7 @@ class Options(Declared):
     @field_validator("stop")
     @classmethod
     def _stop(cls, value: Any) -> Any:
-        return _stops(value, MAX_STOP)
+        return stops(value, MAX_STOP)
 
 
 class Generation(Body):
@@ -93,7 +93,7 @@ class Generation(Body):
     @field_validator("keep_alive")
     @classmethod
     def _keep_alive(cls, value: Any) -> Any:
-        return _one_of(value, (str, int, float), "a duration such as '5m', or a number of seconds")
+        return one_of(value, (str, int, float), "a duration such as '5m', or a number of seconds")
 
 
 class OllamaChatBody(Generation):

@@ -18,14 +18,14 @@ from typing import Any
 
 from aiohttp import web
 
-from mlx_agent.gateway.embeddings import embed, embedding_model, inputs_of
-from mlx_agent.gateway.http_errors import json_response
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.door.http_errors import json_response
+from mlx_agent.gateway.observe.request_log import exchange_of
 from mlx_agent.gateway.ollama.bodies import OllamaEmbedBody, OllamaEmbeddingsBody
 from mlx_agent.gateway.ollama.keep_alive import KeepAlive
 from mlx_agent.gateway.ollama.names import required_model
 from mlx_agent.gateway.ollama.request import parse_keep_alive
 from mlx_agent.gateway.ollama.stream import load_duration
+from mlx_agent.gateway.openai.embeddings import embed, embedding_model, inputs_of
 from mlx_agent.gateway.upstream import Upstream
 
 

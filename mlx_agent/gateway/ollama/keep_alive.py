@@ -27,7 +27,7 @@ from mlx_agent.files import utc_iso
 from mlx_agent.gateway.ollama.request import KEEP
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.lifecycle import Lifecycle
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
 
 FOREVER = "9999-12-31T23:59:59Z"  # what Ollama's clients read as "never" (Ollama writes a far-off date too)
 log = logging.getLogger("mlx_agent.gateway")

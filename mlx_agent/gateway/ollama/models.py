@@ -32,7 +32,7 @@ from mlx_agent.identity import read_safetensors_header
 from mlx_agent.model_config import context_window, vision_markers
 
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontModelConfig
+    from mlx_agent.records.front import FrontModelConfig
 
 DTYPES = {"BF16": "BF16", "F16": "F16", "F32": "F32", "F64": "F64"}
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.fleet import Fleet
-    from mlx_agent.gateway.lifecycle import Lifecycle
+    from mlx_agent.gateway.models.fleet import Fleet
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
 
 LATEST = ":latest"
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlx_agent.api_errors import Code
+from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.images import image_part
 from mlx_agent.gateway.ollama.bodies import Generation, OllamaChatBody, OllamaGenerateBody, Options
-from mlx_agent.gateway.tools import refuse
 
 IMAGE_TYPES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
 DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -58,7 +58,11 @@ def parse_keep_alive(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise refuse("'keep_alive' must be a duration such as '5m' or a number of seconds", "keep_alive")
+        raise refused(
+            Code.INVALID_VALUE,
+            "'keep_alive' must be a duration such as '5m' or a number of seconds",
+            param="keep_alive",
+        )
     if isinstance(value, int | float):
         seconds = float(value)
     else:
@@ -70,13 +74,14 @@ def parse_keep_alive(value: object) -> float | None:
         except ValueError:
             parts = DURATION.findall(text)
             if not text or "".join(n + u for n, u in parts) != text:
-                raise refuse(
+                raise refused(
+                    Code.INVALID_VALUE,
                     f"'keep_alive' {value!r} is not a duration: use a number of seconds or '30s', '5m', '1h30m'",
-                    "keep_alive",
+                    param="keep_alive",
                 ) from None
             seconds = sign * sum(float(n) * UNITS[u] for n, u in parts)
     if not math.isfinite(seconds):
-        raise refuse("'keep_alive' must be finite", "keep_alive")
+        raise refused(Code.INVALID_VALUE, "'keep_alive' must be finite", param="keep_alive")
     return KEEP if seconds < 0 else seconds
 
 
@@ -99,7 +104,11 @@ def sampler(options: Options | None, out: dict[str, Any]) -> None:
     if options.num_predict is not None and options.num_predict > 0:
         out["max_tokens"] = options.num_predict  # -1 (no limit) and -2 (fill the context): the server's own limit
     elif options.num_predict == 0:
-        raise refuse("options.num_predict must be positive, or -1 for the server's limit", "options.num_predict")
+        raise refused(
+            Code.INVALID_VALUE,
+            "options.num_predict must be positive, or -1 for the server's limit",
+            param="options.num_predict",
+        )
     if options.seed is not None and options.seed >= 0:
         out["seed"] = options.seed  # a negative seed is Ollama's "random", which an unseeded request is
     if options.stop:
@@ -111,10 +120,10 @@ def sampler(options: Options | None, out: dict[str, Any]) -> None:
     for name, neutral in (("mirostat", 0), ("typical_p", 1), ("tfs_z", 1)):
         value = getattr(options, name)
         if value is not None and value != neutral:
-            raise refuse(
-                f"options.{name} {value} is not supported: the runtime has no such sampler (leave it at {neutral})",
-                f"options.{name}",
+            raise refused(
                 Code.UNSUPPORTED_PARAMETER,
+                f"options.{name} {value} is not supported: the runtime has no such sampler (leave it at {neutral})",
+                param=f"options.{name}",
             )
 
 
@@ -130,7 +139,9 @@ def _common(body: Generation, out: dict[str, Any]) -> None:
     elif isinstance(body.think, str):
         out["reasoning_effort"] = body.think
     if body.logprobs:
-        raise refuse("'logprobs' is not supported on the Ollama API here", "logprobs", Code.UNSUPPORTED_PARAMETER)
+        raise refused(
+            Code.UNSUPPORTED_PARAMETER, "'logprobs' is not supported on the Ollama API here", param="logprobs"
+        )
 
 
 def image_parts(images: object, where: str) -> list[dict[str, Any]]:
@@ -138,23 +149,23 @@ def image_parts(images: object, where: str) -> list[dict[str, Any]]:
     if not images:
         return []
     if not isinstance(images, list):
-        raise refuse("'images' must be a list of base64 strings", where, Code.INVALID_TYPE)
+        raise refused(Code.INVALID_TYPE, "'images' must be a list of base64 strings", param=where)
     parts: list[dict[str, Any]] = []
     for index, image in enumerate(images):
         if not isinstance(image, str):
-            raise refuse("each image must be a base64 string", f"{where}.{index}", Code.INVALID_TYPE)
+            raise refused(Code.INVALID_TYPE, "each image must be a base64 string", param=f"{where}.{index}")
         try:
             head = base64.b64decode(image[:64].ljust(4 * ((len(image[:64]) + 3) // 4), "="), validate=True)
             base64.b64decode(image, validate=True)
         except (binascii.Error, ValueError):
-            raise refuse(
-                "an image must be base64 data (not a path or a URL)", f"{where}.{index}", Code.IMAGE_INVALID
+            raise refused(
+                Code.IMAGE_INVALID, "an image must be base64 data (not a path or a URL)", param=f"{where}.{index}"
             ) from None
         kind = next((mime for magic, mime in IMAGE_TYPES if head.startswith(magic)), None)
         if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
             kind = "image/webp"
         if kind is None:
-            raise refuse("an image must be PNG, JPEG, GIF or WebP", f"{where}.{index}", Code.IMAGE_INVALID)
+            raise refused(Code.IMAGE_INVALID, "an image must be PNG, JPEG, GIF or WebP", param=f"{where}.{index}")
         parts.append(image_part(f"data:{kind};base64,{image}", f"{where}.{index}"))
     return parts
 
@@ -162,7 +173,7 @@ def image_parts(images: object, where: str) -> list[dict[str, Any]]:
 def _content(text: object, images: object, where: str) -> Any:
     parts = image_parts(images, f"{where}.images")
     if text is not None and not isinstance(text, str):
-        raise refuse("a message's content must be a string", f"{where}.content", Code.INVALID_TYPE)
+        raise refused(Code.INVALID_TYPE, "a message's content must be a string", param=f"{where}.content")
     if not parts:
         return text or ""
     return [*parts, {"type": "text", "text": text or ""}]
@@ -174,12 +185,16 @@ def tools_of(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     for index, tool in enumerate(tools or []):
         function = tool.get("function")
         if tool.get("type", "function") != "function" or not isinstance(function, Mapping):
-            raise refuse("a tool must be {type: 'function', function: {...}}", f"tools.{index}", Code.UNSUPPORTED_TOOL)
+            raise refused(
+                Code.UNSUPPORTED_TOOL, "a tool must be {type: 'function', function: {...}}", param=f"tools.{index}"
+            )
         if not isinstance(function.get("name"), str) or not function["name"]:
-            raise refuse("a tool needs a name", f"tools.{index}.function.name")
+            raise refused(Code.INVALID_VALUE, "a tool needs a name", param=f"tools.{index}.function.name")
         parameters = function.get("parameters")
         if parameters is not None and not isinstance(parameters, Mapping):
-            raise refuse("a tool's parameters must be an object", f"tools.{index}.function.parameters")
+            raise refused(
+                Code.INVALID_VALUE, "a tool's parameters must be an object", param=f"tools.{index}.function.parameters"
+            )
         entry = {"name": function["name"], "parameters": dict(parameters or {"type": "object", "properties": {}})}
         if isinstance(function.get("description"), str):
             entry["description"] = function["description"]
@@ -195,7 +210,9 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         where = f"messages.{index}"
         role = message.get("role")
         if role not in ("system", "user", "assistant", "tool"):
-            raise refuse("a message's role must be system, user, assistant or tool", f"{where}.role")
+            raise refused(
+                Code.INVALID_VALUE, "a message's role must be system, user, assistant or tool", param=f"{where}.role"
+            )
         content = _content(message.get("content"), message.get("images"), where)
         if role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": content}
@@ -203,7 +220,11 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for position, call in enumerate(message.get("tool_calls") or []):
                 function = call.get("function") if isinstance(call, Mapping) else None
                 if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-                    raise refuse("a tool call needs a function with a name", f"{where}.tool_calls.{position}")
+                    raise refused(
+                        Code.INVALID_VALUE,
+                        "a tool call needs a function with a name",
+                        param=f"{where}.tool_calls.{position}",
+                    )
                 arguments = function.get("arguments") or {}
                 made += 1
                 call_id = str(call.get("id") or f"call_{made}")
@@ -244,16 +265,16 @@ def translate_generate(body: OllamaGenerateBody) -> OllamaRequest:
     """Translate ``/api/generate`` (one user turn); refuse what it cannot honour (module docstring)."""
     for name, value in (("template", body.template), ("suffix", body.suffix)):
         if value:
-            raise refuse(
-                f"'{name}' is not supported: the model's reviewed chat template is used",
-                name,
+            raise refused(
                 Code.UNSUPPORTED_PARAMETER,
+                f"'{name}' is not supported: the model's reviewed chat template is used",
+                param=name,
             )
     if body.context:
-        raise refuse(
-            "'context' (token history) is not supported: send the conversation to /api/chat",
-            "context",
+        raise refused(
             Code.UNSUPPORTED_PARAMETER,
+            "'context' (token history) is not supported: send the conversation to /api/chat",
+            param="context",
         )
     if body.raw:
         return _raw(body)
@@ -273,10 +294,10 @@ def _raw(body: OllamaGenerateBody) -> OllamaRequest:
     """Translate a raw generate: the prompt as it is, for the worker's text completions."""
     for name, value in (("system", body.system), ("images", body.images), ("think", body.think)):
         if value:
-            raise refuse(
-                f"'{name}' cannot be honoured with raw: true (the prompt is sent as it is, with no template)",
-                name,
+            raise refused(
                 Code.UNSUPPORTED_PARAMETER,
+                f"'{name}' cannot be honoured with raw: true (the prompt is sent as it is, with no template)",
+                param=name,
             )
     out: dict[str, Any] = {"model": body.model, "stream": True, "prompt": body.prompt or ""}
     _common(body, out)

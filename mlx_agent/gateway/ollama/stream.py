@@ -26,7 +26,7 @@ from mlx_agent.gateway.anthropic.reply import tool_input
 from mlx_agent.gateway.sse import Accountant, ChunkTranslator
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.lifecycle import Lifecycle
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
 
 NDJSON = "application/x-ndjson"
 Clock = Callable[[], int]  # nanoseconds, monotonic

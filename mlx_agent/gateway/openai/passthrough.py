@@ -1,10 +1,10 @@
 """``/v1/chat/completions`` and ``/v1/completions`` as the worker speaks them, plus ``/v1/models`` and ``/health``.
 
-The body is checked and prepared (``openai.request.prepare``), sent through ``Upstream``, and the reply comes
+The body is checked and prepared (``request.prepare``), sent through ``Upstream``, and the reply comes
 back as the worker wrote it, with two rewrites: the model is named as the client named it, and, when API
 keys are in use, ``cached_tokens`` is held to what the caller's own key explains (``cache_privacy``). Streams
 go through ``PassThrough``, the identity translator: events are forwarded as written, rewritten only where
-those two rules touch them.
+those two rules touch them. ``/v1/tokenize`` is prepared the same way and answered by the worker's tokenizer.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from aiohttp import web
 
 from mlx_agent.agent_names import is_pattern
 from mlx_agent.api_errors import Code, Family, error_body
-from mlx_agent.bodies import Body, ChatBody, CompletionBody
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.disk_check import add_disk
-from mlx_agent.gateway.endpoints import Key
-from mlx_agent.gateway.http_errors import json_response, refusal_response, retry_headers
-from mlx_agent.gateway.lifecycle import Lifecycle
+from mlx_agent.gateway.door.http_errors import json_response, refusal_response, refused, retry_headers
+from mlx_agent.gateway.models.disk_check import add_disk
+from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
-from mlx_agent.gateway.openai.request import PreparedRequest
+from mlx_agent.gateway.request import PreparedRequest
 from mlx_agent.gateway.sse import DATA, DONE, Accountant
 from mlx_agent.gateway.upstream import Upstream, read_error
 from mlx_agent.wire import CHALLENGE_PARAM, MAX_CHALLENGE
+from mlx_agent.worker_routes import WorkerRoute
 
 
 class PassThrough:
@@ -191,25 +191,53 @@ class OpenAiApi:
 
     async def chat(self, request: web.Request, body: ChatBody) -> web.StreamResponse:
         """Forward a chat completion."""
-        return await self._forward(request, Key.CHAT, body)
+        return await self._forward(request, WorkerRoute.CHAT, body)
 
     async def completions(self, request: web.Request, body: CompletionBody) -> web.StreamResponse:
         """Forward a text completion."""
-        return await self._forward(request, Key.COMPLETIONS, body)
+        return await self._forward(request, WorkerRoute.COMPLETIONS, body)
 
-    async def _forward(self, request: web.Request, endpoint: Key, body: Body) -> web.StreamResponse:
-        """Send the body as it was sent (the worker reads the fields its declaration passes on) to the same path."""
-        path, sent = request.path, body.sent
+    async def tokenize(self, request: web.Request, body: TokenizeBody) -> web.StreamResponse:
+        """Answer the tokens of a text or of messages as the model's worker reads them, and how many there are.
+
+        The body is prepared as a chat's (its model routed, its content parts checked) and the worker tokenizes
+        it (``runtime/serving/tokenize.py``); a worker of another runtime has no such path (its 404).
+        """
+        model, prepared = self.upstream.prepare(request, body.sent)
+        sent: dict[str, Any] = {
+            name: prepared.body[name] for name in ("model", "text", "messages") if name in prepared.body
+        }
+        try:
+            doc = await self.upstream.worker_json(model, sent, WorkerRoute.TOKENIZE)
+        except RequestRefused as refusal:
+            if refusal.status == 404 and refusal.code == Code.WORKER_ERROR:
+                raise refused(
+                    Code.UNKNOWN_ENDPOINT,
+                    f"the model '{model.name}' runs a runtime that does not tokenize; POST /v1/tokenize is answered "
+                    "by mlx_lm's workers",
+                    param="model",
+                ) from None
+            raise
+        tokens = doc.get("tokens") if isinstance(doc, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise refused(Code.WORKER_FAILED, "the model worker's tokenize reply is malformed")
+        return json_response(
+            {"object": "tokens", "model": prepared.client_model, "tokens": tokens, "count": len(tokens)}
+        )
+
+    async def _forward(self, request: web.Request, route: WorkerRoute, body: Body) -> web.StreamResponse:
+        """Send the body as it was sent (the worker reads the fields its declaration passes on) on ``route``."""
+        sent = body.sent
         model, prepared = self.upstream.prepare(request, sent)
-        account = self.upstream.accountant(request, endpoint, sent)
+        account = self.upstream.accountant(request, route, sent)
         if prepared.stream:
-            return await self.upstream.stream(request, model, prepared, PassThrough(prepared, account), path)
-        return await self._plain(model, prepared, account, path)
+            return await self.upstream.stream(request, model, prepared, PassThrough(prepared, account), route)
+        return await self._plain(model, prepared, account, route)
 
     async def _plain(
-        self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, path: str
+        self, model: Lifecycle, prepared: PreparedRequest, account: Accountant | None, route: WorkerRoute
     ) -> web.Response:
-        async with self.upstream.worker_request(model, prepared.body, path, stream=False) as (reply, worker):
+        async with self.upstream.worker_request(model, prepared.body, route, stream=False) as (reply, worker):
             raw = await self.upstream.read_body(model, worker, reply)  # a refusal here is answered by _forward
             status, content_type = reply.status, reply.content_type
         if status == 200:

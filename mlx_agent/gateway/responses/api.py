@@ -18,19 +18,19 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import ResponsesBody
-from mlx_agent.gateway.endpoints import Key
-from mlx_agent.gateway.http_errors import error_response, json_response, refused
-from mlx_agent.gateway.limit_notice import with_granted_output
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.door.http_errors import error_response, json_response, refused
+from mlx_agent.gateway.door.security import API_KEY_ID
+from mlx_agent.gateway.observe.limit_notice import with_granted_output
+from mlx_agent.gateway.observe.request_log import exchange_of
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.compact import Compactor, is_trigger
 from mlx_agent.gateway.responses.items import ItemsQuery, items_of, page
 from mlx_agent.gateway.responses.output import base_response, conversation_of, new_id, response_from_chat
 from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from mlx_agent.gateway.responses.store import ResponseStore
 from mlx_agent.gateway.responses.stream import ResponsesStream
-from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.upstream import Upstream, dropped_tools
+from mlx_agent.worker_routes import WorkerRoute
 
 
 class ResponsesApi:
@@ -57,7 +57,7 @@ class ResponsesApi:
             def keep(final: dict[str, Any]) -> None:
                 self._keep(translated, body, final, owner)
 
-            account = self.upstream.accountant(request, Key.CHAT, prepared.body)
+            account = self.upstream.accountant(request, WorkerRoute.CHAT, prepared.body)
             stream = ResponsesStream(base, keep, on_usage=account, tools=translated.tools)
             return await self.upstream.stream(request, model, prepared, stream, headers=headers)
         doc = await self.upstream.complete(request, model, prepared)

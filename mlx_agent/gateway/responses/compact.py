@@ -30,15 +30,15 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import ResponsesBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.endpoints import Key
-from mlx_agent.gateway.http_errors import json_response, refused
+from mlx_agent.gateway.door.http_errors import json_response, refused
+from mlx_agent.gateway.door.security import API_KEY_ID
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.output import IdMaker, base_response, failed, finished, new_id, usage_of
 from mlx_agent.gateway.responses.request import COMPACTION_TRIGGER, SUMMARY_MARK, ResponsesRequest, to_chat
-from mlx_agent.gateway.security import API_KEY_ID
 from mlx_agent.gateway.sse import Accountant, ChunkTranslator, sse
 from mlx_agent.gateway.upstream import Upstream
+from mlx_agent.worker_routes import WorkerRoute
 
 SUMMARY_REQUEST = (
     "Context checkpoint: the conversation above is about to be replaced by a summary, and whoever continues "
@@ -207,7 +207,7 @@ class Compactor:
         model, prepared = self.upstream.prepare(request, translated.chat)
         base = base_response(translated, new_id("resp"), int(time.time()))
         if streamed:
-            account = self.upstream.accountant(request, Key.CHAT, prepared.body)
+            account = self.upstream.accountant(request, WorkerRoute.CHAT, prepared.body)
             return await self.upstream.stream(request, model, prepared, CompactionStream(base, on_usage=account))
         doc = await self.upstream.complete(request, model, prepared)
         message = doc["choices"][0].get("message") or {}

@@ -24,7 +24,7 @@ from typing import Any
 from multidict import MultiMapping
 
 from mlx_agent.api_errors import Code
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.responses.output import IdMaker, new_id, output_text
 
 DEFAULT_LIMIT = 20

@@ -45,10 +45,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import ResponsesBody, Text
 from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, media_refusal
+from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.images import check_data_url, image_part
-from mlx_agent.gateway.tools import ToolSet, refuse, responses_tools
+from mlx_agent.gateway.responses.bodies import ResponsesBody, Text
+from mlx_agent.gateway.tools import ToolSet, responses_tools
 
 TEXT_PARTS = ("input_text", "output_text")
 CALL_ITEMS = ("function_call", "custom_tool_call")
@@ -157,13 +158,15 @@ def _input(items: str | list[Any] | None, tools: ToolSet) -> list[dict[str, Any]
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
-        raise refuse("'input' must be a string or a non-empty list of items", "input")  # required, and not []
+        raise refused(
+            Code.INVALID_VALUE, "'input' must be a string or a non-empty list of items", param="input"
+        )  # required, and not []
     out: list[dict[str, Any]] = []
     tool_images: list[dict[str, Any]] = []  # of the outputs just sent: one user message once their run ends
     for index, item in enumerate(items):
         where = f"input.{index}"
         if not isinstance(item, Mapping):
-            raise refuse("each input item must be an object", where, Code.INVALID_TYPE)
+            raise refused(Code.INVALID_TYPE, "each input item must be an object", param=where)
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind not in OUTPUT_ITEMS and tool_images:
             out.append({"role": "user", "content": list(tool_images)})
@@ -175,7 +178,7 @@ def _input(items: str | list[Any] | None, tools: ToolSet) -> list[dict[str, Any]
         elif kind in OUTPUT_ITEMS:
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise refuse(f"a {kind} needs its call_id", f"{where}.call_id")
+                raise refused(Code.INVALID_VALUE, f"a {kind} needs its call_id", param=f"{where}.call_id")
             text, images = _output(item.get("output"), where)
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             tool_images.extend(images)
@@ -184,8 +187,8 @@ def _input(items: str | list[Any] | None, tools: ToolSet) -> list[dict[str, Any]
         elif kind in COMPACTION_ITEMS:
             out.append({"role": "user", "content": SUMMARY_LEAD + _summary(item, where)})
         else:
-            raise refuse(
-                f"input items of type {kind!r} are not supported here", f"{where}.type", Code.UNSUPPORTED_CONTENT
+            raise refused(
+                Code.UNSUPPORTED_CONTENT, f"input items of type {kind!r} are not supported here", param=f"{where}.type"
             )
     if tool_images:
         out.append({"role": "user", "content": tool_images})
@@ -197,7 +200,7 @@ def _output(output: object, where: str) -> tuple[str, list[dict[str, Any]]]:
     if output is None or isinstance(output, str):
         return output or "", []
     if not isinstance(output, list):
-        raise refuse("a call's output must be a string or a list of parts", f"{where}.output", Code.INVALID_TYPE)
+        raise refused(Code.INVALID_TYPE, "a call's output must be a string or a list of parts", param=f"{where}.output")
     texts: list[str] = []
     images: list[dict[str, Any]] = []
     for index, part in enumerate(output):
@@ -213,11 +216,11 @@ def _summary(item: Mapping[str, Any], where: str) -> str:
     """Return the summary a compaction item of this front carries; refuse another server's (opaque) one."""
     content = item.get("encrypted_content")
     if not isinstance(content, str) or not content.startswith(SUMMARY_MARK):
-        raise refuse(
+        raise refused(
+            Code.UNSUPPORTED_CONTENT,
             "this compaction item was not made here (its content is another server's): compact the "
             "conversation again against this server, or send its messages instead",
-            f"{where}.encrypted_content",
-            Code.UNSUPPORTED_CONTENT,
+            param=f"{where}.encrypted_content",
         )
     return content.removeprefix(SUMMARY_MARK)
 
@@ -225,7 +228,9 @@ def _summary(item: Mapping[str, Any], where: str) -> str:
 def _message(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
-        raise refuse("a message's role must be user, assistant, system or developer", f"{where}.role")
+        raise refused(
+            Code.INVALID_VALUE, "a message's role must be user, assistant, system or developer", param=f"{where}.role"
+        )
     content = item.get("content")
     if isinstance(content, list) and any(isinstance(p, Mapping) and p.get("type") == "input_image" for p in content):
         return {"role": "system" if role == "developer" else role, "content": _parts(content, where)}
@@ -253,11 +258,11 @@ def _parts(content: list[Any], where: str) -> list[dict[str, Any]]:
 def _image(part: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Return the chat image part of an ``input_image``, checked against the limits (``detail`` changes nothing)."""
     if part.get("image_url") is None and part.get("file_id") is not None:
-        raise refuse(
+        raise refused(
+            Code.IMAGE_INVALID,
             "input_image file_id refers to an uploaded file, which this server does not keep; send image_url as a "
             "data: URL",
-            f"{where}.file_id",
-            Code.IMAGE_INVALID,
+            param=f"{where}.file_id",
         )
     param = f"{where}.image_url"
     return image_part(check_data_url(part.get("image_url"), param), param)
@@ -268,33 +273,35 @@ def _text(content: object, where: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list):
-        raise refuse("content must be a string or a list of parts", f"{where}.content", Code.INVALID_TYPE)
+        raise refused(Code.INVALID_TYPE, "content must be a string or a list of parts", param=f"{where}.content")
     return BLOCK_JOIN.join(_part_text(part, f"{where}.content.{index}") for index, part in enumerate(content))
 
 
 def _part_text(part: object, inner: str) -> str:
     """Return one text part's text; refuse any other part."""
     if not isinstance(part, Mapping):
-        raise refuse("each content part must be an object", inner, Code.INVALID_TYPE)
+        raise refused(Code.INVALID_TYPE, "each content part must be an object", param=inner)
     kind = part.get("type")
     if kind in TEXT_PARTS and isinstance(part.get("text"), str):
         return str(part["text"])
     if kind == "refusal" and isinstance(part.get("refusal"), str):
         return str(part["refusal"])
     if kind == "input_image":
-        raise refuse(
-            "an input_image is taken in a message's content or a call's output only", inner, Code.UNSUPPORTED_CONTENT
+        raise refused(
+            Code.UNSUPPORTED_CONTENT,
+            "an input_image is taken in a message's content or a call's output only",
+            param=inner,
         )
     if kind in MEDIA_PART_TYPES:
         raise media_refusal(str(kind), inner)
-    raise refuse(f"content parts of type {kind!r} are not supported here", inner, Code.UNSUPPORTED_CONTENT)
+    raise refused(Code.UNSUPPORTED_CONTENT, f"content parts of type {kind!r} are not supported here", param=inner)
 
 
 def _call(item: Mapping[str, Any], where: str, out: list[dict[str, Any]], tools: ToolSet) -> None:
     call_id, name = item.get("call_id"), item.get("name")
     raw = item.get("arguments", "") if item.get("type") == "function_call" else item.get("input", "")
     if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(raw, str):
-        raise refuse("a call needs string call_id, name and arguments (or input)", where)
+        raise refused(Code.INVALID_VALUE, "a call needs string call_id, name and arguments (or input)", param=where)
     if item.get("type") == "custom_tool_call":
         raw = json.dumps({"input": raw}, ensure_ascii=False)
     visible = tools.visible(name, item.get("namespace"))
@@ -309,8 +316,8 @@ def _call(item: Mapping[str, Any], where: str, out: list[dict[str, Any]], tools:
 def _tool_choice(tool_choice: object) -> str:
     if tool_choice in (None, "auto", "none"):
         return str(tool_choice or "auto")
-    raise refuse(
-        "tool_choice must be 'auto' or 'none': the local runtime cannot force a tool call",
-        "tool_choice",
+    raise refused(
         Code.UNSUPPORTED_TOOL_CHOICE,
+        "tool_choice must be 'auto' or 'none': the local runtime cannot force a tool call",
+        param="tool_choice",
     )

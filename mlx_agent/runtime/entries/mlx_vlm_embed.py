@@ -41,6 +41,7 @@ from mlx_agent.runtime.entries.contract_entry import started
 from mlx_agent.runtime.entries.mlx_vlm_server import bind_private
 from mlx_agent.runtime.serving import socket_limits
 from mlx_agent.runtime.serving.read_deadlines import ReadDeadlines
+from mlx_agent.worker_routes import WorkerRoute
 
 EMBED_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.embedding_loader": {"load_embedding_model": ("model_path",)},
@@ -267,7 +268,7 @@ def handler_for(embedder: Embedder, model_name: str) -> type[ReadDeadlines]:
                 self.refuse(Code.UNKNOWN_ENDPOINT, f"no such endpoint: {self.path}")
 
         def do_POST(self) -> None:
-            if self.path != "/v1/embeddings":
+            if WorkerRoute.at(self.path) is not WorkerRoute.EMBEDDINGS:
                 self.refuse(Code.UNKNOWN_ENDPOINT, f"no such endpoint: {self.path}")
                 return
             raw = self.read_body()

@@ -1,9 +1,10 @@
 """Our subclass of mlx_lm's ``APIHandler``: checked requests, honest errors, kept tool calls.
 
 ``do_POST`` reads and checks the body first (``request_options.prepare_body``) and hands mlx_lm the prepared
-body, so mlx_lm parses what we decided. Errors are answered as OpenAI-style error objects with the right
-status (``errors_http``): mlx_lm's own validation is translated, and the ``HttpError`` signals raised under
-mlx_lm's ``except Exception`` blocks arrive here. A client that went away is logged, not a traceback.
+body, so mlx_lm parses what we decided; ``/v1/tokenize`` the wrapper answers itself (``tokenize``). Errors are
+answered as OpenAI-style error objects with the right status (``errors_http``): mlx_lm's own validation is
+translated, and the ``HttpError`` signals raised under mlx_lm's ``except Exception`` blocks arrive here. A client
+that went away is logged, not a traceback.
 
 Every request is read under the front's limits (``socket_limits``): a body over the cap is 413 unread, and
 the headers and the body each have a deadline, past which the connection is closed (408 for a body), so
@@ -15,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import mlx_lm.server as server
@@ -29,12 +31,14 @@ from mlx_agent.runtime.serving.generator import WrappedGenerator, WrappedRequest
 from mlx_agent.runtime.serving.prompt_size import refuse_if_too_long
 from mlx_agent.runtime.serving.read_deadlines import ReadDeadlines
 from mlx_agent.runtime.serving.request_options import RequestOptions, prepare_body
+from mlx_agent.runtime.serving.tokenize import tokenize
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
+from mlx_agent.worker_routes import BodyKind, WorkerRoute
 
 log = logging.getLogger(__name__)
 
-CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
-TEXT_PATHS = ("/v1/completions",)
+# The routes this worker answers (embedding is mlx-vlm's): mlx_lm generates, the wrapper tokenizes (``tokenize``).
+SERVED = (WorkerRoute.CHAT, WorkerRoute.COMPLETIONS, WorkerRoute.TOKENIZE)
 
 
 class WrappedHandler(ReadDeadlines, server.APIHandler):
@@ -63,7 +67,15 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
         """Answer a POST: check and prepare the body, let mlx_lm serve it, answer errors as objects."""
         self._reset()
         try:
-            self._prepare()
+            route = WorkerRoute.at(self.path)
+            if route not in SERVED:
+                raise api_error(Code.UNKNOWN_ENDPOINT, f"There is no POST endpoint {self.path!r}.")
+            body = self._read_body()
+            if route is WorkerRoute.TOKENIZE:
+                generator = self.response_generator
+                self._answer_json(tokenize(body, generator.served, generator.model_provider.tokenizer))
+                return
+            self._prepare(body, chat=route is not None and route.kind is BodyKind.MESSAGES)
             super().do_POST()  # type: ignore[no-untyped-call]
         except HttpError as error:
             if self.body_unread:
@@ -89,9 +101,8 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
         self.wrapped_request = None
         self.body_unread = False
 
-    def _prepare(self) -> None:
-        if self.path not in CHAT_PATHS + TEXT_PATHS:
-            raise api_error(Code.UNKNOWN_ENDPOINT, f"There is no POST endpoint {self.path!r}.")
+    def _read_body(self) -> dict[str, Any]:
+        """Return the request's JSON object, read under the front's limits (a refusal is an ``HttpError``)."""
         length = self.headers.get("Content-Length")
         if length is None:
             raise api_error(Code.LENGTH_REQUIRED, "A Content-Length header is required.")
@@ -108,11 +119,13 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
             raise ClientGone
         if self.reader is not None:
             self.reader.lift()  # the reply may take as long as it takes
-        chat = self.path in CHAT_PATHS
         try:
-            body = load_json(raw)
+            return load_json(raw)
         except BodyInvalid as error:
             raise bad_request(error.message, param=error.param, code=error.code) from None
+
+    def _prepare(self, body: dict[str, Any], *, chat: bool) -> None:
+        """Check and prepare a generation's body, and put it back for mlx_lm to read."""
         self._check_token_ids(body.get("logit_bias"))
         body, self.options = prepare_body(body, self.response_generator.served, chat=chat)
         generator = self.response_generator  # a prompt that cannot fit is refused here, before it is tokenized
@@ -258,6 +271,15 @@ class WrappedHandler(ReadDeadlines, server.APIHandler):
         self.end_headers()
         if self.command != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(body)
+
+    def _answer_json(self, doc: Mapping[str, object]) -> None:
+        """Answer 200 with ``doc``, in mlx_lm's JSON head (what the wrapper answers itself: ``tokenize``)."""
+        body = json.dumps(doc).encode()
+        self._set_completion_headers(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
 
     def _refuse(self, error: HttpError) -> None:
         """Answer a refusal to a client that may have stopped reading (``ReadDeadlines.refuse_unread``)."""

@@ -16,8 +16,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.worker_stream import WorkerReply
-    from mlx_agent.records import StallState
+    from mlx_agent.gateway.models.worker_stream import WorkerReply
+    from mlx_agent.records.front import StallState
 
 CPU_FLOOR = 0.01  # of one core, over the quiet time: a generating worker uses far more, a stopped one none
 

@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import MlxAgentError, RequestRefused, UnloadBlocked
 from mlx_agent.files import closed_dir, utc_iso
-from mlx_agent.gateway.admission import RETRY_AFTER_S
-from mlx_agent.gateway.config import matches
-from mlx_agent.gateway.http_errors import refused
-from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.metrics import FrontMetrics
-from mlx_agent.gateway.progress import machine_memory
-from mlx_agent.gateway.temp_sockets import TempSocketDir
+from mlx_agent.gateway.door.config import matches
+from mlx_agent.gateway.door.http_errors import refused
+from mlx_agent.gateway.models.admission import RETRY_AFTER_S
+from mlx_agent.gateway.models.lifecycle import Lifecycle
+from mlx_agent.gateway.models.progress import machine_memory
+from mlx_agent.gateway.models.temp_sockets import TempSocketDir
+from mlx_agent.gateway.observe.metrics import FrontMetrics
 from mlx_agent.load_memory import available_memory, memory_check
 from mlx_agent.policy import Policy
 from mlx_agent.wire import FRONT_STATE_VERSION, MAX_QUEUE, STALL_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontConfig, FrontState
+    from mlx_agent.records.front import FrontConfig, FrontState
 
 WATCH_INTERVAL_S = 0.5
 log = logging.getLogger("mlx_agent.gateway")

@@ -20,9 +20,9 @@ from aiohttp import web
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import PolicyRejected, RequestRefused, StateWriteFailed, UnloadBlocked
 from mlx_agent.files import write_json_atomic
-from mlx_agent.gateway.admission import policy_file
-from mlx_agent.gateway.fleet import Fleet
-from mlx_agent.gateway.http_errors import error_response, json_response, refusal_response
+from mlx_agent.gateway.door.http_errors import error_response, json_response, refusal_response
+from mlx_agent.gateway.models.admission import policy_file
+from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.policy import Policy, parse_policy
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +37,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.security import Handler
-    from mlx_agent.records import FrontConfig
+    from mlx_agent.records.front import FrontConfig
 
+# What every middleware and route of the front is (the door's lowest module holds it: all of them import it).
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger("mlx_agent.gateway")
 HEADERS_END = b"\r\n\r\n"
 MIN_CHECK_S = 0.05  # the shortest wait between two checks of a body's rate (float rounding never spins)

@@ -1,24 +1,19 @@
-"""The typed shape of every JSON record mlx-agent writes and reads: plans, receipts, the front's config and state.
+"""The reviewed serve plan (``schemas/serve_plan.json``) and the records it is made of, recipes included.
 
-These are ``TypedDict``s, so code that builds or renders a record is checked key by key, while the records
-stay plain JSON at run time. The same declarations give the JSON Schemas in ``schemas/``
+Every record of ``mlx_agent.records`` is a ``TypedDict``: code that builds or renders one is checked key by key,
+while the records stay plain JSON at run time. The same declarations give the JSON Schemas in ``schemas/``
 (``scripts/schemas`` writes them, a test compares) and the front's validation of its config (pydantic's
-``TypeAdapter``). The CLI imports this module only under ``TYPE_CHECKING``: its start-up never pays for it.
+``TypeAdapter``). The CLI imports these modules only under ``TYPE_CHECKING``: its start-up never pays for them.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import ConfigDict, Field, with_config
+from pydantic import Field, with_config
 from typing_extensions import TypedDict
 
-STRICT = ConfigDict(extra="forbid", strict=True)
-AbsPath = Annotated[str, Field(pattern=r"^/")]
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-Count = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+from mlx_agent.records.types import STRICT, AbsPath, Count, Positive, Seconds, Sha256
 
 
 @with_config(STRICT)
@@ -242,12 +237,22 @@ class WorkerRecord(TypedDict):
     log_path: AbsPath
 
 
+# The one shape of the idle policy (a docstring here would be the schemas' description): a front unloads an idle
+# model ``idle_timeout`` seconds after its last request (0: never), unless ``keep_loaded``. The plan reviews it per
+# model (``ModelPolicyRecord``), the front persists it per model (``front.PolicyFile``), and ``serve policy`` sends
+# it with the front's memory floor (``front.PolicyDocument``, the JSON of ``mlx_agent.policy.Policy``).
 @with_config(STRICT)
-class ModelPolicyRecord(TypedDict):
-    """When a front loads and unloads one model on its own."""
+class IdlePolicy(TypedDict):
+    """One model's idle policy, as a front persists it."""
 
     idle_timeout: Seconds
     keep_loaded: bool
+
+
+@with_config(STRICT)
+class ModelPolicyRecord(IdlePolicy):
+    """When a front loads and unloads one model on its own."""
+
     preload: bool
 
 
@@ -457,348 +462,3 @@ class ProcessIdentity(TypedDict):
     create_time: float
     cmdline: list[str]
     start_ticks: NotRequired[int]  # Linux: birth in clock ticks since boot, unmoved by wall-clock steps
-
-
-@with_config(STRICT)
-class ReceiptModel(TypedDict):
-    """One model as its receipt lists it for status: names, runtime, where its files are, what was reviewed."""
-
-    served_model_name: str
-    alias: list[str]
-    runtime: str
-    model: str  # the model's directory
-    repo: str | None
-    adapter: AdapterRecord | None
-    decode_profile: PromptLookupRecord
-    prefill_kernel: M5PrefillRecord
-
-
-@with_config(STRICT)
-class UnitReceiptRecord(TypedDict):
-    """The launchd/systemd unit a receipt owns: where it is, the sha256 of what was written, its commands."""
-
-    kind: str
-    name: str
-    path: str
-    sha256: str
-    commands: dict[str, list[list[str]]]
-
-
-@with_config(STRICT)
-class ServeReceipt(TypedDict):
-    """What confirm launched (or installed), checked against the live process before it is trusted."""
-
-    format_version: str
-    kind: str
-    supervisor: str
-    port: int
-    host: str
-    base_url: str
-    models: list[ReceiptModel]
-    argv: list[str]
-    log_path: str
-    preview_hash: str
-    plan: ServePlan
-    pid: NotRequired[int]
-    pgid: NotRequired[int]
-    create_time: NotRequired[float]
-    cmdline: NotRequired[list[str]]
-    start_ticks: NotRequired[int]  # Linux: compared instead of create_time, which moves when the clock is stepped
-    started_at: NotRequired[str]
-    ready_at: NotRequired[str | None]
-    confirm_pid: NotRequired[int]  # the CLI that confirmed it, waiting for readiness
-    confirm_create_time: NotRequired[float]
-    confirm_start_ticks: NotRequired[int]
-    unit: NotRequired[UnitReceiptRecord]
-    installed_at: NotRequired[str]
-
-
-class OlderReceipt(TypedDict, total=False):
-    """A receipt of a server without a front (format 1.x: a plain server or a JIT gateway), read for status and stop.
-
-    Never written any more; only the fields status, stop and the port checks read are named.
-    """
-
-    format_version: str
-    kind: str
-    supervisor: str
-    port: int
-    host: str
-    base_url: str
-    runtime: str
-    model: str
-    repo: str | None
-    adapter: AdapterRecord | None
-    argv: list[str]
-    pid: int
-    pgid: int
-    create_time: float
-    cmdline: list[str]
-    log_path: str
-    preview_hash: str
-    started_at: str
-    ready_at: str | None
-    confirm_pid: int
-    confirm_create_time: float
-    unit: UnitReceiptRecord
-    installed_at: str
-    plan: dict[str, Any]  # a 1.x plan: only its ``jit`` and ``adapter`` are read
-
-
-# What ``supervise.receipts.read_receipt`` returns; ``has_front`` tells the two apart.
-Receipt = ServeReceipt | OlderReceipt
-
-
-class TrainedProcess(TypedDict):
-    """A process of a training (its watcher or its trainer): who it is, and the argv it was started with."""
-
-    pid: int
-    pgid: int
-    create_time: float | None
-    cmdline: list[str] | None
-    argv: list[str]
-    start_ticks: NotRequired[int]
-
-
-class TrainedFile(TypedDict):
-    """An adapter file as the watcher recorded it after training."""
-
-    sha256: str
-    size: int
-
-
-class TrainedAdapter(TypedDict):
-    """The adapter a completed training wrote: its directory and its two files by name."""
-
-    path: str
-    files: dict[str, TrainedFile]  # adapter_config.json and adapters.safetensors
-
-
-class TrainingReceipt(TypedDict):
-    """A ``lora train`` receipt (``schemas/training_receipt.json``, written by hand; a test compares the keys).
-
-    ``plan`` is the reviewed training plan (``schemas/training_plan.json``), read by key.
-    """
-
-    format_version: str
-    kind: str
-    id: str
-    state: str  # "running", "completed" or "failed"; status says "interrupted" for a dead watcher's "running"
-    preview_hash: str
-    adapter_path: str
-    log_path: str
-    config_path: str
-    started_at: str
-    trainer_started_at: NotRequired[str | None]
-    finished_at: str | None
-    exit_code: int | None
-    signal: NotRequired[str]
-    reason: NotRequired[str | None]
-    watcher: TrainedProcess
-    trainer: TrainedProcess | None
-    adapter: TrainedAdapter | None
-    base: SourceRecord | None
-    plan: dict[str, Any]
-
-
-@with_config(STRICT)
-class FrontModelConfig(TypedDict):
-    """One model as the front reads it from its config (its names keyed as the plan's and the flags)."""
-
-    served_model_name: Annotated[str, Field(min_length=1)]
-    alias: list[Annotated[str, Field(min_length=1)]]
-    hidden_names: list[str]
-    max_tokens: Positive | None
-    max_tokens_ceiling: Positive | None
-    context_window: Positive | None
-    weight_bytes: Count | None
-    file_checks: list[FileCheck]
-    runtime_checks: list[FileCheck]
-    source: SourceRecord  # the base model's bound identity, rechecked before every load
-    draft_source: SourceRecord | None  # the draft model's, rechecked with it
-    prompt_cache: PromptCacheRecord | None
-    policy: ModelPolicyRecord
-    worker: WorkerRecord
-    # How many requests the worker runs at once; the front holds the rest in its queue (None or absent: unknown).
-    worker_slots: NotRequired[Positive | None]
-    greedy_alone: NotRequired[bool]  # --prompt-lookup: the worker serves a greedy request alone
-    kv_cache: NotRequired[KvCacheRecord | None]  # --kv-bits: what the per-request memory check counts per element
-
-
-@with_config(STRICT)
-class FrontConfig(TypedDict):
-    """The config file the front reads (``schemas/front_config.json``)."""
-
-    format_version: Annotated[str, Field(pattern=r"^2\.[0-9]+$")]
-    host: Literal["127.0.0.1"]
-    port: Annotated[int, Field(ge=1, le=65535)]
-    mode: Literal["eager", "jit"]
-    models: Annotated[list[FrontModelConfig], Field(min_length=1)]
-    min_headroom_gb: Seconds | None
-    policy_path: AbsPath
-    control_token_path: AbsPath
-    api_key_path: AbsPath | None
-    max_body_bytes: Annotated[int, Field(ge=1024)]
-    max_connections: Annotated[int, Field(ge=1)]
-    header_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-    keepalive_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-    body_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-    body_min_rate: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    body_grace: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    socket_dir: Annotated[str, Field(pattern=r"^(/.*)?$")]  # "" means a private temporary directory
-    max_loaded: Positive | None
-    log_prompts: bool
-    max_queue: NotRequired[Positive]  # absent in older configs: wire.MAX_QUEUE
-    stall_timeout: NotRequired[Annotated[float, Field(gt=0, allow_inf_nan=False)]]  # absent: wire.STALL_TIMEOUT_S
-
-
-@with_config(STRICT)
-class PolicyDocument(TypedDict):
-    """The whole policy ``serve policy`` sends (and each model's, as status reports it)."""
-
-    idle_timeout: Seconds
-    keep_loaded: bool
-    min_headroom_gb: Seconds | None
-
-
-@with_config(STRICT)
-class IdlePolicy(TypedDict):
-    """One model's idle policy, as a front persists it."""
-
-    idle_timeout: Seconds
-    keep_loaded: bool
-
-
-@with_config(STRICT)
-class PolicyFile(TypedDict):
-    """The policy a front persists after ``serve policy`` (it wins over its config's on the next start)."""
-
-    format_version: str
-    min_headroom_gb: Seconds | None
-    models: dict[str, IdlePolicy]
-    updated_at: str
-
-
-@with_config(STRICT)
-class WorkerState(TypedDict):
-    """A loaded worker as the front reports it."""
-
-    pid: int
-    transport: str
-    address: str
-    started_at: str | None
-    ready_at: str | None
-    log_path: str
-
-
-@with_config(STRICT)
-class QueueState(TypedDict):
-    """A model's requests as the front holds them: waiting for its worker, running in it, and the bounds."""
-
-    waiting: int  # the queue's depth: behind a load, or for one of the worker's slots
-    running: int
-    slots: int | None  # how many the worker runs at once (None: unknown, the front holds none back)
-    max_queue: int
-    queue_full: int  # requests refused so far because the queue was full
-    insufficient_memory: int  # requests refused so far because their KV cache would not fit
-
-
-@with_config(STRICT)
-class StallState(TypedDict):
-    """The health of a model's worker: how long its running requests have had nothing from it."""
-
-    stall_timeout: float
-    quiet_s: float | None  # seconds since the worker last sent a running request a byte (None: none runs)
-    wedged: int  # workers found wedged and replaced so far
-
-
-@with_config(STRICT)
-class LoadProgress(TypedDict):
-    """A load in progress: the bytes of the model's parameters read from its weight files so far, of all."""
-
-    loaded_bytes: int | None
-    total_bytes: int | None
-    fraction: float | None
-    started_at: str | None
-
-
-@with_config(STRICT)
-class PrefillProgress(TypedDict):
-    """A request still reading its prompt: tokens read so far, of those it must read, and at what rate."""
-
-    processed_tokens: int | None
-    prompt_tokens: int | None
-    fraction: float | None
-    tokens_per_second: float | None  # over the steps after the first (None until two were read)
-    started_at: str | None
-
-
-@with_config(STRICT)
-class ModelWindow(TypedDict):
-    """What a model did over the last minute (fewer seconds while the front is younger), from 1 s samples."""
-
-    seconds: float
-    requests: int  # requests that ended
-    completion_tokens: int
-    tokens_per_second: float  # completion tokens over the window's seconds
-    prompt_tokens: int
-    cached_tokens: int
-    cache_hit_share: float | None  # cached / prompt tokens (None without prompt tokens)
-    ttft_ms: float | None  # mean time to first token of the streams that ended
-    prefill_tokens_per_second: float  # prompt tokens the worker read, over the window's seconds
-    tokens_series: list[int]  # completion tokens of each second, oldest first
-
-
-@with_config(STRICT)
-class MachineMemory(TypedDict):
-    """The machine's memory when the status was read (None when it cannot be read)."""
-
-    total_bytes: int | None
-    available_bytes: int | None
-
-
-@with_config(STRICT)
-class ModelState(TypedDict):
-    """One model of a front: its state, its worker, its policy and what it has done."""
-
-    name: str
-    aliases: list[str]
-    model_state: Literal["unloaded", "loading", "loaded", "failed", "wedged"]
-    worker: WorkerState | None
-    policy: PolicyDocument
-    memory_check: dict[str, Any] | None
-    load_blocked_reason: str | None
-    open_requests: int
-    open_streams: int
-    last_error: dict[str, Any] | None
-    loads: int
-    evictions: int
-    worker_exits: int  # workers that exited on their own; a preloaded model's is started again at once
-    weight_bytes: int | None
-    memory_estimate_bytes: int | None  # what a load needs: weights x 1.10 + the runtime allowance
-    last_used: str | None
-    idle_since: str | None
-    idle_unload_at: str | None
-    queue: QueueState
-    stall: StallState
-    # What the worker reports and the front samples (gateway/progress.py); absent from fronts before them.
-    load_progress: NotRequired[LoadProgress | None]  # while loading, once the worker reads its weights
-    prefill: NotRequired[list[PrefillProgress]]
-    worker_rss_bytes: NotRequired[int | None]
-    window: NotRequired[ModelWindow]
-
-
-@with_config(STRICT)
-class FrontState(TypedDict):
-    """The front's control status document (``GET /mlx-agent/status``)."""
-
-    format_version: str
-    pid: int
-    port: int
-    mode: str
-    started_at: str | None
-    ready: bool
-    max_loaded: int | None
-    min_headroom_gb: float | None
-    machine_memory: NotRequired[MachineMemory]
-    models: list[ModelState]

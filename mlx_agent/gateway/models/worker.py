@@ -33,7 +33,7 @@ from mlx_agent.spawn import spawn
 from mlx_agent.wire import HOST, PORT_PLACEHOLDER, PROGRESS_ENV, PROMPT_CACHE_PLACEHOLDER, SOCKET_PLACEHOLDER
 
 if TYPE_CHECKING:
-    from mlx_agent.records import WorkerRecord
+    from mlx_agent.records.plan import WorkerRecord
 
 READY_POLL_S = 0.1
 

@@ -19,28 +19,28 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mlx_agent.errors import MlxAgentError, PortInUse, print_refusal
-from mlx_agent.gateway.admission import read_policy_file
 from mlx_agent.gateway.anthropic.api import AnthropicApi, errors_middleware
 from mlx_agent.gateway.cache_privacy import PromptLedger
-from mlx_agent.gateway.config import read_private_lines, read_secret_file
-from mlx_agent.gateway.connections import ConnectionCollector, GuardedConnections, Limits, track_requests
-from mlx_agent.gateway.control import Control
-from mlx_agent.gateway.embeddings import EmbeddingsApi
-from mlx_agent.gateway.endpoints import ENDPOINTS, Apis
-from mlx_agent.gateway.fleet import Fleet
-from mlx_agent.gateway.observe import observer
+from mlx_agent.gateway.door.config import read_private_lines, read_secret_file
+from mlx_agent.gateway.door.connections import ConnectionCollector, GuardedConnections, Limits, track_requests
+from mlx_agent.gateway.door.control import Control
+from mlx_agent.gateway.door.endpoints import ENDPOINTS, Apis
+from mlx_agent.gateway.door.security import Guard, add_cors_headers
+from mlx_agent.gateway.models.admission import read_policy_file
+from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.observe.request_log import observer
 from mlx_agent.gateway.ollama.api import OllamaApi
 from mlx_agent.gateway.ollama.api import errors_middleware as ollama_errors
+from mlx_agent.gateway.openai.embeddings import EmbeddingsApi
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
 from mlx_agent.gateway.responses.api import ResponsesApi
 from mlx_agent.gateway.responses.store import ResponseStore
-from mlx_agent.gateway.security import Guard, add_cors_headers
 from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.policy import Policy
 from mlx_agent.wire import EXIT_REFUSED
 
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontConfig
+    from mlx_agent.records.front import FrontConfig
 
 log = logging.getLogger("mlx_agent.gateway")
 FLEET = web.AppKey("fleet", Fleet)
@@ -106,7 +106,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             metrics=metrics,
             embeddings=EmbeddingsApi(upstream),
         )
-        for endpoint in ENDPOINTS:  # the route table (gateway/endpoints.py), in its order
+        for endpoint in ENDPOINTS:  # the route table (gateway/door/endpoints.py), in its order
             handler = endpoint.bind(apis)
             if endpoint.method == "GET":
                 app.router.add_get(endpoint.path, handler)  # HEAD too: agents probe the base URL with it

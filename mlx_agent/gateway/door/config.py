@@ -17,7 +17,7 @@ from mlx_agent.errors import FrontConfigInvalid
 from mlx_agent.wire import PORT_PLACEHOLDER, SOCKET_PLACEHOLDER
 
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontConfig
+    from mlx_agent.records.front import FrontConfig
 
 PLACEHOLDERS = {"unix": SOCKET_PLACEHOLDER, "tcp": PORT_PLACEHOLDER}
 
@@ -26,7 +26,7 @@ def parse_config(doc: object) -> FrontConfig:
     """Return the validated config in ``doc``; raise ``FrontConfigInvalid`` naming the first bad field."""
     from pydantic import TypeAdapter, ValidationError
 
-    from mlx_agent.records import FrontConfig
+    from mlx_agent.records.front import FrontConfig
 
     try:
         config: FrontConfig = TypeAdapter(FrontConfig).validate_python(doc)

@@ -25,11 +25,11 @@ from mlx_agent.errors import (
     UnloadBlocked,
 )
 from mlx_agent.files import changed_files, changed_links, log_tail, utc_iso
-from mlx_agent.gateway.http_errors import refused
-from mlx_agent.gateway.queue import RequestQueue
-from mlx_agent.gateway.request_memory import read_kv_shape
-from mlx_agent.gateway.stall import StallWatch
-from mlx_agent.gateway.worker import WorkerProcess, rank_exits
+from mlx_agent.gateway.door.http_errors import refused
+from mlx_agent.gateway.models.queue import RequestQueue
+from mlx_agent.gateway.models.request_memory import read_kv_shape
+from mlx_agent.gateway.models.stall import StallWatch
+from mlx_agent.gateway.models.worker import WorkerProcess, rank_exits
 from mlx_agent.identity import source_changes
 from mlx_agent.kept_cache import cache_dir
 from mlx_agent.load_memory import memory_estimate
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from contextlib import AbstractAsyncContextManager
 
-    from mlx_agent.records import FrontModelConfig, ModelState
+    from mlx_agent.records.front import FrontModelConfig, ModelState
 
 log = logging.getLogger("mlx_agent.gateway")
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from mlx_agent.api_errors import Code
 from mlx_agent.disk import DiskSpace, disk_space, server_places
 from mlx_agent.files import utc_iso
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 
 if TYPE_CHECKING:
     from mlx_agent.errors import RequestRefused
-    from mlx_agent.gateway.fleet import Fleet
-    from mlx_agent.gateway.lifecycle import Lifecycle
-    from mlx_agent.records import FrontModelConfig
+    from mlx_agent.gateway.models.fleet import Fleet
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
+    from mlx_agent.records.front import FrontModelConfig
 
 REMEDIATION = "free some space on that disk (or lower --prompt-cache-disk-gb); no restart is needed"
 

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 
 if TYPE_CHECKING:
-    from mlx_agent.records import QueueState
+    from mlx_agent.records.front import QueueState
 
 QUEUE_RETRY_AFTER_S = 5  # a queue drains by the request, not by the load: a short wait is worth a retry
 

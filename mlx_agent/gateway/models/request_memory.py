@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
-from mlx_agent.gateway.admission import RETRY_AFTER_S
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
+from mlx_agent.gateway.models.admission import RETRY_AFTER_S
 from mlx_agent.load_memory import GB, available_memory
 
 if TYPE_CHECKING:
     from mlx_agent.errors import RequestRefused
-    from mlx_agent.gateway.lifecycle import Lifecycle
-    from mlx_agent.records import KvCacheRecord
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
+    from mlx_agent.records.plan import KvCacheRecord
 
 KV_STEP = 256  # mlx_lm's KVCache allocates this many tokens at a time
 QUANTIZED_KV_START = 5000  # mlx_lm's default --quantized-kv-start: the first tokens stay at full width

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from mlx_agent.api_errors import Code
 from mlx_agent.gateway.content_parts import check_messages
-from mlx_agent.gateway.http_errors import refused
+from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.images import check_processing
 from mlx_agent.wire import WORKER_MODEL_NAME
 
 if TYPE_CHECKING:
-    from mlx_agent.records import FrontModelConfig
+    from mlx_agent.records.front import FrontModelConfig
 
 FORBIDDEN_FIELDS = ("adapters", "adapter", "adapter_path", "draft_model")
 TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")

@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from mlx_agent.files import utc_iso
-from mlx_agent.gateway.limit_notice import lowered_headers
+from mlx_agent.gateway.observe.limit_notice import lowered_headers
 from mlx_agent.wire import UNPARSED_TOOL_CALLS
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Middleware
 
-    from mlx_agent.gateway.metrics import FrontMetrics
-    from mlx_agent.gateway.samples import Ring, Samples
-    from mlx_agent.gateway.security import Handler
+    from mlx_agent.gateway.door.connections import Handler
+    from mlx_agent.gateway.observe.metrics import FrontMetrics
+    from mlx_agent.gateway.observe.samples import Ring, Samples
 
 EXCHANGE = "mlx_agent_exchange"
 REQUEST_LINE = "request "  # what starts a request line's message (``serve logs`` reads them)

@@ -20,15 +20,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mlx_agent.api_errors import Code
-from mlx_agent.gateway.connections import BodyTimeout
-from mlx_agent.gateway.http_errors import error_response
+from mlx_agent.gateway.door.connections import BodyTimeout, Handler
+from mlx_agent.gateway.door.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX, front_proof
 
 MODEL_PREFIX = "/v1/"
@@ -37,7 +37,6 @@ ACCEPTED_ENCODINGS = ("identity",)  # no client compresses its requests; a compr
 METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the model API
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 API_KEY_ID = "mlx_agent_api_key_id"
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger("mlx_agent.gateway")
 
 

@@ -18,13 +18,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mlx_agent.gateway.health_metrics import health_metrics
-from mlx_agent.gateway.progress import Progress
-from mlx_agent.gateway.samples import Samples
+from mlx_agent.gateway.models.progress import Progress
+from mlx_agent.gateway.observe.health import health_metrics
+from mlx_agent.gateway.observe.samples import Samples
 from mlx_agent.kept_cache import cache_dir, quarantined_count
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.fleet import Fleet
+    from mlx_agent.gateway.models.fleet import Fleet
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.observe import Exchange
+    from mlx_agent.gateway.observe.request_log import Exchange
 
 LOWERED_HEADER = "x-mlx-agent-max-tokens-lowered"
 

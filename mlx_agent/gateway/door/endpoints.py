@@ -1,13 +1,13 @@
 """Every path the front answers, one record each, registered by one loop (``app.build_app``).
 
 A ``Route`` is a path whose handler takes the request alone (listings, health, metrics, control). An
-``Endpoint`` is a model API path with a body: the body is read and checked against its declaration
-(``bodies.py``: its fields are the endpoint's whitelist and bounds) before the handler runs, and the handler
-gets the parsed body. Any ``RequestRefused`` raised on the way is answered in the endpoint's API family's
+``Endpoint`` is a model API path with a body: the body is read and checked against its declaration (its
+family's ``bodies.py``: its fields are the endpoint's whitelist and bounds) before the handler runs, and the
+handler gets the parsed body. Any ``RequestRefused`` raised on the way is answered in the endpoint's API family's
 shape (``api_errors``), with the retry advice every refusal gets (``http_errors``); one a ``Route``'s handler
 raises (a bad query parameter) is answered too, in OpenAI's shape.
 
-To add an endpoint: a declaration in ``bodies.py``, a handler (and translator) in its family's package, one
+To add an endpoint: a declaration in its family's ``bodies.py``, a handler (and translator) in its family's package, one
 row here, and its rows in docs/gateway.md (docs/contributing.md, "Add an endpoint").
 """
 
@@ -21,20 +21,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from aiohttp import web
 
 from mlx_agent.api_errors import Family
-from mlx_agent.bodies import (
-    Body,
-    ChatBody,
-    CompletionBody,
-    EmbeddingsBody,
-    MessagesBody,
-    PromptBody,
-    RerankBody,
-    ResponsesBody,
-    check,
-    load_json,
-)
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody, check, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
-from mlx_agent.gateway.http_errors import refusal_response
+from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
+from mlx_agent.gateway.door.connections import Handler
+from mlx_agent.gateway.door.http_errors import refusal_response
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,
@@ -42,24 +33,24 @@ from mlx_agent.gateway.ollama.bodies import (
     OllamaGenerateBody,
     OllamaShowBody,
 )
-from mlx_agent.gateway.security import Handler
+from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
+from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.wire import CONTROL_PREFIX
 
 if TYPE_CHECKING:
     from mlx_agent.gateway.anthropic.api import AnthropicApi
-    from mlx_agent.gateway.control import Control
-    from mlx_agent.gateway.embeddings import EmbeddingsApi
+    from mlx_agent.gateway.door.control import Control
     from mlx_agent.gateway.ollama.api import OllamaApi
+    from mlx_agent.gateway.openai.embeddings import EmbeddingsApi
     from mlx_agent.gateway.openai.passthrough import OpenAiApi
     from mlx_agent.gateway.responses.api import ResponsesApi
 
 B = TypeVar("B", bound=Body)
 BodyHandler = Callable[[web.Request, B], Awaitable[web.StreamResponse]]
-ANTHROPIC_PREFIX = "/v1/messages"  # every error under it, the front door's too, has Anthropic's shape
 
 
 class Key(StrEnum):
-    """The name of an endpoint in code (``Upstream`` and ``cache_privacy`` are told which a body is for)."""
+    """The name of a front endpoint in code (the worker's routes are ``worker_routes.WorkerRoute``)."""
 
     ROOT = "root"
     HEALTH = "health"
@@ -70,6 +61,7 @@ class Key(StrEnum):
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
     RERANK = "rerank"
+    TOKENIZE = "tokenize"
     MESSAGES = "messages"
     COUNT_TOKENS = "count_tokens"
     RESPONSES = "responses"
@@ -225,6 +217,7 @@ ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     Endpoint(Key.COMPLETIONS, "POST", "/v1/completions", CompletionBody, lambda apis: apis.openai.completions),
     Endpoint(Key.EMBEDDINGS, "POST", "/v1/embeddings", EmbeddingsBody, lambda apis: apis.embeddings.create),
     Endpoint(Key.RERANK, "POST", "/v1/rerank", RerankBody, lambda apis: apis.embeddings.rerank),
+    Endpoint(Key.TOKENIZE, "POST", "/v1/tokenize", TokenizeBody, lambda apis: apis.openai.tokenize),
     Endpoint(
         Key.MESSAGES, "POST", "/v1/messages", MessagesBody, lambda apis: apis.anthropic.messages, Family.ANTHROPIC
     ),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.fleet import Fleet
+    from mlx_agent.gateway.models.fleet import Fleet
 
 
 def health_metrics(fleet: Fleet) -> Iterator[Metric]:

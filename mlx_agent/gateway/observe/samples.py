@@ -6,7 +6,7 @@ window is emptied before it is used again). What is added to it:
 * completion tokens as a stream's events arrive (one per ``data:`` event; the usage's count at the end makes
   up any difference), and a plain reply's at its end;
 * prompt and cached prompt tokens, a request, and its time to first token, when a request ends;
-* prefill tokens, as the worker reports them read (``gateway.progress``).
+* prefill tokens, as the worker reports them read (``gateway.models.progress``).
 
 ``window`` sums the buckets of the last ``WINDOW_S`` seconds (fewer while the front is younger than that) into
 rates, the mean time to first token, the prompt-cache hit share (cached ÷ prompt tokens) and the tokens of
@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlx_agent.records import ModelWindow
+    from mlx_agent.records.front import ModelWindow
 
 WINDOW_S = 60
 

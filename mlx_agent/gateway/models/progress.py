@@ -29,10 +29,10 @@ from typing_extensions import TypedDict
 from mlx_agent.files import utc_iso
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.lifecycle import Lifecycle
-    from mlx_agent.gateway.samples import Samples
-    from mlx_agent.gateway.worker import WorkerProcess
-    from mlx_agent.records import LoadProgress, MachineMemory, ModelWindow, PrefillProgress
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
+    from mlx_agent.gateway.models.worker import WorkerProcess
+    from mlx_agent.gateway.observe.samples import Samples
+    from mlx_agent.records.front import LoadProgress, MachineMemory, ModelWindow, PrefillProgress
 
 
 def read_progress(path: Path | None) -> dict[str, Any] | None:

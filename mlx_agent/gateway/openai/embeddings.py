@@ -29,18 +29,18 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
-from mlx_agent.bodies import EmbeddingsBody, RerankBody
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.fleet import Fleet
-from mlx_agent.gateway.http_errors import json_response, refused
-from mlx_agent.gateway.lifecycle import Lifecycle
-from mlx_agent.gateway.observe import exchange_of
+from mlx_agent.gateway.door.http_errors import json_response, refused
+from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.models.lifecycle import Lifecycle
+from mlx_agent.gateway.observe.request_log import exchange_of
 from mlx_agent.gateway.ollama.names import route_tagged
+from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
 from mlx_agent.gateway.upstream import Upstream
 from mlx_agent.wire import WORKER_MODEL_NAME
+from mlx_agent.worker_routes import WorkerRoute
 
 MAX_INPUTS = 2048  # OpenAI's bound on one request's inputs
-WORKER_PATH = "/v1/embeddings"
 
 Inputs = list[str] | list[list[int]]
 
@@ -132,7 +132,7 @@ async def worker_embeddings(
     }
     if dimensions is not None:
         body["dimensions"] = dimensions
-    doc = await upstream.worker_json(model, body, WORKER_PATH)
+    doc = await upstream.worker_json(model, body, WorkerRoute.EMBEDDINGS)
     data = doc.get("data") if isinstance(doc, dict) else None
     usage = doc.get("usage") if isinstance(doc, dict) else None
     tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
