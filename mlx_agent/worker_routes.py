@@ -19,6 +19,10 @@ class BodyKind(StrEnum):
     PROMPT = "prompt"  # a raw prompt, no template
     INPUT = "input"  # texts to embed
     TOKENIZE = "tokenize"  # a text, or messages rendered as a chat's, to tokenize (nothing is generated)
+    SPEECH = "speech"  # a text to speak (JSON); the reply is audio bytes
+    AUDIO = "audio"  # an audio upload to transcribe or translate, as the front checked and re-encoded it
+    IMAGE_PROMPT = "image_prompt"  # a prompt to draw (JSON); the reply holds the images
+    IMAGE_EDIT = "image_edit"  # a prompt and images the front checked and stored, to edit (JSON)
 
 
 class WorkerRoute(Enum):
@@ -28,6 +32,12 @@ class WorkerRoute(Enum):
     COMPLETIONS = ("/v1/completions", BodyKind.PROMPT)
     EMBEDDINGS = ("/v1/embeddings", BodyKind.INPUT)
     TOKENIZE = ("/v1/tokenize", BodyKind.TOKENIZE)
+    # mlx-vlm's media endpoints (its server answers them through mlx-audio and its diffusion pipelines).
+    SPEECH = ("/v1/audio/speech", BodyKind.SPEECH)
+    TRANSCRIPTIONS = ("/v1/audio/transcriptions", BodyKind.AUDIO)
+    TRANSLATIONS = ("/v1/audio/translations", BodyKind.AUDIO)
+    IMAGE_GENERATIONS = ("/v1/images/generations", BodyKind.IMAGE_PROMPT)
+    IMAGE_EDITS = ("/v1/images/edits", BodyKind.IMAGE_EDIT)
 
     def __init__(self, path: str, kind: BodyKind) -> None:
         self.path = path

@@ -197,7 +197,9 @@ class Recipe(TypedDict):
     native_key: NotRequired[Literal["entry"]]  # run from another environment, the native entry checks the key
     secret_env: NotRequired[str]  # the environment variable of the runtime's own key check
     model_field: NotRequired[Literal["path"]]  # the worker names its model by its path, not the served name
-    kind: NotRequired[Literal["embedding"]]  # the runtime embeds (POST /v1/embeddings) rather than chats
+    # The runtime embeds (POST /v1/embeddings), speaks (/v1/audio/speech), transcribes (/v1/audio/transcriptions,
+    # /v1/audio/translations) or draws (/v1/images/generations, /v1/images/edits) rather than chats.
+    kind: NotRequired[Literal["embedding", "speech", "transcription", "image_generation"]]
     argv: list[str]  # the runtime's own server arguments ({model}, {host}, {port}, {max_tokens})
     wrapper_argv: NotRequired[list[str]]  # the wrapped entry's arguments ({socket} too)
     readiness: ReadinessRecord
@@ -223,9 +225,10 @@ class WorkerRecord(TypedDict):
     cuts_to_context: bool  # the worker itself cuts a reply to what the context window leaves after the prompt
     secret_env: str | None  # a TCP worker that requires a bearer key read from this variable (one per launch)
     port_env: NotRequired[str | None]  # a TCP worker that reads its port from this variable, not from argv
-    # What the model serves: "text" chat, "vision" chat that reads images, "embedding" vectors. Absent in a
-    # config written before it: chat whose images go to the worker as sent.
-    kind: NotRequired[Literal["text", "vision", "embedding"]]
+    # What the model serves: "text" chat, "vision" chat that reads images, "embedding" vectors, "speech" audio
+    # from text, "transcription" text from audio, "image_generation" images from a prompt. Absent in a config
+    # written before it: chat whose images go to the worker as sent.
+    kind: NotRequired[Literal["text", "vision", "embedding", "speech", "transcription", "image_generation"]]
     model_name: str  # what the worker calls its one model in requests and replies
     argv: Annotated[list[str], Field(min_length=1)]
     executable: NotRequired[AbsPath]  # the file argv[0] led to at review: the worker is started by it, argv[0] kept
