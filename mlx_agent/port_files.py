@@ -11,7 +11,6 @@ Standard library only, so any process may import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 RECEIPT_SUFFIX = ".json"
@@ -22,12 +21,16 @@ def is_receipt_name(name: str) -> bool:
     return name.endswith(RECEIPT_SUFFIX) and name[: -len(RECEIPT_SUFFIX)].isdigit()
 
 
-@dataclass(frozen=True)
 class PortFiles:
     """Where the files of the server on ``port`` live, in the serve receipts directory ``directory``."""
 
-    directory: Path
-    port: int
+    # A plain class, not a dataclass: ``serve status`` reads it, and dataclasses brings inspect, ast and dis
+    # (tests/integration/test_cli_imports.py).
+    __slots__ = ("directory", "port")
+
+    def __init__(self, directory: Path, port: int) -> None:
+        self.directory = directory
+        self.port = port
 
     def _named(self, suffix: str) -> Path:
         return self.directory / f"{self.port}{suffix}"

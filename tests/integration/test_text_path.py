@@ -29,7 +29,8 @@ for name in names:
 hidden = set(sys.argv[1].split(","))
 atexit.register(lambda: print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & hidden))))
 from mlx_agent.runtime.entry import main
-sys.exit(main(["mlx_lm", "--help"]))
+from tests.contract_support import contract
+sys.exit(main(["mlx_lm", "--help", *contract()]))
 """
 
 
