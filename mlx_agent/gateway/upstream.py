@@ -36,7 +36,7 @@ from mlx_agent.gateway.models.disk_check import disk_full
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.models.queue import served_alone
-from mlx_agent.gateway.models.request_memory import check_request
+from mlx_agent.gateway.models.request_memory import estimate
 from mlx_agent.gateway.models.worker import WorkerProcess
 from mlx_agent.gateway.models.worker_stream import WorkerReply, open_reply
 from mlx_agent.gateway.observe.limit_notice import lowered_headers, worker_granted
@@ -44,6 +44,7 @@ from mlx_agent.gateway.observe.request_log import current_exchange, exchange_of
 from mlx_agent.gateway.request import PreparedRequest, prepare
 from mlx_agent.gateway.sse import Accountant, ClientStream, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
+from mlx_agent.load_memory import available_memory
 from mlx_agent.worker_routes import WorkerRoute
 
 log = logging.getLogger("mlx_agent.gateway")
@@ -84,6 +85,23 @@ def _detail(doc: object) -> str | None:
     return f"the model worker refused the request: {detail[:MAX_DETAIL]}" if isinstance(detail, str) else None
 
 
+def check_memory(model: Lifecycle, body: dict[str, Any], reserve_gb: float | None) -> None:
+    """Refuse (503 ``insufficient_memory``) a request whose KV cache would not fit; count the refusal on ``model``."""
+    if reserve_gb is None or model.kv_shape is None:
+        return
+    found = estimate(
+        model.kv_shape,
+        body,
+        context_window=model.model["context_window"],
+        kv_cache=model.model.get("kv_cache"),
+        reserve_gb=reserve_gb,
+        available_bytes=available_memory(),
+    )
+    if found is not None and not found.fits:
+        model.memory_refusals += 1
+        raise found.refusal(model.name)
+
+
 class Upstream:
     """Sends request bodies to the models' workers through their lifecycles' accounting."""
 
@@ -122,7 +140,7 @@ class Upstream:
             await check_decoded(body)
         model.request_started(stream)
         try:
-            check_request(model, body, self.fleet.min_headroom_gb)
+            check_memory(model, body, self.fleet.min_headroom_gb)
             alone = served_alone(body, model.model.get("greedy_alone", False))
             async with model.admitted(alone, stream) as worker:
                 try:

@@ -57,8 +57,8 @@ class Fleet:
         self._temp_sockets = None if raw else TempSocketDir()
         # A planned one is made 0700 whatever the umask; a link planted there is refused, never followed.
         self.socket_dir = self._temp_sockets.path if self._temp_sockets else closed_dir(Path(raw))
-        self.metrics = FrontMetrics(self)
-        self.models: list[Lifecycle] = []
+        self.models: list[Lifecycle] = []  # filled below; the metrics read it at scrape time
+        self.metrics = FrontMetrics(self.models)
         for index, model in enumerate(config["models"]):
             policy = (policies or {}).get(model["served_model_name"]) or Policy(
                 model["policy"]["idle_timeout"], model["policy"]["keep_loaded"]

@@ -31,11 +31,10 @@ from typing import TYPE_CHECKING, Any
 from mlx_agent.api_errors import Code
 from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.models.admission import RETRY_AFTER_S
-from mlx_agent.load_memory import GB, available_memory
+from mlx_agent.load_memory import GB
 
 if TYPE_CHECKING:
     from mlx_agent.errors import RequestRefused
-    from mlx_agent.gateway.models.lifecycle import Lifecycle
     from mlx_agent.records.plan import KvCacheRecord
 
 KV_STEP = 256  # mlx_lm's KVCache allocates this many tokens at a time
@@ -248,20 +247,3 @@ def estimate(
         available_bytes=available_bytes,
         reserve_bytes=round(reserve_gb * GB),
     )
-
-
-def check_request(model: Lifecycle, body: dict[str, Any], reserve_gb: float | None) -> None:
-    """Refuse (503 ``insufficient_memory``) a request whose KV cache would not fit; count the refusal on ``model``."""
-    if reserve_gb is None or model.kv_shape is None:
-        return
-    found = estimate(
-        model.kv_shape,
-        body,
-        context_window=model.model["context_window"],
-        kv_cache=model.model.get("kv_cache"),
-        reserve_gb=reserve_gb,
-        available_bytes=available_memory(),
-    )
-    if found is not None and not found.fits:
-        model.memory_refusals += 1
-        raise found.refusal(model.name)

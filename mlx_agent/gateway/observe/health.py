@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.models.fleet import Fleet
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
 
 
-def health_metrics(fleet: Fleet) -> Iterator[Metric]:
+def health_metrics(models: Sequence[Lifecycle]) -> Iterator[Metric]:
     """Yield queue depth, running requests, worker quiet time, wedged workers and request refusals per model."""
     depth = GaugeMetricFamily(
         "mlx_agent_queue_depth", "Requests waiting for the model's worker (a load, a slot).", labels=["model"]
@@ -32,7 +32,7 @@ def health_metrics(fleet: Fleet) -> Iterator[Metric]:
         "Requests refused before reaching a worker, per model and reason (queue_full, insufficient_memory).",
         labels=["model", "reason"],
     )
-    for model in fleet.models:
+    for model in models:
         labels = [model.name]
         depth.add_metric(labels, model.queue.waiting)
         running.add_metric(labels, model.queue.running)

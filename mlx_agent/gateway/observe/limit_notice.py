@@ -15,17 +15,25 @@ the model's context, which it reports in ``GRANTED_MAX_TOKENS_HEADER`` of its re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
-
-if TYPE_CHECKING:
-    from mlx_agent.gateway.observe.request_log import Exchange
 
 LOWERED_HEADER = "x-mlx-agent-max-tokens-lowered"
 
 
-def worker_granted(exchange: Exchange | None, headers: Mapping[str, str]) -> None:
+class ReplyLimits(Protocol):
+    """What a notice reads of a request's exchange (``request_log.Exchange``): the limit asked and the one granted."""
+
+    max_tokens_requested: int | None
+    max_tokens: int | None
+
+    @property
+    def limit_lowered(self) -> bool:
+        """Whether the reply limit granted is below the client's own."""
+
+
+def worker_granted(exchange: ReplyLimits | None, headers: Mapping[str, str]) -> None:
     """Record the limit our worker applied, when the context's room cut what the front sent."""
     raw = headers.get(GRANTED_MAX_TOKENS_HEADER)
     if exchange is None or raw is None:
@@ -38,14 +46,14 @@ def worker_granted(exchange: Exchange | None, headers: Mapping[str, str]) -> Non
         exchange.max_tokens = granted
 
 
-def lowered_headers(exchange: Exchange | None) -> dict[str, str]:
+def lowered_headers(exchange: ReplyLimits | None) -> dict[str, str]:
     """Return the header that says the request's own limit was lowered (empty when it was not)."""
     if exchange is None or not exchange.limit_lowered:
         return {}
     return {LOWERED_HEADER: f"{exchange.max_tokens_requested}->{exchange.max_tokens}"}
 
 
-def with_granted_output(response: dict[str, Any], exchange: Exchange | None) -> dict[str, Any]:
+def with_granted_output(response: dict[str, Any], exchange: ReplyLimits | None) -> dict[str, Any]:
     """Return a Responses object whose ``max_output_tokens`` is the limit granted, when it was lowered."""
     if exchange is not None and exchange.limit_lowered:
         response["max_output_tokens"] = exchange.max_tokens

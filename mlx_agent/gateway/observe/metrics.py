@@ -11,7 +11,7 @@ minute, and the worker's resident memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
@@ -24,7 +24,7 @@ from mlx_agent.gateway.observe.samples import Samples
 from mlx_agent.kept_cache import cache_dir, quarantined_count
 
 if TYPE_CHECKING:
-    from mlx_agent.gateway.models.fleet import Fleet
+    from mlx_agent.gateway.models.lifecycle import Lifecycle
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
@@ -35,8 +35,9 @@ DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 12
 class FleetCollector(Collector):
     """Reads what each model's lifecycle counts, at scrape time."""
 
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
+    def __init__(self, models: Sequence[Lifecycle], progress: Progress) -> None:
+        self.models = models  # the fleet's list, filled after the collector is made
+        self.reported = progress  # what the workers report (``models/progress.py``)
 
     def collect(self) -> Iterator[Metric]:
         """Yield loads, evictions, open work and the loaded state of every model."""
@@ -54,7 +55,7 @@ class FleetCollector(Collector):
             "Saved prompt-cache entries a worker refused to restore (damaged or not this model's), per model.",
             labels=["model"],
         )
-        for model in self.fleet.models:
+        for model in self.models:
             labels = [model.name]
             loads.add_metric(labels, model.loads)
             evictions.add_metric(labels, model.evictions)
@@ -65,7 +66,7 @@ class FleetCollector(Collector):
                 quarantined.add_metric(labels, quarantined_count(kept))
         yield from (loads, evictions, streams, requests, loaded, quarantined)
         yield from self.progress()
-        yield from health_metrics(self.fleet)  # queue, stall and refusals (``health_metrics``)
+        yield from health_metrics(self.models)  # queue, stall and refusals (``health_metrics``)
 
     def progress(self) -> Iterator[Metric]:
         """Yield the load and prefill progress, the prefill rate and the worker memory of every model."""
@@ -89,8 +90,8 @@ class FleetCollector(Collector):
             "Resident memory of the model's worker (0 without one).",
             labels=["model"],
         )
-        watcher = self.fleet.metrics.progress
-        for model in self.fleet.models:
+        watcher = self.reported
+        for model in self.models:
             labels = [model.name]
             live = watcher.fields(model)
             loading = live["load_progress"]
@@ -106,7 +107,7 @@ class FleetCollector(Collector):
 class FrontMetrics:
     """The front's registry: what requests, loads and admission add to, and the text a scrape reads."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, models: Sequence[Lifecycle]) -> None:
         self.samples = Samples()  # each model's last minute, second by second (``samples.py``)
         self.progress = Progress(self.samples)  # what the workers report (``progress.py``)
         disable_created_metrics()  # type: ignore[no-untyped-call]  # the front's own process: ``*_created`` series would double every scrape
@@ -153,7 +154,7 @@ class FrontMetrics:
         self.refusals = Counter(
             "mlx_agent_admission_refusals", "Cold loads refused by admission.", ["model", "reason"], registry=r
         )
-        r.register(FleetCollector(fleet))
+        r.register(FleetCollector(models, self.progress))
 
     def render(self) -> bytes:
         """Return the exposition text of every metric."""
