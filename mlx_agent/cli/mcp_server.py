@@ -24,7 +24,8 @@ import click
 from mlx_agent import __version__
 from mlx_agent.cli.mcp_tools import BY_NAME, TOOLS, Tool, argv, description, input_schema
 from mlx_agent.cli.output import envelope
-from mlx_agent.errors import InvalidArguments, MlxAgentError, RuntimeNotInstalled
+from mlx_agent.errors import InvalidArguments, MlxAgentError
+from mlx_agent.errors.commands import RuntimeNotInstalled
 from mlx_agent.resources import checkout_root
 
 TYPE_CHECKING = False

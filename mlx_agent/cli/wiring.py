@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from mlx_agent.cli.agents import WIRE_AGENT, wire
-from mlx_agent.errors import PreviewHashRequired
+from mlx_agent.errors.commands import PreviewHashRequired
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from mlx_agent.accel_rules import (
     sources,
     support,
 )
-from mlx_agent.errors import UnsupportedRuntime
+from mlx_agent.errors.commands import UnsupportedRuntime
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlx_agent.errors import AdapterInvalid
+from mlx_agent.errors.commands import AdapterInvalid
 from mlx_agent.files import changed_files, sha256_file
 from mlx_agent.identity import read_safetensors_header
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.files import sha256_file
 from mlx_agent.tool_formats import OUR_PARSERS, parser_for
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlx_agent.errors import DraftModelMismatch, UnsupportedRuntime
+from mlx_agent.errors.commands import DraftModelMismatch, UnsupportedRuntime
 from mlx_agent.identity import with_digests
 from mlx_agent.plan.requests import DEFAULT_KV_GROUP_SIZE
 from mlx_agent.plan.source import REPO_ID, resolve_path_source, resolve_repo_source

@@ -127,7 +127,7 @@ FRONT_MODULES = (
     "bodies.py",
     "canonical.py",
     "disk.py",
-    "errors.py",
+    "errors/__init__.py",
     "exiting.py",
     "files.py",
     "identity.py",

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlx_agent.errors import DistributedUnsupported, InvalidArguments
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import DistributedUnsupported
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from mlx_agent.canonical import canonical_json
-from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.identity import read_safetensors_header, with_digests
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from mlx_agent.errors import ModelsFileInvalid, ModelsNameConflict
+from mlx_agent.errors.commands import ModelsFileInvalid, ModelsNameConflict
 from mlx_agent.plan.requests import ModelRequest
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mlx_agent.errors import HubUnreachable, InvalidArguments, MlxAgentError, ModelNotLocal, NotEnoughDisk
+from mlx_agent.errors import InvalidArguments, MlxAgentError
+from mlx_agent.errors.commands import HubUnreachable, ModelNotLocal, NotEnoughDisk
 from mlx_agent.plan.source import REPO_ID
 from mlx_agent.wire import PULL_VERSION
 

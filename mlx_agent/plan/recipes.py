@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from mlx_agent.errors import UnsupportedRuntime
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.resources import recipes_dir
 
 TYPE_CHECKING = False

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import mlx_agent
-from mlx_agent.errors import RuntimeNotExecutable, RuntimeNotInstalled, RuntimeSymlinkLoop
+from mlx_agent.errors.commands import RuntimeNotExecutable, RuntimeNotInstalled, RuntimeSymlinkLoop
 from mlx_agent.files import sha256_file
 from mlx_agent.home import agent_home
 from mlx_agent.installed import dist_version, env_site_paths, own_site_paths, package_dir
@@ -42,7 +42,7 @@ WORKER_MODULES = (
     "api_errors.py",
     "bodies.py",
     "disk.py",
-    "errors.py",
+    "errors/__init__.py",
     "exiting.py",
     "files.py",
     "identity.py",

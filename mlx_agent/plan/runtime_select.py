@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mlx_agent.errors import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedModel, UnsupportedRuntime
+from mlx_agent.errors.commands import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedModel, UnsupportedRuntime
 from mlx_agent.installed import embedding_support, install_command, model_support, own_requirement, own_site_paths
 from mlx_agent.model_config import vision_markers
 from mlx_agent.plan.runtime import runtime_site_paths

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import os
 
-from mlx_agent.errors import (
-    InvalidArguments,
-    LaunchdJitUnsupported,
-    LaunchdTrainingReceiptUnsupported,
-)
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import LaunchdJitUnsupported, LaunchdTrainingReceiptUnsupported
 from mlx_agent.home import receipts_dir
 from mlx_agent.plan.front import FRONT_READINESS, front_argv, front_record, worker_paths
 from mlx_agent.plan.model_plan import ResolvedModel, build_model_plan, child_env

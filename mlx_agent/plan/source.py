@@ -7,14 +7,8 @@ import os
 import re
 from pathlib import Path
 
-from mlx_agent.errors import (
-    ConfigMissing,
-    ConfigNotObject,
-    ConfigUnparsable,
-    InvalidArguments,
-    ModelInvalid,
-    ModelNotLocal,
-)
+from mlx_agent.errors import InvalidArguments, ModelInvalid
+from mlx_agent.errors.commands import ConfigMissing, ConfigNotObject, ConfigUnparsable, ModelNotLocal
 from mlx_agent.identity import directory_identity, file_identity, list_files
 
 TYPE_CHECKING = False

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import mlx_agent
 from mlx_agent.canonical import canonical_json
-from mlx_agent.errors import (
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import (
     AdapterPathNotEmpty,
     DatasetInvalid,
     DatasetNotFound,
-    InvalidArguments,
     RuntimeModelMismatch,
     RuntimeNotInstalled,
     UnsupportedModel,

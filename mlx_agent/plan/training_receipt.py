@@ -12,13 +12,12 @@ import hashlib
 import json
 from pathlib import Path
 
-from mlx_agent.errors import (
-    AdapterChanged,
+from mlx_agent.errors import AdapterChanged, SourceError
+from mlx_agent.errors.commands import (
     BaseModelChanged,
     ReceiptCorrupt,
     ReceiptNotFound,
     ReceiptVersionUnsupported,
-    SourceError,
     TrainingIncomplete,
 )
 from mlx_agent.wire import TRAINING_VERSION

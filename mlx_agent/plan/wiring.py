@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlx_agent.errors import AgentConfigUnparsable, ConfigSymlinkEscapes, UnknownAgent, WireScopeUnsupported
+from mlx_agent.errors.commands import AgentConfigUnparsable, ConfigSymlinkEscapes, UnknownAgent, WireScopeUnsupported
 from mlx_agent.plan.agent_settings import AGENTS
 
 TYPE_CHECKING = False

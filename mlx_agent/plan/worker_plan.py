@@ -9,7 +9,7 @@ read requests under the same values. The reply limits are per-model options (``-
 
 from __future__ import annotations
 
-from mlx_agent.errors import UnsupportedRuntime
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.wire import HEDGE_LIMIT, REASONING_BUDGET, REPEAT_LIMIT
 from mlx_agent.worker_contract import FileCheck, WorkerContract
 

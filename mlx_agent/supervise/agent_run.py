@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from mlx_agent.agent_names import is_pattern
-from mlx_agent.errors import AgentNotFound, ModelNotServed, NoServer, UnknownAgent
+from mlx_agent.errors.commands import AgentNotFound, ModelNotServed, NoServer, UnknownAgent
 from mlx_agent.plan import agent_settings as settings
 from mlx_agent.plan.agent_settings import AGENTS, ServedFacts
 

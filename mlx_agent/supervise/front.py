@@ -11,16 +11,13 @@ import os
 import secrets
 from pathlib import Path
 
-from mlx_agent.errors import (
+from mlx_agent.errors import InvalidArguments, PolicyRejected, StateWriteFailed, UnloadBlocked
+from mlx_agent.errors.commands import (
     ExpectedPidMismatch,
     GatewayUnreachable,
-    InvalidArguments,
     NoFront,
     OwnershipMismatch,
-    PolicyRejected,
     ReceiptNotFound,
-    StateWriteFailed,
-    UnloadBlocked,
 )
 from mlx_agent.files import NOFOLLOW, check_private_dir, open_private, private_dir, write_json_atomic
 from mlx_agent.plan.front import front_config

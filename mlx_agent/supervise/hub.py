@@ -13,15 +13,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from mlx_agent.errors import (
-    DownloadCorrupt,
-    DownloadInterrupted,
-    HubUnreachable,
-    MlxAgentError,
-    NotEnoughDisk,
-    RepoNotFound,
-    StateWriteFailed,
-)
+from mlx_agent.errors import MlxAgentError, StateWriteFailed
+from mlx_agent.errors.commands import DownloadCorrupt, DownloadInterrupted, HubUnreachable, NotEnoughDisk, RepoNotFound
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

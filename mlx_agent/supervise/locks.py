@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mlx_agent.errors import LockTimeout, MlxAgentError
+from mlx_agent.errors import MlxAgentError
+from mlx_agent.errors.commands import LockTimeout
 from mlx_agent.files import open_private, private_dir
 from mlx_agent.port_files import PortFiles
 

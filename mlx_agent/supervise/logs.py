@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlx_agent.errors import InvalidArguments, ReceiptNotFound
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import ReceiptNotFound
 from mlx_agent.port_files import PortFiles
 from mlx_agent.supervise.receipts import has_front, read_receipt, receipt_path
 

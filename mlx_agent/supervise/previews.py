@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mlx_agent.canonical import plan_diff, with_hash
-from mlx_agent.errors import AdapterChanged, PreviewHashRequired, PreviewStale, RuntimeChanged
+from mlx_agent.errors import AdapterChanged, PreviewStale, RuntimeChanged
+from mlx_agent.errors.commands import PreviewHashRequired
 from mlx_agent.files import write_json_atomic
 from mlx_agent.home import previews_dir
 

@@ -13,7 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from mlx_agent.errors import DownloadInterrupted, LockTimeout, PreviewStale
+from mlx_agent.errors import PreviewStale
+from mlx_agent.errors.commands import DownloadInterrupted, LockTimeout
 from mlx_agent.plan import pull as planning
 from mlx_agent.supervise import hub
 

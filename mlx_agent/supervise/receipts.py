@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported, StateDirUnsafe
+from mlx_agent.errors import StateDirUnsafe
+from mlx_agent.errors.commands import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
 from mlx_agent.files import open_private, sweep_stale_temps, write_json_atomic
 from mlx_agent.port_files import PortFiles, is_receipt_name
 from mlx_agent.wire import PLAN_VERSION

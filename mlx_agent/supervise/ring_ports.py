@@ -13,7 +13,7 @@ import copy
 import random
 import socket
 
-from mlx_agent.errors import RingPortInUse
+from mlx_agent.errors.commands import RingPortInUse
 from mlx_agent.plan.group import LOCAL, ring_port_count
 from mlx_agent.supervise.ports import port_is_free
 from mlx_agent.wire import RING_PORT_PLACEHOLDER

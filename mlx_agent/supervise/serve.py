@@ -10,11 +10,8 @@ from pathlib import Path
 from types import FrameType
 
 from mlx_agent.canonical import with_hash
-from mlx_agent.errors import (
-    LaunchInterrupted,
-    PortClaimed,
-    PortInUse,
-)
+from mlx_agent.errors import PortInUse
+from mlx_agent.errors.commands import LaunchInterrupted, PortClaimed
 from mlx_agent.files import open_private, private_dir, utc_now
 from mlx_agent.home import previews_dir, wired_dir
 from mlx_agent.plan.serve_plan import build_serve_plan, model_ids

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from mlx_agent.disk import DiskSpace, disks
-from mlx_agent.errors import OwnershipMismatch, ReceiptError
+from mlx_agent.errors import ReceiptError
+from mlx_agent.errors.commands import OwnershipMismatch
 from mlx_agent.supervise import process
 from mlx_agent.supervise.locks import port_lock
 from mlx_agent.supervise.readiness import front_answers, front_health, probe

@@ -13,7 +13,8 @@ import signal
 from pathlib import Path
 
 from mlx_agent.canonical import with_hash
-from mlx_agent.errors import AdapterPathNotEmpty, LaunchFailed, LockTimeout, ReceiptError, TrainingRunning
+from mlx_agent.errors import LaunchFailed, ReceiptError
+from mlx_agent.errors.commands import AdapterPathNotEmpty, LockTimeout, TrainingRunning
 from mlx_agent.files import open_private, private_dir, utc_now, write_json_atomic
 from mlx_agent.home import previews_dir, receipts_dir
 from mlx_agent.plan.training_receipt import read_training_receipt

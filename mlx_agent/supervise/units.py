@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from mlx_agent.errors import UnitModified, UnitNotOwned
+from mlx_agent.errors.commands import UnitModified, UnitNotOwned
 from mlx_agent.files import private_dir, replace_atomically
 from mlx_agent.supervise.readiness import probe
 from mlx_agent.supervise.receipts import has_front, plan_receipt, write_receipt

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 
 from mlx_agent.canonical import with_hash
-from mlx_agent.errors import (
+from mlx_agent.errors import PreviewStale
+from mlx_agent.errors.commands import (
     AlreadyWired,
     NoServer,
     NotWired,
     PreviewHashRequired,
-    PreviewStale,
     ReceiptCorrupt,
     WiredServerMismatch,
 )
@@ -317,7 +317,7 @@ def wiring_lock(wired: Path, agent: str, scope: str, files: Sequence[ConfigFile]
     Its file (``wired/locks/<stem>.lock``) is removed when the confirm ends, so none stays after an ``unwire``;
     ``wire status`` reads only the records, so one left by a killed command changes nothing.
     """
-    from mlx_agent.errors import LockTimeout
+    from mlx_agent.errors.commands import LockTimeout
     from mlx_agent.supervise.locks import file_lock
 
     stem = record_stem(agent, scope, files)

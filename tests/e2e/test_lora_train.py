@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.errors import AdapterChanged, BaseModelChanged, TrainingIncomplete
+from mlx_agent.errors import AdapterChanged
+from mlx_agent.errors.commands import BaseModelChanged, TrainingIncomplete
 from mlx_agent.plan.training_receipt import check_training_receipt, load_training_receipt
 from mlx_agent.supervise import process
 from tests.conftest import LAUNCHER, Agent, assert_valid

@@ -266,7 +266,7 @@ def test_a_changed_runtime_source_fails_the_load(tmp_path: Path) -> None:
 def test_a_front_only_change_leaves_the_reviewed_worker_loadable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In a copy of the package, a family's declaration edited leaves the worker loading; bodies.py edited does not."""
+    """In a package copy, a family's declaration or a command's error edited: the worker loads; bodies.py: not."""
     from mlx_agent.plan import front as plan_front
     from mlx_agent.plan import runtime as plan_runtime
 
@@ -280,6 +280,10 @@ def test_a_front_only_change_leaves_the_reviewed_worker_loadable(
 
     front_only = copy / "gateway" / "anthropic" / "bodies.py"  # MessagesBody: the front reads it, no worker does
     front_only.write_text(front_only.read_text() + "\n# an edit of a front-only declaration\n")
+    commands_only = copy / "errors" / "commands.py"  # a command's error: no server process raises it
+    commands_only.write_text(
+        commands_only.read_text() + "\n\nclass NewCommandError(MlxAgentError):\n    code = 'new'\n"
+    )
     with running_gateway(tmp_path, runtime_checks=reviewed) as gateway:
         assert gateway.chat().status == 200 and gateway.status()["loads"] == 1
         assert gateway.control("POST", "unload").status == 200
@@ -290,6 +294,7 @@ def test_a_front_only_change_leaves_the_reviewed_worker_loadable(
         assert [Path(c["path"]) for c in gateway.status()["last_error"]["details"]["changed"]] == [worker_module]
     monkeypatch.setattr("mlx_agent.resources.PACKAGE_DIR", copy)  # the front binds the front-only edit
     assert plan_front.front_sources()["gateway/anthropic/bodies.py"] != front_before["gateway/anthropic/bodies.py"]
+    assert "errors/commands.py" not in plan_front.front_sources()  # nor does the front bind the commands' errors
 
 
 def test_a_changed_draft_model_fails_the_load(tmp_path: Path) -> None:

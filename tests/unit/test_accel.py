@@ -11,7 +11,7 @@ import pytest
 
 from mlx_agent import accel_rules
 from mlx_agent.canonical import plan_diff, with_hash
-from mlx_agent.errors import UnsupportedRuntime
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.plan import accel
 from mlx_agent.plan import runtime as plan_runtime
 from mlx_agent.plan.requests import ServeRequest

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from mlx_agent.errors import AdapterInvalid, UnsupportedRuntime
+from mlx_agent.errors.commands import AdapterInvalid, UnsupportedRuntime
 from mlx_agent.files import changed_files
 from mlx_agent.plan.adapter import resolve_adapter, verify
 from mlx_agent.plan.requests import ServeRequest

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.errors import AgentNotFound, ModelNotServed, NoServer, UnknownAgent
+from mlx_agent.errors.commands import AgentNotFound, ModelNotServed, NoServer, UnknownAgent
 from mlx_agent.plan import agent_settings as settings
 from mlx_agent.plan.agent_settings import ServedFacts
 from mlx_agent.supervise import agent_run

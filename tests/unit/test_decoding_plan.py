@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.canonical import plan_diff
-from mlx_agent.errors import DraftModelMismatch, InvalidArguments, UnsupportedRuntime
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import DraftModelMismatch, UnsupportedRuntime
 from mlx_agent.plan.front import front_config
 from tests.fixtures.tiny_model import build_tiny_model
 from tests.plan_support import plan_for

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import mlx_agent.errors as errors
+from mlx_agent.errors import commands
 from mlx_agent.wire import REFUSAL_PREFIX
 
 pytestmark = pytest.mark.fast
@@ -19,13 +20,19 @@ pytestmark = pytest.mark.fast
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
+def tree_classes() -> dict[str, type[errors.MlxAgentError]]:
+    """Return every class of the tree by name: the servers' in ``errors``, the commands' in ``errors.commands``."""
+    return {
+        cls.__name__: cls
+        for module in (errors, commands)
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, errors.MlxAgentError)
+    }
+
+
 def leaf_classes() -> list[type[errors.MlxAgentError]]:
     """Return every error class that has no subclass (the codes users see)."""
-    return [
-        cls
-        for _, cls in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(cls, errors.MlxAgentError) and not cls.__subclasses__()
-    ]
+    return [cls for cls in tree_classes().values() if not cls.__subclasses__()]
 
 
 def test_codes_are_unique_snake_case_with_remediation() -> None:
@@ -70,11 +77,7 @@ def drawn_tree() -> dict[str, tuple[str | None, str | None]]:
 def test_tree_is_drawn_in_the_module_docstring() -> None:
     """The docstring draws every error class under its real parent, and each leaf with its own code."""
     drawn = drawn_tree()
-    classes = {
-        cls.__name__: cls
-        for _, cls in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(cls, errors.MlxAgentError)
-    }
+    classes = tree_classes()
     assert set(drawn) == set(classes)
     for name, (parent, code) in drawn.items():
         cls = classes[name]
@@ -96,3 +99,16 @@ def test_a_refusal_line_is_written_whole_in_one_write(monkeypatch: pytest.Monkey
     errors.print_refusal(errors.PortInUse("port 1 is taken"))
     assert len(writes) == 1 and writes[0].endswith("}\n") and writes[0].count("\n") == 1
     assert json.loads(writes[0].removeprefix(REFUSAL_PREFIX))["code"] == "port_in_use"
+
+
+def test_no_server_process_module_imports_the_commands_errors() -> None:
+    """The front's and the worker's modules import only ``mlx_agent.errors``: a command's new error stales no plan."""
+    from mlx_agent.plan.front import FRONT_MODULES
+    from mlx_agent.plan.runtime import WORKER_MODULES
+
+    package = Path(errors.__file__).resolve().parents[1]
+    served = [package / name for name in {*FRONT_MODULES, *WORKER_MODULES}]
+    served += [*(package / "gateway").rglob("*.py"), *(package / "runtime").rglob("*.py")]
+    assert "errors/commands.py" not in {*FRONT_MODULES, *WORKER_MODULES}
+    importing = [str(path.relative_to(package)) for path in served if "mlx_agent.errors.commands" in path.read_text()]
+    assert importing == []

@@ -88,7 +88,7 @@ def test_a_plan_without_ring_port_holds_none_and_confirm_chooses_a_free_run(tiny
 
 def test_a_given_ring_port_with_a_port_of_its_run_taken_is_refused(tiny_model: Path) -> None:
     """--ring-port P whose second port is bound is ring_port_in_use, naming the taken port; a free run is kept."""
-    from mlx_agent.errors import RingPortInUse
+    from mlx_agent.errors.commands import RingPortInUse
     from mlx_agent.supervise.ring_ports import bind_ring_ports
     from tests.ports import free_ports
 

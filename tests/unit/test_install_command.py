@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.errors import RuntimeNotInstalled
+from mlx_agent.errors.commands import RuntimeNotInstalled
 from mlx_agent.installed import install_command, own_requirement, own_site_paths
 from mlx_agent.plan.runtime_select import select_runtime
 from tests.install_support import declared, make_venv, parsed

@@ -27,7 +27,7 @@ ALLOWED = {
     "cli": {"bottom", "plan", "supervise", "cli"},
     "entry": {"cli"},  # python -m mlx_agent
 }
-BOTTOM_PACKAGES = {"records"}  # folders of the bottom floor: the documents, one module each
+BOTTOM_PACKAGES = {"records", "errors"}  # folders of the bottom floor: the documents, one module each; the errors
 # Shared by every process, importable by anything.
 STDLIB_ONLY = {"mlx_agent.wire", "mlx_agent.tool_formats", "mlx_agent.worker_routes"}
 

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from mlx_agent.cli.mcp_tools import BY_NAME, CONFIRM, PREVIEW, TOOLS, Tool, argv, command_of, input_schema
-from mlx_agent.errors import InvalidArguments, RuntimeNotInstalled
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import RuntimeNotInstalled
 from mlx_agent.plan.requests import COMMANDS
 
 pytestmark = pytest.mark.fast

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.canonical import plan_diff, with_hash
-from mlx_agent.errors import InvalidArguments, ModelsFileInvalid, ModelsNameConflict
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import ModelsFileInvalid, ModelsNameConflict
 from mlx_agent.plan.models_file import older_spellings
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan

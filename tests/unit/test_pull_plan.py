@@ -10,7 +10,8 @@ import pytest
 
 from mlx_agent.canonical import plan_hash
 from mlx_agent.disk import MIB, DiskSpace
-from mlx_agent.errors import HubUnreachable, InvalidArguments, NotEnoughDisk
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import HubUnreachable, NotEnoughDisk
 from mlx_agent.plan import pull
 from mlx_agent.plan.pull_records import PullPlan
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.errors import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
+from mlx_agent.errors.commands import ReceiptCorrupt, ReceiptNotFound, ReceiptVersionUnsupported
 from mlx_agent.files import stale_temps, temp_name
 from mlx_agent.supervise.receipts import has_front, read_receipt, receipt_files, write_receipt
 

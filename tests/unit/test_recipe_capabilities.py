@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from mlx_agent.errors import DistributedUnsupported, RuntimeModelMismatch
+from mlx_agent.errors.commands import DistributedUnsupported, RuntimeModelMismatch
 from mlx_agent.plan import group, recipes, runtime_select
 from mlx_agent.plan.front import worker_slots
 from mlx_agent.plan.group import group_plan

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.canonical import plan_diff, with_hash
-from mlx_agent.errors import (
-    InvalidArguments,
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import (
     RuntimeModelMismatch,
     RuntimeNotInstalled,
     RuntimeSymlinkLoop,

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mlx_agent.canonical import canonical_json, plan_diff
-from mlx_agent.errors import InvalidArguments, RuntimeNotExecutable, RuntimeNotInstalled, UnsupportedRuntime
+from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import RuntimeNotExecutable, RuntimeNotInstalled, UnsupportedRuntime
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.serve_plan import build_serve_plan

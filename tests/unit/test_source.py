@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mlx_agent.errors import (
-    ConfigMissing,
-    ConfigNotObject,
-    ConfigUnparsable,
-    InvalidArguments,
-    ModelInvalid,
-    ModelNotLocal,
-)
+from mlx_agent.errors import InvalidArguments, ModelInvalid
+from mlx_agent.errors.commands import ConfigMissing, ConfigNotObject, ConfigUnparsable, ModelNotLocal
 from mlx_agent.plan.source import hf_hub_cache, resolve_path_source, resolve_repo_source
 from tests.fixtures.tiny_model import build_hf_cache_repo
 

@@ -12,13 +12,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.canonical import canonical_json, plan_diff, with_hash
-from mlx_agent.errors import (
-    AdapterPathNotEmpty,
-    DatasetInvalid,
-    DatasetNotFound,
-    InvalidArguments,
-    MlxAgentError,
-)
+from mlx_agent.errors import InvalidArguments, MlxAgentError
+from mlx_agent.errors.commands import AdapterPathNotEmpty, DatasetInvalid, DatasetNotFound
 from mlx_agent.plan.requests import TrainRequest
 from mlx_agent.plan.source import resolve_path_source
 from mlx_agent.plan.training import build_training_plan

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.errors import (
-    AdapterChanged,
+from mlx_agent.errors import AdapterChanged, PreviewStale
+from mlx_agent.errors.commands import (
     BaseModelChanged,
-    PreviewStale,
     ReceiptCorrupt,
     ReceiptNotFound,
     ReceiptVersionUnsupported,

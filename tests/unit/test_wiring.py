@@ -12,6 +12,7 @@ import pytest
 
 from mlx_agent import errors
 from mlx_agent.canonical import with_hash
+from mlx_agent.errors import commands
 from mlx_agent.plan.wired import claims_on_port, read_wired
 from mlx_agent.plan.wiring import MAX_CONFIG_BYTES, ConfigFile, Edit, config_files, file_drift, record_stem
 from mlx_agent.supervise import wiring
@@ -203,7 +204,7 @@ def test_codex_defaults_go_above_the_first_table(home: Path) -> None:
 def test_a_config_that_does_not_parse_is_refused_with_its_line(home: Path, kind: str, text: str, line: int) -> None:
     """A broken settings file is agent_config_unparsable naming the file and line, and nothing is written."""
     cf = claude_file(home, text) if kind == "claude" else codex_file(home, text)
-    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+    with pytest.raises(commands.AgentConfigUnparsable) as caught:
         wiring.plan_wire(kind, "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
     assert caught.value.details == {"path": str(cf.path), "line": line, "error": caught.value.details["error"]}
     assert f"{cf.path}:{line}" in caught.value.message
@@ -218,7 +219,7 @@ def test_a_symlink_out_of_the_config_directory_is_refused(home: Path, tmp_path: 
     cf = claude_file(home, None)
     cf.path.parent.mkdir()
     cf.path.symlink_to(dotfiles / "settings.json")
-    with pytest.raises(errors.ConfigSymlinkEscapes):
+    with pytest.raises(commands.ConfigSymlinkEscapes):
         wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
     cf.path.unlink()
     (cf.path.parent / "real.json").write_text(CLAUDE_SETTINGS)
@@ -330,19 +331,19 @@ def test_the_preview_hash_is_deterministic_and_binds_the_server(home: Path) -> N
 def test_wiring_twice_and_unwiring_nothing_are_refused(home: Path) -> None:
     """A second wire of the same agent and scope is already_wired; an unwire with no record is not_wired."""
     cf = claude_file(home)
-    with pytest.raises(errors.NotWired):
+    with pytest.raises(commands.NotWired):
         wiring.plan_unwire(wired_dir(home), "claude", "user", [cf])
     wire(home, "claude", cf, CLAUDE_EDITS)
-    with pytest.raises(errors.AlreadyWired):
+    with pytest.raises(commands.AlreadyWired):
         wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
 
 
 def test_unknown_agents_and_scopes_are_refused() -> None:
     """An agent not in the table is unknown_agent; Codex has no project scope (wire_scope_unsupported)."""
-    with pytest.raises(errors.UnknownAgent) as caught:
+    with pytest.raises(commands.UnknownAgent) as caught:
         config_files("cursor", "user", {"HOME": "/h"}, Path("/w"))
     assert caught.value.details["agents"] == ["claude", "codex", "opencode"]
-    with pytest.raises(errors.WireScopeUnsupported):
+    with pytest.raises(commands.WireScopeUnsupported):
         config_files("codex", "project", {"HOME": "/h"}, Path("/w"))
     assert [c.path for c in config_files("opencode", "user", {"HOME": "/h"}, Path("/w"))] == [
         Path("/h/.config/opencode/opencode.json")
@@ -438,7 +439,7 @@ def test_a_server_restarted_after_the_preview_is_wired_server_mismatch(home: Pat
     cf = claude_file(home)
     planned = wiring.preview(wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))[0])
     restarted = {**SERVER, "identity": {"pid": 5151, "create_time": 1700000200.0}}
-    with pytest.raises(errors.WiredServerMismatch) as caught:
+    with pytest.raises(commands.WiredServerMismatch) as caught:
         wiring.reviewed(
             lambda: wiring.plan_wire("claude", "user", restarted, [(cf, CLAUDE_EDITS)], wired_dir(home)),
             planned["preview_hash"],
@@ -449,7 +450,7 @@ def test_a_server_restarted_after_the_preview_is_wired_server_mismatch(home: Pat
 def test_a_key_where_a_table_must_be_is_refused(home: Path) -> None:
     """A settings file whose ``env`` is not an object is agent_config_unparsable naming the key; nothing written."""
     cf = claude_file(home, '{\n  "env": "EDITOR=vim"\n}\n')
-    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+    with pytest.raises(commands.AgentConfigUnparsable) as caught:
         wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
     assert "env.ANTHROPIC_BASE_URL" in caught.value.message and cf.path.read_text() == '{\n  "env": "EDITOR=vim"\n}\n'
 
@@ -465,7 +466,7 @@ def test_a_key_where_a_table_must_be_is_refused(home: Path) -> None:
 def test_a_config_nested_too_deep_is_unparsable_not_a_recursion_error(home: Path, kind: str, text: str) -> None:
     """A settings file nested past MAX_DEPTH (100,000 deep, or 65) is agent_config_unparsable saying so."""
     cf = claude_file(home, text) if kind == "claude" else codex_file(home, text)
-    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+    with pytest.raises(commands.AgentConfigUnparsable) as caught:
         wiring.plan_wire(kind, "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
     assert caught.value.details["path"] == str(cf.path) and "nest" in caught.value.message
     assert cf.path.read_text() == text and not wired_dir(home).exists()
@@ -477,14 +478,14 @@ def test_a_config_over_the_size_bound_is_refused_unread(home: Path) -> None:
     record = wire(home, "claude", cf, CLAUDE_EDITS)
     with open(cf.path, "r+b") as fh:
         fh.truncate(200 * 1024 * 1024)  # sparse: nothing is written, and a read past the bound would be slow
-    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+    with pytest.raises(commands.AgentConfigUnparsable) as caught:
         wiring.plan_unwire(wired_dir(home), "claude", "user", [cf])
     assert caught.value.details["size"] == 200 * 1024 * 1024
     assert caught.value.details["limit_bytes"] == MAX_CONFIG_BYTES and str(MAX_CONFIG_BYTES) in caught.value.message
     assert file_drift(record["files"][0])["state"] == "unreadable"
     Path(record["files"][0]["backup"]).unlink()
     next(wired_dir(home).glob("*.json")).unlink()
-    with pytest.raises(errors.AgentConfigUnparsable) as caught:
+    with pytest.raises(commands.AgentConfigUnparsable) as caught:
         wiring.plan_wire("claude", "user", SERVER, [(cf, CLAUDE_EDITS)], wired_dir(home))
     assert caught.value.details["size"] == 200 * 1024 * 1024
 
@@ -526,7 +527,7 @@ def test_confirms_leave_no_lock_file_and_a_waiter_locks_the_file_at_the_path(hom
     assert list(locks.iterdir()) == []
 
     lock = locks / "held.lock"
-    busy = errors.LockTimeout("busy")
+    busy = commands.LockTimeout("busy")
     release, held, outcome = threading.Event(), threading.Event(), []
 
     def second() -> None:
@@ -543,7 +544,7 @@ def test_confirms_leave_no_lock_file_and_a_waiter_locks_the_file_at_the_path(hom
     try:
         with file_lock(lock, timeout=0, busy=busy):
             outcome.append("locked")  # a third command got a lock while the waiter holds it: two files, one lock
-    except errors.LockTimeout:
+    except commands.LockTimeout:
         outcome.append("busy")
     release.set()
     waiter.join(60)

@@ -111,7 +111,7 @@ def test_exactly_one_contract_and_a_cache_needs_its_disk() -> None:
 
 def test_the_plan_fills_the_reply_limits_only_where_they_apply() -> None:
     """A limit given for a runtime that applies none is refused; the defaults fill what is not given."""
-    from mlx_agent.errors import UnsupportedRuntime
+    from mlx_agent.errors.commands import UnsupportedRuntime
     from mlx_agent.plan.recipes import load_recipe
     from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records.plan import RuntimeRecord
