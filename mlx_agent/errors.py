@@ -28,6 +28,7 @@ them into the JSON envelope at its boundary only; anything else reaching it is a
     │   ├── RuntimeNotExecutable ............ runtime_not_executable
     │   ├── RuntimeSymlinkLoop .............. runtime_symlink_loop
     │   ├── UnsupportedRuntime .............. unsupported_runtime
+    │   ├── TrustRemoteCodeRefused .......... trust_remote_code_refused
     │   ├── DistributedUnsupported .......... distributed_unsupported
     │   ├── UnsupportedModel ................ unsupported_model
     │   └── RuntimeModelMismatch ............ runtime_model_mismatch
@@ -336,6 +337,14 @@ class RuntimeModelMismatch(RuntimeSelectionError):
 class UnsupportedRuntime(RuntimeSelectionError):
     code = "unsupported_runtime"
     remediation = "Choose a runtime that mlx-agent has a recipe for: see `mlx-agent serve start --help`."
+
+
+class TrustRemoteCodeRefused(RuntimeSelectionError):
+    code = "trust_remote_code_refused"
+    remediation = (
+        "Serve a model whose architecture the installed mlx-lm or mlx-vlm implements itself, without "
+        "--trust-remote-code: no plan reviews Python code shipped in a model's folder."
+    )
 
 
 class DistributedUnsupported(RuntimeSelectionError):

@@ -24,6 +24,8 @@ from mlx_agent.plan.decoding import (
     decoding_args,
     draft_plan,
     kv_cache_plan,
+    passed_through,
+    passed_through_args,
     prompt_cache_args,
     prompt_cache_plan,
 )
@@ -325,6 +327,8 @@ def build_model_plan(
     kv_cache = kv_cache_plan(spec, recipe)
     concurrency = decode_concurrency_plan(spec, recipe)
     extra_args += decoding_args(draft, kv_cache, concurrency)
+    runtime_options = passed_through(spec, recipe)
+    extra_args += passed_through_args(runtime_options)
     lookup = accel.prompt_lookup(
         spec.prompt_lookup,
         recipe,
@@ -429,4 +433,7 @@ def build_model_plan(
         },
         "agents": agents,
         "reply_limits": reply_limits,
+        "thinking_budget": runtime_options["thinking_budget"],
+        "max_kv_size": runtime_options["max_kv_size"],
+        "vision_cache_size": runtime_options["vision_cache_size"],
     }

@@ -81,9 +81,12 @@ def test_prompt_lookup_gives_way_to_a_draft_model_and_kv_bits(tiny_model: Path, 
     assert not quantized["applied"] and any("--kv-bits" in r for r in quantized["reasons"])
 
 
-def test_mlx_vlm_refuses_mlx_lm_decoding_options(tiny_model: Path, tiny_draft: Path) -> None:
-    """A runtime without the options (mlx-vlm) refuses them rather than serving without them."""
+def test_runtimes_refuse_decoding_options_they_lack(tiny_model: Path, tiny_draft: Path) -> None:
+    """A runtime without an option's capability refuses it rather than serving without it.
+
+    mlx-vlm serves no draft model yet; mlx_lm takes no TurboQuant half bits.
+    """
     with pytest.raises(UnsupportedRuntime, match="--draft-model"):
         plan_for(tiny_model, runtime="mlx-vlm", draft_model=str(tiny_draft))
-    with pytest.raises(UnsupportedRuntime, match="--kv-bits"):
-        plan_for(tiny_model, runtime="mlx-vlm", kv_bits=4)
+    with pytest.raises(UnsupportedRuntime, match=r"--kv-bits 3\.5"):
+        plan_for(tiny_model, kv_bits=3.5)

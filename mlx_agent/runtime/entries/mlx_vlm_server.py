@@ -46,12 +46,23 @@ from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, place, text_of
 NORMALIZER = "_normalize_instruction_messages"
 RENDERER = "apply_chat_template"  # in mlx_vlm.server: every endpoint renders through this name (AdaptedRender)
 GENERATION = "mlx_vlm.server.generation"
+THINKING_BUDGET = "get_server_thinking_budget"  # a request's default thinking budget, read from mlx_vlm's env
+# The worker's log line at start: what mlx_vlm's own config holds of the plan's start-up options (settings_line).
+SETTINGS_LINE = "mlx-agent: mlx_vlm settings "
+SETTINGS = (
+    "kv_bits",
+    "kv_quant_scheme",
+    "kv_group_size",
+    "max_kv_size",
+    "vision_cache_size",
+    "draft_model",
+    "draft_kind",
+)
 PROMPT_TOKENS = "mlx_agent_prompt_tokens"  # our key in mlx_vlm's per-request state: its prompt's length, until read
 # Modules of mlx_vlm whose global ``NORMALIZER`` we replace (each looks it up at call time).
 PLACED_IN = ("mlx_vlm.server.openai", "mlx_vlm.server.compaction")
 # Callables of mlx_vlm (and uvicorn) we call or replace, with the parameters (in order, from the first) we rely on.
 VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "mlx_vlm.server.request_normalization": {NORMALIZER: ("chat_messages", "instructions")},
     "mlx_vlm.server.openai": {
         NORMALIZER: ("chat_messages", "instructions"),
         "chat_completions_endpoint": (),
@@ -64,6 +75,9 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server": {RENDERER: ("processor", "config", "prompt", "add_generation_prompt")},
     "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
     "mlx_vlm.server.cli": {"main": ()},
+    # the settings line (settings_line): mlx_vlm's own config as its CLI captured it, and its thinking budget
+    "mlx_vlm.server.runtime_config": {"RuntimeConfig.current": ("self",)},
+    "mlx_vlm.server.request_normalization": {NORMALIZER: ("chat_messages", "instructions"), THINKING_BUDGET: ()},
     "uvicorn": {"run": ("app",)},
     # load and prefill progress (install_progress): the load we wrap, the prefill steps we read after
     GENERATION: {
@@ -81,6 +95,8 @@ CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
         "chat_completions_endpoint": (NORMALIZER, "_extract_video_reference", "_decode_input_audio_data", RENDERER),
         "responses_endpoint": (NORMALIZER, RENDERER),
     },
+    # its options reach the server only as the config captured here, before uvicorn.run (run_on_socket)
+    "mlx_vlm.server.cli": {"main": ("from_env", "run")},
     GENERATION: {
         "load_model_resources": ("load",),
         "ResponseGenerator._run_impl": ("_log_prefill_started", "_step"),
@@ -321,6 +337,25 @@ def install_progress(where: Board | None = None) -> None:
     cls._log_prefill_completed = staticmethod(prefill_completed)
 
 
+def settings_line() -> str:
+    """Return the log line of mlx_vlm's settings as its server runs with them: its config, read back, not our argv.
+
+    mlx_vlm's CLI turns each start-up flag into an environment variable and captures them in
+    ``runtime.config`` (``RuntimeConfig.from_env``) just before ``uvicorn.run``; the thinking budget is read from
+    the environment by each request. The adapter is the one its lifespan preloads.
+    """
+    import json
+
+    from mlx_vlm.server import request_normalization
+    from mlx_vlm.server.runtime import runtime
+
+    current = runtime.config.current()
+    values = {name: current.get(name) for name in SETTINGS}
+    values["thinking_budget"] = getattr(request_normalization, THINKING_BUDGET)()
+    values["adapter_path"] = os.environ.get("MLX_VLM_PRELOAD_ADAPTER")
+    return SETTINGS_LINE + json.dumps(values, sort_keys=True)
+
+
 def bind_private(path: str) -> socket.socket:
     """Return a Unix socket bound at ``path`` that only its owner can connect to (not yet listening)."""
     with contextlib.suppress(FileNotFoundError):
@@ -363,6 +398,7 @@ def serve(argv: list[str]) -> int:
         kwargs.pop("port", None)
         kwargs.pop("reload", None)  # a reloader needs the app by name; the front never asks for one
         loaded = import_from_string(app) if isinstance(app, str) else app  # mlx_vlm names "mlx_vlm.server:app"
+        print(settings_line(), file=sys.stderr, flush=True)
         install_adapter(loaded)
         previous_run(BodyLimits(MediaWall(loaded), limits), fd=sock.fileno(), **kwargs)
 

@@ -1,0 +1,72 @@
+"""End to end: mlx-vlm's start-up options, planned by `serve start`, reach the real mlx-vlm worker's own config.
+
+The evidence is what mlx_vlm itself holds once its CLI has read the worker's argv: the wrapped entry logs
+``runtime.config`` (and the thinking budget its requests default to) as mlx_vlm captured it before listening
+(``mlx_vlm_server.settings_line``), and the worker behaves by it: a TurboQuant KV cache serves a chat, and
+``--max-kv-size`` cuts a reply where the prompt and the reply fill the cache.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletion
+
+from mlx_agent.runtime.entries.mlx_vlm_server import SETTINGS_LINE
+from tests.conftest import Agent, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+@contextmanager
+def served(agent: Agent, model: Path, *options: str) -> Iterator[tuple[openai.OpenAI, dict[str, Any]]]:
+    """Serve ``model`` with mlx-vlm and ``options``; yield a client and the worker's logged settings, then stop."""
+    port = free_port()
+    receipt = agent.launch("--path", str(model), "--runtime", "mlx-vlm", "--port", str(port), *options)
+    try:
+        log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text(errors="replace")
+        lines = [line for line in log.splitlines() if line.startswith(SETTINGS_LINE)]
+        assert len(lines) == 1, log[-3000:]
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0)
+        yield client, json.loads(lines[0][len(SETTINGS_LINE) :])
+    finally:
+        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def chat(client: openai.OpenAI, model: Path, max_tokens: int) -> ChatCompletion:
+    """Return the greedy reply to a short chat asking for at most ``max_tokens``."""
+    return client.chat.completions.create(
+        model=model.name, max_tokens=max_tokens, temperature=0, messages=[{"role": "user", "content": "hello"}]
+    )
+
+
+def test_the_options_reach_mlx_vlms_own_config_and_a_turboquant_cache_serves(agent: Agent, tiny_vlm: Path) -> None:
+    """--kv-bits 3.5, --thinking-budget 7 and --vision-cache-size 3 are what mlx_vlm runs with; a chat is answered."""
+    with served(agent, tiny_vlm) as (_, plain):
+        pass
+    options = ("--kv-bits", "3.5", "--thinking-budget", "7", "--vision-cache-size", "3")
+    with served(agent, tiny_vlm, *options) as (client, settings):
+        assert chat(client, tiny_vlm, 4).choices[0].message.content
+    expected = {"kv_bits": 3.5, "kv_quant_scheme": "turboquant", "thinking_budget": 7, "vision_cache_size": 3}
+    assert {key: settings[key] for key in expected} == expected
+    assert {key: plain[key] for key in expected} == {
+        "kv_bits": None,
+        "kv_quant_scheme": "uniform",
+        "thinking_budget": None,
+        "vision_cache_size": 20,
+    }
+
+
+def test_max_kv_size_cuts_a_reply_where_the_cache_is_full(agent: Agent, tiny_vlm: Path) -> None:
+    """Under --max-kv-size 64 a greedy reply asked for 200 tokens stops at length with 64 tokens in all."""
+    with served(agent, tiny_vlm, "--max-kv-size", "64") as (client, settings):
+        reply = chat(client, tiny_vlm, 200)
+    assert settings["max_kv_size"] == 64
+    assert reply.usage is not None and reply.choices[0].finish_reason == "length"
+    assert reply.usage.prompt_tokens + reply.usage.completion_tokens == 64
