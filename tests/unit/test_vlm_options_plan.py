@@ -88,9 +88,9 @@ def test_kv_bits_and_scheme_are_recorded_as_mlx_vlm_runs_them(
 ) -> None:
     """A half width is TurboQuant's; a whole one is written whole; the scheme is always written for mlx-vlm."""
     model = vlm_model(vlm_dir, **options)
-    assert model["kv_cache"] == record
     assert argv_value(model, "--kv-bits") == str(record["kv_bits"])
     assert argv_value(model, "--kv-quant-scheme") == record["kv_quant_scheme"]
+    assert model["kv_cache"] == record
 
 
 @pytest.mark.fast
