@@ -17,7 +17,7 @@ from mlx_agent.errors import InvalidArguments, UnsupportedRuntime
 from mlx_agent.identity import read_safetensors_header, with_digests
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel
-from mlx_agent.plan.adapter import expectations, resolve_adapter
+from mlx_agent.plan.adapter import expectations, resolve_adapter, resolve_vlm_adapter
 from mlx_agent.plan.agent_support import agents_record, check_options, template_checks
 from mlx_agent.plan.decoding import (
     decode_concurrency_plan,
@@ -144,9 +144,8 @@ def _adapter(
     if spec.adapter_path is None and trained is None:
         return None
     if not recipe.get("capabilities", {}).get("adapter"):
-        # mlx_vlm would silently ignore mlx_lm adapter weights: refuse rather than serve the base model.
         raise UnsupportedRuntime(
-            f"runtime {recipe['name']} cannot serve an mlx_lm adapter", details={"runtime": recipe["name"]}
+            f"runtime {recipe['name']} cannot serve an adapter", details={"runtime": recipe["name"]}
         )
     if not runtime["adapter_enabled"]:
         raise UnsupportedRuntime(
@@ -154,8 +153,14 @@ def _adapter(
             "before loading; a --runtime-executable from another environment cannot",
             details={"runtime": recipe["name"], "launcher": runtime["launcher"]},
         )
+    vlm = recipe["capabilities"].get("adapter_layout") == "mlx_vlm"
     if trained is None:
-        return resolve_adapter(spec.adapter_path or "")
+        return (resolve_vlm_adapter if vlm else resolve_adapter)(spec.adapter_path or "")
+    if vlm:  # `lora train` trains with mlx_lm: its adapter is mlx_lm's
+        raise UnsupportedRuntime(
+            f"a training receipt's adapter is mlx_lm's; runtime {recipe['name']} reads its own adapters",
+            details={"runtime": recipe["name"]},
+        )
     # The receipt's recorded hashes were just rechecked; the adapter is still validated like any other.
     return {**resolve_adapter(trained["adapter"]["path"]), "training_receipt": trained["receipt"]}
 
@@ -224,7 +229,8 @@ def weight_bytes(source: SourceRecord, adapter: AdapterRecord | None, draft: Dra
         return None
     total = sum(_tensor_bytes(path) for path in weights)
     if adapter is not None:
-        total += _tensor_bytes(Path(adapter["path"]) / "adapters.safetensors")
+        tensors = [f["name"] for f in adapter["files"] if f["name"].endswith(".safetensors")]
+        total += sum(_tensor_bytes(Path(adapter["path"]) / name) for name in tensors)
     return total
 
 

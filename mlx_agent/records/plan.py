@@ -178,6 +178,7 @@ class RecipeCapabilities(TypedDict):
     kv_quant_scheme: NotRequired[bool]  # --kv-quant-scheme and half --kv-bits (TurboQuant)
     draft_kind: NotRequired[bool]  # --draft-kind: the drafter's family (dflash, eagle3, mtp)
     num_draft_tokens: NotRequired[bool]  # --num-draft-tokens; absent: as draft_model (mlx_lm's)
+    adapter_layout: NotRequired[Literal["mlx_lm", "mlx_vlm"]]  # the adapter files its loader reads (plan/adapter.py)
 
 
 @with_config(STRICT)

@@ -3,12 +3,14 @@
 The evidence is what mlx_vlm itself holds once its CLI has read the worker's argv: the wrapped entry logs
 ``runtime.config`` (and the thinking budget its requests default to) as mlx_vlm captured it before listening
 (``mlx_vlm_server.settings_line``), and the worker behaves by it: a TurboQuant KV cache serves a chat, and
-``--max-kv-size`` cuts a reply where the prompt and the reply fill the cache.
+``--max-kv-size`` cuts a reply where the prompt and the reply fill the cache, an mlx-vlm LoRA adapter changes
+the greedy reply, and a changed adapter file stops the next load before mlx_vlm reads it.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,24 +21,37 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from mlx_agent.runtime.entries.mlx_vlm_server import SETTINGS_LINE
+from tests.adapter_support import flip_last_byte, restart_refusal
 from tests.conftest import Agent, free_port
 
 pytestmark = pytest.mark.e2e
 
 
 @contextmanager
-def served(agent: Agent, model: Path, *options: str) -> Iterator[tuple[openai.OpenAI, dict[str, Any]]]:
-    """Serve ``model`` with mlx-vlm and ``options``; yield a client and the worker's logged settings, then stop."""
+def launched(agent: Agent, model: Path, *options: str) -> Iterator[tuple[openai.OpenAI, dict[str, Any]]]:
+    """Serve ``model`` with mlx-vlm and ``options``; yield a client and the receipt, then stop."""
     port = free_port()
     receipt = agent.launch("--path", str(model), "--runtime", "mlx-vlm", "--port", str(port), *options)
     try:
-        log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text(errors="replace")
-        lines = [line for line in log.splitlines() if line.startswith(SETTINGS_LINE)]
-        assert len(lines) == 1, log[-3000:]
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0)
-        yield client, json.loads(lines[0][len(SETTINGS_LINE) :])
+        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="local", max_retries=0), receipt
     finally:
         assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def logged_settings(receipt: dict[str, Any]) -> dict[str, Any]:
+    """Return the settings line the worker of ``receipt`` logged at start (one, per load)."""
+    log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text(errors="replace")
+    lines = [line for line in log.splitlines() if line.startswith(SETTINGS_LINE)]
+    assert len(lines) == 1, log[-3000:]
+    settings: dict[str, Any] = json.loads(lines[0][len(SETTINGS_LINE) :])
+    return settings
+
+
+@contextmanager
+def served(agent: Agent, model: Path, *options: str) -> Iterator[tuple[openai.OpenAI, dict[str, Any]]]:
+    """Serve ``model`` with mlx-vlm and ``options``; yield a client and the worker's logged settings, then stop."""
+    with launched(agent, model, *options) as (client, receipt):
+        yield client, logged_settings(receipt)
 
 
 def chat(client: openai.OpenAI, model: Path, max_tokens: int) -> ChatCompletion:
@@ -70,3 +85,21 @@ def test_max_kv_size_cuts_a_reply_where_the_cache_is_full(agent: Agent, tiny_vlm
     assert settings["max_kv_size"] == 64
     assert reply.usage is not None and reply.choices[0].finish_reason == "length"
     assert reply.usage.prompt_tokens + reply.usage.completion_tokens == 64
+
+
+def test_an_mlx_vlm_adapter_is_loaded_and_a_changed_one_is_refused_at_load(
+    agent: Agent, tiny_vlm: Path, tiny_vlm_adapter: Path, tmp_path: Path
+) -> None:
+    """The bound adapter is the one mlx_vlm preloads and changes the greedy reply; one flipped byte stops a load."""
+    adapter = tmp_path / "adapter"
+    shutil.copytree(tiny_vlm_adapter, adapter)
+    with served(agent, tiny_vlm) as (client, _):
+        plain = chat(client, tiny_vlm, 8).choices[0].message.content
+    with launched(agent, tiny_vlm, "--adapter-path", str(adapter)) as (client, receipt):
+        adapted = chat(client, tiny_vlm, 8).choices[0].message.content
+    assert logged_settings(receipt)["adapter_path"] == str(adapter)
+    assert adapted and plain and adapted != plain
+    bound = [check["path"] for check in receipt["plan"]["models"][0]["file_checks"]]
+    assert bound == [str(adapter / "adapter_config.json"), str(adapter / "adapters.safetensors")]
+    flip_last_byte(adapter / "adapters.safetensors")
+    assert restart_refusal(receipt, tmp_path / "restart.log") == (3, "adapter_changed")

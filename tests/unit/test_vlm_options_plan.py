@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from mlx_agent.errors import InvalidArguments, TrustRemoteCodeRefused, UnsupportedRuntime
+from mlx_agent.errors import AdapterInvalid, InvalidArguments, TrustRemoteCodeRefused, UnsupportedRuntime
 from mlx_agent.plan import runtime_select
+from mlx_agent.plan.adapter import resolve_vlm_adapter
 from mlx_agent.plan.decoding import kv_cache_plan, passed_through
 from mlx_agent.plan.models_file import model_requests, read_models_file
 from mlx_agent.plan.recipes import load_recipe
@@ -25,6 +26,7 @@ from mlx_agent.records.plan import ModelPlan, Recipe
 from tests.plan_support import plan_for
 
 VLM = "mlx-vlm"
+ADAPTER_FILES = ("adapter_config.json", "adapters.safetensors")
 
 
 @pytest.fixture
@@ -180,3 +182,57 @@ def test_a_models_file_takes_the_options_as_keys(vlm_dir: Path, tmp_path: Path) 
         7,
         3,
     )
+
+
+KEYS = ["language_model.model.layers.0.self_attn.q_proj", "language_model.model.layers.0.mlp.up_proj"]
+
+
+def vlm_adapter(
+    folder: Path, *, weights: str = "adapters.safetensors", tensors: list[str] | None = None, **config: Any
+) -> Path:
+    """Write an adapter shaped as mlx_vlm's trainer saves one (``keys`` naming its layers) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = {"fine_tune_type": "lora", "num_layers": -1, "lora_parameters": {"rank": 2, "scale": 1.0, "keys": KEYS}}
+    (folder / "adapter_config.json").write_text(json.dumps({**saved, **config}))
+    names = tensors if tensors is not None else [f"{k}.{part}" for k in KEYS for part in ("lora_a", "lora_b")]
+    save_file({name: np.zeros((2, 2), dtype=np.float32) for name in names}, str(folder / weights))
+    return folder
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("weights", ["adapters.safetensors", "weights.safetensors"])
+def test_an_mlx_vlm_adapter_binds_the_two_files_its_loader_reads(tmp_path: Path, weights: str) -> None:
+    """mlx_vlm reads adapters.safetensors, else weights.safetensors, and adapter_config.json: those are bound."""
+    record = resolve_vlm_adapter(str(vlm_adapter(tmp_path / "a", weights=weights)))
+    assert [f["name"] for f in record["files"]] == ["adapter_config.json", weights]
+    assert (record["fine_tune_type"], record["num_layers"]) == ("lora", -1)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"fine_tune_type": "full"}, "fine_tune_type"),
+        ({"lora_parameters": {"rank": 2}}, "keys"),  # mlx_lm's layout: mlx-vlm would adapt other names
+        ({"tensors": ["model.layers.0.self_attn.q_proj.lora_a"]}, "does not adapt"),
+        ({"tensors": [f"{KEYS[0]}.weight"]}, "adapter tensors"),
+    ],
+)
+def test_an_adapter_mlx_vlm_would_not_apply_as_bound_is_adapter_invalid(
+    tmp_path: Path, changes: dict[str, Any], problem: str
+) -> None:
+    """A full fine-tune, mlx_lm's layout, stray layers or foreign tensors are refused, not loaded and ignored."""
+    with pytest.raises(AdapterInvalid, match=problem):
+        resolve_vlm_adapter(str(vlm_adapter(tmp_path / "a", **changes)))
+
+
+def test_the_mlx_vlm_plan_passes_the_adapter_and_rechecks_it(vlm_dir: Path, tmp_path: Path) -> None:
+    """--adapter-path reaches mlx_vlm's flag; both files are rechecked at each load; the hash covers them."""
+    adapter = vlm_adapter(tmp_path / "adapter")
+    model = vlm_model(vlm_dir, adapter_path=str(adapter))
+    assert argv_value(model, "--adapter-path") == str(adapter)
+    assert [c["path"] for c in model["file_checks"]] == [str(adapter / n) for n in ADAPTER_FILES]
+    before = plan_for(vlm_dir, runtime=VLM, adapter_path=str(adapter))["preview_hash"]
+    config = adapter / "adapter_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "num_layers": 1}))
+    assert plan_for(vlm_dir, runtime=VLM, adapter_path=str(adapter))["preview_hash"] != before

@@ -379,9 +379,11 @@ def serve(argv: list[str]) -> int:
         print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
         return 2
     from mlx_agent.runtime.entries.contract_entry import started
+    from mlx_agent.runtime.entries.file_checks import refuse_if_changed
     from mlx_agent.runtime.serving.socket_limits import from_contract
 
     given, native = started(argv, socket=True)
+    refuse_if_changed(given.contract.file_checks)  # the reviewed adapter files, before mlx_vlm reads anything
     socket_path = given.socket or ""
     limits = from_contract(given.contract)  # the front's body cap and body deadline (asgi_limits)
     sock = bind_private(socket_path)
