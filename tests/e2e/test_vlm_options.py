@@ -103,3 +103,17 @@ def test_an_mlx_vlm_adapter_is_loaded_and_a_changed_one_is_refused_at_load(
     assert bound == [str(adapter / "adapter_config.json"), str(adapter / "adapters.safetensors")]
     flip_last_byte(adapter / "adapters.safetensors")
     assert restart_refusal(receipt, tmp_path / "restart.log") == (3, "adapter_changed")
+
+
+def test_a_bound_draft_model_is_loaded_by_mlx_vlm_as_the_named_family(agent: Agent, tiny_vlm: Path) -> None:
+    """--draft-model and --draft-kind are what mlx_vlm's config holds, and mlx_vlm loads and accepts the drafter.
+
+    The tiny model drafts for itself (mlx_vlm checks the pair and enables speculative decoding); no tiny model
+    here is a real drafter, so no reply is asked for: a Qwen2-VL model returns no hidden states to draft from.
+    """
+    with launched(agent, tiny_vlm, "--draft-model", str(tiny_vlm), "--draft-kind", "mtp") as (_, receipt):
+        settings = logged_settings(receipt)
+        log = Path(receipt["plan"]["models"][0]["worker"]["log_path"]).read_text(errors="replace")
+    assert (settings["draft_model"], settings["draft_kind"]) == (str(tiny_vlm), "mtp")
+    assert f"Loading speculative drafter (mtp): {tiny_vlm}" in log
+    assert "Drafter ready; speculative decoding enabled." in log

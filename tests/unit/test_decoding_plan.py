@@ -84,9 +84,21 @@ def test_prompt_lookup_gives_way_to_a_draft_model_and_kv_bits(tiny_model: Path, 
 def test_runtimes_refuse_decoding_options_they_lack(tiny_model: Path, tiny_draft: Path) -> None:
     """A runtime without an option's capability refuses it rather than serving without it.
 
-    mlx-vlm serves no draft model yet; mlx_lm takes no TurboQuant half bits.
+    mlx-vlm's drafters take no token count; mlx_lm takes no drafter family and no TurboQuant half bits.
     """
-    with pytest.raises(UnsupportedRuntime, match="--draft-model"):
-        plan_for(tiny_model, runtime="mlx-vlm", draft_model=str(tiny_draft))
+    with pytest.raises(UnsupportedRuntime, match="--num-draft-tokens"):
+        plan_for(tiny_model, runtime="mlx-vlm", draft_model=str(tiny_draft), num_draft_tokens=3)
+    with pytest.raises(UnsupportedRuntime, match="--draft-kind"):
+        plan_for(tiny_model, draft_model=str(tiny_draft), draft_kind="mtp")
     with pytest.raises(UnsupportedRuntime, match=r"--kv-bits 3\.5"):
         plan_for(tiny_model, kv_bits=3.5)
+
+
+def test_an_mlx_vlm_draft_is_bound_with_its_family(tiny_model: Path, tiny_draft: Path) -> None:
+    """mlx-vlm's --draft-model is bound as mlx_lm's is, and --draft-kind is recorded and passed beside it."""
+    model = plan_for(tiny_model, runtime="mlx-vlm", draft_model=str(tiny_draft), draft_kind="eagle3")["models"][0]
+    draft = model["draft"]
+    assert draft is not None and draft["source"]["path"] == str(tiny_draft) and draft.get("draft_kind") == "eagle3"
+    argv = model["worker"]["argv"]
+    assert argv[argv.index("--draft-model") + 1] == str(tiny_draft) and argv[argv.index("--draft-kind") + 1] == "eagle3"
+    assert "--num-draft-tokens" not in argv

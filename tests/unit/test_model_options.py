@@ -62,7 +62,7 @@ CASES = [
     Case("verify_weights", {"path": "@model", "verify_weights": True}),
     Case("draft_model", {"path": "@model", "draft_model": "@draft"}),
     Case("num_draft_tokens", {"path": "@model", "draft_model": "@draft", "num_draft_tokens": 3}),
-    Case("draft_kind", {**VLM, "draft_kind": "mtp"}, refused="invalid_arguments"),  # needs --draft-model
+    Case("draft_kind", {**VLM, "draft_model": "@vlm", "draft_kind": "mtp"}),
     Case("kv_bits", {"path": "@model", "kv_bits": 4}),
     Case("kv_group_size", {"path": "@model", "kv_bits": 4, "kv_group_size": 32}),
     Case("kv_quant_scheme", {**VLM, "kv_bits": 3.5, "kv_quant_scheme": "turboquant"}),

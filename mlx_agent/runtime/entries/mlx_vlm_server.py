@@ -86,6 +86,7 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
         "ResponseGenerator._log_prefill_started": ("self", "request"),
         "ResponseGenerator._step": ("self", "batch_gen", "active"),
         "ResponseGenerator._log_prefill_completed": ("uid", "info", "prompt_response"),
+        "ResponseGenerator._initialize_model": ("self",),  # the draft guard (install_draft_guard)
     },
 }
 # Functions that must still call (look up by name) what we replace or rely on: without the call, no effect.
@@ -101,6 +102,8 @@ CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
         "load_model_resources": ("load",),
         "ResponseGenerator._run_impl": ("_log_prefill_started", "_step"),
         "ResponseGenerator._step": ("_log_prefill_progress", "_log_prefill_completed"),
+        # where the drafter is loaded, checked and, when incompatible, dropped (draft_dropped reads what it left)
+        "ResponseGenerator._initialize_model": ("load_drafter", "validate_drafter_compatibility", "draft_kind"),
     },
 }
 REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the wrapper uses changed."
@@ -337,6 +340,42 @@ def install_progress(where: Board | None = None) -> None:
     cls._log_prefill_completed = staticmethod(prefill_completed)
 
 
+def draft_dropped(asked: str | None, asked_kind: str | None, drafter: Any, kind: str | None) -> str | None:
+    """Return why the loaded generator does not draft as the plan asked, or None when it does (or none was asked).
+
+    mlx_vlm logs a warning and serves without speculative decoding when the drafter does not fit the model, and
+    uses the drafter's own family when ``--draft-kind`` names another: both would serve something other than
+    the reviewed plan.
+    """
+    if asked is None:
+        return None
+    if drafter is None:
+        return f"mlx_vlm dropped the draft model {asked}: it does not fit the served model (see the warning above)"
+    if asked_kind is not None and kind != asked_kind:
+        return f"the draft model {asked} is a {kind} drafter, not the {asked_kind} drafter the plan names"
+    return None
+
+
+def install_draft_guard() -> None:
+    """Fail the load (the worker exits before it listens) when mlx_vlm would not draft as the plan asked."""
+    from mlx_agent.errors import DraftModelMismatch, print_refusal
+
+    generation: Any = importlib.import_module(GENERATION)
+    cls: Any = generation.ResponseGenerator
+    initialize = cls._initialize_model
+
+    def initialized(self: Any) -> None:
+        initialize(self)
+        asked = self.draft_model_path or os.environ.get("MLX_VLM_DRAFT_MODEL") or None
+        why = draft_dropped(asked, os.environ.get("MLX_VLM_DRAFT_KIND") or None, self.draft_model, self.draft_kind)
+        if why is not None:
+            error = DraftModelMismatch(why, details={"draft_model": asked})
+            print_refusal(error)
+            raise RuntimeError(why)  # mlx_vlm's generation thread turns it into the load's error
+
+    cls._initialize_model = initialized
+
+
 def settings_line() -> str:
     """Return the log line of mlx_vlm's settings as its server runs with them: its config, read back, not our argv.
 
@@ -406,6 +445,7 @@ def serve(argv: list[str]) -> int:
 
     install_placer()
     install_progress()
+    install_draft_guard()
     previous_run = uvicorn.run
     uvicorn.run = run_on_socket  # the seam: mlx_vlm's CLI calls uvicorn.run
     sys.argv = ["mlx_vlm.server", *native]
