@@ -142,7 +142,8 @@ class ModelRequest(Record):
     draft_model: str | None = option(
         "--draft-model",
         "str",
-        "mlx_lm: a small model of the same vocabulary (a path or a cached ORG/NAME) drafting for speculative decoding.",
+        "A small model of the same vocabulary (a path or a cached ORG/NAME) drafting for speculative decoding "
+        "(mlx_lm; mlx-vlm: its drafter, see --draft-kind).",
         file_path="path_or_repo",
     )
     num_draft_tokens: int | None = option(
@@ -163,7 +164,7 @@ class ModelRequest(Record):
     kv_group_size: int | None = option(
         "--kv-group-size",
         "int",
-        "mlx_lm: the KV cache quantization group size (32, 64 or 128; needs --kv-bits).",
+        "The KV cache quantization group size (32, 64 or 128; needs --kv-bits).",
         values=KV_GROUP_SIZES,
     )
     kv_quant_scheme: str | None = option(
