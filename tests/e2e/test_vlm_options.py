@@ -117,3 +117,18 @@ def test_a_bound_draft_model_is_loaded_by_mlx_vlm_as_the_named_family(agent: Age
     assert (settings["draft_model"], settings["draft_kind"]) == (str(tiny_vlm), "mtp")
     assert f"Loading speculative drafter (mtp): {tiny_vlm}" in log
     assert "Drafter ready; speculative decoding enabled." in log
+
+
+def test_a_drafter_mlx_vlm_would_drop_fails_the_load(agent: Agent, tiny_vlm: Path, tmp_path: Path) -> None:
+    """A drafter of another width (same vocabulary, so the plan binds it) is refused at load: draft_model_mismatch.
+
+    mlx_vlm itself would log a warning and serve without drafting; the worker fails its load instead.
+    """
+    from tests.fixtures.tiny_vlm import build_tiny_vlm
+
+    wide = build_tiny_vlm(tmp_path / "wide", seed=5, hidden_size=96)
+    args = ["--path", str(tiny_vlm), "--runtime", "mlx-vlm", "--port", str(free_port())]
+    args += ["--draft-model", str(wide), "--draft-kind", "mtp"]
+    refused = agent.run("serve", "start", *args, "--confirm", "--preview-hash", agent.preview_hash(*args))
+    assert (refused.rc, refused.code) == (1, "draft_model_mismatch"), refused.stdout
+    assert "dropped the draft model" in refused.doc["error"]["message"]
