@@ -272,6 +272,14 @@ def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm_adapter(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one mlx-vlm LoRA adapter of the tiny Qwen2-VL model (mlx_vlm's own LoRA code) for the whole session."""
+    from tests.fixtures.tiny_vlm_adapter import build_tiny_vlm_adapter
+
+    return build_tiny_vlm_adapter(tiny_vlm, tmp_path_factory.mktemp("vlm-adapter") / "adapter")
+
+
 # Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
 ATTACKER = "mlxattacker" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 

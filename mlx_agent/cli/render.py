@@ -109,7 +109,8 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
             table.add_row(
                 "draft model",
                 escape(f"{draft.get('repo') or draft['path']} ({len(draft['files'])} files bound)")
-                + (f", {steps} tokens a step" if steps else ""),
+                + (f", {steps} tokens a step" if steps else "")
+                + (f", drafter family {model['draft']['draft_kind']}" if "draft_kind" in model["draft"] else ""),
             )
         group = model.get("group")
         if group is not None:
@@ -124,7 +125,13 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
             )
         kv = model["kv_cache"]
         if kv is not None:
-            table.add_row("kv cache", f"{kv['kv_bits']}-bit, groups of {kv['kv_group_size']}")
+            scheme = f" {kv['kv_quant_scheme']}" if "kv_quant_scheme" in kv else ""
+            table.add_row("kv cache", f"{kv['kv_bits']}-bit{scheme}, groups of {kv['kv_group_size']}")
+        for label, key in (("thinking budget", "thinking_budget"), ("max kv size", "max_kv_size")):
+            if model.get(key) is not None:
+                table.add_row(label, f"{model.get(key)} tokens")
+        if model.get("vision_cache_size") is not None:
+            table.add_row("vision cache", f"{model.get('vision_cache_size')} images' features")
         lookup, kernel = model["decode_profile"], model["prefill_kernel"]
         for label, asked, fits, reasons in (
             ("prompt lookup", lookup["requested"], lookup["applied"], lookup["reasons"]),

@@ -33,6 +33,7 @@ a command's new error goes there and leaves every reviewed plan as it was.
     │   ├── RuntimeNotExecutable ............ runtime_not_executable
     │   ├── RuntimeSymlinkLoop .............. runtime_symlink_loop
     │   ├── UnsupportedRuntime .............. unsupported_runtime
+    │   ├── TrustRemoteCodeRefused .......... trust_remote_code_refused
     │   ├── DistributedUnsupported .......... distributed_unsupported
     │   ├── UnsupportedModel ................ unsupported_model
     │   └── RuntimeModelMismatch ............ runtime_model_mismatch
@@ -341,6 +342,14 @@ class MemoryUnknown(GatewayError):
 class TooManyLoaded(GatewayError):
     code = "too_many_loaded"
     remediation = "Wait for the busy models in details.held_by to finish, or raise --max-loaded."
+
+
+class DraftModelMismatch(SourceError):
+    code = "draft_model_mismatch"
+    remediation = (
+        "Give --draft-model a smaller model with the served model's tokenizer vocabulary (the same family), "
+        "or leave it out."
+    )
 
 
 class RequestRefused(MlxAgentError):

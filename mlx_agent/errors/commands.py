@@ -43,14 +43,6 @@ class ModelNotLocal(SourceError):
     )
 
 
-class DraftModelMismatch(SourceError):
-    code = "draft_model_mismatch"
-    remediation = (
-        "Give --draft-model a smaller model with the served model's tokenizer vocabulary (the same family), "
-        "or leave it out."
-    )
-
-
 class ConfigMissing(SourceError):
     code = "config_missing"
     remediation = "Point --path at a model directory; it must hold the model's config.json."
@@ -109,6 +101,14 @@ class RuntimeModelMismatch(RuntimeSelectionError):
 class UnsupportedRuntime(RuntimeSelectionError):
     code = "unsupported_runtime"
     remediation = "Choose a runtime that mlx-agent has a recipe for: see `mlx-agent serve start --help`."
+
+
+class TrustRemoteCodeRefused(RuntimeSelectionError):
+    code = "trust_remote_code_refused"
+    remediation = (
+        "Serve a model whose architecture the installed mlx-lm or mlx-vlm implements itself, without "
+        "--trust-remote-code: no plan reviews Python code shipped in a model's folder."
+    )
 
 
 class DistributedUnsupported(RuntimeSelectionError):

@@ -1,4 +1,8 @@
-"""mlx_lm's own decoding options in a plan: a draft model, KV-cache quantization, a prompt cache kept on disk.
+"""A runtime's own decoding options in a plan: a draft model, KV-cache quantization, a prompt cache kept on disk.
+
+Each is the runtime's own flag, refused for a runtime whose recipe lacks its capability (``_refuse_unless``).
+mlx-vlm's take more: a drafter's family, half-bit TurboQuant KV caches and its scheme, and the options of
+``PASSED_THROUGH`` (a thinking budget, a rotating KV cache's size, the vision feature cache's size).
 
 A draft model is bound exactly like the served model (its files' identity, digests under ``--verify-weights``)
 and rechecked before every load; its weights count in the load's memory estimate. mlx_lm serves requests
@@ -9,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlx_agent.errors.commands import DraftModelMismatch, UnsupportedRuntime
+from mlx_agent.errors import DraftModelMismatch
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.identity import with_digests
 from mlx_agent.plan.requests import DEFAULT_KV_GROUP_SIZE
 from mlx_agent.plan.source import REPO_ID, resolve_path_source, resolve_repo_source
@@ -35,10 +40,21 @@ def _vocab_size(config: dict[str, Any]) -> int | None:
     return None
 
 
+# Options given to the runtime's flag of the same name, each under the recipe's capability of its name.
+PASSED_THROUGH = ("thinking_budget", "max_kv_size", "vision_cache_size")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def _refuse_unless(recipe: Recipe, capability: str, option: str) -> None:
-    if not recipe.get("capabilities", {}).get(capability):
+    capabilities = recipe.get("capabilities", {})
+    # A recipe that says nothing of --num-draft-tokens takes it with its draft model (mlx_lm's).
+    default = capabilities.get("draft_model") if capability == "num_draft_tokens" else None
+    if not capabilities.get(capability, default):
         raise UnsupportedRuntime(
-            f"{option} is an mlx_lm option; runtime {recipe['name']} rejects it",
+            f"runtime {recipe['name']} does not take {option}",
             details={"runtime": recipe["name"], "option": option},
         )
 
@@ -63,8 +79,14 @@ def draft_plan(spec: ModelRequest, recipe: Recipe, config: dict[str, Any]) -> Dr
             "would be other tokens",
             details={"draft_model": source["path"], "draft_vocab_size": drafting, "vocab_size": served},
         )
+    if spec.num_draft_tokens is not None:  # mlx-vlm's drafters take a block size of their own instead
+        _refuse_unless(recipe, "num_draft_tokens", "--num-draft-tokens")
     typed: SourceRecord = source  # type: ignore[assignment]  # resolve_*_source build this record
-    return {"source": typed, "num_draft_tokens": spec.num_draft_tokens}
+    record: DraftRecord = {"source": typed, "num_draft_tokens": spec.num_draft_tokens}
+    if spec.draft_kind is not None:
+        _refuse_unless(recipe, "draft_kind", "--draft-kind")
+        record["draft_kind"] = spec.draft_kind  # type: ignore[typeddict-item]  # one of DRAFT_KINDS (validate_spec)
+    return record
 
 
 def kv_cache_plan(spec: ModelRequest, recipe: Recipe) -> KvCacheRecord | None:
@@ -72,9 +94,32 @@ def kv_cache_plan(spec: ModelRequest, recipe: Recipe) -> KvCacheRecord | None:
     if spec.kv_bits is None:
         return None
     _refuse_unless(recipe, "kv_bits", "--kv-bits")
-    # Both checked in validate_spec; without --kv-group-size, mlx_lm's own default, recorded.
-    record = {"kv_bits": spec.kv_bits, "kv_group_size": spec.kv_group_size or DEFAULT_KV_GROUP_SIZE}
+    whole = float(spec.kv_bits).is_integer()
+    bits = int(spec.kv_bits) if whole else spec.kv_bits  # a whole width is written as mlx_lm's int flag takes it
+    # Bounds checked in validate_spec (a whole width is one of mx.quantize's); without --kv-group-size, the
+    # runtime's own default (64), recorded.
+    record: dict[str, Any] = {"kv_bits": bits, "kv_group_size": spec.kv_group_size or DEFAULT_KV_GROUP_SIZE}
+    if not whole or spec.kv_quant_scheme is not None:
+        _refuse_unless(recipe, "kv_quant_scheme", "--kv-quant-scheme" if whole else f"--kv-bits {spec.kv_bits}")
+    if recipe.get("capabilities", {}).get("kv_quant_scheme"):
+        # A half width is TurboQuant's whatever the scheme says (mlx_vlm's turboquant_enabled): recorded as such.
+        record["kv_quant_scheme"] = "turboquant" if not whole else spec.kv_quant_scheme or "uniform"
     return record  # type: ignore[return-value]
+
+
+def passed_through(spec: ModelRequest, recipe: Recipe) -> dict[str, int | None]:
+    """Return the plan's value of each option of ``PASSED_THROUGH`` (None: not given); refused without capability."""
+    values: dict[str, int | None] = {name: getattr(spec, name) for name in PASSED_THROUGH}
+    for name, value in values.items():
+        if value is not None:
+            _refuse_unless(recipe, name, _flag(name))
+    return values
+
+
+def passed_through_args(values: Mapping[str, int | None]) -> list[str]:
+    """Return the runtime's flags of the options of ``PASSED_THROUGH`` that the plan gives."""
+    given = [(name, values.get(name)) for name in PASSED_THROUGH]
+    return [word for name, value in given if value is not None for word in (_flag(name), str(value))]
 
 
 def decode_concurrency_plan(spec: ModelRequest, recipe: Recipe) -> int | None:
@@ -94,8 +139,12 @@ def decoding_args(
         args += ["--draft-model", draft["source"]["path"]]
         if draft["num_draft_tokens"] is not None:
             args += ["--num-draft-tokens", str(draft["num_draft_tokens"])]
+        if "draft_kind" in draft:
+            args += ["--draft-kind", draft["draft_kind"]]
     if kv_cache is not None:
         args += ["--kv-bits", str(kv_cache["kv_bits"]), "--kv-group-size", str(kv_cache["kv_group_size"])]
+        if "kv_quant_scheme" in kv_cache:
+            args += ["--kv-quant-scheme", kv_cache["kv_quant_scheme"]]
     return args
 
 

@@ -18,13 +18,15 @@ from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.identity import read_safetensors_header, with_digests
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel
-from mlx_agent.plan.adapter import expectations, resolve_adapter
+from mlx_agent.plan.adapter import expectations, resolve_adapter, resolve_vlm_adapter
 from mlx_agent.plan.agent_support import agents_record, check_options, template_checks
 from mlx_agent.plan.decoding import (
     decode_concurrency_plan,
     decoding_args,
     draft_plan,
     kv_cache_plan,
+    passed_through,
+    passed_through_args,
     prompt_cache_args,
     prompt_cache_plan,
 )
@@ -143,9 +145,8 @@ def _adapter(
     if spec.adapter_path is None and trained is None:
         return None
     if not recipe.get("capabilities", {}).get("adapter"):
-        # mlx_vlm would silently ignore mlx_lm adapter weights: refuse rather than serve the base model.
         raise UnsupportedRuntime(
-            f"runtime {recipe['name']} cannot serve an mlx_lm adapter", details={"runtime": recipe["name"]}
+            f"runtime {recipe['name']} cannot serve an adapter", details={"runtime": recipe["name"]}
         )
     if not runtime["adapter_enabled"]:
         raise UnsupportedRuntime(
@@ -153,8 +154,14 @@ def _adapter(
             "before loading; a --runtime-executable from another environment cannot",
             details={"runtime": recipe["name"], "launcher": runtime["launcher"]},
         )
+    vlm = recipe["capabilities"].get("adapter_layout") == "mlx_vlm"
     if trained is None:
-        return resolve_adapter(spec.adapter_path or "")
+        return (resolve_vlm_adapter if vlm else resolve_adapter)(spec.adapter_path or "")
+    if vlm:  # `lora train` trains with mlx_lm: its adapter is mlx_lm's
+        raise UnsupportedRuntime(
+            f"a training receipt's adapter is mlx_lm's; runtime {recipe['name']} reads its own adapters",
+            details={"runtime": recipe["name"]},
+        )
     # The receipt's recorded hashes were just rechecked; the adapter is still validated like any other.
     return {**resolve_adapter(trained["adapter"]["path"]), "training_receipt": trained["receipt"]}
 
@@ -223,7 +230,8 @@ def weight_bytes(source: SourceRecord, adapter: AdapterRecord | None, draft: Dra
         return None
     total = sum(_tensor_bytes(path) for path in weights)
     if adapter is not None:
-        total += _tensor_bytes(Path(adapter["path"]) / "adapters.safetensors")
+        tensors = [f["name"] for f in adapter["files"] if f["name"].endswith(".safetensors")]
+        total += sum(_tensor_bytes(Path(adapter["path"]) / name) for name in tensors)
     return total
 
 
@@ -326,6 +334,8 @@ def build_model_plan(
     kv_cache = kv_cache_plan(spec, recipe)
     concurrency = decode_concurrency_plan(spec, recipe)
     extra_args += decoding_args(draft, kv_cache, concurrency)
+    runtime_options = passed_through(spec, recipe)
+    extra_args += passed_through_args(runtime_options)
     lookup = accel.prompt_lookup(
         spec.prompt_lookup,
         recipe,
@@ -430,4 +440,7 @@ def build_model_plan(
         },
         "agents": agents,
         "reply_limits": reply_limits,
+        "thinking_budget": runtime_options["thinking_budget"],
+        "max_kv_size": runtime_options["max_kv_size"],
+        "vision_cache_size": runtime_options["vision_cache_size"],
     }

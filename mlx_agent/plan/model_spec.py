@@ -7,6 +7,7 @@ table of a models file (``models_file``), declared once. Cheap to import.
 from __future__ import annotations
 
 from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors.commands import TrustRemoteCodeRefused
 from mlx_agent.plan.options import problem
 from mlx_agent.plan.recipes import AUTO
 
@@ -48,6 +49,38 @@ def validate_spec(spec: ModelRequest) -> None:
         raise InvalidArguments("--num-draft-tokens needs --draft-model")
     if spec.kv_group_size is not None and spec.kv_bits is None:
         raise InvalidArguments("--kv-group-size needs --kv-bits", details={"kv_group_size": spec.kv_group_size})
+    _check_vlm_options(spec)
+
+
+def _check_vlm_options(spec: ModelRequest) -> None:
+    """Refuse mlx-vlm's start-up options that contradict each other (each runtime's capability is the plan's)."""
+    if spec.trust_remote_code:
+        raise TrustRemoteCodeRefused(
+            "--trust-remote-code would make the worker import and run Python code from the model's folder, "
+            "which no plan reviews or binds",
+            details={"option": "--trust-remote-code"},
+        )
+    if spec.kv_quant_scheme is not None and spec.kv_bits is None:
+        raise InvalidArguments("--kv-quant-scheme needs --kv-bits", details={"kv_quant_scheme": spec.kv_quant_scheme})
+    if spec.kv_bits is not None and not float(spec.kv_bits).is_integer() and spec.kv_quant_scheme == "uniform":
+        raise InvalidArguments(
+            f"--kv-bits {spec.kv_bits} is TurboQuant's: uniform quantization takes whole bits",
+            details={"kv_bits": spec.kv_bits, "kv_quant_scheme": spec.kv_quant_scheme},
+        )
+    if spec.max_kv_size is not None and spec.kv_bits is not None:
+        # mlx-vlm keeps a quantized cache whole: it would drop the rotating cache and say so only in its log.
+        raise InvalidArguments(
+            "--max-kv-size and --kv-bits: mlx-vlm ignores the rotating cache under a quantized KV cache; give one",
+            details={"max_kv_size": spec.max_kv_size, "kv_bits": spec.kv_bits},
+        )
+    if spec.draft_kind is not None and spec.draft_model is None:
+        raise InvalidArguments("--draft-kind needs --draft-model", details={"draft_kind": spec.draft_kind})
+    if spec.thinking_budget is not None and spec.draft_model is not None:
+        # mlx-vlm's server refuses every request with a thinking budget under speculative decoding.
+        raise InvalidArguments(
+            "--thinking-budget and --draft-model: mlx-vlm applies no thinking budget while a draft model drafts",
+            details={"thinking_budget": spec.thinking_budget, "draft_model": spec.draft_model},
+        )
 
 
 def model_policy(spec: ModelRequest, *, jit: bool) -> ModelPolicyRecord:

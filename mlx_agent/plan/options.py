@@ -51,7 +51,7 @@ class Opt:
         required: bool = False,
         choices: tuple[str, ...] | None = None,
         choices_from: str | None = None,
-        values: tuple[int, ...] | None = None,
+        values: tuple[float, ...] | None = None,
         scope: str = "both",
         file_path: str | None = None,
         file_required: bool = False,
@@ -70,7 +70,7 @@ class Opt:
         self.required = required
         self.choices = choices
         self.choices_from = choices_from  # a function of plan.recipes returning the allowed values
-        self.values = values  # the whole numbers allowed, where bounds alone say too little
+        self.values = values  # the numbers allowed, where bounds alone say too little
         # Where a per-model option is given: "both" (the command line or a [[model]] table), "cli" (once on the
         # command line, for every model), or "file" (a table only: the command line derives it).
         self.scope = scope

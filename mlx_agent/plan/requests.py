@@ -20,6 +20,11 @@ DEFAULT_RUNTIME = "mlx_lm"
 DEFAULT_READY_TIMEOUT = 120.0
 # What MLX's quantization accepts for a KV cache (mx.quantize bits and group sizes).
 KV_BITS = (2, 3, 4, 5, 6, 8)
+# mlx-vlm's TurboQuant also takes half bits (turboquant._validate_bits: whole and .5 widths); a fractional width
+# is TurboQuant's alone, so --kv-bits takes these besides KV_BITS where the recipe has ``kv_quant_scheme``.
+KV_HALF_BITS = (1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5)
+KV_QUANT_SCHEMES = ("uniform", "turboquant")
+DRAFT_KINDS = ("dflash", "eagle3", "mtp")  # mlx-vlm's drafter families (its --draft-kind)
 KV_GROUP_SIZES = (32, 64, 128)
 DEFAULT_KV_GROUP_SIZE = 64  # mlx_lm's, written into the plan when --kv-bits comes without --kv-group-size
 PORT = {"minimum": 1, "maximum": 65535}
@@ -55,7 +60,7 @@ class ModelRequest(Record):
     adapter_path: str | None = option(
         "--adapter-path",
         "str",
-        "A local LoRA adapter directory (mlx_lm), bound by the content of its two files.",
+        "A local LoRA adapter directory (mlx_lm or mlx-vlm), bound by the content of its files.",
         file_path="path",
     )
     runtime: str = option(
@@ -86,6 +91,12 @@ class ModelRequest(Record):
         "str",
         "Ask the chat template to think (on) or not (off); default: the template's.",
         choices=("on", "off"),
+    )
+    thinking_budget: int | None = option(
+        "--thinking-budget",
+        "int",
+        "mlx-vlm: the most tokens a thinking block may take when a request sets no thinking_budget.",
+        minimum=1,
     )
     chat_template_args: str | None = option(
         "--chat-template-args", "json", "A JSON object of chat template arguments (mlx_lm), merged with --thinking."
@@ -131,20 +142,54 @@ class ModelRequest(Record):
     draft_model: str | None = option(
         "--draft-model",
         "str",
-        "mlx_lm: a small model of the same vocabulary (a path or a cached ORG/NAME) drafting for speculative decoding.",
+        "A small model of the same vocabulary (a path or a cached ORG/NAME) drafting for speculative decoding "
+        "(mlx_lm; mlx-vlm: its drafter, see --draft-kind).",
         file_path="path_or_repo",
     )
     num_draft_tokens: int | None = option(
         "--num-draft-tokens", "int", "mlx_lm: tokens the draft model proposes per step (default: mlx_lm's).", minimum=1
     )
-    kv_bits: int | None = option(
-        "--kv-bits", "int", "mlx_lm: quantize the KV cache to this many bits (2, 3, 4, 5, 6 or 8).", values=KV_BITS
+    draft_kind: str | None = option(
+        "--draft-kind",
+        "str",
+        "mlx-vlm: the drafter's family (default: mlx-vlm reads it from the draft model's config).",
+        choices=DRAFT_KINDS,
+    )
+    kv_bits: float | None = option(
+        "--kv-bits",
+        "float",
+        "Quantize the KV cache to this many bits (2, 3, 4, 5, 6 or 8; mlx-vlm's TurboQuant also 1.5 to 7.5 by halves).",
+        values=tuple(sorted((*KV_BITS, *KV_HALF_BITS))),
     )
     kv_group_size: int | None = option(
         "--kv-group-size",
         "int",
-        "mlx_lm: the KV cache quantization group size (32, 64 or 128; needs --kv-bits).",
+        "The KV cache quantization group size (32, 64 or 128; needs --kv-bits).",
         values=KV_GROUP_SIZES,
+    )
+    kv_quant_scheme: str | None = option(
+        "--kv-quant-scheme",
+        "str",
+        "mlx-vlm: how the KV cache is quantized (needs --kv-bits; default uniform, turboquant for half bits).",
+        choices=KV_QUANT_SCHEMES,
+    )
+    max_kv_size: int | None = option(
+        "--max-kv-size",
+        "int",
+        "mlx-vlm: keep at most this many tokens in the KV cache (a rotating cache), and refuse longer requests.",
+        minimum=1,
+    )
+    vision_cache_size: int | None = option(
+        "--vision-cache-size",
+        "int",
+        "mlx-vlm: how many images' vision features to keep for reuse (default: mlx-vlm's, 20).",
+        minimum=1,
+    )
+    trust_remote_code: bool = option(
+        "--trust-remote-code",
+        "flag",
+        "Refused: it would run Python code from the model's folder that no plan reviewed.",
+        default=False,
     )
     hosts: tuple[str, ...] | None = option(
         "--hosts", "list", "mlx_lm: serve across these hosts' IPs (A,B,...; this machine first) with mlx.launch."

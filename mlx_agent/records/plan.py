@@ -171,6 +171,14 @@ class RecipeCapabilities(TypedDict):
     vision: NotRequired[bool]  # it serves models with a vision tower (config.json's markers); others get none
     groups: NotRequired[bool]  # its wrapped worker serves one model across an mlx.launch group of ranks
     reply_limits: NotRequired[bool]  # its wrapped worker applies --reasoning-budget, --hedge-limit, ... (limits.py)
+    # Options passed to the runtime's own flag of the same name (mlx-vlm's; ``decoding.PASSED_THROUGH``).
+    thinking_budget: NotRequired[bool]  # --thinking-budget N: a request's default thinking budget
+    max_kv_size: NotRequired[bool]  # --max-kv-size N: a rotating KV cache, and a context limit
+    vision_cache_size: NotRequired[bool]  # --vision-cache-size N: images whose vision features are kept
+    kv_quant_scheme: NotRequired[bool]  # --kv-quant-scheme and half --kv-bits (TurboQuant)
+    draft_kind: NotRequired[bool]  # --draft-kind: the drafter's family (dflash, eagle3, mtp)
+    num_draft_tokens: NotRequired[bool]  # --num-draft-tokens; absent: as draft_model (mlx_lm's)
+    adapter_layout: NotRequired[Literal["mlx_lm", "mlx_vlm"]]  # the adapter files its loader reads (plan/adapter.py)
 
 
 @with_config(STRICT)
@@ -261,18 +269,21 @@ class ModelPolicyRecord(IdlePolicy):
 
 @with_config(STRICT)
 class DraftRecord(TypedDict):
-    """mlx_lm's speculative decoding: the draft model, bound like the served one, and its step."""
+    """Speculative decoding: the draft model, bound like the served one, and its step (or its family)."""
 
     source: SourceRecord
     num_draft_tokens: int | None  # None: mlx_lm's default
+    draft_kind: NotRequired[Literal["dflash", "eagle3", "mtp"]]  # plan 3.3: mlx-vlm's --draft-kind, where given
 
 
 @with_config(STRICT)
 class KvCacheRecord(TypedDict):
-    """mlx_lm's KV-cache quantization, keyed as its flags (``--kv-bits``, ``--kv-group-size``) are named."""
+    """KV-cache quantization, keyed as its flags are named (``--kv-bits``, ``--kv-group-size``, ...)."""
 
-    kv_bits: Literal[2, 3, 4, 5, 6, 8]
+    # Whole bits for uniform quantization (mx.quantize's); mlx-vlm's TurboQuant also takes halves (plan 3.3).
+    kv_bits: Literal[2, 3, 4, 5, 6, 8] | Annotated[float, Field(ge=1.5, le=7.5, multiple_of=0.5)]
     kv_group_size: Literal[32, 64, 128]
+    kv_quant_scheme: NotRequired[Literal["uniform", "turboquant"]]  # plan 3.3: mlx-vlm's, always written there
 
 
 @with_config(STRICT)
@@ -384,6 +395,9 @@ class ModelPlan(TypedDict):
     agents: NotRequired[AgentsRecord | None]  # plan 3.1; None for an embedding model
     reply_limits: NotRequired[ReplyLimitsRecord | None]  # plan 3.2; None where the worker applies none
     decode_concurrency: NotRequired[Positive | None]  # plan 3.2: --decode-concurrency; None: the runtime's own
+    thinking_budget: NotRequired[Positive | None]  # plan 3.3: mlx-vlm's --thinking-budget; None: not set
+    max_kv_size: NotRequired[Positive | None]  # plan 3.3: mlx-vlm's --max-kv-size; None: not set
+    vision_cache_size: NotRequired[Positive | None]  # plan 3.3: mlx-vlm's --vision-cache-size; None: its default
 
 
 @with_config(STRICT)

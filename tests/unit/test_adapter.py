@@ -110,9 +110,9 @@ def test_invalid_adapters_are_refused(tmp_path: Path, breakage: str) -> None:
         resolve_adapter(str(adapter))
 
 
-def test_adapter_on_mlx_vlm_is_unsupported(tiny_model: Path, tmp_path: Path) -> None:
-    """mlx-vlm would ignore mlx_lm adapter keys, so an adapter there is unsupported_runtime."""
-    with pytest.raises(UnsupportedRuntime):
+def test_an_mlx_lm_adapter_on_mlx_vlm_is_adapter_invalid(tiny_model: Path, tmp_path: Path) -> None:
+    """mlx-vlm would ignore mlx_lm adapter keys, so mlx_lm's layout there is adapter_invalid (it names no keys)."""
+    with pytest.raises(AdapterInvalid, match="keys"):
         build_serve_plan(
             ServeRequest(path=str(tiny_model), runtime="mlx-vlm", adapter_path=str(make_adapter(tmp_path / "a")))
         )

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.canonical import plan_diff
-from mlx_agent.errors import InvalidArguments
-from mlx_agent.errors.commands import DraftModelMismatch, UnsupportedRuntime
+from mlx_agent.errors import DraftModelMismatch, InvalidArguments
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.plan.front import front_config
 from tests.fixtures.tiny_model import build_tiny_model
 from tests.plan_support import plan_for
@@ -82,9 +82,24 @@ def test_prompt_lookup_gives_way_to_a_draft_model_and_kv_bits(tiny_model: Path, 
     assert not quantized["applied"] and any("--kv-bits" in r for r in quantized["reasons"])
 
 
-def test_mlx_vlm_refuses_mlx_lm_decoding_options(tiny_model: Path, tiny_draft: Path) -> None:
-    """A runtime without the options (mlx-vlm) refuses them rather than serving without them."""
-    with pytest.raises(UnsupportedRuntime, match="--draft-model"):
-        plan_for(tiny_model, runtime="mlx-vlm", draft_model=str(tiny_draft))
-    with pytest.raises(UnsupportedRuntime, match="--kv-bits"):
-        plan_for(tiny_model, runtime="mlx-vlm", kv_bits=4)
+def test_runtimes_refuse_decoding_options_they_lack(tiny_model: Path, tiny_draft: Path) -> None:
+    """A runtime without an option's capability refuses it rather than serving without it.
+
+    mlx-vlm's drafters take no token count; mlx_lm takes no drafter family and no TurboQuant half bits.
+    """
+    with pytest.raises(UnsupportedRuntime, match="--num-draft-tokens"):
+        plan_for(tiny_model, runtime="mlx-vlm", draft_model=str(tiny_draft), num_draft_tokens=3)
+    with pytest.raises(UnsupportedRuntime, match="--draft-kind"):
+        plan_for(tiny_model, draft_model=str(tiny_draft), draft_kind="mtp")
+    with pytest.raises(UnsupportedRuntime, match=r"--kv-bits 3\.5"):
+        plan_for(tiny_model, kv_bits=3.5)
+
+
+def test_an_mlx_vlm_draft_is_bound_with_its_family(tiny_model: Path, tiny_draft: Path) -> None:
+    """mlx-vlm's --draft-model is bound as mlx_lm's is, and --draft-kind is recorded and passed beside it."""
+    model = plan_for(tiny_model, runtime="mlx-vlm", draft_model=str(tiny_draft), draft_kind="eagle3")["models"][0]
+    draft = model["draft"]
+    assert draft is not None and draft["source"]["path"] == str(tiny_draft) and draft.get("draft_kind") == "eagle3"
+    argv = model["worker"]["argv"]
+    assert argv[argv.index("--draft-model") + 1] == str(tiny_draft) and argv[argv.index("--draft-kind") + 1] == "eagle3"
+    assert "--num-draft-tokens" not in argv

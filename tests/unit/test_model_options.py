@@ -27,6 +27,7 @@ PORT = 18997
 NAME = "m"  # every case names its model: a table must
 OPTIONS = {opt.dest: opt for opt in ModelRequest.OPTIONS}
 LOCAL_PAIR = ("127.0.0.1", "127.0.0.1")
+VLM = {"path": "@vlm", "runtime": "mlx-vlm"}  # mlx-vlm's own options: its recipe has their capabilities
 
 
 @dataclass
@@ -51,6 +52,7 @@ CASES = [
     Case("served_model_name", {"path": "@model", "served_model_name": "other"}),
     Case("alias", {"path": "@model", "alias": ("claude-*", "gpt-4o")}),
     Case("thinking", {"path": "@model", "thinking": "off"}),
+    Case("thinking_budget", {**VLM, "thinking_budget": 64}),
     Case("chat_template_args", {"path": "@model", "chat_template_args": '{"reasoning_effort": "low"}'}),
     Case("chat_template", {"path": "@model", "chat_template": "@template"}),
     Case("tool_parser", {"path": "@model", "tool_parser": "json_tools"}),
@@ -60,8 +62,13 @@ CASES = [
     Case("verify_weights", {"path": "@model", "verify_weights": True}),
     Case("draft_model", {"path": "@model", "draft_model": "@draft"}),
     Case("num_draft_tokens", {"path": "@model", "draft_model": "@draft", "num_draft_tokens": 3}),
+    Case("draft_kind", {**VLM, "draft_model": "@vlm", "draft_kind": "mtp"}),
     Case("kv_bits", {"path": "@model", "kv_bits": 4}),
     Case("kv_group_size", {"path": "@model", "kv_bits": 4, "kv_group_size": 32}),
+    Case("kv_quant_scheme", {**VLM, "kv_bits": 3.5, "kv_quant_scheme": "turboquant"}),
+    Case("max_kv_size", {**VLM, "max_kv_size": 512}),
+    Case("vision_cache_size", {**VLM, "vision_cache_size": 3}),
+    Case("trust_remote_code", {"path": "@model", "trust_remote_code": True}, refused="trust_remote_code_refused"),
     Case("hosts", {"path": "@model", "hosts": LOCAL_PAIR}),
     Case("hostfile", {"path": "@model", "hostfile": "@hostfile"}),
     Case("backend", {"path": "@model", "hosts": LOCAL_PAIR, "backend": "jaccl"}, refused="distributed_unsupported"),
@@ -81,8 +88,8 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def files(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Return the paths the cases name: the model, a draft, an adapter, a training receipt, a runtime, hosts."""
+def files(tiny_model: Path, tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Return the paths the cases name: the models, a draft, an adapter, a training receipt, a runtime, hosts."""
     root = tmp_path_factory.mktemp("options")
     adapter = make_adapter(root / "adapter")
     trained = make_adapter(root / "trained")
@@ -110,6 +117,7 @@ def files(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     template.write_text((REPO_ROOT / "tests" / "templates" / "Qwen3-Coder.jinja").read_text(encoding="utf-8"))
     return {
         "@model": str(tiny_model),
+        "@vlm": str(tiny_vlm),
         "@draft": str(build_tiny_model(root / "draft", seed=7, num_layers=1)),
         "@adapter": str(adapter),
         "@receipt": str(root / "receipt.json"),
@@ -209,7 +217,8 @@ def test_an_option_means_the_same_on_the_command_line_and_in_a_table(
 ) -> None:
     """Both ways give the same model plan, unlike the plan without the option: the option reached the plan."""
     values = filled(case, files)
-    baseline = {"served_model_name": NAME, "path": files["@model"]}
+    served = {key: values[key] for key in ("path", "runtime")} if values.get("runtime") == VLM["runtime"] else {}
+    baseline = {"served_model_name": NAME, "path": files["@model"], **served}  # the same model and runtime
     from_file = outcome(file_request(values, tmp_path, jit=case.jit))
     if OPTIONS[case.option].scope != "file":  # a table-only option has no flag to compare with
         assert outcome(cli_request(values, tmp_path, jit=case.jit)) == from_file

@@ -95,7 +95,7 @@ def test_explicit_mlx_vlm_runs_its_server_on_a_private_socket_on_8083(tiny_model
     assert argv[:4] == [sys.executable, "-m", "mlx_agent.runtime", "mlx-vlm"]
     assert "{socket}" in argv and "--host" not in argv and "--port" not in argv
     assert result["port"] == 8083
-    assert result["runtime"]["adapter_enabled"] is False
+    assert result["runtime"]["adapter_enabled"] is True  # its own adapters (recipes/mlx-vlm.json adapter_layout)
 
 
 def test_thinking_off_merges_into_chat_template_args(tiny_model: Path) -> None:

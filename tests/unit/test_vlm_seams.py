@@ -223,3 +223,20 @@ def test_a_template_refusal_answers_400_with_the_remedy(loaded: tuple[Any, Any])
     assert "Conversation roles must alternate" in error.message and "--chat-template FILE" in error.message
     answer = mlx_vlm_server.answer_refusal(None, caught.value)
     assert answer.status_code == 400 and b'"code":"template_error"' in answer.body
+
+
+@pytest.mark.parametrize(
+    ("asked", "asked_kind", "drafter", "kind", "dropped"),
+    [
+        (None, None, None, None, False),
+        ("/d", None, object(), "dflash", False),
+        ("/d", "mtp", object(), "mtp", False),
+        ("/d", None, None, None, True),  # mlx_vlm found it incompatible and serves without it
+        ("/d", "mtp", object(), "dflash", True),  # mlx_vlm used the drafter's own family instead
+    ],
+)
+def test_a_draft_mlx_vlm_would_not_run_as_planned_fails_the_load(
+    asked: str | None, asked_kind: str | None, drafter: object, kind: str | None, dropped: bool
+) -> None:
+    """A planned drafter that mlx_vlm dropped, or runs as another family, is named; a fitting one is not."""
+    assert (mlx_vlm_server.draft_dropped(asked, asked_kind, drafter, kind) is not None) == dropped

@@ -46,12 +46,23 @@ from mlx_agent.runtime.serving.system_turns import SYSTEM_ROLES, place, text_of
 NORMALIZER = "_normalize_instruction_messages"
 RENDERER = "apply_chat_template"  # in mlx_vlm.server: every endpoint renders through this name (AdaptedRender)
 GENERATION = "mlx_vlm.server.generation"
+THINKING_BUDGET = "get_server_thinking_budget"  # a request's default thinking budget, read from mlx_vlm's env
+# The worker's log line at start: what mlx_vlm's own config holds of the plan's start-up options (settings_line).
+SETTINGS_LINE = "mlx-agent: mlx_vlm settings "
+SETTINGS = (
+    "kv_bits",
+    "kv_quant_scheme",
+    "kv_group_size",
+    "max_kv_size",
+    "vision_cache_size",
+    "draft_model",
+    "draft_kind",
+)
 PROMPT_TOKENS = "mlx_agent_prompt_tokens"  # our key in mlx_vlm's per-request state: its prompt's length, until read
 # Modules of mlx_vlm whose global ``NORMALIZER`` we replace (each looks it up at call time).
 PLACED_IN = ("mlx_vlm.server.openai", "mlx_vlm.server.compaction")
 # Callables of mlx_vlm (and uvicorn) we call or replace, with the parameters (in order, from the first) we rely on.
 VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "mlx_vlm.server.request_normalization": {NORMALIZER: ("chat_messages", "instructions")},
     "mlx_vlm.server.openai": {
         NORMALIZER: ("chat_messages", "instructions"),
         "chat_completions_endpoint": (),
@@ -64,6 +75,9 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server": {RENDERER: ("processor", "config", "prompt", "add_generation_prompt")},
     "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
     "mlx_vlm.server.cli": {"main": ()},
+    # the settings line (settings_line): mlx_vlm's own config as its CLI captured it, and its thinking budget
+    "mlx_vlm.server.runtime_config": {"RuntimeConfig.current": ("self",)},
+    "mlx_vlm.server.request_normalization": {NORMALIZER: ("chat_messages", "instructions"), THINKING_BUDGET: ()},
     "uvicorn": {"run": ("app",)},
     # load and prefill progress (install_progress): the load we wrap, the prefill steps we read after
     GENERATION: {
@@ -72,6 +86,7 @@ VLM_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
         "ResponseGenerator._log_prefill_started": ("self", "request"),
         "ResponseGenerator._step": ("self", "batch_gen", "active"),
         "ResponseGenerator._log_prefill_completed": ("uid", "info", "prompt_response"),
+        "ResponseGenerator._initialize_model": ("self",),  # the draft guard (install_draft_guard)
     },
 }
 # Functions that must still call (look up by name) what we replace or rely on: without the call, no effect.
@@ -81,10 +96,14 @@ CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
         "chat_completions_endpoint": (NORMALIZER, "_extract_video_reference", "_decode_input_audio_data", RENDERER),
         "responses_endpoint": (NORMALIZER, RENDERER),
     },
+    # its options reach the server only as the config captured here, before uvicorn.run (run_on_socket)
+    "mlx_vlm.server.cli": {"main": ("from_env", "run")},
     GENERATION: {
         "load_model_resources": ("load",),
         "ResponseGenerator._run_impl": ("_log_prefill_started", "_step"),
         "ResponseGenerator._step": ("_log_prefill_progress", "_log_prefill_completed"),
+        # where the drafter is loaded, checked and, when incompatible, dropped (draft_dropped reads what it left)
+        "ResponseGenerator._initialize_model": ("load_drafter", "validate_drafter_compatibility", "draft_kind"),
     },
 }
 REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the wrapper uses changed."
@@ -321,6 +340,61 @@ def install_progress(where: Board | None = None) -> None:
     cls._log_prefill_completed = staticmethod(prefill_completed)
 
 
+def draft_dropped(asked: str | None, asked_kind: str | None, drafter: Any, kind: str | None) -> str | None:
+    """Return why the loaded generator does not draft as the plan asked, or None when it does (or none was asked).
+
+    mlx_vlm logs a warning and serves without speculative decoding when the drafter does not fit the model, and
+    uses the drafter's own family when ``--draft-kind`` names another: both would serve something other than
+    the reviewed plan.
+    """
+    if asked is None:
+        return None
+    if drafter is None:
+        return f"mlx_vlm dropped the draft model {asked}: it does not fit the served model (see the warning above)"
+    if asked_kind is not None and kind != asked_kind:
+        return f"the draft model {asked} is a {kind} drafter, not the {asked_kind} drafter the plan names"
+    return None
+
+
+def install_draft_guard() -> None:
+    """Fail the load (the worker exits before it listens) when mlx_vlm would not draft as the plan asked."""
+    from mlx_agent.errors import DraftModelMismatch, print_refusal
+
+    generation: Any = importlib.import_module(GENERATION)
+    cls: Any = generation.ResponseGenerator
+    initialize = cls._initialize_model
+
+    def initialized(self: Any) -> None:
+        initialize(self)
+        asked = self.draft_model_path or os.environ.get("MLX_VLM_DRAFT_MODEL") or None
+        why = draft_dropped(asked, os.environ.get("MLX_VLM_DRAFT_KIND") or None, self.draft_model, self.draft_kind)
+        if why is not None:
+            error = DraftModelMismatch(why, details={"draft_model": asked})
+            print_refusal(error)
+            raise RuntimeError(why)  # mlx_vlm's generation thread turns it into the load's error
+
+    cls._initialize_model = initialized
+
+
+def settings_line() -> str:
+    """Return the log line of mlx_vlm's settings as its server runs with them: its config, read back, not our argv.
+
+    mlx_vlm's CLI turns each start-up flag into an environment variable and captures them in
+    ``runtime.config`` (``RuntimeConfig.from_env``) just before ``uvicorn.run``; the thinking budget is read from
+    the environment by each request. The adapter is the one its lifespan preloads.
+    """
+    import json
+
+    from mlx_vlm.server import request_normalization
+    from mlx_vlm.server.runtime import runtime
+
+    current = runtime.config.current()
+    values = {name: current.get(name) for name in SETTINGS}
+    values["thinking_budget"] = getattr(request_normalization, THINKING_BUDGET)()
+    values["adapter_path"] = os.environ.get("MLX_VLM_PRELOAD_ADAPTER")
+    return SETTINGS_LINE + json.dumps(values, sort_keys=True)
+
+
 def bind_private(path: str) -> socket.socket:
     """Return a Unix socket bound at ``path`` that only its owner can connect to (not yet listening)."""
     with contextlib.suppress(FileNotFoundError):
@@ -344,9 +418,11 @@ def serve(argv: list[str]) -> int:
         print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
         return 2
     from mlx_agent.runtime.entries.contract_entry import started
+    from mlx_agent.runtime.entries.file_checks import refuse_if_changed
     from mlx_agent.runtime.serving.socket_limits import from_contract
 
     given, native = started(argv, socket=True)
+    refuse_if_changed(given.contract.file_checks)  # the reviewed adapter files, before mlx_vlm reads anything
     socket_path = given.socket or ""
     limits = from_contract(given.contract)  # the front's body cap and body deadline (asgi_limits)
     sock = bind_private(socket_path)
@@ -363,11 +439,13 @@ def serve(argv: list[str]) -> int:
         kwargs.pop("port", None)
         kwargs.pop("reload", None)  # a reloader needs the app by name; the front never asks for one
         loaded = import_from_string(app) if isinstance(app, str) else app  # mlx_vlm names "mlx_vlm.server:app"
+        print(settings_line(), file=sys.stderr, flush=True)
         install_adapter(loaded)
         previous_run(BodyLimits(MediaWall(loaded), limits), fd=sock.fileno(), **kwargs)
 
     install_placer()
     install_progress()
+    install_draft_guard()
     previous_run = uvicorn.run
     uvicorn.run = run_on_socket  # the seam: mlx_vlm's CLI calls uvicorn.run
     sys.argv = ["mlx_vlm.server", *native]
