@@ -32,6 +32,7 @@ from mlx_agent.gateway.observe.request_log import observer
 from mlx_agent.gateway.ollama.api import OllamaApi
 from mlx_agent.gateway.ollama.api import errors_middleware as ollama_errors
 from mlx_agent.gateway.openai.embeddings import EmbeddingsApi
+from mlx_agent.gateway.openai.media import MediaApi
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
 from mlx_agent.gateway.responses.api import ResponsesApi
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -105,6 +106,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             control=Control(fleet),
             metrics=metrics,
             embeddings=EmbeddingsApi(upstream),
+            media=MediaApi(upstream, fleet.socket_dir),
         )
         for endpoint in ENDPOINTS:  # the route table (gateway/door/endpoints.py), in its order
             handler = endpoint.bind(apis)
