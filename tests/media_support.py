@@ -33,9 +33,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--port", type=int, required=True)
 a, _ = p.parse_known_args()
 LOG = os.environ["STANDIN_LOG"]
-PNG = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c63f8cfc0f01f0005000201e2212bc60000000049454e44ae426082")).decode()
+PNG = base64.b64encode(bytes.fromhex(os.environ["STANDIN_PNG"])).decode()
 
 def note(doc):
     with open(LOG, "a") as fh:
@@ -122,6 +120,12 @@ print("stand-in media worker: listening", flush=True)
 ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()
 """
 
+# A 16x16 PNG: what the stand-in draws, and an image to edit.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000010000000100802000000909168360000001949444154789c63e41239c1400a60"
+    "2249f5a886510d434a0300f20401060d40fe650000000049454e44ae426082"
+)
+
 # The fleet: a served name per kind ("text": the stand-in answers its chat paths 404, never reached here).
 MODELS = {"org/speech": "speech", "org/stt": "transcription", "org/image": "image_generation", "org/chat": "text"}
 
@@ -144,7 +148,9 @@ def media_config(directory: Path, port: int, argv_of: Callable[[str], list[str]]
         model["worker"]["argv"] = argv_of(kind)
         model["worker"]["kind"] = kind
         model["worker"]["log_path"] = str(directory / f"worker-{index}.log")
-        model["worker"]["env"].update(STANDIN_LOG=str(log_path(directory)), STANDIN_GO=str(directory / "go"))
+        model["worker"]["env"].update(
+            STANDIN_LOG=str(log_path(directory)), STANDIN_GO=str(directory / "go"), STANDIN_PNG=PNG.hex()
+        )
         config["models"].append(model)
     config["socket_dir"] = str(directory / "sockets")
     (directory / "sockets").mkdir(mode=0o700, exist_ok=True)

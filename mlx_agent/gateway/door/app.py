@@ -106,7 +106,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             control=Control(fleet),
             metrics=metrics,
             embeddings=EmbeddingsApi(upstream),
-            media=MediaApi(upstream, fleet.socket_dir),
+            media=MediaApi(upstream, fleet.socket_dir, config["max_body_bytes"]),
         )
         for endpoint in ENDPOINTS:  # the route table (gateway/door/endpoints.py), in its order
             handler = endpoint.bind(apis)

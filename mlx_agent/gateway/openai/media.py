@@ -65,24 +65,32 @@ QUEUED_PIECES = 16  # pieces of a streamed reply held for a slow client before t
 UPLOADS = "uploads"  # under the front's socket directory: the per-request directories of edits' images
 MAX_EDIT_IMAGES = 16
 IMAGE_FIELDS = frozenset({"model", "prompt", "n", "size", "steps", "seed", "guidance", "response_format"})
-AUDIO_FORM = FormSpec(
-    fields=frozenset({"model", "language", "prompt", "temperature", "response_format", "stream"}),
-    files=frozenset({"file"}),
-    max_files=1,
-    max_file_bytes=MAX_AUDIO_BYTES,
-    max_total_bytes=MAX_AUDIO_BYTES + 1024 * 1024,
-    too_large=Code.AUDIO_TOO_LARGE,
-    what="audio file",
-)
-EDIT_FORM = FormSpec(
-    fields=IMAGE_FIELDS | {"output_format", "user"},
-    files=frozenset({"image"}),
-    max_files=MAX_EDIT_IMAGES,
-    max_file_bytes=LIMITS.max_bytes,
-    max_total_bytes=MAX_EDIT_IMAGES * LIMITS.max_bytes,
-    too_large=Code.IMAGE_TOO_LARGE,
-    what="image",
-)
+
+
+def audio_form(max_body_bytes: int) -> FormSpec:
+    """Return the audio endpoints' form: one ``file`` within ``MAX_AUDIO_BYTES`` and the front's body cap."""
+    return FormSpec(
+        fields=frozenset({"model", "language", "prompt", "temperature", "response_format", "stream"}),
+        files=frozenset({"file"}),
+        max_files=1,
+        max_file_bytes=min(MAX_AUDIO_BYTES, max_body_bytes),
+        max_total_bytes=max_body_bytes,
+        too_large=Code.AUDIO_TOO_LARGE,
+        what="audio file",
+    )
+
+
+def edit_form(max_body_bytes: int) -> FormSpec:
+    """Return the edit endpoint's form: up to ``MAX_EDIT_IMAGES`` ``image`` files, each within a chat image's cap."""
+    return FormSpec(
+        fields=IMAGE_FIELDS | {"output_format", "user"},
+        files=frozenset({"image"}),
+        max_files=MAX_EDIT_IMAGES,
+        max_file_bytes=min(LIMITS.max_bytes, max_body_bytes),
+        max_total_bytes=max_body_bytes,
+        too_large=Code.IMAGE_TOO_LARGE,
+        what="image",
+    )
 
 
 def passed_type(reply: WorkerReply) -> str:
@@ -138,9 +146,11 @@ def _fields(body: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
 class MediaApi:
     """The handlers of the media endpoints (the module docstring); ``socket_dir`` holds edits' uploads."""
 
-    def __init__(self, upstream: Upstream, socket_dir: Path) -> None:
+    def __init__(self, upstream: Upstream, socket_dir: Path, max_body_bytes: int) -> None:
         self.upstream = upstream
         self.socket_dir = socket_dir
+        self.audio_form = audio_form(max_body_bytes)
+        self.edit_form = edit_form(max_body_bytes)
 
     async def _answer(
         self,
@@ -198,7 +208,7 @@ class MediaApi:
         return await self._audio(request, WorkerRoute.TRANSLATIONS)
 
     async def _audio(self, request: web.Request, route: WorkerRoute) -> web.StreamResponse:
-        form = await read_form(reader_of(request.headers, request.content), AUDIO_FORM)
+        form = await read_form(reader_of(request.headers, request.content), self.audio_form)
         declaration = TranslationForm if route is WorkerRoute.TRANSLATIONS else TranscriptionForm
         fields = parse(declaration, dict(form.fields))
         model = require_kind(self.upstream.fleet, fields.model, "transcription")
@@ -221,7 +231,7 @@ class MediaApi:
 
     async def edits(self, request: web.Request) -> web.Response:
         """Edit uploaded images (a form): stored by the front, named to the worker, removed after."""
-        form = await read_form(reader_of(request.headers, request.content), EDIT_FORM)
+        form = await read_form(reader_of(request.headers, request.content), self.edit_form)
         fields = parse(ImageEditForm, dict(form.fields))
         model = require_kind(self.upstream.fleet, fields.model, "image_generation")
         if not form.files:

@@ -92,8 +92,7 @@ class ImageOptions(Body):
     steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] | None = None
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None
     guidance: Annotated[float, Field(ge=0, le=30, allow_inf_nan=False)] | None = None
-    # b64_json only: the front keeps no image to serve at a URL, and mlx-vlm's "path" is a file on this machine.
-    response_format: Literal["b64_json"] | None = None
+    response_format: str | None = None
     output_format: Literal["png"] | None = None
     user: str | None = None  # accepted, changes nothing
 
@@ -102,19 +101,27 @@ class ImageOptions(Body):
     def _size(cls, value: Any) -> Any:
         return _size(value)
 
+    @field_validator("response_format")
+    @classmethod
+    def _b64_only(cls, value: str | None) -> str | None:
+        # The front keeps no image to serve at a URL, and mlx-vlm's "path" is a file on this machine.
+        if value not in (None, "b64_json"):
+            raise ValueError("images are answered as b64_json only (this server keeps no image to serve at a URL)")
+        return value
+
 
 class ImageGenerationBody(ImageOptions):
     """``POST /v1/images/generations``: ``n`` images of ``prompt``, answered as base64 PNGs."""
 
 
 class ImageEditForm(ImageOptions):
-    """``POST /v1/images/edits``'s text fields (its ``image`` files: ``media.EDIT_FORM``)."""
+    """``POST /v1/images/edits``'s text fields (its ``image`` files: ``media.edit_form``)."""
 
     model_config = ConfigDict(extra="allow", strict=False)
 
 
 class TranscriptionForm(Body):
-    """``POST /v1/audio/transcriptions``'s text fields (its ``file``: ``media.AUDIO_FORM``)."""
+    """``POST /v1/audio/transcriptions``'s text fields (its ``file``: ``media.audio_form``)."""
 
     model_config = ConfigDict(extra="allow", strict=False)
     closed: ClassVar[bool] = True
@@ -122,10 +129,15 @@ class TranscriptionForm(Body):
     prompt: Annotated[str, Field(max_length=MAX_SPEECH_INPUT)] | None = None
     temperature: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     response_format: TRANSCRIPT_FORMATS | None = None
-    stream: Literal[False] | None = None  # a stream of transcript events is not written here
+    stream: bool | None = None
+
+    @field_validator("stream")
+    @classmethod
+    def _no_stream(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("a stream of transcript events is not written here; send stream=false")
+        return value
 
 
 class TranslationForm(TranscriptionForm):
-    """``POST /v1/audio/translations``'s text fields: a transcription's, without ``language`` (English out)."""
-
-    language: None = None
+    """``POST /v1/audio/translations``'s text fields: a transcription's (``language`` is the output's: English)."""
