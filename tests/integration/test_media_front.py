@@ -267,12 +267,13 @@ def test_images_through_the_sdk_are_b64_only(front: tuple[Gateway, Path], client
 def test_image_sizes_are_bounded(front: tuple[Gateway, Path]) -> None:
     """A side that is no multiple of 16, too many pixels, too many steps or images are 400 invalid_value."""
     gateway, _ = front
-    for extra, param in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"size": "100x100"}, "size"),
         ({"size": "4096x4096"}, "size"),
         ({"steps": 1000}, "steps"),
         ({"n": 11}, "n"),
-    ]:
+    ]
+    for extra, param in cases:
         reply = post(gateway, "/v1/images/generations", {"model": "org/image", "prompt": "x", **extra})
         assert error(reply) == (400, "invalid_value", param)
 

@@ -143,7 +143,8 @@ def test_speech_body_bounds() -> None:
 def test_image_and_transcription_bodies() -> None:
     """Image sizes are multiples of 16 within the pixel cap, b64_json only; form fields are read from strings."""
     assert parse(ImageGenerationBody, {"prompt": "x", "size": "1024x768", "n": 10}).size == "1024x768"
-    for doc, param in [({"size": "1000x1000"}, "size"), ({"size": "16x9999"}, "size"), ({"n": 0}, "n")]:
+    cases: list[tuple[dict[str, Any], str]] = [({"size": "1000x1000"}, "size"), ({"size": "16x9999"}, "size")]
+    for doc, param in [*cases, ({"n": 0}, "n")]:
         assert refusal(parse, ImageGenerationBody, {"prompt": "x", **doc}) == (400, "invalid_value", param)
     assert refusal(parse, ImageGenerationBody, {"prompt": "x", "output_dir": "/tmp"})[1] == "unsupported_parameter"
     form = parse(TranscriptionForm, {"temperature": "0.5", "response_format": "srt", "language": "pt-BR"})
