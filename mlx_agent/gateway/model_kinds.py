@@ -46,6 +46,7 @@ PATHS: dict[str | None, tuple[str, ...]] = {
     "image_generation": IMAGE_PATHS,
 }
 MEDIA_KINDS = ("speech", "transcription", "image_generation")
+NOT_CHAT = ("embedding", *MEDIA_KINDS)  # the kinds no chat API may ask
 # How a refusal names a kind.
 NAMES: dict[str | None, str] = {
     None: "a chat model",
@@ -67,7 +68,7 @@ CODES = {
 
 def chat_refusal(model: FrontModelConfig) -> RequestRefused | None:
     """Return the 400 ``model_not_chat`` of a chat request to a model that does not chat, else None."""
-    if kind_of(model) not in ("embedding", *MEDIA_KINDS):
+    if kind_of(model) not in NOT_CHAT:
         return None
     answers = ", ".join(f"POST {path}" for path in paths_of(model))
     return refused(

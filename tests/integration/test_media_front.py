@@ -371,3 +371,17 @@ def test_media_endpoints_need_a_key_and_realtime_is_501(front: tuple[Gateway, Pa
     assert error(reply) == (401, "invalid_api_key", None)
     reply = gateway.request("GET", "/v1/realtime", headers=AUTH)
     assert error(reply) == (501, "realtime_unsupported", None)
+
+
+def test_the_listing_says_each_models_kind_and_endpoints(front: tuple[Gateway, Path]) -> None:
+    """/v1/models gives every model its kind and the endpoints it answers."""
+    gateway, _ = front
+    entries = {e["id"]: e for e in gateway.request("GET", "/v1/models", headers=AUTH).json()["data"]}
+    assert {name: entries[name]["kind"] for name in MODELS} == {
+        "org/speech": "speech",
+        "org/stt": "transcription",
+        "org/image": "image_generation",
+        "org/chat": "text",
+    }
+    assert entries["org/stt"]["endpoints"] == ["/v1/audio/transcriptions", "/v1/audio/translations"]
+    assert "/v1/chat/completions" in entries["org/chat"]["endpoints"]
