@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.gateway_support import gateway_config
+from tests.gateway_support import fake_worker_argv, gateway_config
 
 STANDIN = r"""
 import argparse, base64, io, json, os, sys, time, wave
@@ -126,15 +126,17 @@ PNG = bytes.fromhex(
     "2249f5a886510d434a0300f20401060d40fe650000000049454e44ae426082"
 )
 
-# The fleet: a served name per kind ("text": the stand-in answers its chat paths 404, never reached here).
+# The fleet: a served name per kind ("text": over the chat stand-in, tests/gateway_support.py).
 MODELS = {"org/speech": "speech", "org/stt": "transcription", "org/image": "image_generation", "org/chat": "text"}
 
 
 def standin_argv(directory: Path) -> Callable[[str], list[str]]:
-    """Write the stand-in media worker and return the argv of a kind's worker (the same stand-in for each)."""
+    """Write the stand-in media worker and return the argv of a kind's worker (a chat model: the chat stand-in)."""
     script = directory / "standin_media_worker.py"
     script.write_text(STANDIN)
-    return lambda kind: [sys.executable, str(script), "--host", "127.0.0.1", "--port", "{port}"]
+    chat = fake_worker_argv(directory)
+    media = [sys.executable, str(script), "--host", "127.0.0.1", "--port", "{port}"]
+    return lambda kind: chat if kind == "text" else media
 
 
 def media_config(directory: Path, port: int, argv_of: Callable[[str], list[str]], **front: Any) -> dict[str, Any]:

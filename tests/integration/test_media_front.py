@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from tests.conftest import free_port
-from tests.gateway_support import Gateway, Reply, start_gateway
+from tests.gateway_support import CONTROL_TOKEN, Gateway, Reply, start_gateway
 from tests.media_support import FORM_TYPE, MODELS, PNG, form_body, media_config, noted, standin_argv, wav_bytes
 
 KEY = "sk-media-test-key"
@@ -385,3 +385,33 @@ def test_the_listing_says_each_models_kind_and_endpoints(front: tuple[Gateway, P
     }
     assert entries["org/stt"]["endpoints"] == ["/v1/audio/transcriptions", "/v1/audio/translations"]
     assert "/v1/chat/completions" in entries["org/chat"]["endpoints"]
+
+
+def test_cache_stats_for_key_holders_and_reset_for_the_control_token(front: tuple[Gateway, Path]) -> None:
+    """Stats answer any key holder per model; a reset needs the control token (an API key is 401)."""
+    gateway, _ = front
+    stats = gateway.request("GET", "/v1/cache/stats", headers=AUTH).json()["data"]
+    assert [(e["model"], e["enabled"]) for e in stats] == [(name, False) for name in MODELS]
+    one = gateway.request("GET", "/v1/cache/stats?model=org/stt", headers=AUTH).json()["data"]
+    assert [e["model"] for e in one] == ["org/stt"]
+    assert error(gateway.request("GET", "/v1/cache/stats?model=nope", headers=AUTH))[:2] == (404, "model_not_found")
+    assert error(post(gateway, "/v1/cache/reset", {})) == (401, "unauthorized", None)
+    reply = gateway.request("POST", "/v1/cache/reset", {}, headers={"Authorization": f"Bearer {CONTROL_TOKEN}"})
+    assert reply.status == 200 and reply.json()["reset"] is False
+
+
+def test_responses_input_tokens_and_cancel(front: tuple[Gateway, Path]) -> None:
+    """input_tokens is the chat's prompt_tokens for the translated request; cancel returns a stored response."""
+    gateway, _ = front
+    reply = post(gateway, "/v1/responses/input_tokens", {"model": "org/chat", "input": "hello"})
+    assert reply.status == 200, reply.body
+    doc = reply.json()
+    assert doc["object"] == "response.input_tokens" and doc["input_tokens"] > 0
+    chat = post(
+        gateway, "/v1/chat/completions", {"model": "org/chat", "messages": [{"role": "user", "content": "hello"}]}
+    )
+    assert doc["input_tokens"] == chat.json()["usage"]["prompt_tokens"]
+    created = post(gateway, "/v1/responses", {"model": "org/chat", "input": "hello"}).json()
+    cancelled = post(gateway, f"/v1/responses/{created['id']}/cancel")
+    assert (cancelled.status, cancelled.json()["status"]) == (200, created["status"])
+    assert error(post(gateway, "/v1/responses/resp_nope/cancel"))[:2] == (404, "not_found")

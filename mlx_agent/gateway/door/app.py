@@ -31,6 +31,7 @@ from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.observe.request_log import observer
 from mlx_agent.gateway.ollama.api import OllamaApi
 from mlx_agent.gateway.ollama.api import errors_middleware as ollama_errors
+from mlx_agent.gateway.openai.cache_stats import CacheApi
 from mlx_agent.gateway.openai.embeddings import EmbeddingsApi
 from mlx_agent.gateway.openai.media import MediaApi
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
@@ -107,6 +108,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             metrics=metrics,
             embeddings=EmbeddingsApi(upstream),
             media=MediaApi(upstream, fleet.socket_dir, config["max_body_bytes"]),
+            cache=CacheApi(fleet),
         )
         for endpoint in ENDPOINTS:  # the route table (gateway/door/endpoints.py), in its order
             handler = endpoint.bind(apis)

@@ -9,7 +9,8 @@
   (``connections.track_requests`` closes the connection after the answer). A body cut off for arriving too
   slowly (``connections.BodyTimeout``) is 408 ``body_timeout``; a client that hangs up mid-body is not an error
   of ours, so it is left to ``observe``, which logs 499.
-* ``/mlx-agent/...`` (control: status, unload, policy) needs ``Authorization: Bearer <control token>``.
+* ``/mlx-agent/...`` (control: status, unload, policy) and ``CONTROL_PATHS`` (``/v1/cache/reset``) need
+  ``Authorization: Bearer <control token>``.
 * ``/v1/...``, Ollama's ``/api/...`` and ``/metrics`` need an API key, as ``Authorization: Bearer KEY`` or
   ``x-api-key: KEY``, when the config names an API key file; ``/health`` is always open and tells only liveness
   and the model state.
@@ -35,6 +36,8 @@ MODEL_PREFIX = "/v1/"
 OLLAMA_PREFIX = "/api/"  # the Ollama API (gateway/ollama/): the same keys as /v1/
 ACCEPTED_ENCODINGS = ("identity",)  # no client compresses its requests; a compressed body is 415, not decoded
 METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the model API
+# Model API paths that act for every client (a cache reset drops everyone's prefixes): the control token's.
+CONTROL_PATHS = frozenset({"/v1/cache/reset"})
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 API_KEY_ID = "mlx_agent_api_key_id"
 log = logging.getLogger("mlx_agent.gateway")
@@ -148,7 +151,7 @@ class Guard:
                 param="Content-Encoding",
             )
         path = request.path
-        if path.startswith(CONTROL_PREFIX):
+        if path.startswith(CONTROL_PREFIX) or path in CONTROL_PATHS:
             if not self.control_ok(request):
                 return error_response(Code.UNAUTHORIZED, "control endpoints need the gateway's control token")
         elif (path.startswith((MODEL_PREFIX, OLLAMA_PREFIX)) or path == METRICS_PATH) and self._api_keys is not None:
