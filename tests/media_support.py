@@ -8,7 +8,7 @@ a form, JSON or text by ``response_format``; images: JSON with ``b64_json`` and 
 edits: JSON naming image paths, which it opens) and appends one JSON line per request to ``STANDIN_LOG``: what
 it was sent, for the tests to read. A speech ``input`` of ``x-fail`` is answered 500 in FastAPI's shape,
 ``x-html`` with an HTML page; with ``stream`` it sends one piece, waits for the file ``STANDIN_GO`` names, then
-sends the rest.
+sends the rest (``x-cut``: hangs up after the first piece).
 """
 
 from __future__ import annotations
@@ -82,6 +82,9 @@ class H(BaseHTTPRequestHandler):
             for index in range(3):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(audio), audio))
                 self.wfile.flush()
+                if body["input"] == "x-cut":
+                    self.close_connection = True
+                    return
                 if index == 0:
                     while not os.path.exists(os.environ["STANDIN_GO"]):
                         time.sleep(0.01)

@@ -415,3 +415,17 @@ def test_responses_input_tokens_and_cancel(front: tuple[Gateway, Path]) -> None:
     cancelled = post(gateway, f"/v1/responses/{created['id']}/cancel")
     assert (cancelled.status, cancelled.json()["status"]) == (200, created["status"])
     assert error(post(gateway, "/v1/responses/resp_nope/cancel"))[:2] == (404, "not_found")
+
+
+def test_a_streamed_speech_that_breaks_off_is_cut_for_the_client(front: tuple[Gateway, Path]) -> None:
+    """A worker that hangs up mid-stream leaves the client a reply without its end, not a whole-looking file."""
+    gateway, _ = front
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
+    body = json.dumps({"model": "org/speech", "input": "x-cut", "stream": True})
+    conn.request("POST", "/v1/audio/speech", body=body, headers={**AUTH, "Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    with pytest.raises(http.client.IncompleteRead) as cut:
+        response.read()
+    assert cut.value.partial == standin_wav()
+    conn.close()

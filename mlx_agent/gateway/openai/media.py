@@ -132,8 +132,12 @@ async def pass_through(request: web.Request, reply: WorkerReply, content_type: s
         how = await piping
     finally:
         piping.cancel()
-    if how is not None:  # the head is out: the client sees a body that ends early, the log says why
+    if how is not None:
+        # The head is out, and audio has no error event: the connection is cut without the body's end, so the
+        # client sees the reply broke off rather than a whole file.
         log.warning("a streamed media reply broke off: %s", how)
+        if request.transport is not None:
+            request.transport.abort()
         return response
     await response.write_eof()
     return response
