@@ -429,3 +429,22 @@ def test_a_streamed_speech_that_breaks_off_is_cut_for_the_client(front: tuple[Ga
         response.read()
     assert cut.value.partial == standin_wav()
     conn.close()
+
+
+def test_a_form_that_stalls_is_cut_off_with_408(tmp_path: Path) -> None:
+    """An upload whose form stops arriving is 408 body_timeout, as every body, before any worker sees it."""
+    config = media_config(tmp_path, free_port(), standin_argv(tmp_path), body_timeout=1.0, body_grace=0.0)
+    gateway = start_gateway(tmp_path, config)
+    try:
+        body = form_body({"model": "org/stt"}, [("file", "a.wav", wav_bytes(1))])
+        conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
+        conn.putrequest("POST", "/v1/audio/transcriptions")
+        conn.putheader("Content-Type", FORM_TYPE)
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body[: len(body) // 2])  # half the form, then nothing
+        response = conn.getresponse()
+        assert (response.status, json.loads(response.read())["error"]["code"]) == (408, "body_timeout")
+        conn.close()
+        assert noted(tmp_path) == []
+    finally:
+        gateway.stop()
