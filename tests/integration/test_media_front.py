@@ -325,7 +325,10 @@ def wrong_kind(gateway: Gateway, path: str, model: str) -> Reply:
         "/v1/completions": {"prompt": "hi"},
         "/v1/messages": {**CHAT, "max_tokens": 4},
         "/v1/responses": {"input": "hi"},
-        "/api/chat": CHAT,
+        "/v1/responses/input_tokens": {"input": "hi"},
+        "/v1/tokenize": {"text": "hi"},
+        "/api/generate": {"prompt": "hi"},
+        "/api/embed": {"input": "hi"},
     }.get(path, CHAT)
     return post(gateway, path, {**body, "model": model})
 
@@ -342,8 +345,19 @@ CODES = {
     "/v1/images/generations": "model_not_image_generation",
     "/v1/images/edits": "model_not_image_generation",
     "/v1/embeddings": "model_not_embedding",
+    "/api/embed": "model_not_embedding",
 }
-CHAT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/api/chat")
+CHAT_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/responses",
+    "/v1/responses/input_tokens",
+    "/v1/tokenize",
+    "/api/chat",
+    "/api/generate",
+)
 
 
 def test_every_endpoint_refuses_every_other_kind(front: tuple[Gateway, Path]) -> None:
@@ -360,7 +374,7 @@ def test_every_endpoint_refuses_every_other_kind(front: tuple[Gateway, Path]) ->
             code = doc.get("code") if path.startswith("/api/") else doc["error"].get("code")
             assert (reply.status, code) == (400, CODES.get(path, "model_not_chat")), (model, path, doc)
             checked += 1
-    assert checked == 10 + 9 + 9 + 6  # each model, every path but its own kind's
+    assert checked == 15 + 14 + 14 + 7  # each model, every path but its own kind's
     assert len(noted(directory)) == before
 
 

@@ -56,13 +56,13 @@ from mlx_agent.gateway.openai.media_bodies import (
     ffmpeg_found,
 )
 from mlx_agent.gateway.upstream import Raw, Upstream, read_error
+from mlx_agent.wire import UPLOADS_DIR
 from mlx_agent.worker_routes import WorkerRoute
 
 log = logging.getLogger("mlx_agent.gateway")
 # The content types a media reply is passed through with; anything else from a worker is 502 worker_failed.
 PASSED_TYPES = ("application/json", "text/plain", "application/x-ndjson")
 QUEUED_PIECES = 16  # pieces of a streamed reply held for a slow client before the worker is paused
-UPLOADS = "uploads"  # under the front's socket directory: the per-request directories of edits' images
 MAX_EDIT_IMAGES = 16
 IMAGE_FIELDS = frozenset({"model", "prompt", "n", "size", "steps", "seed", "guidance", "response_format"})
 
@@ -276,7 +276,7 @@ class MediaApi:
     @contextlib.asynccontextmanager
     async def uploads(self, files: list[Upload]) -> AsyncIterator[list[str]]:
         """Write checked images into a new private directory the worker may read; remove it afterwards."""
-        root = self.socket_dir / UPLOADS
+        root = self.socket_dir / UPLOADS_DIR
         root.mkdir(mode=0o700, exist_ok=True)
         where = Path(tempfile.mkdtemp(prefix="edit-", dir=root))
         try:
