@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from mlx_agent.api_errors import Code
+from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.audio_check import MAX_AUDIO_BYTES, check_audio
 from mlx_agent.gateway.door.endpoints import parse
 from mlx_agent.gateway.door.http_errors import json_response, refused
@@ -101,7 +102,7 @@ def passed_type(reply: WorkerReply) -> str:
     raise refused(Code.WORKER_FAILED, f"the model worker answered with content of type {kind or 'none'}")
 
 
-async def error_of(upstream: Upstream, model: Lifecycle, worker: WorkerProcess, reply: WorkerReply) -> Exception:
+async def error_of(upstream: Upstream, model: Lifecycle, worker: WorkerProcess, reply: WorkerReply) -> RequestRefused:
     """Return the refusal carrying a worker's error reply."""
     raw = await upstream.read_body(model, worker, reply)
     try:
