@@ -296,7 +296,7 @@ def test_edits_through_the_sdk_reach_the_worker_as_json_naming_front_files(
 
 
 def test_edits_refuse_what_is_no_image(front: tuple[Gateway, Path]) -> None:
-    """A file that is no image is 400 image_invalid, a mask is unsupported_parameter; no worker sees either."""
+    """A file that is no image is 400 image_invalid, a mask unsupported_parameter, a URL or path multipart_invalid."""
     gateway, directory = front
     before = len(noted(directory))
     fields = {"model": "org/image", "prompt": "x"}
@@ -304,6 +304,9 @@ def test_edits_refuse_what_is_no_image(front: tuple[Gateway, Path]) -> None:
     assert error(reply) == (400, "image_invalid", "image.0")
     reply = post_form(gateway, "/v1/images/edits", fields, [("image", "a.png", PNG), ("mask", "m.png", PNG)])
     assert error(reply) == (400, "unsupported_parameter", "mask")
+    for where in ("https://example.com/a.png", "/etc/hosts"):  # a URL or a path is never fetched or opened
+        reply = post_form(gateway, "/v1/images/edits", {**fields, "image": where}, [])
+        assert error(reply) == (400, "multipart_invalid", "image")
     assert len(noted(directory)) == before
 
 
