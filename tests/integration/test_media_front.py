@@ -20,6 +20,7 @@ from typing import Any
 import openai
 import pytest
 
+from mlx_agent.gateway.audio_check import MAX_AUDIO_BYTES
 from tests.conftest import free_port
 from tests.gateway_support import CONTROL_TOKEN, Gateway, Reply, start_gateway
 from tests.media_support import FORM_TYPE, MODELS, PNG, form_body, media_config, noted, standin_argv, wav_bytes
@@ -192,10 +193,21 @@ def test_bad_and_long_audio_are_refused_before_any_worker(front: tuple[Gateway, 
     assert len(noted(directory)) == before
 
 
-def test_an_upload_past_its_cap_is_413_while_it_streams(front: tuple[Gateway, Path]) -> None:
-    """A chunked upload (no Content-Length for the door to judge) past the cap is 413 audio_too_large."""
+def test_audio_uploads_take_25_mb_past_the_json_cap(front: tuple[Gateway, Path]) -> None:
+    """An upload larger than the front's JSON body cap is transcribed; a chat body as large is 413."""
     gateway, _ = front
-    body = form_body({"model": "org/stt"}, [("file", "a.wav", b"\0" * (MAX_BODY + 1024))])
+    big = wav_bytes(60)  # 5.3 MB, past the 4 MiB body cap
+    assert len(big) > MAX_BODY
+    reply = post_form(gateway, "/v1/audio/transcriptions", {"model": "org/stt"}, [("file", "a.wav", big)])
+    assert reply.status == 200, reply.body
+    chat = post(gateway, "/v1/chat/completions", raw=b" " * len(big), headers={"Content-Type": "application/json"})
+    assert error(chat) == (413, "body_too_large", None)
+
+
+def test_an_upload_past_its_cap_is_413_while_it_streams(front: tuple[Gateway, Path]) -> None:
+    """A chunked upload (no Content-Length for the door to judge) past 25 MiB is 413 audio_too_large."""
+    gateway, _ = front
+    body = form_body({"model": "org/stt"}, [("file", "a.wav", b"\0" * (MAX_AUDIO_BYTES + 1))])
     conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
     pieces = (body[i : i + 65536] for i in range(0, len(body), 65536))
     headers = {**AUTH, "Content-Type": FORM_TYPE}

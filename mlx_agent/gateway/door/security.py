@@ -4,7 +4,7 @@
   ``[::1]:PORT``), else 403: a page on another site that rebinds its DNS name to 127.0.0.1 still sends its own
   name. An ``Origin``, when sent, must be a loopback origin (any port, http or https), else 403.
 * CORS: a loopback ``Origin`` is echoed back with ``Vary: Origin``; ``*`` is never sent.
-* Bodies larger than ``max_body_bytes`` get 413.
+* Bodies larger than ``max_body_bytes`` get 413 (a path in ``body_caps``, the audio uploads, has its own cap).
 * Every check above and the keys below use the headers alone: a refused request's body is never read
   (``connections.track_requests`` closes the connection after the answer). A body cut off for arriving too
   slowly (``connections.BodyTimeout``) is 408 ``body_timeout``; a client that hangs up mid-body is not an error
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -85,11 +85,13 @@ class Guard:
         control_token: str,
         api_keys: list[str] | None,
         methods: Iterable[str],
+        body_caps: Mapping[str, int] | None = None,
     ) -> None:
         self.hosts = allowed_hosts(port)
         # what a preflight allows: the route table's methods (app.py passes them), so a new one is never left out
         self.preflight_methods = ", ".join([*sorted(set(methods) - {"OPTIONS"}), "OPTIONS"])
         self.max_body_bytes = max_body_bytes
+        self.body_caps = dict(body_caps or {})  # paths whose bodies may be larger (the audio uploads)
         self._control_token = control_token.encode()
         self._api_keys = [k.encode() for k in api_keys] if api_keys else None
 
@@ -141,8 +143,9 @@ class Guard:
                     "Access-Control-Max-Age": "600",
                 },
             )
-        if request.content_length is not None and request.content_length > self.max_body_bytes:
-            return _too_large(self.max_body_bytes)
+        cap = self.body_caps.get(request.path, self.max_body_bytes)
+        if request.content_length is not None and request.content_length > cap:
+            return _too_large(cap)
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ACCEPTED_ENCODINGS:
             return error_response(

@@ -65,17 +65,27 @@ log = logging.getLogger("mlx_agent.gateway")
 PASSED_TYPES = ("application/json", "text/plain", "application/x-ndjson")
 QUEUED_PIECES = 16  # pieces of a streamed reply held for a slow client before the worker is paused
 MAX_EDIT_IMAGES = 16
+FORM_ROOM = 1024 * 1024  # an audio form's text fields and framing, beside its file
 IMAGE_FIELDS = frozenset({"model", "prompt", "n", "size", "steps", "seed", "guidance", "response_format"})
 
 
+def upload_caps(max_body_bytes: int) -> dict[str, int]:
+    """Return the body caps of the audio endpoints, which take OpenAI's 25 MB file whatever the JSON body cap.
+
+    The door (``security.Guard``) holds every other path to ``max_body_bytes`` (16 MiB by default).
+    """
+    cap = max(max_body_bytes, MAX_AUDIO_BYTES + FORM_ROOM)
+    return {WorkerRoute.TRANSCRIPTIONS.path: cap, WorkerRoute.TRANSLATIONS.path: cap}
+
+
 def audio_form(max_body_bytes: int) -> FormSpec:
-    """Return the audio endpoints' form: one ``file`` within ``MAX_AUDIO_BYTES`` and the front's body cap."""
+    """Return the audio endpoints' form: one ``file`` within ``MAX_AUDIO_BYTES``, the form within its cap."""
     return FormSpec(
         fields=frozenset({"model", "language", "prompt", "temperature", "response_format", "stream"}),
         files=frozenset({"file"}),
         max_files=1,
-        max_file_bytes=min(MAX_AUDIO_BYTES, max_body_bytes),
-        max_total_bytes=max_body_bytes,
+        max_file_bytes=MAX_AUDIO_BYTES,
+        max_total_bytes=upload_caps(max_body_bytes)[WorkerRoute.TRANSCRIPTIONS.path],
         too_large=Code.AUDIO_TOO_LARGE,
         what="audio file",
     )
