@@ -21,6 +21,7 @@ import openai
 import pytest
 
 from mlx_agent.gateway.audio_check import MAX_AUDIO_BYTES
+from tests.conditions import wait_until
 from tests.conftest import free_port
 from tests.gateway_support import CONTROL_TOKEN, Gateway, Reply, start_gateway
 from tests.media_support import FORM_TYPE, MODELS, PNG, form_body, media_config, noted, standin_argv, wav_bytes
@@ -477,3 +478,22 @@ def test_a_form_that_stalls_is_cut_off_with_408(tmp_path: Path) -> None:
         assert noted(tmp_path) == []
     finally:
         gateway.stop()
+
+
+def request_lines(gateway: Gateway) -> list[dict[str, Any]]:
+    """Return the model, endpoint and status of every request line the front logged so far."""
+    marker = "mlx-agent front: request "
+    lines = [
+        json.loads(line.split(marker, 1)[1]) for line in gateway.log_path.read_text().splitlines() if marker in line
+    ]
+    return [{k: line[k] for k in ("model", "endpoint", "status")} for line in lines]
+
+
+def test_media_requests_are_counted_and_logged_per_model(front: tuple[Gateway, Path]) -> None:
+    """A speech request is in the request lines and the metrics under its model and endpoint."""
+    gateway, _ = front
+    assert post(gateway, "/v1/audio/speech", {"model": "org/speech", "input": "count me"}).status == 200
+    line = {"model": "org/speech", "endpoint": "/v1/audio/speech", "status": 200}
+    wait_until(lambda: line in request_lines(gateway), "the speech request's line")
+    metrics = gateway.request("GET", "/metrics", headers=AUTH).body.decode()
+    assert 'mlx_agent_requests_total{endpoint="/v1/audio/speech",model="org/speech",status="200"}' in metrics
