@@ -150,7 +150,8 @@ def media_config(directory: Path, port: int, argv_of: Callable[[str], list[str]]
     for index, (name, kind) in enumerate(MODELS.items()):
         model = copy.deepcopy(first)
         model.update(served_model_name=name, hidden_names=[])
-        model["worker"]["argv"] = argv_of(kind)
+        model["worker"]["argv"] = argv = argv_of(kind)
+        model["worker"]["transport"] = "unix" if any("{socket}" in a for a in argv) else "tcp"
         model["worker"]["kind"] = kind
         model["worker"]["log_path"] = str(directory / f"worker-{index}.log")
         model["worker"]["env"].update(
