@@ -5,7 +5,8 @@ OpenAI's audio endpoints (``/v1/audio/transcriptions``, ``/v1/audio/translations
 a time with aiohttp's ``MultipartReader`` (nothing is buffered before it is counted) and refuses, as soon as it
 is seen:
 
-* a body that is not ``multipart/form-data`` with a boundary, or a form that breaks off: 400 ``multipart_invalid``;
+* a body that is not ``multipart/form-data`` with a boundary, a form that breaks off, a part with more than
+  aiohttp's 128 header lines or a header line over 8190 bytes, a nested multipart part: 400 ``multipart_invalid``;
 * a part with a name the endpoint does not declare: 400 ``unsupported_parameter`` naming it (a file part under a
   text field's name, or text under a file's name, is ``multipart_invalid``);
 * more file parts than the endpoint takes, or a field sent twice: 400 ``multipart_invalid``;
@@ -23,6 +24,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from aiohttp import BodyPartReader, MultipartReader, StreamReader
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 
 from mlx_agent.api_errors import Code
@@ -130,7 +132,7 @@ async def read_form(reader: MultipartReader, spec: FormSpec) -> Form:
                 raise refused(Code.UNSUPPORTED_PARAMETER, message, param=name)
     except RequestRefused:
         raise
-    except (ValueError, AssertionError, RuntimeError, UnicodeDecodeError) as exc:
+    except (ValueError, AssertionError, RuntimeError, HttpProcessingError) as exc:  # aiohttp's refusals of a form
         raise _invalid(f"the multipart body is malformed: {exc}") from None
     return form
 

@@ -87,11 +87,17 @@ def test_forms_are_held_to_their_spec(
 
 
 def test_bodies_that_are_no_form_are_refused() -> None:
-    """JSON, a form without a boundary, and a form that breaks off are 400 multipart_invalid."""
+    """JSON, no boundary, a form that breaks off, too many or too long part headers, nesting: multipart_invalid."""
     assert refusal(read, b"{}", "application/json")[:2] == (400, "multipart_invalid")
     assert refusal(read, b"x", "multipart/form-data")[:2] == (400, "multipart_invalid")
     cut = form_body({"model": "m"}, [("file", "a", b"abc")])[:-30]
     assert refusal(read, cut)[:2] == (400, "multipart_invalid")
+    part = b'Content-Disposition: form-data; name="model"\r\n'
+    many_headers = b"--b0undary\r\n" + b"X-H: v\r\n" * 300 + part + b"\r\nm\r\n--b0undary--\r\n"
+    long_header = b"--b0undary\r\nX-H: " + b"v" * 20_000 + b"\r\n" + part + b"\r\nm\r\n--b0undary--\r\n"
+    nested = b"--b0undary\r\n" + part + b"Content-Type: multipart/mixed; boundary=z\r\n\r\n--z--\r\n--b0undary--\r\n"
+    for hostile in (many_headers, long_header, nested, b"no boundary at all\r\n" * 10):
+        assert refusal(read, hostile)[:2] == (400, "multipart_invalid")
 
 
 def test_the_front_form_round_trips() -> None:
