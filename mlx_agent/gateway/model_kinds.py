@@ -3,8 +3,9 @@
 A model's kind is its worker record's (``WorkerRecord.kind``, written by the plan from its recipe): ``text`` and
 ``vision`` chat (and a config written before kinds, ``None``), ``embedding`` vectors, and mlx-vlm's media kinds
 ``speech``, ``transcription`` and ``image_generation``. ``PATHS`` is the one table of the endpoints each kind
-answers; ``/v1/models`` lists it per model, and ``require_kind`` refuses the rest with the code the endpoint
-asks for (``model_not_speech``, ...), naming the model, its kind and the models that would answer.
+answers (a front path that is also a worker's is spelled by its ``WorkerRoute``); ``/v1/models`` lists it per
+model, and ``require_kind`` refuses the rest with the code the endpoint asks for (``model_not_speech``, ...),
+naming the model, its kind and the models that would answer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.door.http_errors import refused
+from mlx_agent.worker_routes import WorkerRoute
 
 if TYPE_CHECKING:
     from mlx_agent.gateway.models.fleet import Fleet
@@ -21,19 +23,19 @@ if TYPE_CHECKING:
     from mlx_agent.records.front import FrontModelConfig
 
 CHAT_PATHS = (
-    "/v1/chat/completions",
-    "/v1/completions",
+    WorkerRoute.CHAT.path,
+    WorkerRoute.COMPLETIONS.path,
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/v1/responses",
-    "/v1/tokenize",
+    WorkerRoute.TOKENIZE.path,
     "/api/chat",
     "/api/generate",
 )
-EMBEDDING_PATHS = ("/v1/embeddings", "/api/embed", "/api/embeddings")
-SPEECH_PATHS = ("/v1/audio/speech",)
-TRANSCRIPTION_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
-IMAGE_PATHS = ("/v1/images/generations", "/v1/images/edits")
+EMBEDDING_PATHS = (WorkerRoute.EMBEDDINGS.path, "/api/embed", "/api/embeddings")
+SPEECH_PATHS = (WorkerRoute.SPEECH.path,)
+TRANSCRIPTION_PATHS = (WorkerRoute.TRANSCRIPTIONS.path, WorkerRoute.TRANSLATIONS.path)
+IMAGE_PATHS = (WorkerRoute.IMAGE_GENERATIONS.path, WorkerRoute.IMAGE_EDITS.path)
 
 # The endpoints each kind answers (a model whose config predates kinds, None, chats).
 PATHS: dict[str | None, tuple[str, ...]] = {
