@@ -36,6 +36,8 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, P
     """Run a keyed front serving a speech, a transcription, an image and a chat model over stand-ins."""
     directory = tmp_path_factory.mktemp("media")
     config = media_config(directory, free_port(), standin_argv(directory), max_body_bytes=MAX_BODY)
+    left = directory / "sockets" / "uploads" / "edit-left-by-a-dead-front"
+    left.mkdir(parents=True)
     gateway = start_gateway(directory, config, api_keys=[KEY])
     try:
         yield gateway, directory
@@ -305,6 +307,7 @@ def test_edits_through_the_sdk_reach_the_worker_as_json_naming_front_files(
     assert len(paths) == 2 and all(Path(p).parent.parent == uploads for p in paths)
     assert seen["opened"] == {p: len(PNG) for p in paths}
     assert not Path(paths[0]).parent.exists()
+    assert [p.name for p in uploads.iterdir()] == []  # nor what a front before this one left
     assert seen["body"]["prompt"] == "make it blue"
 
 

@@ -166,6 +166,8 @@ class MediaApi:
         self.socket_dir = socket_dir
         self.audio_form = audio_form(max_body_bytes)
         self.edit_form = edit_form(max_body_bytes)
+        # What a front that died mid-edit left: the socket directory is this front's alone.
+        shutil.rmtree(socket_dir / UPLOADS_DIR, ignore_errors=True)
 
     async def _answer(
         self,
