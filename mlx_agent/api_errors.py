@@ -108,6 +108,14 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     MODEL_NOT_CHAT = "model_not_chat", 400, TYPE_INVALID_REQUEST  # chat asked of an embedding model
     MODEL_NOT_THINKING = "model_not_thinking", 400, TYPE_INVALID_REQUEST  # Ollama think, to a template without it
     MODEL_NOT_RERANKER = "model_not_reranker", 400, TYPE_INVALID_REQUEST  # rerank: no model served here scores pairs
+    # a media endpoint asked of a model of another kind (WorkerRecord.kind), param "model"
+    MODEL_NOT_SPEECH = "model_not_speech", 400, TYPE_INVALID_REQUEST
+    MODEL_NOT_TRANSCRIPTION = "model_not_transcription", 400, TYPE_INVALID_REQUEST
+    MODEL_NOT_IMAGE_GENERATION = "model_not_image_generation", 400, TYPE_INVALID_REQUEST
+    AUDIO_INVALID = "audio_invalid", 400, TYPE_INVALID_REQUEST  # an upload the front cannot decode as audio
+    AUDIO_TOO_LONG = "audio_too_long", 400, TYPE_INVALID_REQUEST  # more seconds than a transcription takes
+    AUDIO_FORMAT_UNSUPPORTED = "audio_format_unsupported", 400, TYPE_INVALID_REQUEST  # speech in a format not written
+    MULTIPART_INVALID = "multipart_invalid", 400, TYPE_INVALID_REQUEST  # not a form, or a form we do not take
     # 401, 403: who is asking
     UNAUTHORIZED = "unauthorized", 401, TYPE_AUTHENTICATION
     INVALID_API_KEY = "invalid_api_key", 401, TYPE_AUTHENTICATION
@@ -122,12 +130,14 @@ class Code(str, Enum):  # noqa: UP042 (as Family)
     UNLOAD_BLOCKED = "unload_blocked", 409, TYPE_CONFLICT
     LENGTH_REQUIRED = "length_required", 411, TYPE_INVALID_REQUEST
     BODY_TOO_LARGE = "body_too_large", 413, TYPE_INVALID_REQUEST
+    AUDIO_TOO_LARGE = "audio_too_large", 413, TYPE_INVALID_REQUEST  # an audio upload past its byte cap
     UNSUPPORTED_CONTENT_ENCODING = "unsupported_content_encoding", 415, TYPE_INVALID_REQUEST
     # 5xx: the server's own trouble
     INTERNAL_ERROR = "internal_error", 500, TYPE_SERVER
     GENERATION_FAILED = "generation_failed", 500, TYPE_SERVER
     # Ollama's pull, push, create, copy, delete and blobs: this server never downloads or changes a model
     MODEL_MANAGEMENT_UNSUPPORTED = "model_management_unsupported", 501, TYPE_SERVER
+    REALTIME_UNSUPPORTED = "realtime_unsupported", 501, TYPE_SERVER  # mlx-vlm's realtime WebSocket: not served
     POLICY_NOT_SAVED = "policy_not_saved", 500, TYPE_SERVER
     SERVER_ERROR = "server_error", 500, TYPE_SERVER  # a failed Response object's error (OpenAI's own code)
     WORKER_FAILED = "worker_failed", 502, TYPE_SERVER

@@ -64,6 +64,10 @@ UNPARSED_TOOL_CALLS = "unparsed_tool_calls"
 ENTRY_MODULE = "mlx_agent.runtime"
 FRONT_MODULE = "mlx_agent.gateway"
 SOCKET_FLAG = "--mlx-agent-socket"  # the Unix socket a worker behind the front listens on
+# Beside the workers' sockets, in the front's private socket directory: one directory per image-edit request
+# ("edit-*"), where the front writes the images it checked and the edit worker reads them (mlx-vlm takes an edit's
+# images as paths). A worker may open an image path only under it.
+UPLOADS_DIR = "uploads"
 # The reply limits a request naming none gets, where the model's plan sets none (0: no limit; runtime/serving/limits).
 REASONING_BUDGET = 0
 HEDGE_LIMIT = 12

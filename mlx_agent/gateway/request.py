@@ -3,7 +3,7 @@
 The front has already chosen the model (``Fleet.route``); the worker serves its one model only, so the
 body is sent on with ``model: default_model`` and the reply names the model as the client did (or by its
 served name when the request named none). Request-time adapters and draft models are refused, and so is a
-chat request to an embedding model (``model_not_chat``); every content part is held to its model kind's
+chat request to an embedding or media model (``model_not_chat``); every content part is held to its model kind's
 whitelist (``content_parts``: images to ``images``' limits and one shape, refused by a text-only model; video,
 audio and files refused), and so are mlx-vlm's image-size fields (``images.check_processing``). Reply limits:
 a request's own ``max_tokens`` / ``max_completion_tokens`` is honoured up to ``max_tokens_ceiling`` when the
@@ -23,6 +23,7 @@ from mlx_agent.api_errors import Code
 from mlx_agent.gateway.content_parts import check_messages
 from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.images import check_processing
+from mlx_agent.gateway.model_kinds import chat_refusal
 from mlx_agent.wire import WORKER_MODEL_NAME
 
 if TYPE_CHECKING:
@@ -77,13 +78,8 @@ def prepare(body: dict[str, Any], *, model: FrontModelConfig, force_usage: bool 
             )
     check_processing(body)
     kind = model["worker"].get("kind")
-    if kind == "embedding":
-        raise refused(
-            Code.MODEL_NOT_CHAT,
-            f"the model '{model['served_model_name']}' is an embedding model: it answers POST /v1/embeddings "
-            "only; name a chat model here",
-            param="model",
-        )
+    if (refusal := chat_refusal(model)) is not None:
+        raise refusal
     stream = bool(body.get("stream", False))
 
     out = dict(body)

@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -38,18 +39,27 @@ from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.models.queue import served_alone
 from mlx_agent.gateway.models.request_memory import estimate
 from mlx_agent.gateway.models.worker import WorkerProcess
-from mlx_agent.gateway.models.worker_stream import WorkerReply, open_reply
+from mlx_agent.gateway.models.worker_stream import JSON, WorkerReply, open_reply
 from mlx_agent.gateway.observe.limit_notice import lowered_headers, worker_granted
 from mlx_agent.gateway.observe.request_log import current_exchange, exchange_of
 from mlx_agent.gateway.request import PreparedRequest, prepare
 from mlx_agent.gateway.sse import Accountant, ClientStream, StreamTranslator, end, pump
 from mlx_agent.gateway.tools import DROPPED_HEADER
 from mlx_agent.load_memory import available_memory
-from mlx_agent.worker_routes import WorkerRoute
+from mlx_agent.worker_routes import BodyKind, WorkerRoute
 
 log = logging.getLogger("mlx_agent.gateway")
+MEDIA_BODIES = (BodyKind.SPEECH, BodyKind.AUDIO, BodyKind.IMAGE_PROMPT, BodyKind.IMAGE_EDIT)
 EXIT_NOTICE_S = 1.0
 MAX_DETAIL = 300  # characters of a worker's own error message a client is shown
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A body sent to a worker as it is (a form), with its content type."""
+
+    data: bytes
+    content_type: str
 
 
 def dropped_tools(names: list[str]) -> dict[str, str]:
@@ -125,9 +135,19 @@ class Upstream:
 
     @contextlib.asynccontextmanager
     async def worker_request(
-        self, model: Lifecycle, body: dict[str, Any], route: WorkerRoute, *, stream: bool
+        self,
+        model: Lifecycle,
+        body: dict[str, Any],
+        route: WorkerRoute,
+        *,
+        stream: bool,
+        raw: Raw | None = None,
     ) -> AsyncIterator[tuple[WorkerReply, WorkerProcess]]:
         """Send ``body`` to the worker on ``route`` (loading it first if needed); hold the reply open while read.
+
+        ``raw`` is sent instead of ``body``'s JSON when the worker takes another kind of body (a form: the
+        audio endpoints); ``body`` then holds its fields, for the checks and the accounting. A media request
+        (``raw``, or a media route) is served alone, as mlx-vlm serves one generation at a time.
 
         A non-streamed request's images are first decoded whole (``images.check_decoded``: 400 ``image_invalid``).
         The request counts as open (``stream`` says which kind) from before the load until the block ends, and
@@ -141,11 +161,14 @@ class Upstream:
         model.request_started(stream)
         try:
             check_memory(model, body, self.fleet.min_headroom_gb)
-            alone = served_alone(body, model.model.get("greedy_alone", False))
+            media = raw is not None or route.kind in MEDIA_BODIES
+            alone = media or served_alone(body, model.model.get("greedy_alone", False))
             async with model.admitted(alone, stream) as worker:
                 try:
-                    raw = json.dumps(body).encode()
-                    reply = await open_reply(worker.endpoint, route.path, raw, worker.session.headers)
+                    sent = raw if raw is not None else Raw(json.dumps(body).encode(), JSON)
+                    reply = await open_reply(
+                        worker.endpoint, route.path, sent.data, worker.session.headers, sent.content_type
+                    )
                 except OSError as exc:
                     await self.notice_exit(model, worker)
                     raise model.worker_failure(worker, f"the model worker did not answer: {exc}") from exc

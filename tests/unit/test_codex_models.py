@@ -52,10 +52,11 @@ def test_each_chat_name_gets_its_window_and_compaction_point() -> None:
             model("coder", alias=["gpt-5-codex", "gpt-*"]),
             model("seer", kind="vision", window=131072, ceiling=None),
             model("embedder", kind="embedding"),
+            model("speaker", kind="speech"),
         ]
     )
     entries = doc["models"]
-    assert [e["slug"] for e in entries] == ["coder", "gpt-5-codex", "seer"]  # no glob, no embedding model
+    assert [e["slug"] for e in entries] == ["coder", "gpt-5-codex", "seer"]  # no glob, no embedding or media model
     assert all(e.keys() >= REQUIRED for e in entries)
     assert [e["visibility"] for e in entries] == ["list", "hide", "list"]
     assert [e["priority"] for e in entries] == [1, 2, 3]

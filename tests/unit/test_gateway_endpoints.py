@@ -20,6 +20,7 @@ from mlx_agent.gateway.ollama.bodies import (
     OllamaShowBody,
 )
 from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
+from mlx_agent.gateway.openai.media_bodies import ImageGenerationBody, SpeechBody
 from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.wire import CONTROL_PREFIX
 
@@ -40,6 +41,8 @@ VALID: dict[type[Body], dict[str, Any]] = {
     OllamaShowBody: {"model": "m"},
     OllamaEmbedBody: {"model": "m", "input": "hi"},
     OllamaEmbeddingsBody: {"model": "m", "prompt": "hi"},
+    SpeechBody: {"model": "m", "input": "hi"},
+    ImageGenerationBody: {"model": "m", "prompt": "a cat"},
 }
 
 

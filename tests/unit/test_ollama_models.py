@@ -96,7 +96,7 @@ def test_parameter_sizes_are_written_as_ollama_writes_them(count: int | None, te
 
 
 def test_the_worker_kind_names_what_the_model_serves(tmp_path: Path) -> None:
-    """An embedding worker's model is an embedding model; a text worker's takes no images, whatever its config says."""
+    """An embedding worker's model embeds, a media model claims nothing; a text worker's takes no images."""
     record = model_dir(tmp_path, {"model_type": "qwen3", "vision_config": {}}, {"w": ("F16", [2])}, "{{ tools }}")
     record["worker"] = {"kind": "embedding"}
     assert read_info(record).capabilities == ["embedding"]
@@ -104,3 +104,6 @@ def test_the_worker_kind_names_what_the_model_serves(tmp_path: Path) -> None:
     assert read_info(record).capabilities == ["completion", "tools"]
     record["worker"] = {"kind": "vision"}
     assert read_info(record).vision
+    for media in ("speech", "transcription", "image_generation"):  # Ollama's API asks them nothing
+        record["worker"] = {"kind": media}
+        assert read_info(record).capabilities == []

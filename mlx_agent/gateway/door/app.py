@@ -31,7 +31,9 @@ from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.observe.request_log import observer
 from mlx_agent.gateway.ollama.api import OllamaApi
 from mlx_agent.gateway.ollama.api import errors_middleware as ollama_errors
+from mlx_agent.gateway.openai.cache_stats import CacheApi
 from mlx_agent.gateway.openai.embeddings import EmbeddingsApi
+from mlx_agent.gateway.openai.media import MediaApi, upload_caps
 from mlx_agent.gateway.openai.passthrough import OpenAiApi
 from mlx_agent.gateway.responses.api import ResponsesApi
 from mlx_agent.gateway.responses.store import ResponseStore
@@ -73,7 +75,8 @@ def read_secrets(config: FrontConfig) -> Secrets:
 def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
     """Return the front's application; its fleet starts with it and stops with it."""
     methods = {endpoint.method for endpoint in ENDPOINTS}
-    guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys, methods)
+    caps = upload_caps(config["max_body_bytes"])
+    guard = Guard(config["port"], config["max_body_bytes"], secrets.control_token, secrets.api_keys, methods, caps)
     fleet = Fleet(config, secrets.policies, secrets.min_headroom_gb)
     # track_requests is outermost, to see each request's whole life on its connection; observe next, so its
     # request line has the status the client got; errors_middleware then gives the front door's refusals on
@@ -105,6 +108,8 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             control=Control(fleet),
             metrics=metrics,
             embeddings=EmbeddingsApi(upstream),
+            media=MediaApi(upstream, fleet.socket_dir, config["max_body_bytes"]),
+            cache=CacheApi(fleet),
         )
         for endpoint in ENDPOINTS:  # the route table (gateway/door/endpoints.py), in its order
             handler = endpoint.bind(apis)

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aiohttp import web
 
-from mlx_agent.api_errors import Family
+from mlx_agent.api_errors import Code, Family
 from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody, check, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.door.connections import Handler
-from mlx_agent.gateway.door.http_errors import refusal_response
+from mlx_agent.gateway.door.http_errors import refusal_response, refused
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,
@@ -34,6 +34,7 @@ from mlx_agent.gateway.ollama.bodies import (
     OllamaShowBody,
 )
 from mlx_agent.gateway.openai.bodies import EmbeddingsBody, RerankBody
+from mlx_agent.gateway.openai.media_bodies import ImageGenerationBody, SpeechBody
 from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.wire import CONTROL_PREFIX
 
@@ -41,7 +42,9 @@ if TYPE_CHECKING:
     from mlx_agent.gateway.anthropic.api import AnthropicApi
     from mlx_agent.gateway.door.control import Control
     from mlx_agent.gateway.ollama.api import OllamaApi
+    from mlx_agent.gateway.openai.cache_stats import CacheApi
     from mlx_agent.gateway.openai.embeddings import EmbeddingsApi
+    from mlx_agent.gateway.openai.media import MediaApi
     from mlx_agent.gateway.openai.passthrough import OpenAiApi
     from mlx_agent.gateway.responses.api import ResponsesApi
 
@@ -84,6 +87,16 @@ class Key(StrEnum):
     OLLAMA_DELETE = "ollama_delete"
     OLLAMA_BLOB = "ollama_blob"
     OLLAMA_BLOB_UPLOAD = "ollama_blob_upload"
+    SPEECH = "speech"
+    TRANSCRIPTIONS = "transcriptions"
+    TRANSLATIONS = "translations"
+    IMAGE_GENERATIONS = "image_generations"
+    IMAGE_EDITS = "image_edits"
+    REALTIME = "realtime"
+    CACHE_STATS = "cache_stats"
+    CACHE_RESET = "cache_reset"
+    INPUT_TOKENS = "input_tokens"
+    CANCEL_RESPONSE = "cancel_response"
     CONTROL_STATUS = "control_status"
     CONTROL_UNLOAD = "control_unload"
     CONTROL_POLICY = "control_policy"
@@ -100,6 +113,8 @@ class Apis:
     control: Control
     metrics: Handler
     embeddings: EmbeddingsApi
+    media: MediaApi
+    cache: CacheApi
 
 
 def parse(declaration: type[B], doc: dict[str, Any]) -> B:
@@ -166,6 +181,15 @@ class Endpoint(Generic[B]):
         return serve
 
 
+async def refuse_realtime(request: web.Request) -> web.StreamResponse:
+    """Answer mlx-vlm's realtime voice WebSocket: 501, not served through the front (docs/gateway.md)."""
+    raise refused(
+        Code.REALTIME_UNSUPPORTED,
+        "the realtime WebSocket (/v1/realtime) is not served: the front proxies no WebSocket with its keys, limits "
+        "and request accounting yet; use POST /v1/audio/transcriptions and POST /v1/audio/speech",
+    )
+
+
 def _ollama_refusal(key: Key, method: str, path: str) -> Route:
     return Route(key, method, path, lambda apis: apis.ollama.refuse_change)
 
@@ -205,8 +229,8 @@ OLLAMA_ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     _ollama_refusal(Key.OLLAMA_BLOB, "GET", "/api/blobs/{digest}"),  # and HEAD, which clients ask before an upload
 )
 
-# In this order: /v1/responses/compact comes before /v1/responses/{response_id}, which would take
-# "compact" for an id (and answer 405).
+# In this order: /v1/responses/compact and /v1/responses/input_tokens come before /v1/responses/{response_id},
+# which would take them for an id (and answer 405).
 ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     Route(Key.ROOT, "GET", "/", lambda apis: apis.openai.root),
     Route(Key.HEALTH, "GET", "/health", lambda apis: apis.openai.health),
@@ -231,9 +255,28 @@ ENDPOINTS: tuple[Route | Endpoint[Any], ...] = (
     ),
     Endpoint(Key.RESPONSES, "POST", "/v1/responses", ResponsesBody, lambda apis: apis.responses.create),
     Endpoint(Key.COMPACT, "POST", "/v1/responses/compact", ResponsesBody, lambda apis: apis.responses.compact),
+    Endpoint(
+        Key.INPUT_TOKENS, "POST", "/v1/responses/input_tokens", ResponsesBody, lambda apis: apis.responses.input_tokens
+    ),
     Route(Key.RESPONSE, "GET", "/v1/responses/{response_id}", lambda apis: apis.responses.retrieve),
     Route(Key.DELETE_RESPONSE, "DELETE", "/v1/responses/{response_id}", lambda apis: apis.responses.delete),
     Route(Key.INPUT_ITEMS, "GET", "/v1/responses/{response_id}/input_items", lambda apis: apis.responses.input_items),
+    Route(Key.CANCEL_RESPONSE, "POST", "/v1/responses/{response_id}/cancel", lambda apis: apis.responses.cancel),
+    # mlx-vlm's media endpoints (openai/media.py): the audio uploads and edits are forms, read by their handlers.
+    Endpoint(Key.SPEECH, "POST", "/v1/audio/speech", SpeechBody, lambda apis: apis.media.speech),
+    Route(Key.TRANSCRIPTIONS, "POST", "/v1/audio/transcriptions", lambda apis: apis.media.transcriptions),
+    Route(Key.TRANSLATIONS, "POST", "/v1/audio/translations", lambda apis: apis.media.translations),
+    Endpoint(
+        Key.IMAGE_GENERATIONS,
+        "POST",
+        "/v1/images/generations",
+        ImageGenerationBody,
+        lambda apis: apis.media.generations,
+    ),
+    Route(Key.IMAGE_EDITS, "POST", "/v1/images/edits", lambda apis: apis.media.edits),
+    Route(Key.REALTIME, "GET", "/v1/realtime", lambda apis: refuse_realtime),
+    Route(Key.CACHE_STATS, "GET", "/v1/cache/stats", lambda apis: apis.cache.stats),
+    Route(Key.CACHE_RESET, "POST", "/v1/cache/reset", lambda apis: apis.cache.reset),  # control token: security
     *OLLAMA_ENDPOINTS,
     Route(Key.CONTROL_STATUS, "GET", CONTROL_PREFIX + "status", lambda apis: apis.control.status),
     Route(Key.CONTROL_UNLOAD, "POST", CONTROL_PREFIX + "unload", lambda apis: apis.control.unload),

@@ -4,12 +4,13 @@
   ``[::1]:PORT``), else 403: a page on another site that rebinds its DNS name to 127.0.0.1 still sends its own
   name. An ``Origin``, when sent, must be a loopback origin (any port, http or https), else 403.
 * CORS: a loopback ``Origin`` is echoed back with ``Vary: Origin``; ``*`` is never sent.
-* Bodies larger than ``max_body_bytes`` get 413.
+* Bodies larger than ``max_body_bytes`` get 413 (a path in ``body_caps``, the audio uploads, has its own cap).
 * Every check above and the keys below use the headers alone: a refused request's body is never read
   (``connections.track_requests`` closes the connection after the answer). A body cut off for arriving too
   slowly (``connections.BodyTimeout``) is 408 ``body_timeout``; a client that hangs up mid-body is not an error
   of ours, so it is left to ``observe``, which logs 499.
-* ``/mlx-agent/...`` (control: status, unload, policy) needs ``Authorization: Bearer <control token>``.
+* ``/mlx-agent/...`` (control: status, unload, policy) and ``CONTROL_PATHS`` (``/v1/cache/reset``) need
+  ``Authorization: Bearer <control token>``.
 * ``/v1/...``, Ollama's ``/api/...`` and ``/metrics`` need an API key, as ``Authorization: Bearer KEY`` or
   ``x-api-key: KEY``, when the config names an API key file; ``/health`` is always open and tells only liveness
   and the model state.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -35,6 +36,8 @@ MODEL_PREFIX = "/v1/"
 OLLAMA_PREFIX = "/api/"  # the Ollama API (gateway/ollama/): the same keys as /v1/
 ACCEPTED_ENCODINGS = ("identity",)  # no client compresses its requests; a compressed body is 415, not decoded
 METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the model API
+# Model API paths that act for every client (a cache reset drops everyone's prefixes): the control token's.
+CONTROL_PATHS = frozenset({"/v1/cache/reset"})
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 API_KEY_ID = "mlx_agent_api_key_id"
 log = logging.getLogger("mlx_agent.gateway")
@@ -82,11 +85,13 @@ class Guard:
         control_token: str,
         api_keys: list[str] | None,
         methods: Iterable[str],
+        body_caps: Mapping[str, int] | None = None,
     ) -> None:
         self.hosts = allowed_hosts(port)
         # what a preflight allows: the route table's methods (app.py passes them), so a new one is never left out
         self.preflight_methods = ", ".join([*sorted(set(methods) - {"OPTIONS"}), "OPTIONS"])
         self.max_body_bytes = max_body_bytes
+        self.body_caps = dict(body_caps or {})  # paths whose bodies may be larger (the audio uploads)
         self._control_token = control_token.encode()
         self._api_keys = [k.encode() for k in api_keys] if api_keys else None
 
@@ -138,8 +143,9 @@ class Guard:
                     "Access-Control-Max-Age": "600",
                 },
             )
-        if request.content_length is not None and request.content_length > self.max_body_bytes:
-            return _too_large(self.max_body_bytes)
+        cap = self.body_caps.get(request.path, self.max_body_bytes)
+        if request.content_length is not None and request.content_length > cap:
+            return _too_large(cap)
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ACCEPTED_ENCODINGS:
             return error_response(
@@ -148,7 +154,7 @@ class Guard:
                 param="Content-Encoding",
             )
         path = request.path
-        if path.startswith(CONTROL_PREFIX):
+        if path.startswith(CONTROL_PREFIX) or path in CONTROL_PATHS:
             if not self.control_ok(request):
                 return error_response(Code.UNAUTHORIZED, "control endpoints need the gateway's control token")
         elif (path.startswith((MODEL_PREFIX, OLLAMA_PREFIX)) or path == METRICS_PATH) and self._api_keys is not None:

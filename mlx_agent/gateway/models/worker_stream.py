@@ -21,6 +21,7 @@ import httptools
 from mlx_agent.wire import HOST
 
 CONNECT_TIMEOUT_S = 10.0
+JSON = "application/json"
 Sink = Callable[[bytes], None]
 
 
@@ -132,16 +133,18 @@ class WorkerReply(asyncio.Protocol):
             self.transport.close()
 
 
-def request_head(path: str, length: int, headers: Mapping[str, str]) -> bytes:
-    """Return the head of a JSON POST of ``length`` bytes, the worker's connection closed after its reply."""
-    lines = [f"POST {path} HTTP/1.1", f"Host: {HOST}", "Content-Type: application/json", f"Content-Length: {length}"]
+def request_head(path: str, length: int, headers: Mapping[str, str], content_type: str = JSON) -> bytes:
+    """Return the head of a POST of ``length`` bytes (JSON unless said), the connection closed after its reply."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: {HOST}", f"Content-Type: {content_type}", f"Content-Length: {length}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def open_reply(where: str | int, path: str, body: bytes, headers: Mapping[str, str]) -> WorkerReply:
-    """Send ``body`` with ``headers`` to the worker at ``where`` (its socket's path, or its loopback port).
+async def open_reply(
+    where: str | int, path: str, body: bytes, headers: Mapping[str, str], content_type: str = JSON
+) -> WorkerReply:
+    """Send ``body`` (of ``content_type``) with ``headers`` to the worker at ``where`` (socket path, or port).
 
     Returns once the reply's head has come; raises OSError (``ConnectionError`` included) if the worker
     cannot be reached or hangs up before it.
@@ -157,7 +160,7 @@ async def open_reply(where: str | int, path: str, body: bytes, headers: Mapping[
     except TimeoutError as exc:
         raise ConnectionError(f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from exc
     try:
-        transport.write(request_head(path, len(body), headers) + body)
+        transport.write(request_head(path, len(body), headers, content_type) + body)
         await reply.headers_done
     except BaseException:
         reply.close()

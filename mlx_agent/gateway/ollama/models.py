@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlx_agent.files import utc_iso
+from mlx_agent.gateway.model_kinds import NOT_CHAT
 from mlx_agent.identity import read_safetensors_header
 from mlx_agent.model_config import context_window, vision_markers
 
@@ -178,10 +179,13 @@ def read_info(model: FrontModelConfig) -> ModelInfo:
         level = DTYPES.get(dtypes.most_common(1)[0][0], "") if dtypes else ""
     template = _template(path)
     kind = model["worker"].get("kind")
-    capabilities = ["embedding"] if kind == "embedding" else ["completion"]
-    if kind != "embedding" and "tools" in template:
+    chats = kind not in NOT_CHAT
+    # A media model (speech, transcription, image generation) claims no Ollama capability: Ollama's API cannot ask
+    # it for anything (its endpoints are OpenAI's /v1/audio/... and /v1/images/...).
+    capabilities = ["embedding"] if kind == "embedding" else ["completion"] if chats else []
+    if chats and "tools" in template:
         capabilities.append("tools")
-    if kind != "embedding" and ("<think>" in template or "enable_thinking" in template or "reasoning" in template):
+    if chats and ("<think>" in template or "enable_thinking" in template or "reasoning" in template):
         capabilities.append("thinking")
     if kind == "vision" or (kind is None and vision_markers(config)):
         capabilities.append("vision")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_agent.agent_names import compact_limit, is_pattern
+from mlx_agent.gateway.model_kinds import NOT_CHAT
 
 CLIENT_VERSION_PARAM = "client_version"  # Codex's query parameter: what selects this shape
 INSTRUCTIONS_FILE = Path(__file__).with_name("codex_instructions.md")
@@ -80,7 +81,7 @@ def catalogue(models: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]
     """Return Codex's ``ModelsResponse`` for the chat models: (served name, plan model) in the fleet's order."""
     entries: list[dict[str, Any]] = []
     for name, model in models:
-        if model["worker"].get("kind") == "embedding":
+        if model["worker"].get("kind") in NOT_CHAT:
             continue  # no chat, so nothing Codex can use
         literal = [a for a in model["alias"] if not is_pattern(a)]
         for index, shown in enumerate((name, *literal)):

@@ -31,6 +31,7 @@ from aiohttp import web
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.door.http_errors import json_response, refused
+from mlx_agent.gateway.model_kinds import NAMES, kind_of
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.observe.request_log import exchange_of
@@ -65,7 +66,8 @@ def embedding_model(fleet: Fleet, name: object) -> Lifecycle:
         hint = f"name an embedding model: {', '.join(embedders)}" if embedders else "serve an embedding model"
         raise refused(
             Code.MODEL_NOT_EMBEDDING,
-            f"the model '{model.name}' is a chat model and cannot embed; {hint} (--runtime mlx-vlm-embed)",
+            f"the model '{model.name}' is {NAMES.get(kind_of(model.model), NAMES[None])} and cannot embed; {hint} "
+            "(--runtime mlx-vlm-embed)",
             param="model",
         )
     return model

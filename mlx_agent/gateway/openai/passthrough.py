@@ -21,6 +21,7 @@ from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.door.http_errors import json_response, refusal_response, refused, retry_headers
+from mlx_agent.gateway.model_kinds import kind_of, paths_of
 from mlx_agent.gateway.models.disk_check import add_disk
 from mlx_agent.gateway.models.lifecycle import Lifecycle
 from mlx_agent.gateway.openai.codex_models import catalogue, wants_catalogue
@@ -146,6 +147,8 @@ class OpenAiApi:
                     "created": self.created,
                     "owned_by": "mlx-agent",
                     "state": model.state,
+                    "kind": kind_of(model.model) or "text",
+                    "endpoints": list(paths_of(model.model)),
                     **window_fields(model.model, anthropic),
                 }
                 if name == model.name:

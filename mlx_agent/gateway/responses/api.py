@@ -65,6 +65,38 @@ class ResponsesApi:
         self._keep(translated, body, response, owner)
         return json_response(response, headers=headers)
 
+    async def input_tokens(self, request: web.Request, body: ResponsesBody) -> web.Response:
+        """Count a Responses request's prompt tokens as the model would read it (as Anthropic's count_tokens).
+
+        The request is translated as ``create`` translates it (``previous_response_id`` included) and sent as a
+        chat completion with ``max_tokens: 1``; the reply's ``prompt_tokens`` is the count. Nothing is stored.
+        """
+        owner: str | None = request.get(API_KEY_ID)
+        history = self._history(body.previous_response_id, owner)
+        named = self.upstream.fleet.route(body.model)
+        chat = to_chat(body, default_model=named.name, history=history).chat
+        chat.update(max_tokens=1, stream=False)
+        chat.pop("stream_options", None)
+        model, prepared = self.upstream.prepare(request, chat)
+        doc = await self.upstream.complete(request, model, prepared)
+        usage = doc.get("usage")
+        count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise refused(Code.WORKER_FAILED, "the model worker did not report the prompt's tokens")
+        return json_response({"object": "response.input_tokens", "input_tokens": count})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        """Answer a cancel: a stored response is always finished here, so it is returned as it is.
+
+        The front stores a response once it is complete (a ``background`` one too: it is answered when done), so
+        none is ever running to be cancelled; a running request is stopped by its client hanging up.
+        """
+        response_id = request.match_info["response_id"]
+        found = self.store.get(response_id, request.get(API_KEY_ID))
+        if found is None:
+            return self._not_found(response_id)
+        return json_response(found)
+
     async def compact(self, request: web.Request, body: ResponsesBody) -> web.Response:
         """``POST /v1/responses/compact`` (``compact.Compactor``)."""
         return await self.compactor.compact(request, body)
