@@ -17,7 +17,7 @@ from typing import Any
 
 from mlx_agent.gateway.anthropic.bodies import MessagesBody
 from mlx_agent.gateway.anthropic.request import AnthropicRequest, translate
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from tests.conftest import REPO_ROOT, free_port

@@ -9,7 +9,7 @@ import pytest
 
 from mlx_agent.gateway import content_parts
 from mlx_agent.gateway.content_parts import MEDIA_PART_TYPES, PART_TYPES, check_messages
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.images import IMAGE_PART_TYPES
 from mlx_agent.gateway.ollama.bodies import OllamaChatBody
 from mlx_agent.gateway.ollama.request import translate_chat

@@ -14,7 +14,7 @@ from mlx_agent.gateway.anthropic import request
 from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.anthropic.reply import message_from_chat, usage_of
 from mlx_agent.gateway.anthropic.request import AnthropicRequest
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.openai.passthrough import window_fields
 from mlx_agent.gateway.request import prepare
 from tests.unit.test_gateway_request_body import model as request_model

@@ -11,7 +11,8 @@ from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.anthropic.api import ANTHROPIC_PREFIX
 from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
-from mlx_agent.gateway.door.endpoints import ENDPOINTS, Endpoint, Key, parse
+from mlx_agent.gateway.door.endpoints import ENDPOINTS, Endpoint, Key
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,

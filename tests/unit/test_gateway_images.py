@@ -16,7 +16,7 @@ from mlx_agent.gateway.anthropic import request as anthropic
 from mlx_agent.gateway.anthropic.bodies import MessagesBody
 from mlx_agent.gateway.content_parts import check_messages
 from mlx_agent.gateway.door.config import parse_config
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.images import ImageLimits
 from mlx_agent.gateway.request import prepare
 from mlx_agent.gateway.responses import request as responses

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.responses import request
 from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.compact import (

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.output import base_response
 from mlx_agent.gateway.responses.request import to_chat

@@ -17,7 +17,7 @@ from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.audio_check import RATE, AudioLimits, decode_audio
 from mlx_agent.gateway.door.config import parse_config
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.model_kinds import PATHS, chat_refusal, require_kind
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.multipart import Form, FormSpec, encode_form, read_form, reader_of

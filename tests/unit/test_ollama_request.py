@@ -10,7 +10,7 @@ import pytest
 
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
-from mlx_agent.gateway.door.endpoints import parse
+from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.ollama.bodies import OllamaChatBody, OllamaGenerateBody
 from mlx_agent.gateway.ollama.request import KEEP, OllamaRequest, parse_keep_alive, translate_chat, translate_generate
 

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from aiohttp import web
 
 from mlx_agent.api_errors import Code, Family
-from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody, check, load_json
+from mlx_agent.bodies import Body, ChatBody, CompletionBody, TokenizeBody, load_json
 from mlx_agent.errors import BodyInvalid, RequestRefused
 from mlx_agent.gateway.anthropic.bodies import MessagesBody, PromptBody
 from mlx_agent.gateway.door.connections import Handler
-from mlx_agent.gateway.door.http_errors import refusal_response, refused
+from mlx_agent.gateway.door.http_errors import parse, refusal_response, refused
 from mlx_agent.gateway.ollama.bodies import (
     OllamaChatBody,
     OllamaEmbedBody,
@@ -115,14 +115,6 @@ class Apis:
     embeddings: EmbeddingsApi
     media: MediaApi
     cache: CacheApi
-
-
-def parse(declaration: type[B], doc: dict[str, Any]) -> B:
-    """Return ``doc`` parsed by ``declaration``; a refusal is the 400 naming the field (``bodies.check``)."""
-    try:
-        return check(declaration, doc)
-    except BodyInvalid as error:
-        raise RequestRefused(400, error.message, code=error.code, param=error.param) from None
 
 
 async def read_body(request: web.Request, declaration: type[B]) -> B:

@@ -10,18 +10,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mlx_agent.api_errors import Code, Family, anthropic_body, error_body, ollama_body
-from mlx_agent.errors import RequestRefused
+from mlx_agent.bodies import Body, check
+from mlx_agent.errors import BodyInvalid, RequestRefused
 
+B = TypeVar("B", bound=Body)
 # Statuses a client may retry: a timeout, a conflict, rate limits, and the server's own trouble.
 RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
 # The headers an error keeps when it is given another family's shape.
 KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "x-should-retry", "Allow")
+
+
+def parse(declaration: type[B], doc: dict[str, Any]) -> B:
+    """Return ``doc`` parsed by ``declaration``; a refusal is the 400 naming the field (``bodies.check``)."""
+    try:
+        return check(declaration, doc)
+    except BodyInvalid as error:
+        raise RequestRefused(400, error.message, code=error.code, param=error.param) from None
 
 
 def refused(

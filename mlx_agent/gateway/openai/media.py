@@ -38,8 +38,7 @@ from aiohttp import web
 from mlx_agent.api_errors import Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.audio_check import MAX_AUDIO_BYTES, check_audio
-from mlx_agent.gateway.door.endpoints import parse
-from mlx_agent.gateway.door.http_errors import json_response, refused
+from mlx_agent.gateway.door.http_errors import json_response, parse, refused
 from mlx_agent.gateway.images import LIMITS, check_image
 from mlx_agent.gateway.model_kinds import require_kind
 from mlx_agent.gateway.models.lifecycle import Lifecycle
