@@ -272,6 +272,22 @@ def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
 
 
+@pytest.fixture(scope="session")
+def tiny_tts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight Soprano speech synthesiser for the whole session."""
+    from tests.fixtures.tiny_tts import build_tiny_tts  # builds with mlx-audio's classes: only the tests that ask
+
+    return build_tiny_tts(tmp_path_factory.mktemp("tts") / "tiny-voice")
+
+
+@pytest.fixture(scope="session")
+def tiny_stt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight Parakeet-CTC speech recogniser for the whole session."""
+    from tests.fixtures.tiny_stt import build_tiny_stt  # builds with mlx-audio's classes: only the tests that ask
+
+    return build_tiny_stt(tmp_path_factory.mktemp("stt") / "tiny-ears")
+
+
 # Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
 ATTACKER = "mlxattacker" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 

@@ -15,13 +15,15 @@ import os
 from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments, MlxAgentError
+from mlx_agent.media_kinds import CHAT_KINDS
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan.source import hf_hub_cache, read_config, resolve_path_source, resolve_repo_source
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Literal
+    from typing import Any
 
+    from mlx_agent.media_kinds import ModelKind
     from mlx_agent.plan.catalog_records import AgentsSummary, Memory, ModelRow, Problem, Quantization
     from mlx_agent.records.plan import Recipe, RuntimeRecord
 
@@ -210,7 +212,7 @@ def _describe(row: ModelRow, config: dict[str, Any]) -> None:
     row.update(describe(config))  # type: ignore[typeddict-item]  # the three keys describe fills
 
 
-def runtime_of(config: dict[str, Any], runtimes: Runtimes) -> tuple[str, Literal["text", "vision", "embedding"], str]:
+def runtime_of(config: dict[str, Any], runtimes: Runtimes) -> tuple[str, ModelKind, str]:
     """Return the runtime ``--runtime auto`` picks for ``config``, the model's kind and why; or raise its refusal."""
     from mlx_agent.plan.model_plan import model_kind
     from mlx_agent.plan.runtime_select import select_runtime
@@ -233,7 +235,7 @@ def _serving(
         row["runtime_problem"] = _problem(exc)
         return
     row["runtime"] = runtime
-    if row["kind"] != "embedding":
+    if row["kind"] in CHAT_KINDS:
         row["agents"] = _agents(source, record, recipe, row["context_window"])
 
 

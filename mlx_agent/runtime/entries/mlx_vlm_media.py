@@ -1,0 +1,410 @@
+"""mlx-vlm's speech, transcription and image-generation server, one bound model, on the front's private Unix socket.
+
+The model loads through mlx-vlm's own loader for its kind (``get_cached_model``: ``load_audio_model`` or the
+image pipeline's), before the socket listens, and not in mlx-vlm's lifespan, which logs a failed preload and
+serves on without the model. What loaded is then checked against the family the model's config files declare
+(``media_kinds.detect``, the plan's own rule): mlx-audio falls back to the directory name's parts, and
+mlx-vlm's image loader to the name's first token, and a worker that loaded another family than the plan reviewed
+stops before it listens.
+
+Then mlx-vlm's app serves, behind three walls: the front's body cap and deadline (``asgi_limits``), this
+module's ``KindWall`` (only its kind's paths and ``/health``; ``model`` must be the bound model or absent; a field
+that names a server path, another model or a file to write is refused with OpenAI's error shape) and a stand-in
+for the package's ``get_cached_model`` (``BoundLoader``) that loads nothing but the bound model, as its kind: a
+request can never make mlx-vlm load another model, a Hub id, or unload the bound one. Nothing here sets
+``MLX_TRUST_REMOTE_CODE``; the Hub stays offline. ``MEDIA_SEAMS`` names what we rely on in mlx-vlm (checked before
+anything loads, and by tests/unit/test_media_seams.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlx_agent.api_errors import Code, Family, error_body
+from mlx_agent.errors import SeamChanged, UnsupportedModel, exit_refused
+from mlx_agent.media_kinds import IMAGE_GENERATION, SPEECH, TRANSCRIPTION, MediaKind, detect, read_model_config
+from mlx_agent.worker_routes import WorkerRoute
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+
+LOADER = "get_cached_model"  # in mlx_vlm.server: every endpoint loads its model through this name (BoundLoader)
+MEDIA_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mlx_vlm.server.app": {LOADER: ("model_path", "adapter_path"), "load_audio_model": ("model_path",)},
+    "mlx_vlm.server.audio": {
+        "audio_speech_endpoint": ("payload", "request"),
+        "audio_transcriptions_endpoint": ("request",),
+        "audio_translations_endpoint": ("request",),
+        "_run_tts_request": ("request",),
+        "_run_stt_request": ("request",),
+    },
+    "mlx_vlm.server.openai": {"images_generations_endpoint": ("request",), "images_edits_endpoint": ("request",)},
+    "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
+    "uvicorn": {"run": ("app",)},
+}
+# Functions that must still load their model through LOADER: without the call, the BoundLoader would not stand there.
+CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mlx_vlm.server.audio": {"_run_tts_request": (LOADER,), "_run_stt_request": (LOADER,)},
+    "mlx_vlm.server.openai": {"images_generations_endpoint": (LOADER,), "images_edits_endpoint": (LOADER,)},
+}
+REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the entry uses changed."
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class KindRules:
+    """What one media kind's worker serves: its paths, what mlx-vlm loads for them, and the fields refused."""
+
+    routes: tuple[WorkerRoute, ...]
+    loads: tuple[str, ...]  # mlx-vlm's ``model_kind`` of each load its endpoints ask for (the first is preloaded)
+    cache_group: str  # the registry group the preloaded model sits in (mlx-vlm's ``_audio_cache_group``)
+    module_prefix: str  # where the loaded model's class must live (the family appended), "" to check ``.family``
+    # Fields that name a server path, another model or a file to write: refused whatever their value, except the
+    # value each maps to here (a field mlx-vlm defaults to that value is harmless when sent as it).
+    refused: dict[str, object]
+
+
+RULES: dict[MediaKind, KindRules] = {
+    SPEECH: KindRules(
+        routes=(WorkerRoute.SPEECH,),
+        loads=("audio_tts",),
+        cache_group="tts",
+        module_prefix="mlx_audio.tts.models.",
+        refused={"ref_audio": None},
+    ),
+    TRANSCRIPTION: KindRules(
+        routes=(WorkerRoute.TRANSCRIPTIONS, WorkerRoute.TRANSLATIONS),
+        loads=("audio_stt",),
+        cache_group="stt",
+        module_prefix="mlx_audio.stt.models.",
+        refused={},
+    ),
+    IMAGE_GENERATION: KindRules(
+        routes=(WorkerRoute.IMAGE_GENERATIONS, WorkerRoute.IMAGE_EDITS),
+        loads=("image_generation", "image_edit"),
+        cache_group="image_generation",
+        module_prefix="",
+        refused={
+            "output_path": None,
+            "output_dir": None,
+            "prompt_expansion_model": None,
+            "upsample_prompt": False,  # on, it loads an upsampler model from the Hub
+            "response_format": "b64_json",  # "path" answers with a file the server wrote
+        },
+    ),
+}
+IMAGE_PATHS = ("image", "images", "image_paths", "mask")  # an edit's inputs: server paths in mlx-vlm's JSON
+
+
+def _lookup(module_name: str, dotted: str) -> Any:
+    obj: Any = importlib.import_module(module_name)
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise SeamChanged(f"{module_name}.{dotted} no longer exists", remediation=REMEDIATION)
+    return obj
+
+
+def check_media_seams() -> None:
+    """Raise ``SeamChanged`` naming the first name of mlx-vlm the entry uses that is missing or changed."""
+    for module_name, callables in MEDIA_SEAMS.items():
+        for dotted, params in callables.items():
+            names = list(inspect.signature(_lookup(module_name, dotted)).parameters)
+            if names[: len(params)] != list(params):
+                raise SeamChanged(
+                    f"{module_name}.{dotted} now takes {names}, expected to start with {list(params)}",
+                    remediation=REMEDIATION,
+                )
+    for module_name, functions in CALLERS.items():
+        for name, callees in functions.items():
+            code = _lookup(module_name, name).__code__
+            for callee in callees:
+                if callee not in code.co_names:
+                    raise SeamChanged(f"{module_name}.{name} no longer calls {callee}", remediation=REMEDIATION)
+    check_loader_seam()
+
+
+def check_loader_seam() -> None:
+    """Raise ``SeamChanged`` unless the endpoints' loader looks up ``mlx_vlm.server.get_cached_model`` at call time.
+
+    The endpoints call a dependency (``app._protocol_deps``) that reads the package's name on every call; that is
+    what lets ``BoundLoader`` stand where every request loads its model. Checked by calling it with the name replaced.
+    """
+    server: Any = importlib.import_module("mlx_vlm.server")
+    through = _lookup("mlx_vlm.server.app", f"_protocol_deps.{LOADER}")
+    saved, seen = getattr(server, LOADER), object()
+    setattr(server, LOADER, lambda *args, **kwargs: seen)
+    try:
+        reached = through("probe", model_kind="audio_tts") is seen
+    except Exception:  # a dependency that loads by itself fails with these arguments
+        reached = False
+    finally:
+        setattr(server, LOADER, saved)
+    if not reached:
+        raise SeamChanged(
+            f"mlx-vlm's endpoints no longer load through mlx_vlm.server.{LOADER}", remediation=REMEDIATION
+        )
+
+
+class BoundLoader:
+    """A stand-in for ``mlx_vlm.server.get_cached_model`` that loads only the bound model, only as its kind."""
+
+    def __init__(self, original: Callable[..., Any], model: str, loads: tuple[str, ...]) -> None:
+        self.original, self.model, self.loads = original, model, loads
+
+    def __call__(self, model_path: str, adapter_path: Any = None, *, model_kind: str = "auto") -> Any:
+        """Return what mlx-vlm's loader returns for the bound model; refuse any other model or kind (404, 400)."""
+        from fastapi import HTTPException
+
+        if model_path != self.model:
+            raise HTTPException(status_code=404, detail=f"this worker serves only {self.model}")
+        if model_kind not in self.loads:
+            raise HTTPException(status_code=400, detail=f"this worker does not load models as {model_kind}")
+        return self.original(model_path, None, model_kind=model_kind)
+
+
+def loaded(rules: KindRules, model: str) -> bool:
+    """Say whether mlx-vlm's cache holds the bound model in its kind's group."""
+    from mlx_vlm.server.runtime import runtime
+
+    cache = runtime.model_cache.for_kind(rules.cache_group)
+    return bool(cache) and cache.get("model_path") == model and cache.get("model") is not None
+
+
+class KindWall:
+    """ASGI middleware: one kind's paths and ``/health``, the bound ``model`` only, no server path in a request."""
+
+    def __init__(self, app: App, kind: MediaKind, model: str, uploads: Path | None) -> None:
+        self.app, self.kind, self.model, self.uploads = app, kind, model, uploads
+        self.rules = RULES[kind]
+        self.paths = {route.path for route in self.rules.routes}
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        """Answer ``/health`` and refusals here; pass a request that is allowed to mlx-vlm's app."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/health" and method == "GET":
+            ready = loaded(self.rules, self.model)
+            doc = {"status": "ok" if ready else "not_loaded", "model": self.model, "kind": self.kind, "loaded": ready}
+            await _reply(send, 200 if ready else 503, doc)
+            return
+        if path not in self.paths or method != "POST":
+            await _refuse(send, Code.UNKNOWN_ENDPOINT, f"no such endpoint on this {self.kind} worker: {path}", None)
+            return
+        messages, body = await _read_all(receive)
+        content_type = dict(scope.get("headers", [])).get(b"content-type", b"").decode("latin-1")
+        if content_type.startswith("multipart/form-data"):
+            refusal = await self._check_form(scope, body)
+        else:
+            refusal, rewritten = self._check_json(body)
+            if rewritten is not None:
+                messages = [{"type": "http.request", "body": rewritten, "more_body": False}]
+                scope = _with_length(scope, len(rewritten))
+        if refusal is not None:
+            await _refuse(send, *refusal)
+            return
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    def _model_refusal(self, given: object) -> tuple[Code, str, str] | None:
+        if given == self.model:
+            return None
+        return Code.MODEL_NOT_FOUND, f"this worker serves only its bound model, not {given!r}", "model"
+
+    def _check_json(self, body: bytes) -> tuple[tuple[Code, str, str | None] | None, bytes | None]:
+        """Return a refusal of a JSON body, or None and the body rewritten to name the bound model (None: as sent)."""
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            return (Code.INVALID_JSON, "the body is not JSON", None), None
+        if not isinstance(doc, dict):
+            return (Code.INVALID_BODY, "the body must be a JSON object", None), None
+        for field, harmless in self.rules.refused.items():
+            if field in doc and doc[field] != harmless:
+                why = f"{field!r} names a server path, another model or a file to write; this server never takes one"
+                return (Code.UNSUPPORTED_PARAMETER, why, field), None
+        refusal = self._image_paths(doc) if self.kind == IMAGE_GENERATION else None
+        if refusal is not None:
+            return refusal, None
+        if "model" in doc:
+            return self._model_refusal(doc["model"]), None
+        return None, json.dumps({**doc, "model": self.model}).encode()
+
+    def _image_paths(self, doc: dict[str, Any]) -> tuple[Code, str, str] | None:
+        """Refuse an edit's image path outside the directory the front stores checked uploads in (none: every one)."""
+        for field in IMAGE_PATHS:
+            if field not in doc:
+                continue
+            values = doc[field] if isinstance(doc[field], list) else [doc[field]]
+            for value in values:
+                if not isinstance(value, str) or not self._uploaded(value):
+                    return (
+                        Code.UNSUPPORTED_PARAMETER,
+                        f"{field!r} must name an image the server stored itself; send the image as data to the server",
+                        field,
+                    )
+        return None
+
+    def _uploaded(self, value: str) -> bool:
+        if self.uploads is None:
+            return False
+        resolved = Path(value).resolve()
+        return resolved.is_relative_to(self.uploads) and resolved.is_file()
+
+    async def _check_form(self, scope: MutableMapping[str, Any], body: bytes) -> tuple[Code, str, str | None] | None:
+        """Refuse a multipart form that names another model (or none), parsed by starlette as mlx-vlm parses it."""
+        from starlette.requests import Request
+
+        sent = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def once() -> Message:
+            return sent.pop(0) if sent else {"type": "http.disconnect"}
+
+        try:
+            form = await Request(scope, once).form()
+        except Exception as exc:  # a malformed form: what starlette could not read
+            return Code.INVALID_BODY, f"the multipart form does not parse: {exc}", None
+        model = form.get("model")
+        if model is None:
+            return Code.MISSING_PARAMETER, "'model' is required", "model"
+        return self._model_refusal(model)
+
+
+def _with_length(scope: MutableMapping[str, Any], length: int) -> MutableMapping[str, Any]:
+    headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+    return {**scope, "headers": [*headers, (b"content-length", str(length).encode())]}
+
+
+async def _read_all(receive: Receive) -> tuple[list[Message], bytes]:
+    """Return the request's messages and its body (already capped by ``BodyLimits``)."""
+    messages: list[Message] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+    return messages, b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+
+
+async def _reply(send: Send, status: int, doc: dict[str, Any]) -> None:
+    raw = json.dumps(doc).encode()
+    headers = [(b"content-type", JSON.encode()), (b"content-length", str(len(raw)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": raw})
+
+
+async def _refuse(send: Send, code: Code, message: str, param: str | None) -> None:
+    await _reply(send, code.status, error_body(Family.OPENAI, code, message, param=param))
+
+
+def loaded_family(kind: MediaKind, model: Any) -> str:
+    """Return the family of what mlx-vlm loaded: the mlx-audio module its class lives in, or a pipeline's family."""
+    if kind == IMAGE_GENERATION:
+        return str(getattr(model, "family", ""))
+    module = type(model).__module__
+    prefix = RULES[kind].module_prefix
+    return module[len(prefix) :].split(".")[0] if module.startswith(prefix) else module
+
+
+def expected_family(kind: MediaKind, model_dir: Path) -> str:
+    """Return the family the model's config files declare for ``kind`` (the plan's rule); refuse when none does."""
+    from mlx_agent.installed import media_support
+
+    support = media_support(None)
+    found = detect(read_model_config(model_dir), support) if support is not None else []
+    match = next((d for d in found if d.kind == kind), None)
+    if match is None:
+        exit_refused(
+            UnsupportedModel(f"{model_dir}'s config files declare no {kind} model the installed mlx-vlm loads")
+        )
+    return match.family
+
+
+def load_bound(kind: MediaKind, model: str) -> None:
+    """Load the bound model through mlx-vlm's loader and check it is the declared family; refuse it otherwise."""
+    app_module: Any = importlib.import_module("mlx_vlm.server.app")
+    family = expected_family(kind, Path(model))
+    try:
+        loaded_model, _, _ = app_module.get_cached_model(model, None, model_kind=RULES[kind].loads[0])
+    except Exception as exc:  # mlx-vlm's HTTPException carries its reason in ``detail``
+        reason = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
+        exit_refused(UnsupportedModel(f"mlx-vlm could not load {model} as {kind}: {reason}"))
+    got = loaded_family(kind, loaded_model)
+    if got != family:
+        exit_refused(
+            UnsupportedModel(
+                f"mlx-vlm loaded {model} as {got!r}, but its config files declare {family!r} (mlx-audio and mlx-vlm "
+                "fall back to the directory's name); rename the directory or serve another model"
+            )
+        )
+
+
+def serve_kind(kind: MediaKind, argv: list[str]) -> int:
+    """Load the model named by ``--model`` as ``kind`` and serve it on the socket named by ``--mlx-agent-socket``."""
+    os.environ.pop("MLX_TRUST_REMOTE_CODE", None)  # never inherited: it would run code from the model folder
+    os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"  # before huggingface_hub is imported
+    try:
+        check_media_seams()
+    except SeamChanged as error:
+        print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
+        return 2
+    from mlx_agent.runtime.entries.contract_entry import started
+    from mlx_agent.runtime.entries.mlx_vlm_server import bind_private
+    from mlx_agent.runtime.serving.asgi_limits import BodyLimits
+    from mlx_agent.runtime.serving.socket_limits import from_contract
+
+    given, rest = started(argv, socket=True)
+    parser = argparse.ArgumentParser(prog=f"mlx_agent.runtime mlx-vlm {kind}")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--uploads", default=None, help="the directory the front stores checked edit images in")
+    args = parser.parse_args(rest)
+    socket_path = given.socket or ""
+    sock = bind_private(socket_path)  # bound, not listening: a connection succeeds only once the model is loaded
+    load_bound(kind, args.model)
+
+    import uvicorn
+
+    server: Any = importlib.import_module("mlx_vlm.server")
+    app_module: Any = importlib.import_module("mlx_vlm.server.app")
+    setattr(server, LOADER, BoundLoader(app_module.get_cached_model, args.model, RULES[kind].loads))
+    uploads = Path(args.uploads).resolve() if args.uploads else None
+    wall = KindWall(app_module.app, kind, args.model, uploads)
+    print(f"mlx-agent: serving {kind} with {args.model}", file=sys.stderr)
+    try:
+        uvicorn.run(BodyLimits(wall, from_contract(given.contract)), fd=sock.fileno(), log_level="warning")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+    return 0
+
+
+def speech(argv: list[str]) -> int:
+    """Run the ``mlx-vlm-speech`` worker."""
+    return serve_kind(SPEECH, argv)
+
+
+def transcription(argv: list[str]) -> int:
+    """Run the ``mlx-vlm-transcription`` worker."""
+    return serve_kind(TRANSCRIPTION, argv)
+
+
+def image_generation(argv: list[str]) -> int:
+    """Run the ``mlx-vlm-image`` worker."""
+    return serve_kind(IMAGE_GENERATION, argv)
