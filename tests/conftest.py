@@ -288,6 +288,14 @@ def tiny_stt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_stt(tmp_path_factory.mktemp("stt") / "tiny-ears")
 
 
+@pytest.fixture(scope="session")
+def tiny_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight ERNIE-Image pipeline (~160 MB: mlx-vlm fixes its VAE) for the whole session."""
+    from tests.fixtures.tiny_image import build_tiny_image  # builds with mlx-vlm's classes: only the tests that ask
+
+    return build_tiny_image(tmp_path_factory.mktemp("image") / "tiny-picture")
+
+
 # Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).
 ATTACKER = "mlxattacker" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 

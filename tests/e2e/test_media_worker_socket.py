@@ -1,9 +1,10 @@
-"""The speech and transcription workers on their own Unix sockets: real mlx-vlm, real tiny models, raw HTTP.
+"""The speech, transcription and image workers on their own Unix sockets: real mlx-vlm, real tiny models, raw HTTP.
 
-Each worker is started as a front starts it (``python -m mlx_agent.runtime mlx-vlm-speech|transcription``, the
-plan's contract), with the session's tiny Soprano and Parakeet-CTC models. Each answers its own endpoint as
-mlx-vlm does, and nothing else: not the other kind's paths, not another ``model`` (a Hub id mlx-vlm would load),
-not a field naming a server path. The preview of each tiny model picks its media recipe and kind by itself.
+Each worker is started as a front starts it (``python -m mlx_agent.runtime mlx-vlm-speech|transcription|image``,
+the plan's contract), with the session's tiny Soprano, Parakeet-CTC and ERNIE-Image models. Each answers its own
+endpoint as mlx-vlm does, and nothing else: not the other kind's paths, not another ``model`` (a Hub id mlx-vlm
+would load), not a field naming a server path or a file to write. The preview of each tiny model picks its media
+recipe and kind by itself.
 """
 
 from __future__ import annotations
@@ -128,16 +129,76 @@ def test_a_worker_refuses_to_start_for_a_model_of_another_kind(tiny_stt: Path) -
 
 @pytest.mark.parametrize(
     ("fixture", "runtime", "kind"),
-    [("tiny_tts", "mlx-vlm-speech", "speech"), ("tiny_stt", "mlx-vlm-transcription", "transcription")],
+    [
+        ("tiny_tts", "mlx-vlm-speech", "speech"),
+        ("tiny_stt", "mlx-vlm-transcription", "transcription"),
+        ("tiny_image", "mlx-vlm-image", "image_generation"),
+    ],
 )
 def test_auto_previews_each_media_model_with_its_recipe_and_kind(
     agent: Agent, request: pytest.FixtureRequest, fixture: str, runtime: str, kind: str
 ) -> None:
-    """``serve start --runtime auto`` of a tiny speech or speech-recognition model plans its media worker."""
+    """``serve start --runtime auto`` of each tiny media model plans its kind's worker, every file bound."""
     model: Path = request.getfixturevalue(fixture)
     result = agent.run("serve", "start", "--path", str(model), "--runtime", "auto")
     assert result.rc == 0, result.stdout + result.stderr
     served = result.data["plan"]["models"][0]
     assert served["runtime"]["name"] == runtime and served["worker"]["kind"] == kind
     assert served["agents"] is None and served["weight_bytes"] > 0
-    assert {f["name"] for f in served["source"]["files"]} >= {"config.json", "model.safetensors"}
+    names = {f["name"] for f in served["source"]["files"]}
+    assert names >= {"config.json", "model.safetensors"} or names >= {"model_index.json", "vae/model.safetensors"}
+
+
+@pytest.fixture(scope="module")
+def uploads() -> Path:
+    """Return a directory standing for the one the front stores checked edit images in, holding one PNG."""
+    from PIL import Image
+
+    directory = Path(tempfile.mkdtemp(prefix="uploads", dir="/tmp"))
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(directory / "red.png")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def painter(tiny_image: Path, uploads: Path) -> Iterator[SocketWorker]:
+    """Start one image-generation worker of the tiny ERNIE-Image pipeline on its socket, with an upload directory."""
+    with socket_worker(tiny_image, runtime="mlx-vlm-image", extra=("--uploads", str(uploads))) as started:
+        yield started
+
+
+def is_png(b64: str) -> bool:
+    """Say whether a base64 string holds a PNG file."""
+    import base64
+
+    return base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_image_generation_answers_b64_png(painter: SocketWorker) -> None:
+    """A 16x16 one-step generation without ``model`` is drawn by the bound pipeline: one base64 PNG."""
+    body = {"prompt": "a red cube", "size": "16x16", "steps": 1, "seed": 1}
+    answer = painter.post(body, path="/v1/images/generations")
+    assert answer.status == 200, answer.body[:300]
+    (image,) = answer.json()["data"]
+    assert is_png(image["b64_json"]) and (image["width"], image["height"]) == (16, 16)
+
+
+def test_image_edit_reads_only_an_uploaded_image(painter: SocketWorker, uploads: Path) -> None:
+    """An edit of an image in the upload directory is drawn; the same request naming another file is 400."""
+    body = {"prompt": "make it blue", "image": str(uploads / "red.png"), "size": "16x16", "steps": 1, "seed": 1}
+    answer = painter.post(body, path="/v1/images/edits")
+    assert answer.status == 200, answer.body[:300]
+    assert is_png(answer.json()["data"][0]["b64_json"])
+    outside = painter.post({**body, "image": "/etc/hostname"}, path="/v1/images/edits")
+    assert outside.status == 400 and is_api_error(outside.json(), "unsupported_parameter"), outside
+
+
+def test_image_generation_refuses_files_models_and_other_paths(painter: SocketWorker) -> None:
+    """Writing a file, a prompt-expansion model, another model and the audio paths are all refused."""
+    for field, value in [("output_path", "/tmp/x.png"), ("response_format", "path"), ("prompt_expansion_model", "x/y")]:
+        answer = painter.post({"prompt": "x", field: value}, path="/v1/images/generations")
+        assert answer.status == 400 and answer.json()["error"]["param"] == field, answer
+    other = painter.post({"prompt": "x", "model": "black-forest-labs/FLUX.2-klein-4B"}, path="/v1/images/generations")
+    assert other.status == 404 and is_api_error(other.json(), "model_not_found"), other
+    for route in ("/v1/audio/speech", "/v1/audio/transcriptions", "/v1/chat/completions"):
+        answer = painter.post({"prompt": "x"}, path=route)
+        assert answer.status == 404 and is_api_error(answer.json(), "unknown_endpoint"), route
