@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments, MlxAgentError
-from mlx_agent.media_kinds import CHAT_KINDS
+from mlx_agent.media_kinds import CHAT_KINDS, config_path
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan.source import hf_hub_cache, read_config, resolve_path_source, resolve_repo_source
 
@@ -68,14 +68,17 @@ def cached_repos(cache: Path) -> list[tuple[str, Path]]:
 
 
 def model_dirs(given: Path) -> list[Path]:
-    """Return the model directories in ``given``: itself if it holds config.json, else its subdirectories that do."""
-    if (given / "config.json").is_file():
+    """Return the model directories in ``given``: itself if it is one, else its subdirectories that are.
+
+    A model directory holds config.json, or (a diffusers pipeline) ``model_index.json``.
+    """
+    if config_path(given).is_file():
         return [given]
     try:
         children = sorted(given.iterdir())
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
-    return [child for child in children if child.is_dir() and (child / "config.json").is_file()]
+    return [child for child in children if child.is_dir() and config_path(child).is_file()]
 
 
 def _problem(exc: MlxAgentError) -> Problem:

@@ -202,3 +202,17 @@ def test_image_generation_refuses_files_models_and_other_paths(painter: SocketWo
     for route in ("/v1/audio/speech", "/v1/audio/transcriptions", "/v1/chat/completions"):
         answer = painter.post({"prompt": "x"}, path=route)
         assert answer.status == 404 and is_api_error(answer.json(), "unknown_endpoint"), route
+
+
+def test_models_lists_each_media_model_with_its_kind(
+    agent: Agent, tiny_tts: Path, tiny_stt: Path, tiny_image: Path
+) -> None:
+    """``mlx-agent models --dir`` finds the three tiny models (the pipeline by its model_index.json) with their kind."""
+    result = agent.run("models", *(f"--dir={model}" for model in (tiny_tts, tiny_stt, tiny_image)))
+    assert result.rc == 0, result.stdout + result.stderr
+    rows = {row["path"]: row for row in result.data["models"] if row["path"] is not None}
+    assert {(rows[str(m)]["kind"], rows[str(m)]["runtime"]) for m in (tiny_tts, tiny_stt, tiny_image)} == {
+        ("speech", "mlx-vlm-speech"),
+        ("transcription", "mlx-vlm-transcription"),
+        ("image_generation", "mlx-vlm-image"),
+    }
