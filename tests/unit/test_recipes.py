@@ -111,7 +111,8 @@ def test_an_unknown_runtime_gets_the_usage(capsys: pytest.CaptureFixture[str]) -
     assert entry.main(["llama.cpp", "--model", "m"]) == 2
     assert entry.main([]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert lines == [entry.USAGE, entry.USAGE] and "{mlx_lm|mlx-vlm|mlx-vlm-embed}" in entry.USAGE
+    names = "{mlx_lm|mlx-vlm|mlx-vlm-embed|mlx-vlm-speech|mlx-vlm-transcription|mlx-vlm-image}"
+    assert lines == [entry.USAGE, entry.USAGE] and names in entry.USAGE
 
 
 started: list[list[str]] = []
