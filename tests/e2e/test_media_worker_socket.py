@@ -216,3 +216,21 @@ def test_models_lists_each_media_model_with_its_kind(
         ("transcription", "mlx-vlm-transcription"),
         ("image_generation", "mlx-vlm-image"),
     }
+
+
+def test_a_folder_name_never_picks_the_model_class(tiny_stt: Path, tmp_path: Path) -> None:
+    """A NeMo checkpoint without model_type in a folder named ``whisper-...`` loads as its config's Parakeet.
+
+    mlx-audio alone would take ``whisper`` from the name and fail to build a Whisper from a Parakeet config.
+    """
+    import json
+    import shutil
+
+    misleading = tmp_path / "whisper-tiny-en"
+    shutil.copytree(tiny_stt, misleading)
+    config = json.loads((misleading / "config.json").read_text())
+    del config["model_type"]  # as NeMo exports write it: only the ``target`` class says what it is
+    (misleading / "config.json").write_text(json.dumps(config))
+    with socket_worker(misleading, runtime="mlx-vlm-transcription") as worker:
+        answer = upload(worker, "/v1/audio/transcriptions", {"model": str(misleading)}, wav_bytes())
+    assert answer.status == 200 and answer.json() == {"text": TRANSCRIPT}, answer.body[:300]

@@ -40,3 +40,15 @@ def test_a_changed_signature_fails_the_check(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(app, LOADER, lambda path, *, model_kind="auto": None)
     with pytest.raises(SeamChanged, match="now takes"):
         check_media_seams()
+
+
+def test_an_audio_loader_that_no_longer_takes_the_family_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mlx-audio's base loader no longer reading ``model_name_parts`` would let the folder name pick: refused."""
+    utils: Any = importlib.import_module("mlx_audio.utils")
+
+    def base_load_model(model_path: Any, category: str, model_remapping: dict[str, str], **kwargs: Any) -> None:
+        return None
+
+    monkeypatch.setattr(utils, "base_load_model", base_load_model)
+    with pytest.raises(SeamChanged, match="no longer reads 'model_type'"):
+        check_media_seams()

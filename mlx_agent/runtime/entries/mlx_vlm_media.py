@@ -41,6 +41,7 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 LOADER = "get_cached_model"  # in mlx_vlm.server: every endpoint loads its model through this name (BoundLoader)
+AUDIO_LOADER = "load_audio_model"  # in mlx_vlm.server: what LOADER loads an audio model with (DeclaredAudioLoader)
 MEDIA_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server.app": {LOADER: ("model_path", "adapter_path"), "load_audio_model": ("model_path",)},
     "mlx_vlm.server.audio": {
@@ -52,12 +53,22 @@ MEDIA_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "mlx_vlm.server.openai": {"images_generations_endpoint": ("request",), "images_edits_endpoint": ("request",)},
     "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
+    # DeclaredAudioLoader: mlx-audio's loader of the kind, given the family and no name parts to guess from
+    "mlx_audio.tts.utils": {"load_model": ("model_path", "lazy", "strict")},
+    "mlx_audio.stt.utils": {"load_model": ("model_path", "lazy", "strict")},
+    "mlx_audio.utils": {"base_load_model": ("model_path", "category", "model_remapping")},
     "uvicorn": {"run": ("app",)},
 }
 # Functions that must still load their model through LOADER: without the call, the BoundLoader would not stand there.
 CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server.audio": {"_run_tts_request": (LOADER,), "_run_stt_request": (LOADER,)},
     "mlx_vlm.server.openai": {"images_generations_endpoint": (LOADER,), "images_edits_endpoint": (LOADER,)},
+}
+# String constants that must still be read where named: mlx-vlm's loader looks its audio loader up by this name
+# (``_server_package_attr``), and mlx-audio's base loader takes the family and the name parts as these keywords.
+CONSTANTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mlx_vlm.server.app": {LOADER: (AUDIO_LOADER,)},
+    "mlx_audio.utils": {"base_load_model": ("model_type", "model_name_parts")},
 }
 REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the entry uses changed."
 JSON = "application/json"
@@ -71,6 +82,7 @@ class KindRules:
     loads: tuple[str, ...]  # mlx-vlm's ``model_kind`` of each load its endpoints ask for (the first is preloaded)
     cache_group: str  # the registry group the preloaded model sits in (mlx-vlm's ``_audio_cache_group``)
     module_prefix: str  # where the loaded model's class must live (the family appended), "" to check ``.family``
+    audio: str | None  # mlx-audio's category (``tts``, ``stt``) of an audio kind
     # Fields that name a server path, another model or a file to write: refused whatever their value, except the
     # value each maps to here (a field mlx-vlm defaults to that value is harmless when sent as it).
     refused: dict[str, object]
@@ -82,6 +94,7 @@ RULES: dict[MediaKind, KindRules] = {
         loads=("audio_tts",),
         cache_group="tts",
         module_prefix="mlx_audio.tts.models.",
+        audio="tts",
         refused={"ref_audio": None},
     ),
     TRANSCRIPTION: KindRules(
@@ -89,6 +102,7 @@ RULES: dict[MediaKind, KindRules] = {
         loads=("audio_stt",),
         cache_group="stt",
         module_prefix="mlx_audio.stt.models.",
+        audio="stt",
         refused={},
     ),
     IMAGE_GENERATION: KindRules(
@@ -96,6 +110,7 @@ RULES: dict[MediaKind, KindRules] = {
         loads=("image_generation", "image_edit"),
         cache_group="image_generation",
         module_prefix="",
+        audio=None,
         refused={
             "output_path": None,
             "output_dir": None,
@@ -133,6 +148,12 @@ def check_media_seams() -> None:
             for callee in callees:
                 if callee not in code.co_names:
                     raise SeamChanged(f"{module_name}.{name} no longer calls {callee}", remediation=REMEDIATION)
+    for module_name, functions in CONSTANTS.items():
+        for name, constants in functions.items():
+            code = _lookup(module_name, name).__code__
+            for constant in constants:
+                if constant not in code.co_consts:
+                    raise SeamChanged(f"{module_name}.{name} no longer reads {constant!r}", remediation=REMEDIATION)
     check_loader_seam()
 
 
@@ -173,6 +194,26 @@ class BoundLoader:
         if model_kind not in self.loads:
             raise HTTPException(status_code=400, detail=f"this worker does not load models as {model_kind}")
         return self.original(model_path, None, model_kind=model_kind)
+
+
+class DeclaredAudioLoader:
+    """A stand-in for ``mlx_vlm.server.load_audio_model``: mlx-audio's loader of the kind, told the declared family.
+
+    mlx-vlm's own goes through ``mlx_audio.utils.load_model``, which picks TTS or STT and the model module from the
+    config and, failing that, from the directory name's parts. This one loads the bound model only, with the family
+    the config files declare (``media_kinds.detect``) and no name parts, so a NeMo checkpoint without a model_type
+    in a folder called ``whisper-...`` loads as the Parakeet it is.
+    """
+
+    def __init__(self, model: str, category: str, family: str) -> None:
+        self.model, self.category, self.family = model, category, family
+
+    def __call__(self, model_path: str) -> Any:
+        """Return the bound model as mlx-audio's category loader builds it; refuse any other path."""
+        if model_path != self.model:
+            raise ValueError(f"this worker loads only {self.model}")
+        utils: Any = importlib.import_module(f"mlx_audio.{self.category}.utils")
+        return utils.load_model(Path(model_path), model_type=self.family, model_name_parts=[])
 
 
 def loaded(rules: KindRules, model: str) -> bool:
@@ -341,6 +382,10 @@ def load_bound(kind: MediaKind, model: str) -> None:
     """Load the bound model through mlx-vlm's loader and check it is the declared family; refuse it otherwise."""
     app_module: Any = importlib.import_module("mlx_vlm.server.app")
     family = expected_family(kind, Path(model))
+    category = RULES[kind].audio
+    if category is not None:  # the seam: mlx-vlm's loader looks the audio loader up in the package at call time
+        server: Any = importlib.import_module("mlx_vlm.server")
+        setattr(server, AUDIO_LOADER, DeclaredAudioLoader(model, category, family))
     try:
         loaded_model, _, _ = app_module.get_cached_model(model, None, model_kind=RULES[kind].loads[0])
     except Exception as exc:  # mlx-vlm's HTTPException carries its reason in ``detail``
