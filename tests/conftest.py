@@ -164,6 +164,7 @@ SLOW_FIRST = (
     "tests/integration/test_gateway_lifecycle.py",
     "tests/e2e/test_runtimes.py",
     "tests/e2e/test_serve_top.py",
+    "tests/e2e/test_media_worker_socket.py",
 )
 TIERS = ("tests/e2e/", "tests/integration/", "tests/unit/")
 
