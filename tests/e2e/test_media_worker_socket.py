@@ -234,3 +234,13 @@ def test_a_folder_name_never_picks_the_model_class(tiny_stt: Path, tmp_path: Pat
     with socket_worker(misleading, runtime="mlx-vlm-transcription") as worker:
         answer = upload(worker, "/v1/audio/transcriptions", {"model": str(misleading)}, wav_bytes())
     assert answer.status == 200 and answer.json() == {"text": TRANSCRIPT}, answer.body[:300]
+
+
+def test_a_transcription_model_launches_eagerly_with_its_worker_loaded(agent: Agent, tiny_stt: Path) -> None:
+    """``serve start --confirm`` of the tiny recogniser starts its front and media worker; ``status`` says loaded."""
+    from tests.ports import free_port
+
+    receipt = agent.launch("--path", str(tiny_stt), "--runtime", "auto", "--port", str(free_port()))
+    assert receipt["plan"]["models"][0]["worker"]["kind"] == "transcription"
+    (server,) = agent.run("serve", "status").data["servers"]
+    assert server["model_state"] == "loaded" and server["worker_rss_bytes"] > 0
