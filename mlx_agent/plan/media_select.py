@@ -83,12 +83,11 @@ def auto_media(config: dict[str, Any], chat_type: bool) -> tuple[str, str] | Non
     ``chat_type``: a chat runtime loads the config's ``model_type``; unless a distinctive key made it an audio type
     (TADA's ``acoustic_dim``), the checkpoint stays chat.
     """
-    runtime = media_runtime(MEDIA_KINDS[0])
-    found = _detected(config, runtime, None)
-    if not found:
-        return None
     raw = config.get("model_type")
     if chat_type and isinstance(raw, str) and audio_model_type(config) == raw.lower():
+        return None  # decided before the media packages' files are read: most previews are of chat models
+    found = _detected(config, media_runtime(MEDIA_KINDS[0]), None)
+    if not found:
         return None
     if len(found) > 1:
         names = [media_runtime(d.kind) for d in found]
