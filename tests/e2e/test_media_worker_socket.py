@@ -244,3 +244,11 @@ def test_a_transcription_model_launches_eagerly_with_its_worker_loaded(agent: Ag
     assert receipt["plan"]["models"][0]["worker"]["kind"] == "transcription"
     (server,) = agent.run("serve", "status").data["servers"]
     assert server["model_state"] == "loaded" and server["worker_rss_bytes"] > 0
+
+
+def test_image_values_mlx_vlm_would_fail_on_are_400(painter: SocketWorker) -> None:
+    """Values mlx-vlm's image schema refuses (built outside its error handling: a 500 there) are 400 here."""
+    for body, field in [({"steps": 0}, "steps"), ({"n": 100}, "n"), ({"prompt": 5}, "prompt")]:
+        answer = painter.post({"prompt": "x", "size": "16x16", **body}, path="/v1/images/generations")
+        assert answer.status == 400 and is_api_error(answer.json(), "invalid_value"), answer
+        assert answer.json()["error"]["param"] == field

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mlx_agent.media_kinds import IMAGE_GENERATION, SPEECH, TRANSCRIPTION, MediaKind
-from mlx_agent.runtime.entries.mlx_vlm_media import BoundLoader, KindWall
+from mlx_agent.runtime.entries.mlx_vlm_media import BoundLoader, KindWall, SchemaCheck
 
 pytestmark = pytest.mark.fast
 
@@ -42,11 +42,17 @@ class Recorder:
 
 
 def call(
-    kind: MediaKind, path: str, body: bytes, *, content_type: str = "application/json", uploads: Path | None = None
+    kind: MediaKind,
+    path: str,
+    body: bytes,
+    *,
+    content_type: str = "application/json",
+    uploads: Path | None = None,
+    schema: SchemaCheck | None = None,
 ) -> tuple[int, Any, Recorder]:
     """Send one POST through a wall of ``kind``; return the status, the parsed answer (or raw bytes), the app."""
     app = Recorder()
-    wall = KindWall(app, kind, MODEL, uploads)
+    wall = KindWall(app, kind, MODEL, uploads, schema)
     scope = {"type": "http", "method": "POST", "path": path, "headers": [(b"content-type", content_type.encode())]}
     sent = [{"type": "http.request", "body": body, "more_body": False}]
     out: list[MutableMapping[str, Any]] = []
@@ -162,3 +168,19 @@ def test_the_bound_loader_loads_nothing_else() -> None:
         with pytest.raises(HTTPException):
             loader(path, model_kind=kind)
     assert calls == [(MODEL, "audio_tts")]
+
+
+def test_a_body_the_endpoints_schema_refuses_is_400_before_the_app() -> None:
+    """The schema check sees the body with the bound model written in; what it refuses is 400 invalid_value."""
+    seen: list[dict[str, Any]] = []
+
+    def schema(path: str, doc: dict[str, Any]) -> tuple[str, str | None] | None:
+        seen.append(doc)
+        return ("steps: must be at least 1", "steps") if doc.get("steps") == 0 else None
+
+    status, answer, app = call(
+        IMAGE_GENERATION, "/v1/images/generations", b'{"prompt": "x", "steps": 0}', schema=schema
+    )
+    assert (status, code(answer), answer["error"]["param"], app.bodies) == (400, "invalid_value", "steps", [])
+    assert seen == [{"prompt": "x", "steps": 0, "model": MODEL}]
+    assert call(IMAGE_GENERATION, "/v1/images/generations", b'{"prompt": "x"}', schema=schema)[0] == 200

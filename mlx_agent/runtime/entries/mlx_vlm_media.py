@@ -39,6 +39,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+# Checks a JSON body against the schema its endpoint builds: None, or the message and the field at fault.
+SchemaCheck = Callable[[str, dict[str, Any]], tuple[str, str | None] | None]
 
 LOADER = "get_cached_model"  # in mlx_vlm.server: every endpoint loads its model through this name (BoundLoader)
 AUDIO_LOADER = "load_audio_model"  # in mlx_vlm.server: what LOADER loads an audio model with (DeclaredAudioLoader)
@@ -52,6 +54,8 @@ MEDIA_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
         "_run_stt_request": ("request",),
     },
     "mlx_vlm.server.openai": {"images_generations_endpoint": ("request",), "images_edits_endpoint": ("request",)},
+    # the bodies the image endpoints build unguarded (a ValidationError there is a 500): checked first (SchemaCheck)
+    "mlx_vlm.server.schemas": {"ImageGenerationRequest": (), "ImageEditRequest": ()},
     "mlx_vlm.server.runtime": {"ModelCacheRegistry.for_kind": ("self", "kind")},
     # DeclaredAudioLoader: mlx-audio's loader of the kind, given the family and no name parts to guess from
     "mlx_audio.tts.utils": {"load_model": ("model_path", "lazy", "strict")},
@@ -62,7 +66,10 @@ MEDIA_SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
 # Functions that must still load their model through LOADER: without the call, the BoundLoader would not stand there.
 CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server.audio": {"_run_tts_request": (LOADER,), "_run_stt_request": (LOADER,)},
-    "mlx_vlm.server.openai": {"images_generations_endpoint": (LOADER,), "images_edits_endpoint": (LOADER,)},
+    "mlx_vlm.server.openai": {
+        "images_generations_endpoint": (LOADER, "ImageGenerationRequest"),
+        "images_edits_endpoint": (LOADER, "ImageEditRequest"),
+    },
 }
 # String constants that must still be read where named: mlx-vlm's loader looks its audio loader up by this name
 # (``_server_package_attr``), and mlx-audio's base loader takes the family and the name parts as these keywords.
@@ -216,6 +223,32 @@ class DeclaredAudioLoader:
         return utils.load_model(Path(model_path), model_type=self.family, model_name_parts=[])
 
 
+def image_schema_check() -> SchemaCheck:
+    """Return the check of image bodies against the schemas mlx-vlm's image endpoints build from them.
+
+    Those endpoints build ``ImageGenerationRequest(**body)`` outside their error handling, so a value the schema
+    refuses (``steps: 0``, ``n: 100``, a prompt that is not a string) would be a 500; it is a 400 here.
+    """
+    import pydantic
+
+    schemas: Any = importlib.import_module("mlx_vlm.server.schemas")
+    models = {
+        WorkerRoute.IMAGE_GENERATIONS.path: schemas.ImageGenerationRequest,
+        WorkerRoute.IMAGE_EDITS.path: schemas.ImageEditRequest,
+    }
+
+    def check(path: str, doc: dict[str, Any]) -> tuple[str, str | None] | None:
+        try:
+            models[path].model_validate(doc)
+        except pydantic.ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first.get("loc", ())) or None
+            return f"{where or 'the body'}: {first.get('msg', 'invalid')}", where
+        return None
+
+    return check
+
+
 def loaded(rules: KindRules, model: str) -> bool:
     """Say whether mlx-vlm's cache holds the bound model in its kind's group."""
     from mlx_vlm.server.runtime import runtime
@@ -227,8 +260,10 @@ def loaded(rules: KindRules, model: str) -> bool:
 class KindWall:
     """ASGI middleware: one kind's paths and ``/health``, the bound ``model`` only, no server path in a request."""
 
-    def __init__(self, app: App, kind: MediaKind, model: str, uploads: Path | None) -> None:
-        self.app, self.kind, self.model, self.uploads = app, kind, model, uploads
+    def __init__(
+        self, app: App, kind: MediaKind, model: str, uploads: Path | None, schema: SchemaCheck | None = None
+    ) -> None:
+        self.app, self.kind, self.model, self.uploads, self.schema = app, kind, model, uploads, schema
         self.rules = RULES[kind]
         self.paths = {route.path for route in self.rules.routes}
 
@@ -251,7 +286,7 @@ class KindWall:
         if content_type.startswith("multipart/form-data"):
             refusal = await self._check_form(scope, body)
         else:
-            refusal, rewritten = self._check_json(body)
+            refusal, rewritten = self._check_json(path, body)
             if rewritten is not None:
                 messages = [{"type": "http.request", "body": rewritten, "more_body": False}]
                 scope = _with_length(scope, len(rewritten))
@@ -269,7 +304,7 @@ class KindWall:
             return None
         return Code.MODEL_NOT_FOUND, f"this worker serves only its bound model, not {given!r}", "model"
 
-    def _check_json(self, body: bytes) -> tuple[tuple[Code, str, str | None] | None, bytes | None]:
+    def _check_json(self, path: str, body: bytes) -> tuple[tuple[Code, str, str | None] | None, bytes | None]:
         """Return a refusal of a JSON body, or None and the body rewritten to name the bound model (None: as sent)."""
         try:
             doc = json.loads(body)
@@ -285,8 +320,13 @@ class KindWall:
         if refusal is not None:
             return refusal, None
         if "model" in doc:
-            return self._model_refusal(doc["model"]), None
-        return None, json.dumps({**doc, "model": self.model}).encode()
+            refusal = self._model_refusal(doc["model"])
+            if refusal is not None:
+                return refusal, None
+        invalid = self.schema(path, {**doc, "model": self.model}) if self.schema is not None else None
+        if invalid is not None:
+            return (Code.INVALID_VALUE, *invalid), None
+        return None, None if "model" in doc else json.dumps({**doc, "model": self.model}).encode()
 
     def _image_paths(self, doc: dict[str, Any]) -> tuple[Code, str, str] | None:
         """Refuse an edit's image path outside the directory the front stores checked uploads in (none: every one)."""
@@ -430,7 +470,8 @@ def serve_kind(kind: MediaKind, argv: list[str]) -> int:
     app_module: Any = importlib.import_module("mlx_vlm.server.app")
     setattr(server, LOADER, BoundLoader(app_module.get_cached_model, args.model, RULES[kind].loads))
     uploads = Path(args.uploads).resolve() if args.uploads else None
-    wall = KindWall(app_module.app, kind, args.model, uploads)
+    schema = image_schema_check() if kind == IMAGE_GENERATION else None
+    wall = KindWall(app_module.app, kind, args.model, uploads, schema)
     print(f"mlx-agent: serving {kind} with {args.model}", file=sys.stderr)
     try:
         uvicorn.run(BodyLimits(wall, from_contract(given.contract)), fd=sock.fileno(), log_level="warning")
