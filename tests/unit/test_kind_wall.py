@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.media_kinds import IMAGE_GENERATION, SPEECH, TRANSCRIPTION, MediaKind
-from mlx_agent.runtime.entries.mlx_vlm_media import BoundLoader, KindWall, SchemaCheck
+from mlx_agent.runtime.entries.kind_wall import KindWall, SchemaCheck
+from mlx_agent.runtime.entries.mlx_vlm_media import BoundLoader
 
 pytestmark = pytest.mark.fast
 
