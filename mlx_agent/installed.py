@@ -14,6 +14,10 @@ import re
 import sys
 from pathlib import Path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.media_kinds import MediaSupport
+
 
 def _normalise(dist: str) -> str:
     return re.sub(r"[-_.]+", "_", dist).lower()
@@ -118,6 +122,39 @@ def embedding_support(paths: list[str] | None) -> set[str] | None:
         if p.stem != "pooling" and "EmbeddingOutput" in p.read_text(encoding="utf-8", errors="replace")
     }
     return {t for t, module in remapping.items() if module in embedders} | embedders
+
+
+IMAGE_MARKER = re.compile(r"^\s*is_image_generation_model\b[^=\n]*=\s*True\b", re.MULTILINE)
+
+
+def _audio_models(root: Path, category: str) -> tuple[frozenset[str], dict[str, str]]:
+    """Return mlx-audio's model modules of a category (``tts``, ``stt``) and that category's remapping."""
+    models = root / category / "models"
+    types = frozenset(p.name for p in models.glob("*") if p.is_dir() and (p / "__init__.py").is_file())
+    utils = root / category / "utils.py"
+    remapping = _literal_dict(utils.read_text(encoding="utf-8"), "MODEL_REMAPPING") if utils.is_file() else {}
+    return types, remapping
+
+
+def media_support(paths: list[str] | None) -> MediaSupport | None:
+    """Return what the installed mlx-audio (through mlx-vlm) speaks and transcribes and mlx-vlm draws, or None.
+
+    None where mlx-vlm or mlx-audio is absent. An image family is a module under ``mlx_vlm/models`` whose model
+    class (in its ``model.py``) sets ``is_image_generation_model = True``; nothing is imported.
+    """
+    from mlx_agent.media_kinds import MediaSupport
+
+    vlm, audio = package_dir("mlx_vlm", paths), package_dir("mlx_audio", paths)
+    if vlm is None or audio is None:
+        return None
+    speech, speech_remapping = _audio_models(audio, "tts")
+    heard, heard_remapping = _audio_models(audio, "stt")
+    image = frozenset(
+        p.parent.name
+        for p in (vlm / "models").glob("*/model.py")  # where every pipeline class sets it
+        if IMAGE_MARKER.search(p.read_text(encoding="utf-8", errors="replace"))
+    )
+    return MediaSupport(speech, speech_remapping, heard, heard_remapping, image)
 
 
 def own_requirement(dist: str, paths: list[str]) -> str | None:

@@ -164,6 +164,7 @@ SLOW_FIRST = (
     "tests/integration/test_gateway_lifecycle.py",
     "tests/e2e/test_runtimes.py",
     "tests/e2e/test_serve_top.py",
+    "tests/e2e/test_media_worker_socket.py",
 )
 TIERS = ("tests/e2e/", "tests/integration/", "tests/unit/")
 
@@ -278,6 +279,30 @@ def tiny_vlm_adapter(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -
     from tests.fixtures.tiny_vlm_adapter import build_tiny_vlm_adapter
 
     return build_tiny_vlm_adapter(tiny_vlm, tmp_path_factory.mktemp("vlm-adapter") / "adapter")
+
+
+@pytest.fixture(scope="session")
+def tiny_tts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight Soprano speech synthesiser for the whole session."""
+    from tests.fixtures.tiny_tts import build_tiny_tts  # builds with mlx-audio's classes: only the tests that ask
+
+    return build_tiny_tts(tmp_path_factory.mktemp("tts") / "tiny-voice")
+
+
+@pytest.fixture(scope="session")
+def tiny_stt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight Parakeet-CTC speech recogniser for the whole session."""
+    from tests.fixtures.tiny_stt import build_tiny_stt  # builds with mlx-audio's classes: only the tests that ask
+
+    return build_tiny_stt(tmp_path_factory.mktemp("stt") / "tiny-ears")
+
+
+@pytest.fixture(scope="session")
+def tiny_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny random-weight ERNIE-Image pipeline (~160 MB: mlx-vlm fixes its VAE) for the whole session."""
+    from tests.fixtures.tiny_image import build_tiny_image  # builds with mlx-vlm's classes: only the tests that ask
+
+    return build_tiny_image(tmp_path_factory.mktemp("image") / "tiny-picture")
 
 
 # Each pytest-xdist worker acts through its own second user (gw0 -> mlxattacker0; a serial run: mlxattacker).

@@ -352,6 +352,15 @@ class DraftModelMismatch(SourceError):
     )
 
 
+class RuntimeSelectionError(MlxAgentError):
+    """The requested runtime cannot run here."""
+
+
+class UnsupportedModel(RuntimeSelectionError):
+    code = "unsupported_model"
+    remediation = "Serve a model whose model_type the installed mlx-lm or mlx-vlm supports, or upgrade them yourself."
+
+
 class RequestRefused(MlxAgentError):
     """An HTTP request the front (or a worker) answers with an error object: status, type, code and param.
 

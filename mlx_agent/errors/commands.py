@@ -15,6 +15,7 @@ from mlx_agent.errors import (
     PortError,
     PreviewError,
     ReceiptError,
+    RuntimeSelectionError,
     SourceError,
     UsageError,
 )
@@ -66,10 +67,6 @@ class AdapterInvalid(SourceError):
     )
 
 
-class RuntimeSelectionError(MlxAgentError):
-    """The requested runtime cannot run here."""
-
-
 class RuntimeNotInstalled(RuntimeSelectionError):
     code = "runtime_not_installed"
     remediation = (
@@ -86,11 +83,6 @@ class RuntimeNotExecutable(RuntimeSelectionError):
 class RuntimeSymlinkLoop(RuntimeSelectionError):
     code = "runtime_symlink_loop"
     remediation = "Fix the symbolic links of the runtime executable so they end at a real file."
-
-
-class UnsupportedModel(RuntimeSelectionError):
-    code = "unsupported_model"
-    remediation = "Serve a model whose model_type the installed mlx-lm or mlx-vlm supports, or upgrade them yourself."
 
 
 class RuntimeModelMismatch(RuntimeSelectionError):

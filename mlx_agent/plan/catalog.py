@@ -15,13 +15,15 @@ import os
 from pathlib import Path
 
 from mlx_agent.errors import InvalidArguments, MlxAgentError
+from mlx_agent.media_kinds import CHAT_KINDS, config_path
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan.source import hf_hub_cache, read_config, resolve_path_source, resolve_repo_source
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Literal
+    from typing import Any
 
+    from mlx_agent.media_kinds import ModelKind
     from mlx_agent.plan.catalog_records import AgentsSummary, Memory, ModelRow, Problem, Quantization
     from mlx_agent.records.plan import Recipe, RuntimeRecord
 
@@ -66,14 +68,17 @@ def cached_repos(cache: Path) -> list[tuple[str, Path]]:
 
 
 def model_dirs(given: Path) -> list[Path]:
-    """Return the model directories in ``given``: itself if it holds config.json, else its subdirectories that do."""
-    if (given / "config.json").is_file():
+    """Return the model directories in ``given``: itself if it is one, else its subdirectories that are.
+
+    A model directory holds config.json, or (a diffusers pipeline) ``model_index.json``.
+    """
+    if config_path(given).is_file():
         return [given]
     try:
         children = sorted(given.iterdir())
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
-    return [child for child in children if child.is_dir() and (child / "config.json").is_file()]
+    return [child for child in children if child.is_dir() and config_path(child).is_file()]
 
 
 def _problem(exc: MlxAgentError) -> Problem:
@@ -210,7 +215,7 @@ def _describe(row: ModelRow, config: dict[str, Any]) -> None:
     row.update(describe(config))  # type: ignore[typeddict-item]  # the three keys describe fills
 
 
-def runtime_of(config: dict[str, Any], runtimes: Runtimes) -> tuple[str, Literal["text", "vision", "embedding"], str]:
+def runtime_of(config: dict[str, Any], runtimes: Runtimes) -> tuple[str, ModelKind, str]:
     """Return the runtime ``--runtime auto`` picks for ``config``, the model's kind and why; or raise its refusal."""
     from mlx_agent.plan.model_plan import model_kind
     from mlx_agent.plan.runtime_select import select_runtime
@@ -233,7 +238,7 @@ def _serving(
         row["runtime_problem"] = _problem(exc)
         return
     row["runtime"] = runtime
-    if row["kind"] != "embedding":
+    if row["kind"] in CHAT_KINDS:
         row["agents"] = _agents(source, record, recipe, row["context_window"])
 
 

@@ -73,7 +73,7 @@ class ModelRow(TypedDict):
     missing: list[str]
     problem: Problem | None
     runtime: str | None
-    kind: Literal["text", "vision", "embedding"] | None
+    kind: Literal["text", "vision", "embedding", "speech", "transcription", "image_generation"] | None
     runtime_reason: str | None
     runtime_problem: Problem | None
     size_bytes: int

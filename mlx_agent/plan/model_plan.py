@@ -16,6 +16,7 @@ from mlx_agent.canonical import canonical_json
 from mlx_agent.errors import InvalidArguments
 from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.identity import read_safetensors_header, with_digests
+from mlx_agent.media_kinds import CHAT_KINDS
 from mlx_agent.model_config import context_window, vision_markers
 from mlx_agent.plan import accel
 from mlx_agent.plan.adapter import expectations, resolve_adapter, resolve_vlm_adapter
@@ -52,8 +53,9 @@ from mlx_agent.worker_contract import contract_argv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Literal
+    from typing import Any
 
+    from mlx_agent.media_kinds import ModelKind
     from mlx_agent.plan.agent_support import Template
     from mlx_agent.plan.requests import ModelRequest
     from mlx_agent.records.plan import (
@@ -254,10 +256,11 @@ def agents_plan(
 ) -> tuple[AgentsRecord | None, Template | None]:
     """Return a chat model's ``agents`` record and its template (the worker's contract binds a template file).
 
-    An embedding model has none. Only the wrapped mlx_lm worker's parser is predicted (``tool_parser`` capability).
+    An embedding or media model has none. Only the wrapped mlx_lm worker's parser is predicted (``tool_parser``
+    capability).
     """
     check_options(spec, recipe, model.runtime)
-    if model_kind(recipe, model.config) == "embedding":
+    if model_kind(recipe, model.config) not in CHAT_KINDS:
         return None, None
     predicts = bool(recipe.get("capabilities", {}).get("tool_parser")) and model.runtime["launcher"] == "wrapped"
     return agents_record(spec, model.source, model.runtime, predicts_parser=predicts, window=window)
@@ -270,15 +273,16 @@ def default_name(source: SourceRecord, trained: dict[str, Any] | None) -> str:
     return source.get("repo") or Path(source["path"]).name
 
 
-def model_kind(recipe: Recipe, config: dict[str, Any]) -> Literal["text", "vision", "embedding"]:
-    """Return what the model serves: a recipe's own ``kind`` (embeddings), or chat that reads images or not.
+def model_kind(recipe: Recipe, config: dict[str, Any]) -> ModelKind:
+    """Return what the model serves: a recipe's own ``kind`` (embeddings, media), or chat that reads images or not.
 
     A vision model is one a runtime with the ``vision`` capability (mlx-vlm) serves with a vision tower in its
     config.json (``runtime_select``); such a runtime also serves text-only model types, and one without the
     capability is never given a vision model.
     """
-    if recipe.get("kind") == "embedding":
-        return "embedding"
+    kind = recipe.get("kind")
+    if kind is not None:
+        return kind
     return "vision" if recipe["capabilities"].get("vision") and vision_markers(config) else "text"
 
 

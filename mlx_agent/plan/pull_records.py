@@ -75,7 +75,7 @@ class Servable(TypedDict):
 
     problem: Problem | None  # the files fetched would not make a complete model (``check_complete``)
     runtime: str | None
-    kind: Literal["text", "vision", "embedding"] | None
+    kind: Literal["text", "vision", "embedding", "speech", "transcription", "image_generation"] | None
     runtime_reason: str | None
     runtime_problem: Problem | None
     quantization: Quantization | None

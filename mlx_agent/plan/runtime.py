@@ -47,6 +47,7 @@ WORKER_MODULES = (
     "files.py",
     "identity.py",
     "installed.py",
+    "media_kinds.py",
     "resources.py",
     "tool_formats.py",
     "wire.py",

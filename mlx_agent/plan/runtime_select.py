@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mlx_agent.errors.commands import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedModel, UnsupportedRuntime
+from mlx_agent.errors import UnsupportedModel
+from mlx_agent.errors.commands import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedRuntime
 from mlx_agent.installed import embedding_support, install_command, model_support, own_requirement, own_site_paths
 from mlx_agent.model_config import vision_markers
 from mlx_agent.plan.runtime import runtime_site_paths
@@ -85,8 +86,23 @@ def not_installed(runtime: str, executable: str | None, why: str) -> RuntimeNotI
 
 
 def select_runtime(requested: str, config: dict[str, Any], executable: str | None) -> tuple[str, str]:
-    """Return the runtime that serves this config and the reason, refusing an impossible combination."""
+    """Return the runtime that serves this config and the reason, refusing an impossible combination.
+
+    A speech, transcription or image-generation model is weighed first (``media_select``): its config need not
+    name a model_type (a NeMo checkpoint, a diffusers pipeline's ``model_index.json``).
+    """
+    from mlx_agent.plan.media_select import auto_media, media_kind_of, select_media
+
+    if requested != "auto" and (kind := media_kind_of(requested)) is not None:
+        return select_media(requested, kind, config, executable)
     raw_type = config.get("model_type")
+    if requested == "auto":
+        chat_type = isinstance(raw_type, str) and any(
+            supported_module(name, raw_type.lower(), None) for name in AUTO_ORDER
+        )
+        media = auto_media(config, chat_type)
+        if media is not None:
+            return media
     if not isinstance(raw_type, str) or not raw_type:
         raise UnsupportedModel("config.json names no model_type", details={"model_type": raw_type})
     model_type = raw_type.lower()

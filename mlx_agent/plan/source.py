@@ -10,6 +10,8 @@ from pathlib import Path
 from mlx_agent.errors import InvalidArguments, ModelInvalid
 from mlx_agent.errors.commands import ConfigMissing, ConfigNotObject, ConfigUnparsable, ModelNotLocal
 from mlx_agent.identity import directory_identity, file_identity, list_files
+from mlx_agent.media_kinds import PIPELINE_INDEX, pipeline_class
+from mlx_agent.media_kinds import config_path as declared_by
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,8 +34,8 @@ def hf_hub_cache() -> Path:
 
 
 def read_config(model_dir: Path) -> dict[str, Any]:
-    """Return the model's parsed config.json, or refuse a directory that has none."""
-    config_path = model_dir / "config.json"
+    """Return the model's parsed config.json (a pipeline's ``model_index.json``), or refuse a directory without."""
+    config_path = declared_by(model_dir)
     if not config_path.is_file():
         raise ConfigMissing(
             f"{model_dir} has no config.json, so it is not a model directory", details={"path": str(model_dir)}
@@ -51,8 +53,24 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     return config
 
 
-def check_complete(model_dir: Path, names: list[str], error: type[ModelInvalid | ModelNotLocal]) -> None:
-    """Refuse a model directory that lacks weights, an indexed shard, or a tokenizer."""
+def needs_tokenizer(config: dict[str, Any]) -> bool:
+    """Say whether a model needs tokenizer files at its root.
+
+    A diffusers pipeline keeps its tokenizer in its ``tokenizer/`` folder, and a NeMo ASR checkpoint (Parakeet,
+    Canary) carries its vocabulary in its config; every other model reads one from the root.
+    """
+    target = config.get("target")
+    nemo = isinstance(target, str) and target.startswith("nemo.collections.asr.")
+    return pipeline_class(config) is None and not nemo
+
+
+def check_complete(
+    model_dir: Path, names: list[str], error: type[ModelInvalid | ModelNotLocal], *, tokenizer: bool = True
+) -> None:
+    """Refuse a model directory that lacks weights, an indexed shard, or (where ``tokenizer``) a tokenizer.
+
+    Weights may lie in subfolders (a pipeline's components): ``names`` is every file, at any depth.
+    """
     present = set(names)
     index_name = "model.safetensors.index.json"
     if index_name in present:
@@ -72,7 +90,7 @@ def check_complete(model_dir: Path, names: list[str], error: type[ModelInvalid |
             )
     elif not any(n.endswith(".safetensors") for n in names):
         raise error(f"{model_dir} holds no .safetensors weights", details={"path": str(model_dir)})
-    if not any(t in present for t in TOKENIZER_FILES):
+    if tokenizer and not any(t in present for t in TOKENIZER_FILES):
         raise error(
             f"{model_dir} holds no tokenizer files ({', '.join(TOKENIZER_FILES)})", details={"path": str(model_dir)}
         )
@@ -88,7 +106,7 @@ def resolve_path_source(raw: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ModelInvalid(f"model path {model_dir} is not a directory", details={"path": str(model_dir)})
     config = read_config(model_dir)
     names = list_files(model_dir)
-    check_complete(model_dir, names, ModelInvalid)
+    check_complete(model_dir, names, ModelInvalid, tokenizer=needs_tokenizer(config))
     return {
         "kind": "path",
         "path": str(model_dir),
@@ -134,13 +152,13 @@ def resolve_repo_source(repo: str) -> tuple[dict[str, Any], dict[str, Any]]:
             f"{repo} has a download in progress in the cache", details={"repo": repo, "revision": revision}
         )
     names = list_files(snapshot)
-    if "config.json" not in names:
+    if "config.json" not in names and PIPELINE_INDEX not in names:
         raise ModelNotLocal(
             f"{repo}@{revision} lacks config.json in the cache", details={"repo": repo, "revision": revision}
         )
-    check_complete(snapshot, names, ModelNotLocal)
     files = _snapshot_files(snapshot, names)  # first, so a dangling link reads as not local, not invalid
     config = read_config(snapshot)
+    check_complete(snapshot, names, ModelNotLocal, tokenizer=needs_tokenizer(config))
     return {
         "kind": "hf_cache",
         "repo": repo,

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import mlx_agent
 from mlx_agent.canonical import canonical_json
-from mlx_agent.errors import InvalidArguments
+from mlx_agent.errors import InvalidArguments, UnsupportedModel
 from mlx_agent.errors.commands import (
     AdapterPathNotEmpty,
     DatasetInvalid,
     DatasetNotFound,
     RuntimeModelMismatch,
     RuntimeNotInstalled,
-    UnsupportedModel,
 )
 from mlx_agent.files import sha256_file
 from mlx_agent.home import receipts_dir

@@ -17,6 +17,9 @@ ENTRIES: dict[str, str] = {
     "mlx_lm": "mlx_agent.runtime.entries.mlx_lm_entry:main",
     "mlx-vlm": "mlx_agent.runtime.entries.mlx_vlm_server:serve",
     "mlx-vlm-embed": "mlx_agent.runtime.entries.mlx_vlm_embed:serve",
+    "mlx-vlm-speech": "mlx_agent.runtime.entries.mlx_vlm_media:speech",
+    "mlx-vlm-transcription": "mlx_agent.runtime.entries.mlx_vlm_media:transcription",
+    "mlx-vlm-image": "mlx_agent.runtime.entries.mlx_vlm_media:image_generation",
 }
 
 USAGE = f"usage: python -m mlx_agent.runtime {{{'|'.join(ENTRIES)}}} [the runtime server's arguments...]"

@@ -1,14 +1,15 @@
-"""The media endpoints through a real front over the real media workers, on the tiny speech and transcription models.
+"""The media endpoints through a real front over the real media workers of the tiny speech, recogniser and image models.
 
-The same fleet as tests/integration/test_media_front.py (``media_support.media_config``), with the stand-in's
-argv swapped for the wrapped ``mlx-vlm-speech`` and ``mlx-vlm-transcription`` entries (the image model keeps the
-stand-in: its tiny pipeline costs far more, and its worker's upload directory is wired by the plan). The tiny
-models and the media entries come with the media worker's side of issue 52: until they are in this checkout, the
-module is skipped.
+The same fleet as tests/integration/test_media_front.py (``media_support.media_config``: one front, models loaded
+on request), with the stand-in's argv swapped for the wrapped ``mlx-vlm-speech``, ``mlx-vlm-transcription`` and
+``mlx-vlm-image`` entries; the chat model keeps the stand-in. One more test serves a model eagerly through
+``serve start``.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,27 +17,23 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import Agent, free_port
 from tests.contract_support import contract
 from tests.gateway_support import Gateway, Reply, start_gateway
 from tests.media_support import FORM_TYPE, form_body, media_config, standin_argv, wav_bytes
 
-tiny_tts = pytest.importorskip("tests.fixtures.tiny_tts", reason="the tiny speech model comes with the media workers")
-tiny_stt = pytest.importorskip("tests.fixtures.tiny_stt", reason="the tiny transcription model too")
-
 pytestmark = pytest.mark.e2e
 
-RUNTIMES = {"speech": "mlx-vlm-speech", "transcription": "mlx-vlm-transcription"}
+RUNTIMES = {"speech": "mlx-vlm-speech", "transcription": "mlx-vlm-transcription", "image_generation": "mlx-vlm-image"}
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Path]]:
-    """Run a front whose speech and transcription models are the real workers of the tiny models."""
+def front(
+    tmp_path_factory: pytest.TempPathFactory, tiny_tts: Path, tiny_stt: Path, tiny_image: Path
+) -> Iterator[tuple[Gateway, Path]]:
+    """Run a front whose speech, transcription and image models are the real workers of the tiny models."""
     directory = tmp_path_factory.mktemp("media-real")
-    models = {
-        "speech": Path(tiny_tts.build_tiny_tts(directory / "tts")),
-        "transcription": Path(tiny_stt.build_tiny_stt(directory / "stt")),
-    }
+    models = {"speech": tiny_tts, "transcription": tiny_stt, "image_generation": tiny_image}
     standin = standin_argv(directory)
 
     def argv_of(kind: str) -> list[str]:
@@ -109,3 +106,53 @@ def test_wrong_kinds_and_bad_audio_are_refused_by_the_front(front: tuple[Gateway
     reply = transcribe(gateway, "org/stt", b"not audio at all")
     assert (reply.status, reply.json()["error"]["code"]) == (400, "audio_invalid")
     assert transcribe(gateway, "org/stt", wav_bytes(0.5)).status == 200  # the worker still answers
+
+
+def png(color: tuple[int, int, int]) -> bytes:
+    """Return a 32x32 PNG of one colour."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (32, 32), color).save(out, format="PNG")
+    return out.getvalue()
+
+
+def is_png(b64: str | None) -> bool:
+    """Say whether a base64 string holds a PNG file."""
+    return b64 is not None and base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_images_are_drawn_and_edited_by_the_real_pipeline(client: openai.OpenAI, front: tuple[Gateway, Path]) -> None:
+    """images.generate and the SDK's multipart images.edit reach the tiny pipeline and come back as PNGs."""
+    drawn = client.images.generate(model="org/image", prompt="a red cube", size="16x16", extra_body={"steps": 1})
+    assert drawn.data is not None and is_png(drawn.data[0].b64_json)
+    edited = client.images.edit(
+        model="org/image",
+        image=("red.png", png((200, 30, 30))),
+        prompt="make it blue",
+        size="16x16",
+        extra_body={"steps": 1},
+    )
+    assert edited.data is not None and is_png(edited.data[0].b64_json)
+    uploads = Path(front[0].config["socket_dir"]) / "uploads"
+    assert not uploads.exists() or list(uploads.iterdir()) == []  # the edit's stored image is gone with its reply
+
+
+def test_a_speech_model_served_eagerly_answers_the_sdk(agent: Agent, tiny_tts: Path) -> None:
+    """``serve start --confirm`` of the tiny speech model: loaded before confirm returns, the SDK gets WAV audio."""
+    port = free_port()
+    receipt = agent.launch("--path", str(tiny_tts), "--port", str(port), "--runtime", "auto")
+    try:
+        [served] = receipt["plan"]["models"]
+        assert served["worker"]["kind"] == "speech"
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
+        listed = {m.id: m for m in client.models.list()}
+        assert getattr(listed[served["served_model_name"]], "kind", None) == "speech"
+        wav = client.audio.speech.create(
+            model=served["served_model_name"], input="hi", voice="x", extra_body={"max_tokens": 8}
+        )
+        assert wav.response.headers["content-type"] == "audio/wav" and wav.content[:4] == b"RIFF"
+        refused = agent.run("serve", "status", "--port", str(port))
+        assert refused.rc == 0 and refused.data["servers"][0]["state"] == "running"
+    finally:
+        agent.run("serve", "stop", "--port", str(port))

@@ -119,11 +119,16 @@ def closed_by_peer(sock: socket.socket, trickle: bytes, bound_s: float = 60.0) -
 
 @contextmanager
 def socket_worker(
-    model: Path, changes: dict[str, Any] | None = None, *, context_window: int = 256, runtime: str = "mlx_lm"
+    model: Path,
+    changes: dict[str, Any] | None = None,
+    *,
+    context_window: int = 256,
+    runtime: str = "mlx_lm",
+    extra: tuple[str, ...] = (),
 ) -> Iterator[SocketWorker]:
     """Start the wrapped worker of ``runtime`` on a private Unix socket, as a front does, and stop it afterwards.
 
-    ``changes`` are fields of its contract (the plain one's otherwise).
+    ``changes`` are fields of its contract (the plain one's otherwise); ``extra`` are more of the entry's arguments.
     """
     changes = dict(changes or {})
     directory = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))  # AF_UNIX paths are short
@@ -134,7 +139,7 @@ def socket_worker(
         changes = {"context_window": context_window, **changes}
     generation = ["--max-tokens", "8"] if runtime == "mlx_lm" else []
     argv = [sys.executable, "-m", "mlx_agent.runtime", runtime, "--model", str(model), SOCKET_FLAG, path]
-    argv += [*generation, *contract(**changes)]
+    argv += [*generation, *extra, *contract(**changes)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)

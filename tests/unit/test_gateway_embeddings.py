@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mlx_agent.errors import RequestRefused, SeamChanged
-from mlx_agent.errors.commands import UnsupportedModel, UnsupportedRuntime
+from mlx_agent.errors import RequestRefused, SeamChanged, UnsupportedModel
+from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.gateway.door.config import parse_config
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.openai.embeddings import MAX_INPUTS, embedding_model, floats, inputs_of

@@ -41,8 +41,15 @@ def test_every_shipped_recipe_is_a_recipe(path: Path) -> None:
 
 
 def test_the_plan_reads_the_names_the_files_spell() -> None:
-    """The runtime names are the plan's values: ``mlx_lm`` and ``mlx-vlm``, from the file stems."""
-    assert recipe_names() == ["mlx-vlm", "mlx-vlm-embed", "mlx_lm"]
+    """The runtime names are the plan's values: ``mlx_lm``, ``mlx-vlm`` and its kinds', from the file stems."""
+    assert recipe_names() == [
+        "mlx-vlm",
+        "mlx-vlm-embed",
+        "mlx-vlm-image",
+        "mlx-vlm-speech",
+        "mlx-vlm-transcription",
+        "mlx_lm",
+    ]
     assert [load_recipe(name)[0]["name"] for name in recipe_names()] == recipe_names()
 
 
@@ -104,7 +111,8 @@ def test_an_unknown_runtime_gets_the_usage(capsys: pytest.CaptureFixture[str]) -
     assert entry.main(["llama.cpp", "--model", "m"]) == 2
     assert entry.main([]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert lines == [entry.USAGE, entry.USAGE] and "{mlx_lm|mlx-vlm|mlx-vlm-embed}" in entry.USAGE
+    names = "{mlx_lm|mlx-vlm|mlx-vlm-embed|mlx-vlm-speech|mlx-vlm-transcription|mlx-vlm-image}"
+    assert lines == [entry.USAGE, entry.USAGE] and names in entry.USAGE
 
 
 started: list[list[str]] = []

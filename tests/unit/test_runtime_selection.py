@@ -11,14 +11,8 @@ from typing import Any
 import pytest
 
 from mlx_agent.canonical import plan_diff, with_hash
-from mlx_agent.errors import InvalidArguments
-from mlx_agent.errors.commands import (
-    RuntimeModelMismatch,
-    RuntimeNotInstalled,
-    RuntimeSymlinkLoop,
-    UnsupportedModel,
-    UnsupportedRuntime,
-)
+from mlx_agent.errors import InvalidArguments, UnsupportedModel
+from mlx_agent.errors.commands import RuntimeModelMismatch, RuntimeNotInstalled, RuntimeSymlinkLoop, UnsupportedRuntime
 from mlx_agent.plan.requests import ServeRequest
 from mlx_agent.plan.runtime import NATIVE_ENTRY
 from mlx_agent.plan.runtime_select import select_runtime
