@@ -206,6 +206,7 @@ def model_config(model: ModelPlan) -> FrontModelConfig:
         "worker_slots": worker_slots(model),
         "greedy_alone": False,  # under --prompt-lookup the worker batches a greedy request while others run
         "kv_cache": model["kv_cache"],
+        "prefix_cache": model.get("prefix_cache"),
     }
 
 

@@ -12,6 +12,7 @@ from mlx_agent.records.plan import (
     IdlePolicy,
     KvCacheRecord,
     ModelPolicyRecord,
+    PrefixCacheRecord,
     PromptCacheRecord,
     SourceRecord,
     WorkerRecord,
@@ -41,6 +42,7 @@ class FrontModelConfig(TypedDict):
     worker_slots: NotRequired[Positive | None]
     greedy_alone: NotRequired[bool]  # --prompt-lookup: the worker serves a greedy request alone
     kv_cache: NotRequired[KvCacheRecord | None]  # --kv-bits: what the per-request memory check counts per element
+    prefix_cache: NotRequired[PrefixCacheRecord | None]  # mlx-vlm's APC as planned (cache_stats.py); None: off
 
 
 @with_config(STRICT)
