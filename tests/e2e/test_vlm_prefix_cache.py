@@ -10,16 +10,20 @@ option the same model says ``enabled: false``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from mlx_agent.cli.top_view import render
 from mlx_agent.gateway.cache_tenant import tenant_of
 from mlx_agent.gateway.door.security import key_id
-from tests.conftest import Agent, free_port
+from tests.conftest import LAUNCHER, Agent, free_port
 from tests.gateway_support import private_file
 
 pytestmark = pytest.mark.e2e
@@ -60,6 +64,14 @@ def chat(base: str, key: str, **headers: str) -> None:
         assert reply.status == 200
 
 
+def top_snapshot(agent: Agent) -> dict[str, Any]:
+    """Return one ``serve top --json`` snapshot."""
+    argv = [sys.executable, str(LAUNCHER), "serve", "top", "--json", "--iterations", "1"]
+    done = subprocess.run(argv, env=agent.env, capture_output=True, text=True, timeout=60, check=True)
+    snapshot: dict[str, Any] = json.loads(done.stdout.splitlines()[0])
+    return snapshot
+
+
 def serve(agent: Agent, model: Path, *options: str) -> tuple[str, int, dict[str, Any]]:
     """Serve ``model`` with mlx-vlm and ``options``; return the front's URL, its port and the receipt."""
     port = free_port()
@@ -96,6 +108,15 @@ def test_a_keys_prefix_hits_only_its_own_cache_and_reset_empties_it(
         assert (other["lookups_hit"], other["matched_tokens"]) == (again["lookups_hit"], again["matched_tokens"])
         assert other["lookups_miss"] > again["lookups_miss"]
 
+        shown = agent.run("serve", "status", "--port", str(port)).data["servers"][0]["models"][0]["caches"]
+        assert shown["prefix"]["stats"]["lookups_hit"] == other["lookups_hit"] and shown["vision"] == {"size": 20}
+        assert other["lookups_hit"] > 0
+        top = top_snapshot(agent)["servers"][0]["models"][0]["caches"]
+        assert top["prefix"]["lookups_hit"] == other["lookups_hit"] and top["vision_cache_size"] == 20
+        drawn = Console(width=220, record=True)
+        drawn.print(render(top_snapshot(agent), 220))
+        assert f"apc {other['lookups_hit']} hit {other['pool_used']}/2048 blk, vision 20" in drawn.export_text()
+
         status, doc = call(base + "/v1/cache/stats", token="k-2")  # a key holder: the planned figures only
         assert status == 200 and "stats" not in doc["data"][0], doc
         assert doc["data"][0]["num_blocks"] == 2048
@@ -118,5 +139,7 @@ def test_without_the_option_the_cache_is_off(agent: Agent, tiny_vlm: Path) -> No
         assert receipt["plan"]["models"][0]["worker"]["env"]["APC_ENABLED"] == "0"
         status, doc = call(base + "/v1/cache/stats", token="local")
         assert status == 200 and doc["data"][0]["enabled"] is False and "--prefix-cache-gb" in doc["data"][0]["reason"]
+        shown = agent.run("serve", "status", "--port", str(port)).data["servers"][0]["models"][0]["caches"]
+        assert shown["prefix"]["enabled"] is False and shown["vision"] == {"size": 20}
     finally:
         assert agent.run("serve", "stop", "--port", str(port)).rc == 0

@@ -9,6 +9,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from mlx_agent.cli.render import caches_line
+from mlx_agent.cli.top_view import vlm_caches
 from mlx_agent.errors.commands import UnsupportedRuntime
 from mlx_agent.gateway.cache_tenant import SHARED_TENANT, TENANT_HEADER, tenant_headers, tenant_of
 from mlx_agent.gateway.door.security import OPERATOR, Guard, key_id
@@ -17,6 +19,7 @@ from mlx_agent.plan.recipes import load_recipe
 from mlx_agent.plan.requests import ModelRequest
 from mlx_agent.port_files import PortFiles
 from mlx_agent.records.plan import Recipe
+from mlx_agent.supervise.top import caches_view
 
 pytestmark = pytest.mark.fast
 
@@ -98,3 +101,19 @@ def test_the_control_token_reads_the_stats_as_the_operator_and_a_key_does_not() 
     assert seen(guard, "/v1/cache/stats", Authorization=f"Bearer {TOKEN}")[::2] == (200, True)
     assert seen(guard, "/v1/cache/stats", Authorization="Bearer k-1")[::2] == (200, False)
     assert seen(guard, "/v1/chat/completions", Authorization=f"Bearer {TOKEN}")[0] == 401
+
+
+def test_status_and_top_say_what_the_worker_reported_of_both_caches() -> None:
+    """The status line and top's cell give the prefix cache's blocks and hits, or say it is off, and the vision size."""
+    report = {"pool_used": 3, "num_blocks": 2048, "lookups_hit": 2, "lookups_miss": 1, "matched_tokens": 48}
+    caches = {
+        "prefix": {"enabled": True, "loaded": True, "stats": {**report, "resident_bytes": 2048}},
+        "vision": {"size": 7},
+    }
+    line = caches_line(caches)
+    assert "3/2048 blocks" in line and "2 hits 1 misses, 48 tokens matched" in line and "up to 7 images'" in line
+    assert caches_line({"prefix": {"enabled": False}, "vision": {"size": 20}}).startswith("prefix cache off")
+    assert vlm_caches(caches_view(caches)) == "apc 2 hit 3/2048 blk, vision 7"
+    idle = caches_view({"prefix": {"enabled": True, "loaded": False}, "vision": {"size": 20}})
+    assert vlm_caches(idle) == "apc idle, vision 20"
+    assert vlm_caches(caches_view(None)) == "-"

@@ -31,10 +31,15 @@ from mlx_agent.gateway.model_kinds import kind_of
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.models.lifecycle import Lifecycle
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mlx_agent.records.front import ModelCaches
+
 OFF = "the plan did not turn mlx-vlm's automatic prefix cache on for this model (--prefix-cache-gb)"
 STATS_PATH = "/v1/cache/stats"
 RESET_PATH = "/v1/cache/reset"
 WORKER_TIMEOUT_S = 10.0
+STATUS_TIMEOUT_S = 0.3  # the control status is read within a second (supervise/front.py): a busy worker is skipped
 # What any key holder may see of a model's cache: what the plan set, never what other keys' traffic did.
 PLANNED = ("block_size", "num_blocks", "disk_max_gb")
 
@@ -45,12 +50,14 @@ def planned(model: Lifecycle) -> dict[str, Any] | None:
     return dict(record) if isinstance(record, dict) else None
 
 
-async def worker_cache(model: Lifecycle, path: str, method: str = "GET") -> dict[str, Any] | None:
+async def worker_cache(
+    model: Lifecycle, path: str, method: str = "GET", timeout_s: float = WORKER_TIMEOUT_S
+) -> dict[str, Any] | None:
     """Return mlx-vlm's answer on ``path`` from the model's loaded worker, or None without one (nothing loads)."""
     worker = model.worker if model.state == "loaded" else None
     if worker is None:
         return None
-    timeout = aiohttp.ClientTimeout(total=WORKER_TIMEOUT_S)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with worker.session.request(method, worker.base_url + path, timeout=timeout) as resp:
             doc = json.loads(await resp.read()) if resp.status == 200 else None
@@ -59,18 +66,31 @@ async def worker_cache(model: Lifecycle, path: str, method: str = "GET") -> dict
     return doc if isinstance(doc, dict) else None
 
 
-async def cache_figures(model: Lifecycle, *, full: bool) -> dict[str, Any]:
+async def cache_figures(model: Lifecycle, *, full: bool, timeout_s: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
     """Return one model's entry: its plan's figures, and mlx-vlm's own when ``full`` and its worker is loaded."""
     entry: dict[str, Any] = {"model": model.name, "kind": kind_of(model.model) or "text"}
     record = planned(model)
     if record is None:
         return {**entry, "enabled": False, "reason": OFF}
     entry.update({"enabled": True, **{k: record[k] for k in PLANNED}})
-    report = await worker_cache(model, STATS_PATH)
+    report = await worker_cache(model, STATS_PATH, timeout_s=timeout_s)
     entry["loaded"] = report is not None
     if full and report is not None:
         entry["stats"] = {k: v for k, v in report.items() if k != "enabled"}
     return entry
+
+
+async def model_caches(model: Lifecycle) -> ModelCaches | None:
+    """Return an mlx-vlm chat model's caches for the control status (None for any other model).
+
+    The prefix cache as the control token sees it; the vision feature cache by its size only: mlx-vlm keeps
+    its fill (``len`` of its ``VisionFeatureCache``) inside the worker and reports it on no endpoint.
+    """
+    size = model.model.get("vision_cache_size")
+    if size is None:
+        return None
+    prefix = await cache_figures(model, full=True, timeout_s=STATUS_TIMEOUT_S)
+    return {"prefix": prefix, "vision": {"size": size}}
 
 
 class CacheApi:
