@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,6 +24,7 @@ from rich.console import Console
 from mlx_agent.cli.top_view import render
 from mlx_agent.gateway.cache_tenant import tenant_of
 from mlx_agent.gateway.door.security import key_id
+from mlx_agent.port_files import PortFiles
 from tests.conftest import LAUNCHER, Agent, free_port
 from tests.gateway_support import private_file
 
@@ -141,5 +143,31 @@ def test_without_the_option_the_cache_is_off(agent: Agent, tiny_vlm: Path) -> No
         assert status == 200 and doc["data"][0]["enabled"] is False and "--prefix-cache-gb" in doc["data"][0]["reason"]
         shown = agent.run("serve", "status", "--port", str(port)).data["servers"][0]["models"][0]["caches"]
         assert shown["prefix"]["enabled"] is False and shown["vision"] == {"size": 20}
+    finally:
+        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def test_the_disk_copy_lives_beside_the_receipt_not_in_mlx_vlms_home(
+    agent: Agent, tiny_vlm: Path, tmp_path: Path
+) -> None:
+    """With --prefix-cache-gb 1 mlx-vlm writes its blocks under the port's files, never its own cache home."""
+    vlm_home = tmp_path / "mlx-vlm-home"
+    agent.env["MLX_VLM_CACHE_HOME"] = str(vlm_home)  # where mlx-vlm's default disk path would be
+    base, port, receipt = serve(agent, tiny_vlm, "--prefix-cache-gb", "1")
+    try:
+        disk = PortFiles(agent.serve_dir, port).prefix_cache(0)
+        assert receipt["plan"]["models"][0]["prefix_cache"]["disk_path"] == str(disk)
+        token = Path(receipt["plan"]["front"]["token_path"]).read_text().strip()
+        chat(base, "local")
+        deadline = time.monotonic() + 120
+        written = 0
+        while time.monotonic() < deadline and written == 0:  # mlx-vlm's writer thread stores blocks after a reply
+            written = call(base + "/v1/cache/stats", token=token)[1]["data"][0]["stats"]["disk_writes"]
+            time.sleep(0.1)
+        assert written > 0
+        assert any(path.is_file() for path in disk.rglob("*"))
+        assert not vlm_home.exists()
+        status, doc = call(base + "/v1/cache/reset", "POST", token=token)
+        assert status == 200 and doc["data"][0]["disk_kept"] is True
     finally:
         assert agent.run("serve", "stop", "--port", str(port)).rc == 0
