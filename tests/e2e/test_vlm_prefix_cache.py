@@ -143,6 +143,8 @@ def test_without_the_option_the_cache_is_off(agent: Agent, tiny_vlm: Path) -> No
         assert status == 200 and doc["data"][0]["enabled"] is False and "--prefix-cache-gb" in doc["data"][0]["reason"]
         shown = agent.run("serve", "status", "--port", str(port)).data["servers"][0]["models"][0]["caches"]
         assert shown["prefix"]["enabled"] is False and shown["vision"] == {"size": 20}
+        human = agent.run("serve", "status", "--port", str(port), check_json=False)
+        assert "prefix cache off (--prefix-cache-gb); vision cache holds up to 20" in " ".join(human.stdout.split())
     finally:
         assert agent.run("serve", "stop", "--port", str(port)).rc == 0
 
