@@ -3,7 +3,8 @@
 A server on port P keeps its state beside its receipt in the serve receipts directory: ``P.json`` (the receipt),
 ``P.log`` (the front's log), ``P.lock`` (the lock confirm, stop, unload and policy take), ``P.front.json`` (the
 front's config), ``P.token`` (its control token), ``P.policy.json`` (the policy it persists), ``P.sockets/`` (its
-workers' sockets), and per model ``P.worker[-N].log`` and ``P.worker[-N].hosts.json`` (a group's host list).
+workers' sockets), and per model ``P.worker[-N].log``, ``P.worker[-N].hosts.json`` (a group's host list) and
+``P.worker[-N].apc/`` (mlx-vlm's prefix cache on disk).
 These names are on disk: receipts written by an earlier version must still be found, so they never change.
 
 Standard library only, so any process may import it.
@@ -80,6 +81,10 @@ class PortFiles:
     def worker_hosts(self, index: int) -> Path:
         """Return the reviewed host list of the ``index``-th model's group, written at confirm."""
         return self.directory / f"{self._worker_stem(index)}.hosts.json"
+
+    def prefix_cache(self, index: int) -> Path:
+        """Return the directory of the ``index``-th model's mlx-vlm prefix cache on disk (its worker creates it)."""
+        return self.directory / f"{self._worker_stem(index)}.apc"
 
     @property
     def worker_log_glob(self) -> str:

@@ -8,15 +8,16 @@ the control path, the environment every child gets, and the limits of a request 
 
 # Format versions: readers refuse an unknown major version and read older minors.
 ENVELOPE_VERSION = "1.0"  # the CLI's --json envelope
-PLAN_VERSION = "3.3"  # serve plans and the serve receipts that embed them (3.3: mlx-vlm's start-up options:
+PLAN_VERSION = "3.4"  # serve plans and the serve receipts that embed them (3.4: each model's prefix_cache,
+# mlx-vlm's APC; 3.3: mlx-vlm's start-up options:
 # thinking_budget, max_kv_size, vision_cache_size, kv_cache's kv_quant_scheme, draft's draft_kind; 3.2: each
 # model's reply_limits and decode_concurrency; 3.1: each model's agents record; 3.0:
 # the seed's decode_profile and prefill_kernel names again, max_tokens null when --max-tokens is not given; 2.0:
 # every server has a front)
 TRAINING_VERSION = "1.0"  # lora train plans and receipts
 PULL_VERSION = "1.0"  # pull plans and receipts
-FRONT_CONFIG_VERSION = "2.0"  # the config file the front reads
-FRONT_STATE_VERSION = "2.0"  # the front's control status document
+FRONT_CONFIG_VERSION = "2.1"  # the config file the front reads (2.1: each model's prefix_cache)
+FRONT_STATE_VERSION = "2.1"  # the front's control status document (2.1: each model's caches)
 POLICY_FILE_VERSION = "2.0"  # the policy the front persists after `serve policy`
 RECIPE_VERSION = "1.0"  # runtime recipes
 

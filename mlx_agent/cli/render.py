@@ -132,6 +132,14 @@ def render_preview(data: Previewed, warnings: list[str]) -> None:
                 table.add_row(label, f"{model.get(key)} tokens")
         if model.get("vision_cache_size") is not None:
             table.add_row("vision cache", f"{model.get('vision_cache_size')} images' features")
+        prefix = model.get("prefix_cache")
+        if prefix is not None:
+            where = escape(prefix["disk_path"]) if prefix["disk_path"] else "none"
+            table.add_row(
+                "prefix cache",
+                f"{prefix['num_blocks']} blocks of {prefix['block_size']} tokens; disk {prefix['disk_max_gb']} GB: "
+                + where,
+            )
         lookup, kernel = model["decode_profile"], model["prefill_kernel"]
         for label, asked, fits, reasons in (
             ("prompt lookup", lookup["requested"], lookup["applied"], lookup["reasons"]),
@@ -202,6 +210,26 @@ def model_state(model: Mapping[str, Any]) -> str:
     return state
 
 
+def caches_line(caches: Mapping[str, Any]) -> str:
+    """Return an mlx-vlm model's caches for the status: its prefix cache's figures and its vision cache's size."""
+    prefix = caches.get("prefix") or {}
+    stats = prefix.get("stats") or {}
+    if not prefix.get("enabled"):
+        apc = "prefix cache off (--prefix-cache-gb)"
+    elif not stats:
+        apc = "prefix cache on (" + ("not loaded" if prefix.get("loaded") is False else "no report") + ")"
+    else:
+        apc = (
+            f"prefix cache {stats.get('pool_used')}/{stats.get('num_blocks')} blocks, "
+            f"{_size(int(stats.get('resident_bytes') or 0))} in memory, {stats.get('lookups_hit')} hits "
+            f"{stats.get('lookups_miss')} misses, {stats.get('matched_tokens')} tokens matched"
+        )
+        if "disk_bytes" in stats:
+            apc += f", {_size(int(stats['disk_bytes'] or 0))} on disk"
+    vision = (caches.get("vision") or {}).get("size")
+    return f"{apc}; vision cache holds up to {vision} images' features"
+
+
 def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     """Print one row per known server."""
     _warnings(warnings)
@@ -252,6 +280,9 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
         for ring in s.get("ring_ports") or []:
             ports = ring["ports"]
             out.print(f"port {s['port']}: {escape(ring['model'])} ring links on ports {ports[0]}-{ports[-1]}")
+        for m in s.get("models") or []:
+            if m.get("caches"):
+                out.print(f"port {s['port']}: {escape(str(m.get('name')))} {escape(caches_line(m['caches']))}")
         for problem in s.get("problems") or []:
             model = f" {problem['model']}:" if problem.get("model") else ""
             out.print(f"[yellow]port {s['port']}:{escape(model)} {problem['code']}[/]: {escape(problem['message'])}")

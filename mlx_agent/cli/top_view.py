@@ -20,7 +20,7 @@ WIDE = 150  # from this width the sparkline is drawn
 MEDIUM = 120  # from this width the last error is shown
 KEPT = ("PORT", "MODE", "MODEL", "STATE")  # never left out, never shortened
 # The counters a narrow terminal loses, first to last; what is left shows whole.
-DROPPED_FIRST = ("EVICT", "PREFILL/S", "CACHE", "TTFT", "LOADS", "MEM/EST", "REQ/WAIT", "TOK/S")
+DROPPED_FIRST = ("VLM CACHE", "EVICT", "PREFILL/S", "CACHE", "TTFT", "LOADS", "MEM/EST", "REQ/WAIT", "TOK/S")
 GAP = 2  # the table's padding between two columns
 STATE_STYLES = {
     "loaded": "green",
@@ -72,6 +72,20 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def vlm_caches(caches: dict[str, Any] | None) -> str:
+    """Return an mlx-vlm model's caches in a cell: ``apc 3 hit 12/2048 blk, vision 20`` (``-`` for other models)."""
+    if not caches:
+        return "-"
+    prefix = caches.get("prefix") or {}
+    if not prefix.get("enabled"):
+        apc = "apc off"
+    elif prefix.get("lookups_hit") is None:
+        apc = "apc idle" if prefix.get("loaded") is False else "apc ?"
+    else:
+        apc = f"apc {prefix['lookups_hit']} hit {prefix.get('pool_used')}/{prefix.get('num_blocks')} blk"
+    return f"{apc}, vision {caches.get('vision_cache_size')}"
+
+
 def render(snapshot: dict[str, Any], width: int) -> RenderableType:
     """Return the view of ``snapshot`` for a terminal ``width`` columns wide."""
     memory = snapshot.get("machine_memory") or {}
@@ -82,7 +96,7 @@ def render(snapshot: dict[str, Any], width: int) -> RenderableType:
         style="bold",
     )
     columns = ["PORT", "MODE", "MODEL", "STATE", "MEM/EST", "REQ/WAIT", "TOK/S", "TTFT", "CACHE", "PREFILL/S"]
-    columns += ["LOADS", "EVICT"]
+    columns += ["LOADS", "EVICT", "VLM CACHE"]
     show_error, show_spark = width >= MEDIUM, width >= WIDE
     if show_error:
         columns.append("LAST ERROR")
@@ -108,6 +122,7 @@ def render(snapshot: dict[str, Any], width: int) -> RenderableType:
                 _number(model.get("prefill_tokens_per_second"), 0),
                 str(model.get("loads", "-")),
                 str(model.get("evictions", "-")),
+                vlm_caches(model.get("caches")),
             ]
             if show_error:
                 row.append(Text(error.get("code") or (server.get("error") if first else None) or "", style="red"))

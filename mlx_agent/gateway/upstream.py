@@ -30,6 +30,7 @@ from aiohttp import web
 from mlx_agent.api_errors import TYPE_INVALID_REQUEST, TYPE_SERVER, Code
 from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.cache_privacy import PromptLedger, PromptShape
+from mlx_agent.gateway.cache_tenant import tenant_headers
 from mlx_agent.gateway.door.http_errors import refused
 from mlx_agent.gateway.door.security import API_KEY_ID
 from mlx_agent.gateway.images import check_decoded
@@ -166,9 +167,9 @@ class Upstream:
             async with model.admitted(alone, stream) as worker:
                 try:
                     sent = raw if raw is not None else Raw(json.dumps(body).encode(), JSON)
-                    reply = await open_reply(
-                        worker.endpoint, route.path, sent.data, worker.session.headers, sent.content_type
-                    )
+                    # the front names the prefix cache's tenant; a client's own headers never reach a worker
+                    headers = {**worker.session.headers, **tenant_headers()}
+                    reply = await open_reply(worker.endpoint, route.path, sent.data, headers, sent.content_type)
                 except OSError as exc:
                     await self.notice_exit(model, worker)
                     raise model.worker_failure(worker, f"the model worker did not answer: {exc}") from exc

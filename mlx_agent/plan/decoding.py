@@ -2,7 +2,8 @@
 
 Each is the runtime's own flag, refused for a runtime whose recipe lacks its capability (``_refuse_unless``).
 mlx-vlm's take more: a drafter's family, half-bit TurboQuant KV caches and its scheme, and the options of
-``PASSED_THROUGH`` (a thinking budget, a rotating KV cache's size, the vision feature cache's size).
+``PASSED_THROUGH`` (a thinking budget, a rotating KV cache's size, the vision feature cache's size), and its
+automatic prefix cache (``prefix_cache_plan``), which it reads only from its environment.
 
 A draft model is bound exactly like the served model (its files' identity, digests under ``--verify-weights``)
 and rechecked before every load; its weights count in the load's memory estimate. mlx_lm serves requests
@@ -28,7 +29,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mlx_agent.plan.requests import ModelRequest
-    from mlx_agent.records.plan import DraftRecord, KvCacheRecord, PromptCacheRecord, Recipe, SourceRecord
+    from mlx_agent.records.plan import (
+        DraftRecord,
+        KvCacheRecord,
+        PrefixCacheRecord,
+        PromptCacheRecord,
+        Recipe,
+        SourceRecord,
+    )
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:
@@ -169,3 +177,50 @@ def prompt_cache_args(record: PromptCacheRecord | None) -> list[str]:
     if record is None:
         return []
     return [PROMPT_CACHE_FLAG, PROMPT_CACHE_PLACEHOLDER]
+
+
+# mlx-vlm's automatic prefix cache (mlx_vlm/apc.py ``from_env``): its pool's defaults, written into the plan so
+# the reviewed figures are the ones it runs with, and the environment variables it reads them from.
+APC_BLOCK_SIZE = 16
+APC_NUM_BLOCKS = 2048
+
+
+def prefix_cache_plan(spec: ModelRequest, recipe: Recipe, disk_path: Path) -> PrefixCacheRecord | None:
+    """Return the plan's ``prefix_cache`` (mlx-vlm's APC), or None without ``--prefix-cache-gb``.
+
+    Its disk copy lives in ``disk_path``, beside the server's receipt (``PortFiles.prefix_cache``), never in
+    mlx-vlm's default ``~/.cache/mlx-vlm/apc`` shared by every server of the user; 0 GB keeps it in memory only.
+    """
+    if spec.prefix_cache_gb is None:
+        return None
+    _refuse_unless(recipe, "prefix_cache", "--prefix-cache-gb")
+    gb = float(spec.prefix_cache_gb)
+    return {
+        "block_size": APC_BLOCK_SIZE,
+        "num_blocks": APC_NUM_BLOCKS,
+        "disk_path": str(disk_path) if gb > 0 else None,
+        "disk_max_gb": gb,
+    }
+
+
+def prefix_cache_env(recipe: Recipe, record: PrefixCacheRecord | None) -> dict[str, str]:
+    """Return the APC environment of a worker of ``recipe``: on as ``record`` says, else explicitly off.
+
+    A runtime that has the cache gets ``APC_ENABLED`` either way, so an ``APC_ENABLED=1`` in the user's own
+    environment never turns an unreviewed cache on. No default tenant: the front names the tenant of every
+    request (``X-APC-Tenant``, gateway/cache_tenant.py), so a request without one never shares another's.
+    """
+    if not recipe.get("capabilities", {}).get("prefix_cache"):
+        return {}
+    if record is None:
+        return {"APC_ENABLED": "0"}
+    disk = record["disk_path"]
+    return {
+        "APC_ENABLED": "1",
+        "APC_BLOCK_SIZE": str(record["block_size"]),
+        "APC_NUM_BLOCKS": str(record["num_blocks"]),
+        "APC_DISK_ENABLED": "1" if disk is not None else "0",
+        "APC_DISK_PATH": disk or "",
+        "APC_DISK_MAX_GB": repr(record["disk_max_gb"]),
+        "APC_DEFAULT_TENANT": "",
+    }

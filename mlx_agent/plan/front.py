@@ -186,6 +186,18 @@ def worker_slots(model: ModelPlan) -> int | None:
     return model.get("decode_concurrency") or slots
 
 
+VISION_CACHE_DEFAULT = 20  # mlx-vlm's --vision-cache-size default (mlx_vlm/server/cli.py)
+VLM_CACHES_RUNTIME = "mlx-vlm"  # the runtime whose chat workers keep both caches (status and top show them)
+
+
+def vision_cache_entries(model: ModelPlan) -> int | None:
+    """Return how many images' vision features ``model``'s worker keeps (None: not an mlx-vlm chat worker)."""
+    if model["runtime"]["name"] != VLM_CACHES_RUNTIME:
+        return None
+    size = model.get("vision_cache_size")
+    return size if isinstance(size, int) else VISION_CACHE_DEFAULT
+
+
 def model_config(model: ModelPlan) -> FrontModelConfig:
     """Return one model of the front's config, as the front reads it."""
     return {
@@ -206,6 +218,8 @@ def model_config(model: ModelPlan) -> FrontModelConfig:
         "worker_slots": worker_slots(model),
         "greedy_alone": False,  # under --prompt-lookup the worker batches a greedy request while others run
         "kv_cache": model["kv_cache"],
+        "prefix_cache": model.get("prefix_cache"),
+        "vision_cache_size": vision_cache_entries(model),
     }
 
 

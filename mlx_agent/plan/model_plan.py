@@ -28,6 +28,8 @@ from mlx_agent.plan.decoding import (
     kv_cache_plan,
     passed_through,
     passed_through_args,
+    prefix_cache_env,
+    prefix_cache_plan,
     prompt_cache_args,
     prompt_cache_plan,
 )
@@ -323,6 +325,7 @@ def build_model_plan(
     log_path: Path,
     hostfile_path: Path,
     front: FrontRecord,
+    prefix_cache_path: Path,
 ) -> ModelPlan:
     """Return one model's plan record, its files at the paths given; reads, writes nothing.
 
@@ -395,7 +398,8 @@ def build_model_plan(
     readiness = recipe.get("native_readiness", recipe["readiness"]) if native else recipe["readiness"]
     if wrapped and SOCKET_FLAG not in native_args:
         raise UnsupportedRuntime(f"the {name} recipe's wrapper_argv lacks {SOCKET_FLAG}")
-    env = child_env(runtime["launcher"])
+    prefix_cache = prefix_cache_plan(spec, recipe, prefix_cache_path)
+    env = {**child_env(runtime["launcher"]), **prefix_cache_env(recipe, prefix_cache)}
     argv = build_argv(runtime, native_args)
     if group is not None:  # the front's worker is the launcher; its ranks run the entry
         argv = launcher_argv(group, runtime.get("interpreter") or sys.executable, env, argv)
@@ -447,4 +451,5 @@ def build_model_plan(
         "thinking_budget": runtime_options["thinking_budget"],
         "max_kv_size": runtime_options["max_kv_size"],
         "vision_cache_size": runtime_options["vision_cache_size"],
+        "prefix_cache": prefix_cache,
     }

@@ -185,6 +185,13 @@ class ModelRequest(Record):
         "mlx-vlm: how many images' vision features to keep for reuse (default: mlx-vlm's, 20).",
         minimum=1,
     )
+    prefix_cache_gb: float | None = option(
+        "--prefix-cache-gb",
+        "float",
+        "mlx-vlm: turn its automatic prefix cache on, keeping up to this many GB of it on disk beside the "
+        "server's receipt (0: in memory only).",
+        minimum=0,
+    )
     trust_remote_code: bool = option(
         "--trust-remote-code",
         "flag",

@@ -107,7 +107,13 @@ def build_serve_plan(req: ServeRequest) -> ServePlan:
         policy = model_policy(model.spec, jit=req.jit)
         models.append(
             build_model_plan(
-                model, policy, req.ready_timeout, log_path=log_path, hostfile_path=hostfile_path, front=front
+                model,
+                policy,
+                req.ready_timeout,
+                log_path=log_path,
+                hostfile_path=hostfile_path,
+                front=front,
+                prefix_cache_path=PortFiles(serve_dir, port).prefix_cache(index),
             )
         )
     preloaded = sum(1 for m in models if m["policy"]["preload"])

@@ -12,6 +12,7 @@ from mlx_agent.records.plan import (
     IdlePolicy,
     KvCacheRecord,
     ModelPolicyRecord,
+    PrefixCacheRecord,
     PromptCacheRecord,
     SourceRecord,
     WorkerRecord,
@@ -41,6 +42,8 @@ class FrontModelConfig(TypedDict):
     worker_slots: NotRequired[Positive | None]
     greedy_alone: NotRequired[bool]  # --prompt-lookup: the worker serves a greedy request alone
     kv_cache: NotRequired[KvCacheRecord | None]  # --kv-bits: what the per-request memory check counts per element
+    prefix_cache: NotRequired[PrefixCacheRecord | None]  # mlx-vlm's APC as planned (cache_stats.py); None: off
+    vision_cache_size: NotRequired[Positive | None]  # an mlx-vlm chat worker's vision feature cache; None: none
 
 
 @with_config(STRICT)
@@ -166,6 +169,21 @@ class MachineMemory(TypedDict):
 
 
 @with_config(STRICT)
+class VisionCacheState(TypedDict):
+    """An mlx-vlm chat worker's vision feature cache: its size (mlx-vlm reports no fill over HTTP)."""
+
+    size: Positive  # images whose projected features are kept (--vision-cache-size, or mlx-vlm's 20)
+
+
+@with_config(STRICT)
+class ModelCaches(TypedDict):
+    """An mlx-vlm chat model's caches, as its worker reports them (gateway/openai/cache_stats.py)."""
+
+    prefix: dict[str, Any]  # the /v1/cache/stats entry as the control token sees it (mlx-vlm's figures)
+    vision: VisionCacheState
+
+
+@with_config(STRICT)
 class ModelState(TypedDict):
     """One model of a front: its state, its worker, its policy and what it has done."""
 
@@ -194,6 +212,7 @@ class ModelState(TypedDict):
     prefill: NotRequired[list[PrefillProgress]]
     worker_rss_bytes: NotRequired[int | None]
     window: NotRequired[ModelWindow]
+    caches: NotRequired[ModelCaches]  # front state 2.1: an mlx-vlm chat model's prefix and vision caches
 
 
 @with_config(STRICT)

@@ -175,6 +175,7 @@ class RecipeCapabilities(TypedDict):
     thinking_budget: NotRequired[bool]  # --thinking-budget N: a request's default thinking budget
     max_kv_size: NotRequired[bool]  # --max-kv-size N: a rotating KV cache, and a context limit
     vision_cache_size: NotRequired[bool]  # --vision-cache-size N: images whose vision features are kept
+    prefix_cache: NotRequired[bool]  # mlx-vlm's automatic prefix cache (APC_* environment): --prefix-cache-gb
     kv_quant_scheme: NotRequired[bool]  # --kv-quant-scheme and half --kv-bits (TurboQuant)
     draft_kind: NotRequired[bool]  # --draft-kind: the drafter's family (dflash, eagle3, mtp)
     num_draft_tokens: NotRequired[bool]  # --num-draft-tokens; absent: as draft_model (mlx_lm's)
@@ -337,6 +338,16 @@ class PromptCacheRecord(TypedDict):
 
 
 @with_config(STRICT)
+class PrefixCacheRecord(TypedDict):
+    """mlx-vlm's automatic prefix cache (APC) as its worker runs it: blocks in memory, a bounded copy on disk."""
+
+    block_size: Positive  # tokens per block (mlx-vlm's default)
+    num_blocks: Positive  # blocks kept in memory (mlx-vlm's default pool)
+    disk_path: AbsPath | None  # beside the server's receipt (port_files.PortFiles.prefix_cache); None: memory only
+    disk_max_gb: Annotated[float, Field(ge=0, allow_inf_nan=False)]  # --prefix-cache-gb
+
+
+@with_config(STRICT)
 class ChatTemplateRecord(TypedDict):
     """The chat template a model's worker renders with tools, and how it is bound.
 
@@ -398,6 +409,7 @@ class ModelPlan(TypedDict):
     thinking_budget: NotRequired[Positive | None]  # plan 3.3: mlx-vlm's --thinking-budget; None: not set
     max_kv_size: NotRequired[Positive | None]  # plan 3.3: mlx-vlm's --max-kv-size; None: not set
     vision_cache_size: NotRequired[Positive | None]  # plan 3.3: mlx-vlm's --vision-cache-size; None: its default
+    prefix_cache: NotRequired[PrefixCacheRecord | None]  # plan 3.4: mlx-vlm's APC (--prefix-cache-gb); None: off
 
 
 @with_config(STRICT)

@@ -59,6 +59,7 @@ STATUS_KEYS = (
     "prefill",
     "worker_rss_bytes",
     "window",
+    "caches",  # an mlx-vlm chat model's prefix and vision caches (front state 2.1)
 )
 
 

@@ -10,8 +10,9 @@ returns one JSON-ready document::
 
 and each ``MODEL`` is ``model_view`` of the model's state: its name and state, its load and prefill progress,
 its worker's resident memory and the plan's estimate, requests in flight and waiting, and its last minute
-(tokens/s, time to first token, prompt-cache hit share, prefill tokens/s, the tokens of each second). A front
-older than a field shows ``null`` for it.
+(tokens/s, time to first token, prompt-cache hit share, prefill tokens/s, the tokens of each second), and an
+mlx-vlm chat model's caches (its prefix cache's blocks and hits, its vision cache's size). A front older than a
+field shows ``null`` for it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,24 @@ def _prefill(entries: object) -> dict[str, Any] | None:
     }
 
 
+# What top shows of mlx-vlm's prefix cache report (its /v1/cache/stats figures, read with the control token).
+PREFIX_FIGURES = ("enabled", "loaded", "pool_used", "num_blocks", "lookups_hit", "lookups_miss", "matched_tokens")
+
+
+def caches_view(caches: object) -> dict[str, Any] | None:
+    """Return an mlx-vlm model's cache figures for top: the prefix cache's counters and the vision cache's size."""
+    if not isinstance(caches, dict):
+        return None
+    prefix = caches.get("prefix") or {}
+    figures = {**prefix, **(prefix.get("stats") or {})}
+    return {
+        "prefix": {k: figures.get(k) for k in PREFIX_FIGURES},
+        "resident_bytes": figures.get("resident_bytes"),
+        "disk_bytes": figures.get("disk_bytes"),
+        "vision_cache_size": (caches.get("vision") or {}).get("size"),
+    }
+
+
 def model_view(model: dict[str, Any]) -> dict[str, Any]:
     """Return what ``top`` shows of one model's state (``records.ModelState``; missing fields are null)."""
     window = model.get("window") or {}
@@ -70,6 +89,7 @@ def model_view(model: dict[str, Any]) -> dict[str, Any]:
         "tokens_series": window.get("tokens_series") or [],
         "loads": model.get("loads"),
         "evictions": model.get("evictions"),
+        "caches": caches_view(model.get("caches")),
         "last_error": None if error is None else {"code": error.get("code"), "message": error.get("message")},
     }
 

@@ -68,6 +68,7 @@ CASES = [
     Case("kv_quant_scheme", {**VLM, "kv_bits": 3.5, "kv_quant_scheme": "turboquant"}),
     Case("max_kv_size", {**VLM, "max_kv_size": 512}),
     Case("vision_cache_size", {**VLM, "vision_cache_size": 3}),
+    Case("prefix_cache_gb", {**VLM, "prefix_cache_gb": 2.5}),
     Case("trust_remote_code", {"path": "@model", "trust_remote_code": True}, refused="trust_remote_code_refused"),
     Case("hosts", {"path": "@model", "hosts": LOCAL_PAIR}),
     Case("hostfile", {"path": "@model", "hostfile": "@hostfile"}),

@@ -109,7 +109,7 @@ def build_app(config: FrontConfig, secrets: Secrets) -> web.Application:
             metrics=metrics,
             embeddings=EmbeddingsApi(upstream),
             media=MediaApi(upstream, fleet.socket_dir, config["max_body_bytes"]),
-            cache=CacheApi(fleet),
+            cache=CacheApi(fleet, private=bool(secrets.api_keys)),
         )
         for endpoint in ENDPOINTS:  # the route table (gateway/door/endpoints.py), in its order
             handler = endpoint.bind(apis)

@@ -23,6 +23,7 @@ from mlx_agent.files import write_json_atomic
 from mlx_agent.gateway.door.http_errors import error_response, json_response, refusal_response
 from mlx_agent.gateway.models.admission import policy_file
 from mlx_agent.gateway.models.fleet import Fleet
+from mlx_agent.gateway.openai.cache_stats import model_caches
 from mlx_agent.policy import Policy, parse_policy
 
 
@@ -45,8 +46,13 @@ class Control:
         self._policy_lock = asyncio.Lock()
 
     async def status(self, request: web.Request) -> web.Response:
-        """Return the front's state."""
-        return json_response(self.fleet.status())
+        """Return the front's state, with each mlx-vlm chat model's caches as its worker reports them."""
+        state = self.fleet.status()
+        for doc, model in zip(state["models"], self.fleet.models, strict=True):
+            caches = await model_caches(model)
+            if caches is not None:
+                doc["caches"] = caches
+        return json_response(state)
 
     async def unload(self, request: web.Request) -> web.Response:
         """Stop the worker(s) and keep the front up, unless requests or streams are open."""

@@ -10,7 +10,9 @@
   slowly (``connections.BodyTimeout``) is 408 ``body_timeout``; a client that hangs up mid-body is not an error
   of ours, so it is left to ``observe``, which logs 499.
 * ``/mlx-agent/...`` (control: status, unload, policy) and ``CONTROL_PATHS`` (``/v1/cache/reset``) need
-  ``Authorization: Bearer <control token>``.
+  ``Authorization: Bearer <control token>``; ``OPERATOR_PATHS`` (``/v1/cache/stats``) take it instead of a key.
+* Each request names its caller (its API key's id, or none) for the tenant of mlx-vlm's prefix cache
+  (``cache_tenant``).
 * ``/v1/...``, Ollama's ``/api/...`` and ``/metrics`` need an API key, as ``Authorization: Bearer KEY`` or
   ``x-api-key: KEY``, when the config names an API key file; ``/health`` is always open and tells only liveness
   and the model state.
@@ -28,6 +30,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from mlx_agent.api_errors import Code
+from mlx_agent.gateway.cache_tenant import set_caller
 from mlx_agent.gateway.door.connections import BodyTimeout, Handler
 from mlx_agent.gateway.door.http_errors import error_response
 from mlx_agent.wire import CONTROL_PREFIX, front_proof
@@ -38,6 +41,9 @@ ACCEPTED_ENCODINGS = ("identity",)  # no client compresses its requests; a compr
 METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the model API
 # Model API paths that act for every client (a cache reset drops everyone's prefixes): the control token's.
 CONTROL_PATHS = frozenset({"/v1/cache/reset"})
+# Paths any API key may read, where the control token shows more (the prefix cache's figures across keys).
+OPERATOR_PATHS = frozenset({"/v1/cache/stats"})
+OPERATOR = "mlx_agent_operator"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 API_KEY_ID = "mlx_agent_api_key_id"
 log = logging.getLogger("mlx_agent.gateway")
@@ -154,9 +160,12 @@ class Guard:
                 param="Content-Encoding",
             )
         path = request.path
+        set_caller(None)  # a keep-alive connection's requests share one task: each names its own caller
         if path.startswith(CONTROL_PREFIX) or path in CONTROL_PATHS:
             if not self.control_ok(request):
                 return error_response(Code.UNAUTHORIZED, "control endpoints need the gateway's control token")
+        elif path in OPERATOR_PATHS and self.control_ok(request):
+            request[OPERATOR] = True  # the control token may read what key holders may not (cache_stats.py)
         elif (path.startswith((MODEL_PREFIX, OLLAMA_PREFIX)) or path == METRICS_PATH) and self._api_keys is not None:
             key, presented = self.api_key(request)
             if key is None:
@@ -167,6 +176,7 @@ class Guard:
                 )
                 return error_response(Code.INVALID_API_KEY, message, headers={"WWW-Authenticate": "Bearer"})
             request[API_KEY_ID] = key_id(key)
+            set_caller(request[API_KEY_ID])
         try:
             return await handler(request)
         except BodyTimeout as exc:
