@@ -43,9 +43,9 @@ METRICS_PATH = "/metrics"  # model names and traffic: behind the keys, like the 
 CONTROL_PATHS = frozenset({"/v1/cache/reset"})
 # Paths any API key may read, where the control token shows more (the prefix cache's figures across keys).
 OPERATOR_PATHS = frozenset({"/v1/cache/stats"})
-OPERATOR = "mlx_agent_operator"
+OPERATOR = web.RequestKey("mlx_agent_operator", bool)  # the request came with the control token
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-API_KEY_ID = "mlx_agent_api_key_id"
+API_KEY_ID = web.RequestKey("mlx_agent_api_key_id", str)  # the non-secret id of the request's API key
 log = logging.getLogger("mlx_agent.gateway")
 
 
