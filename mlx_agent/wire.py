@@ -17,7 +17,7 @@ PLAN_VERSION = "3.4"  # serve plans and the serve receipts that embed them (3.4:
 TRAINING_VERSION = "1.0"  # lora train plans and receipts
 PULL_VERSION = "1.0"  # pull plans and receipts
 FRONT_CONFIG_VERSION = "2.1"  # the config file the front reads (2.1: each model's prefix_cache)
-FRONT_STATE_VERSION = "2.1"  # the front's control status document (2.1: each model's caches)
+FRONT_STATE_VERSION = "2.2"  # the front's control status document (2.1: each model's caches; 2.2: its kind)
 POLICY_FILE_VERSION = "2.0"  # the policy the front persists after `serve policy`
 RECIPE_VERSION = "1.0"  # runtime recipes
 

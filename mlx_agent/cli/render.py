@@ -243,7 +243,7 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
     if not data["servers"]:
         out.print(f"No servers have receipts in {escape(data['receipts_dir'])}.")
         return
-    table = Table("port", "front", "pid", "model", "state", "worker", "loads", "last use", "memory")
+    table = Table("port", "front", "pid", "model", "kind", "state", "worker", "loads", "last use", "memory")
     colours = {
         "running": "green",
         "starting": "yellow",
@@ -269,6 +269,7 @@ def render_status(data: dict[str, Any], warnings: list[str]) -> None:
                 f"[{colours.get(s['state'], 'white')}]{state}[/]" if first else "",
                 str(s.get("pid", "-")) if first else "",
                 escape(str(m.get("name") or "-")),
+                str(m.get("kind") or "-"),
                 model_state(m),
                 str(worker.get("pid") or "-"),
                 loads,

@@ -213,6 +213,10 @@ class ModelState(TypedDict):
     worker_rss_bytes: NotRequired[int | None]
     window: NotRequired[ModelWindow]
     caches: NotRequired[ModelCaches]  # front state 2.1: an mlx-vlm chat model's prefix and vision caches
+    # front state 2.2: what the model serves (text, vision, embedding, speech, transcription, image_generation)
+    # and the endpoints that answer it (gateway/model_kinds.py).
+    kind: NotRequired[str]
+    endpoints: NotRequired[list[str]]
 
 
 @with_config(STRICT)

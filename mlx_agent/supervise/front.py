@@ -60,6 +60,7 @@ STATUS_KEYS = (
     "worker_rss_bytes",
     "window",
     "caches",  # an mlx-vlm chat model's prefix and vision caches (front state 2.1)
+    "endpoints",  # the endpoints that answer the model (front state 2.2)
 )
 
 
@@ -186,12 +187,19 @@ def front_status(receipt: ServeReceipt) -> dict[str, Any]:
             {
                 "name": m.get("name"),
                 "aliases": m.get("aliases"),
+                # What the model serves: the front's word, else the plan's (a front before state 2.2).
+                "kind": m.get("kind") or _planned_kind(kept.get(str(m.get("name")))),
                 **{k: m.get(k) for k in STATUS_KEYS},
                 "prompt_cache": prompt_cache_use(kept.get(str(m.get("name")))),
             }
             for m in models
         ],
     }
+
+
+def _planned_kind(model: ModelPlan | None) -> str | None:
+    """Return the kind the plan gave a model's worker ("text" for a plan from before kinds), if it is planned."""
+    return None if model is None else model["worker"].get("kind") or "text"
 
 
 def prompt_cache_use(model: ModelPlan | None) -> dict[str, Any] | None:

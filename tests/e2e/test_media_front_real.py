@@ -152,7 +152,10 @@ def test_a_speech_model_served_eagerly_answers_the_sdk(agent: Agent, tiny_tts: P
             model=served["served_model_name"], input="hi", voice="x", extra_body={"max_tokens": 8}
         )
         assert wav.response.headers["content-type"] == "audio/wav" and wav.content[:4] == b"RIFF"
-        refused = agent.run("serve", "status", "--port", str(port))
-        assert refused.rc == 0 and refused.data["servers"][0]["state"] == "running"
+        status = agent.run("serve", "status", "--port", str(port))
+        [server] = status.data["servers"]
+        [model] = server["models"]
+        assert server["state"] == "running" and model["kind"] == "speech", server
+        assert model["endpoints"] == ["/v1/audio/speech"]
     finally:
         agent.run("serve", "stop", "--port", str(port))

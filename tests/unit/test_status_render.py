@@ -56,7 +56,7 @@ def test_loading_and_prefill_show_their_percentages(monkeypatch: pytest.MonkeyPa
             status_model("org/early", "loading"),  # before the worker has begun to read
         ],
     )
-    rows = {line.split("│")[4].strip(): line.split("│")[5].strip() for line in text.splitlines() if "org/" in line}
+    rows = {line.split("│")[4].strip(): line.split("│")[6].strip() for line in text.splitlines() if "org/" in line}
     assert rows == {
         "org/cold": "loading 42%",
         "org/busy": "prefill 37%",
@@ -64,3 +64,17 @@ def test_loading_and_prefill_show_their_percentages(monkeypatch: pytest.MonkeyPa
         "org/idle": "loaded",
         "org/early": "loading",
     }, text
+
+
+def test_each_model_row_says_what_the_model_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kind column reads each model's kind (a chat model 'text', a speech model 'speech'), '-' when unknown."""
+    text = table_of(
+        monkeypatch,
+        [
+            status_model("org/chat", "loaded", kind="text"),
+            status_model("org/voice", "unloaded", kind="speech"),
+            status_model("org/old", "loaded"),
+        ],
+    )
+    kinds = {line.split("│")[4].strip(): line.split("│")[5].strip() for line in text.splitlines() if "org/" in line}
+    assert kinds == {"org/chat": "text", "org/voice": "speech", "org/old": "-"}, text

@@ -21,6 +21,7 @@ from mlx_agent.api_errors import Code
 from mlx_agent.errors import PolicyRejected, RequestRefused, StateWriteFailed, UnloadBlocked
 from mlx_agent.files import write_json_atomic
 from mlx_agent.gateway.door.http_errors import error_response, json_response, refusal_response
+from mlx_agent.gateway.model_kinds import kind_of, paths_of
 from mlx_agent.gateway.models.admission import policy_file
 from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.openai.cache_stats import model_caches
@@ -46,9 +47,11 @@ class Control:
         self._policy_lock = asyncio.Lock()
 
     async def status(self, request: web.Request) -> web.Response:
-        """Return the front's state, with each mlx-vlm chat model's caches as its worker reports them."""
+        """Return the front's state: each model's kind and endpoints, and an mlx-vlm chat model's caches."""
         state = self.fleet.status()
         for doc, model in zip(state["models"], self.fleet.models, strict=True):
+            doc["kind"] = kind_of(model.model) or "text"
+            doc["endpoints"] = list(paths_of(model.model))
             caches = await model_caches(model)
             if caches is not None:
                 doc["caches"] = caches
