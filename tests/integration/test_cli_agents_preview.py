@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from mlx_agent.plan.agent_support import NO_PARSER, NO_TOOLS
+from mlx_agent.wire import PLAN_VERSION
 from mlx_agent.worker_contract import split_worker_argv
 from tests.conftest import Agent, assert_valid
 from tests.template_corpus import TEMPLATES_DIR
@@ -24,7 +25,7 @@ def test_the_preview_records_the_agents_part_and_warns_in_the_envelope(agent: Ag
     assert result.rc == 0, result.stderr
     model = result.data["plan"]["models"][0]
     assert_valid("serve_plan", result.data["plan"])
-    assert result.data["plan"]["format_version"] == "3.2"
+    assert result.data["plan"]["format_version"] == PLAN_VERSION
     agents = model["agents"]
     assert (agents["renders_tools"], agents["tool_parser"], agents["context_window"]) == (
         False,
