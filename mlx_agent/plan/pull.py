@@ -223,7 +223,7 @@ def servable(plan: PullPlan, meta_dir: Path, runtimes: Runtimes, available: int 
     their bytes are the Hub's sizes of the .safetensors files (their headers, a few kB, count too).
     """
     from mlx_agent.plan.catalog import describe, memory_of, runtime_of
-    from mlx_agent.plan.source import check_complete, read_config
+    from mlx_agent.plan.source import check_complete, needs_tokenizer, read_config
 
     names = [f["name"] for f in plan["files"]]
     weights = [f["size"] for f in plan["files"] if f["role"] == "weights"]
@@ -240,7 +240,7 @@ def servable(plan: PullPlan, meta_dir: Path, runtimes: Runtimes, available: int 
     }
     try:
         config = read_config(meta_dir)
-        check_complete(meta_dir, names, ModelNotLocal)
+        check_complete(meta_dir, names, ModelNotLocal, tokenizer=needs_tokenizer(config))  # a NeMo recogniser has none
     except MlxAgentError as exc:
         record["problem"] = {"code": exc.code, "message": str(exc).replace(str(meta_dir), plan["repo"])}
         return record
