@@ -55,10 +55,10 @@ def _refused(tool: Tool, error: MlxAgentError) -> tuple[str, bool]:
     return json.dumps(envelope(tool.envelope_operation, None, [], error), indent=2), True
 
 
-def run_tool(tool: Tool, arguments: dict[str, Any] | None) -> tuple[str, bool]:
-    """Run ``tool`` as its CLI command and return the envelope's text and whether it reports an error."""
+def run_tool(tool: Tool, arguments: dict[str, Any] | None, root: click.Command) -> tuple[str, bool]:
+    """Run ``tool`` (a command of the tree ``root``) and return the envelope's text and whether it is an error."""
     try:
-        args = argv(tool, arguments)
+        args = argv(tool, arguments, root)
     except MlxAgentError as exc:
         return _refused(tool, exc)
     try:
@@ -111,7 +111,7 @@ def last_document(stdout: str) -> tuple[str, Any]:
     return last
 
 
-def _server() -> Any:
+def _server(root: click.Command) -> Any:
     import anyio.to_thread
     import mcp_types as types
     from mcp.server.lowlevel import Server
@@ -119,8 +119,8 @@ def _server() -> Any:
     listed = [
         types.Tool(
             name=t.name,
-            description=description(t),
-            input_schema=input_schema(t),
+            description=description(t, root),
+            input_schema=input_schema(t, root),
             annotations=types.ToolAnnotations(read_only_hint=t.read_only),
         )
         for t in TOOLS
@@ -137,7 +137,7 @@ def _server() -> Any:
             )
             text, failed = json.dumps(envelope("mcp", None, [], unknown), indent=2), True
         else:
-            text, failed = await anyio.to_thread.run_sync(run_tool, tool, params.arguments)
+            text, failed = await anyio.to_thread.run_sync(run_tool, tool, params.arguments, root)
         return types.CallToolResult(
             content=[types.TextContent(text=text)], structured_content=json.loads(text), is_error=failed
         )
@@ -151,8 +151,8 @@ def _server() -> Any:
     )
 
 
-def serve_stdio() -> None:
-    """Serve the tools over this process's stdin and stdout until the client closes stdin."""
+def serve_stdio(root: click.Command) -> None:
+    """Serve the tools (commands of the tree ``root``) over stdin and stdout until the client closes stdin."""
     try:
         import anyio
         from mcp.server.stdio import stdio_server
@@ -162,7 +162,7 @@ def serve_stdio() -> None:
             details={"install_command": "pip install 'mlx-agent[mcp]'", "missing": exc.name},
             remediation="Install the MCP extra into mlx-agent's environment: pip install 'mlx-agent[mcp]'.",
         ) from None
-    server = _server()
+    server = _server(root)
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):
@@ -180,7 +180,10 @@ def mcp() -> None:
     """
     from mlx_agent.cli.output import fail
 
+    # The tree this command is part of, from Click's context: the tools are its other commands (importing
+    # cli/app.py here would make an import circle, since it registers this command).
+    root = click.get_current_context().find_root().command
     try:
-        serve_stdio()
+        serve_stdio(root)
     except MlxAgentError as exc:
         fail("mcp", exc, as_json=False)  # stdout is the MCP stream: the refusal goes to stderr

@@ -81,11 +81,9 @@ TOOLS: tuple[Tool, ...] = (
 BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
-def command_of(tool: Tool) -> click.Command:
-    """Return the Click command ``tool`` runs (the tree of ``cli/app.py``)."""
-    from mlx_agent.cli.app import cli
-
-    command: click.Command = cli
+def command_of(tool: Tool, root: click.Command) -> click.Command:
+    """Return the Click command ``tool`` runs in the tree ``root`` (``cli/app.py``'s, handed in by the server)."""
+    command: click.Command = root
     for word in tool.command:
         assert isinstance(command, click.Group), f"{tool.name}: {word} is below a command, not a group"
         found = command.commands.get(word)
@@ -105,10 +103,10 @@ def argument_name(param: click.Parameter) -> str:
     return str(param.name)
 
 
-def parameters(tool: Tool) -> list[click.Parameter]:
+def parameters(tool: Tool, root: click.Command) -> list[click.Parameter]:
     """Return the command's parameters that are the tool's arguments, in the command's order."""
     left_out = STEP_FLAGS | set(tool.leave_out)
-    return [p for p in command_of(tool).params if p.name is not None and argument_name(p) not in left_out]
+    return [p for p in command_of(tool, root).params if p.name is not None and argument_name(p) not in left_out]
 
 
 def _value_schema(param: click.Parameter) -> dict[str, Any]:
@@ -144,11 +142,11 @@ def _schema(param: click.Parameter, argument_help: Mapping[str, str]) -> dict[st
     return schema
 
 
-def input_schema(tool: Tool) -> dict[str, Any]:
+def input_schema(tool: Tool, root: click.Command) -> dict[str, Any]:
     """Return the JSON Schema of the tool's arguments: the command's parameters by name (plus ``preview_hash``)."""
     props: dict[str, Any] = {}
     required: list[str] = []
-    for param in parameters(tool):
+    for param in parameters(tool, root):
         props[argument_name(param)] = _schema(param, dict(tool.argument_help))
         if param.required:
             required.append(argument_name(param))
@@ -158,9 +156,9 @@ def input_schema(tool: Tool) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
-def description(tool: Tool) -> str:
+def description(tool: Tool, root: click.Command) -> str:
     """Return what the tool does: the command's own help line, then what its step means."""
-    summary = command_of(tool).get_short_help_str(limit=300)
+    summary = command_of(tool, root).get_short_help_str(limit=300)
     return f"`mlx-agent {' '.join(tool.command)} --json`: {summary}{STEP_NOTES[tool.step]}"
 
 
@@ -177,7 +175,7 @@ def _fits(schema: Mapping[str, Any], value: Any) -> bool:
     return isinstance(value, str)
 
 
-def argv(tool: Tool, arguments: Mapping[str, Any] | None) -> list[str]:
+def argv(tool: Tool, arguments: Mapping[str, Any] | None, root: click.Command) -> list[str]:
     """Return the command line (after the program) that runs ``tool`` with ``arguments``, under ``--json``.
 
     An argument the tool does not have, or one of the wrong JSON type, is refused (``invalid_arguments``);
@@ -185,7 +183,7 @@ def argv(tool: Tool, arguments: Mapping[str, Any] | None) -> list[str]:
     Options go as ``--flag=value`` (a value starting with a dash stays a value), arguments after ``--``.
     """
     given = dict(arguments or {})
-    schema = input_schema(tool)
+    schema = input_schema(tool, root)
     props: dict[str, Any] = schema["properties"]
     unknown = sorted(set(given) - set(props))
     if unknown:
@@ -203,7 +201,7 @@ def argv(tool: Tool, arguments: Mapping[str, Any] | None) -> list[str]:
             raise InvalidArguments(f"{tool.name}: {name} holds a NUL character", details={"argument": name})
     options: list[str] = []
     positional: list[str] = []
-    for param in parameters(tool):
+    for param in parameters(tool, root):
         value = given.get(argument_name(param))
         if value is None or value is False:
             continue

@@ -55,7 +55,7 @@ def _refuse_fetching(found: Detected) -> None:
 
 def select_media(runtime: str, kind: MediaKind, config: dict[str, Any], executable: str | None) -> tuple[str, str]:
     """Return a named media runtime and the reason, refusing a config that is not of its kind."""
-    from mlx_agent.plan.runtime_select import not_installed
+    from mlx_agent.plan.runtime_install import not_installed
 
     if executable is not None:  # the wall around mlx_vlm's app is ours: the worker runs in this environment
         raise UnsupportedRuntime(

@@ -9,15 +9,12 @@ Qwen3-Embedding says what it is only in its sentence-transformers files, not in 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from mlx_agent.errors import UnsupportedModel
-from mlx_agent.errors.commands import RuntimeModelMismatch, RuntimeNotInstalled, UnsupportedRuntime
-from mlx_agent.installed import embedding_support, install_command, model_support, own_requirement, own_site_paths
+from mlx_agent.errors.commands import RuntimeModelMismatch, UnsupportedRuntime
+from mlx_agent.installed import embedding_support, model_support
 from mlx_agent.model_config import vision_markers
 from mlx_agent.plan.runtime import runtime_site_paths
-from mlx_agent.resources import PACKAGE_DIR
+from mlx_agent.plan.runtime_install import install_hint, not_installed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,7 +27,6 @@ MLX_VLM = "mlx-vlm"
 # What ``auto`` tries, in order: a vision model goes to the first with the ``vision`` capability, a text model to
 # the first whose package has its model type. An embedding runtime is served only when asked for by name.
 AUTO_ORDER = (MLX_LM, MLX_VLM)
-CHECKOUT = PACKAGE_DIR.parent  # a checkout's .venv is scripts/install's, which installs every runtime
 
 
 # Keys whose non-null presence marks a checkpoint with a vision tower, as mlx_vlm's model configs use them.
@@ -55,34 +51,6 @@ def _module(support: tuple[set[str], dict[str, str]] | None, model_type: str) ->
     types, remapping = support
     normalised = remapping.get(model_type, model_type)
     return normalised if normalised in types else None
-
-
-def install_hint(runtime: str, executable: str | None) -> tuple[str, Path]:
-    """Return the command that installs a runtime where it would run, and that environment's interpreter.
-
-    That is this interpreter's environment, or the one of ``--runtime-executable`` (or runtimes.json).
-    """
-    paths = runtime_site_paths(runtime, executable)
-    dist = _recipe(runtime)["distribution"]
-    if paths is None:
-        prefix, interpreter = Path(sys.prefix), Path(sys.executable)
-        if prefix == CHECKOUT / ".venv" and (CHECKOUT / "uv.lock").is_file():
-            return f"bash {CHECKOUT / 'scripts' / 'install'}", interpreter
-    else:  # .../lib/python3.X/site-packages of the executable's environment
-        prefix = Path(paths[0]).parents[2] if paths else Path(sys.prefix)
-        interpreter = prefix / "bin" / "python"
-    requirement = own_requirement(dist, own_site_paths()) or dist
-    return install_command(requirement, prefix, interpreter), interpreter
-
-
-def not_installed(runtime: str, executable: str | None, why: str) -> RuntimeNotInstalled:
-    """Return the refusal of a plan that needs ``runtime`` where it is not installed, naming the command."""
-    command, interpreter = install_hint(runtime, executable)
-    return RuntimeNotInstalled(
-        f"{why}; {_recipe(runtime)['distribution']} is not installed for {interpreter}",
-        details={"runtime": runtime, "interpreter": str(interpreter), "install_command": command},
-        remediation=f"Install it into that environment (mlx-agent never installs runtimes): {command}.",
-    )
 
 
 def select_runtime(requested: str, config: dict[str, Any], executable: str | None) -> tuple[str, str]:

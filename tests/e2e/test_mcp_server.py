@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mlx_agent.cli.app import cli
 from mlx_agent.cli.mcp_tools import BY_NAME, TOOLS, input_schema
 from tests.conftest import Agent, assert_valid, free_port
 from tests.e2e.mcp_support import mcp_tools
@@ -110,7 +111,7 @@ def test_bad_calls_come_back_as_error_envelopes(agent: Agent, tmp_path: Path) ->
             looking = {t.name for t in listed.tools if t.annotations is not None and t.annotations.read_only_hint}
             assert looking == {"models", "serve_preview", "status", "logs", "wire_preview", "pull_preview"}
             confirm = next(t for t in listed.tools if t.name == "serve_confirm")
-            assert confirm.input_schema == input_schema(BY_NAME["serve_confirm"])
+            assert confirm.input_schema == input_schema(BY_NAME["serve_confirm"], cli)
             nothing = await tools.call("launch_everything")
             unknown = await tools.call("stop", port=8080, force=True)
             typed = await tools.call("stop", port="8080")

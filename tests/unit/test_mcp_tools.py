@@ -5,15 +5,23 @@ from __future__ import annotations
 import io
 import json
 import sys
+from typing import Any
 
 import pytest
 
-from mlx_agent.cli.mcp_tools import BY_NAME, CONFIRM, PREVIEW, TOOLS, Tool, argv, command_of, input_schema
+from mlx_agent.cli.app import cli
+from mlx_agent.cli.mcp_tools import BY_NAME, CONFIRM, PREVIEW, TOOLS, Tool, command_of, input_schema
+from mlx_agent.cli.mcp_tools import argv as tool_argv
 from mlx_agent.errors import InvalidArguments
 from mlx_agent.errors.commands import RuntimeNotInstalled
 from mlx_agent.plan.requests import COMMANDS
 
 pytestmark = pytest.mark.fast
+
+
+def argv(tool: Tool, arguments: dict[str, Any] | None) -> list[str]:
+    """Return the command line of ``tool`` in the CLI's own tree (what the server hands the table)."""
+    return tool_argv(tool, arguments, cli)
 
 
 def test_the_tools_are_the_issued_operations() -> None:
@@ -32,14 +40,14 @@ def test_the_tools_are_the_issued_operations() -> None:
         "pull_confirm",
     ]
     for tool in TOOLS:
-        assert command_of(tool).name == tool.command[-1]
+        assert command_of(tool, cli).name == tool.command[-1]
 
 
 def test_serve_tools_take_every_option_of_serve_start() -> None:
     """serve_preview's arguments are serve start's record options by field name; only confirm adds preview_hash."""
     record = {opt.dest for opt in COMMANDS[("serve", "start")].record.OPTIONS if opt.scope != "file"}
-    preview = input_schema(BY_NAME["serve_preview"])
-    confirm = input_schema(BY_NAME["serve_confirm"])
+    preview = input_schema(BY_NAME["serve_preview"], cli)
+    confirm = input_schema(BY_NAME["serve_confirm"], cli)
     assert set(preview["properties"]) == record
     assert set(confirm["properties"]) == record | {"preview_hash"}
     assert confirm["required"] == ["preview_hash"] and preview["required"] == []
@@ -58,18 +66,18 @@ def test_serve_tools_take_every_option_of_serve_start() -> None:
 def test_a_step_flag_or_a_left_out_option_is_no_argument() -> None:
     """--json, --confirm and --preview-hash are the step's own; logs cannot --follow (it never returns)."""
     for tool in TOOLS:
-        props = input_schema(tool)["properties"]
+        props = input_schema(tool, cli)["properties"]
         assert not {"json", "as_json", "confirm"} & set(props)
         assert ("preview_hash" in props) == (tool.step == CONFIRM)
-    assert "follow" not in input_schema(BY_NAME["logs"])["properties"]
-    assert input_schema(BY_NAME["stop"])["required"] == ["port"]
-    assert input_schema(BY_NAME["unload"])["required"] == ["port", "expected_pid"]
+    assert "follow" not in input_schema(BY_NAME["logs"], cli)["properties"]
+    assert input_schema(BY_NAME["stop"], cli)["required"] == ["port"]
+    assert input_schema(BY_NAME["unload"], cli)["required"] == ["port", "expected_pid"]
 
 
 def test_arguments_are_named_as_the_flags_a_person_types() -> None:
     """The flag `models --dir` is the argument `dir`, `wire --default` is `default`, whatever Click names them."""
-    assert set(input_schema(BY_NAME["models"])["properties"]) == {"dir", "receipts_dir"}
-    wire = input_schema(BY_NAME["wire_preview"])
+    assert set(input_schema(BY_NAME["models"], cli)["properties"]) == {"dir", "receipts_dir"}
+    wire = input_schema(BY_NAME["wire_preview"], cli)
     assert set(wire["properties"]) == {"agent", "port", "model", "scope", "default", "receipts_dir"}
     assert wire["required"] == ["agent", "port"]
     assert argv(BY_NAME["models"], {"dir": ["/a"]}) == ["models", "--dir=/a", "--json"]
@@ -113,7 +121,7 @@ def test_an_unknown_or_ill_typed_argument_is_refused(arguments: dict[str, object
 def test_a_new_row_is_a_tool() -> None:
     """A row naming any command of the tree is a tool with that command's options."""
     tool = Tool("train_preview", ("lora", "train"), PREVIEW)
-    props = input_schema(tool)["properties"]
+    props = input_schema(tool, cli)["properties"]
     assert {"data", "adapter_path", "iters"} <= set(props)
     assert argv(tool, {"data": "/d", "iters": 3})[-4:] == ["train", "--data=/d", "--iters=3", "--json"]
 
@@ -121,10 +129,10 @@ def test_a_new_row_is_a_tool() -> None:
 def test_pull_tools_take_the_repo_and_its_options_and_step() -> None:
     """pull_preview and pull_confirm take the repo and pull's options; only the confirm carries the hash."""
     preview, confirm = BY_NAME["pull_preview"], BY_NAME["pull_confirm"]
-    schema = input_schema(confirm)
+    schema = input_schema(confirm, cli)
     assert {"repo", "revision", "allow_code", "preview_hash"} <= set(schema["properties"])
     assert "repo" in schema["required"] and "preview_hash" in schema["required"]
-    assert "preview_hash" not in input_schema(preview)["properties"]
+    assert "preview_hash" not in input_schema(preview, cli)["properties"]
     assert preview.read_only and not confirm.read_only
     assert argv(preview, {"repo": "org/name", "revision": "v2"}) == [
         "pull",
@@ -141,7 +149,7 @@ def test_without_the_sdk_the_server_is_refused_with_its_install_command(monkeypa
 
     monkeypatch.setitem(sys.modules, "mcp.server.stdio", None)
     with pytest.raises(RuntimeNotInstalled) as refused:
-        serve_stdio()
+        serve_stdio(cli)
     assert refused.value.details["install_command"] == "pip install 'mlx-agent[mcp]'"
     assert "mlx-agent[mcp]" in refused.value.remediation
 
@@ -177,7 +185,7 @@ def test_a_command_without_its_envelope_is_an_internal_error(
 
     monkeypatch.setattr(subprocess, "run", finished)
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    text, failed = mcp_server.run_tool(BY_NAME["status"], {})
+    text, failed = mcp_server.run_tool(BY_NAME["status"], {}, cli)
     doc = json.loads(text)
     assert failed and doc["operation"] == "serve.status" and doc["status"] == "error"
     assert doc["error"]["code"] == "internal_error" and doc["error"]["details"] == {"exit_code": rc, "stderr": "boom\n"}
