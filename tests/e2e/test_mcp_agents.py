@@ -236,7 +236,8 @@ def test_codex_previews_then_confirms_a_server_over_mcp(
     server = mcp_server(agent)
     table = (
         f"\n[mcp_servers.{SERVER}]\ncommand = {json.dumps(server['command'])}\nargs = {json.dumps(server['args'])}\n"
-        f"startup_timeout_sec = 120\ntool_timeout_sec = 300\n[mcp_servers.{SERVER}.env]\n"
+        # required: the first turn waits for the server (an optional one gets a second's grace, then is left out).
+        f"required = true\nstartup_timeout_sec = 120\ntool_timeout_sec = 300\n[mcp_servers.{SERVER}.env]\n"
         + "".join(f"{key} = {json.dumps(value)}\n" for key, value in server["env"].items())
     )
     home = codex_home(tmp_path / "codex-home", session.port)
