@@ -239,9 +239,12 @@ def load_bound(kind: MediaKind, model: str) -> None:
 
 def serve_kind(kind: MediaKind, argv: list[str]) -> int:
     """Load the model named by ``--model`` as ``kind`` and serve it on the socket named by ``--mlx-agent-socket``."""
-    os.environ.pop("MLX_TRUST_REMOTE_CODE", None)  # never inherited: it would run code from the model folder
+    from mlx_agent.runtime.entries.vlm_environment import clear_cli_settings
+
     os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"  # before huggingface_hub is imported
     try:
+        # mlx_vlm's settings (a preloaded model, a key, trusting remote code) never come from the user's shell.
+        clear_cli_settings()
         check_media_seams()
     except SeamChanged as error:
         print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)

@@ -411,7 +411,10 @@ def bind_private(path: str) -> socket.socket:
 
 def serve(argv: list[str]) -> int:
     """Run mlx_vlm's server on the socket named by ``--mlx-agent-socket`` in ``argv``, under its contract's limits."""
+    from mlx_agent.runtime.entries.vlm_environment import clear_cli_settings
+
     try:
+        cleared = clear_cli_settings()  # before mlx_vlm reads its settings: only the reviewed argv sets them
         check_vlm_seams()
         check_media_types()
     except SeamChanged as error:
@@ -439,6 +442,8 @@ def serve(argv: list[str]) -> int:
         kwargs.pop("port", None)
         kwargs.pop("reload", None)  # a reloader needs the app by name; the front never asks for one
         loaded = import_from_string(app) if isinstance(app, str) else app  # mlx_vlm names "mlx_vlm.server:app"
+        if cleared:
+            print(f"mlx-agent: ignored mlx_vlm settings from the environment: {', '.join(cleared)}", file=sys.stderr)
         print(settings_line(), file=sys.stderr, flush=True)
         install_adapter(loaded)
         previous_run(BodyLimits(MediaWall(loaded), limits), fd=sock.fileno(), **kwargs)
