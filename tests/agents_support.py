@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.conditions import wait_until
 from tests.conftest import REPO_ROOT, Agent, free_port, processes_mentioning
 
 AGENTS_DIR = REPO_ROOT / ".cache" / "agents"
@@ -459,9 +460,7 @@ class Tmux:
         a check of what the test left running would otherwise catch it on its way out.
         """
         subprocess.run([*self.namespace.prefix, "tmux", "-S", str(self.socket), "kill-server"], capture_output=True)
-        deadline = time.monotonic() + 10
-        while processes_mentioning(str(self.socket)) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not processes_mentioning(str(self.socket)), "the tmux server exited", timeout=10)
 
 
 # A session of Reads that survives compaction: the progress is the highest numbered file (``/f07.txt``) named

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +24,7 @@ from mlx_agent.cli.top_view import render
 from mlx_agent.gateway.cache_tenant import tenant_of
 from mlx_agent.gateway.door.security import key_id
 from mlx_agent.port_files import PortFiles
+from tests.conditions import wait_until
 from tests.conftest import LAUNCHER, Agent, free_port
 from tests.gateway_support import private_file
 
@@ -161,12 +161,11 @@ def test_the_disk_copy_lives_beside_the_receipt_not_in_mlx_vlms_home(
         assert receipt["plan"]["models"][0]["prefix_cache"]["disk_path"] == str(disk)
         token = Path(receipt["plan"]["front"]["token_path"]).read_text().strip()
         chat(base, "local")
-        deadline = time.monotonic() + 120
-        written = 0
-        while time.monotonic() < deadline and written == 0:  # mlx-vlm's writer thread stores blocks after a reply
-            written = call(base + "/v1/cache/stats", token=token)[1]["data"][0]["stats"]["disk_writes"]
-            time.sleep(0.1)
-        assert written > 0
+        wait_until(  # mlx-vlm's writer thread stores the blocks after the reply
+            lambda: call(base + "/v1/cache/stats", token=token)[1]["data"][0]["stats"]["disk_writes"],
+            "mlx-vlm wrote prefix-cache blocks to disk",
+            timeout=120,
+        )
         assert any(path.is_file() for path in disk.rglob("*"))
         assert not vlm_home.exists()
         status, doc = call(base + "/v1/cache/reset", "POST", token=token)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any
 from mlx_agent.errors import SeamChanged, UnsupportedModel, exit_refused
 from mlx_agent.media_kinds import IMAGE_GENERATION, SPEECH, TRANSCRIPTION, MediaKind, detect, read_model_config
 from mlx_agent.runtime.entries.kind_wall import RULES, KindWall, SchemaCheck
+from mlx_agent.runtime.entries.mlx_vlm_server import REMEDIATION, bind_private, check_names, lookup
 from mlx_agent.wire import UPLOADS_DIR
 from mlx_agent.worker_routes import WorkerRoute
 
@@ -69,37 +69,14 @@ CONSTANTS: dict[str, dict[str, tuple[str, ...]]] = {
     "mlx_vlm.server.app": {LOADER: (AUDIO_LOADER,)},
     "mlx_audio.utils": {"base_load_model": ("model_type", "model_name_parts")},
 }
-REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the entry uses changed."
-
-
-def _lookup(module_name: str, dotted: str) -> Any:
-    obj: Any = importlib.import_module(module_name)
-    for part in dotted.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise SeamChanged(f"{module_name}.{dotted} no longer exists", remediation=REMEDIATION)
-    return obj
 
 
 def check_media_seams() -> None:
     """Raise ``SeamChanged`` naming the first name of mlx-vlm the entry uses that is missing or changed."""
-    for module_name, callables in MEDIA_SEAMS.items():
-        for dotted, params in callables.items():
-            names = list(inspect.signature(_lookup(module_name, dotted)).parameters)
-            if names[: len(params)] != list(params):
-                raise SeamChanged(
-                    f"{module_name}.{dotted} now takes {names}, expected to start with {list(params)}",
-                    remediation=REMEDIATION,
-                )
-    for module_name, functions in CALLERS.items():
-        for name, callees in functions.items():
-            code = _lookup(module_name, name).__code__
-            for callee in callees:
-                if callee not in code.co_names:
-                    raise SeamChanged(f"{module_name}.{name} no longer calls {callee}", remediation=REMEDIATION)
+    check_names(MEDIA_SEAMS, CALLERS)
     for module_name, functions in CONSTANTS.items():
         for name, constants in functions.items():
-            code = _lookup(module_name, name).__code__
+            code = lookup(module_name, name).__code__
             for constant in constants:
                 if constant not in code.co_consts:
                     raise SeamChanged(f"{module_name}.{name} no longer reads {constant!r}", remediation=REMEDIATION)
@@ -113,7 +90,7 @@ def check_loader_seam() -> None:
     what lets ``BoundLoader`` stand where every request loads its model. Checked by calling it with the name replaced.
     """
     server: Any = importlib.import_module("mlx_vlm.server")
-    through = _lookup("mlx_vlm.server.app", f"_protocol_deps.{LOADER}")
+    through = lookup("mlx_vlm.server.app", f"_protocol_deps.{LOADER}")
     saved, seen = getattr(server, LOADER), object()
     setattr(server, LOADER, lambda *args, **kwargs: seen)
     try:
@@ -250,7 +227,6 @@ def serve_kind(kind: MediaKind, argv: list[str]) -> int:
         print(f"mlx-agent: cannot wrap this mlx_vlm: {error}", file=sys.stderr)
         return 2
     from mlx_agent.runtime.entries.contract_entry import started
-    from mlx_agent.runtime.entries.mlx_vlm_server import bind_private
     from mlx_agent.runtime.serving.asgi_limits import BodyLimits
     from mlx_agent.runtime.serving.socket_limits import from_contract
 

@@ -109,7 +109,8 @@ CALLERS: dict[str, dict[str, tuple[str, ...]]] = {
 REMEDIATION = "Install the mlx-vlm version range mlx-agent pins (see pyproject.toml); a name the wrapper uses changed."
 
 
-def _lookup(module_name: str, dotted: str) -> Any:
+def lookup(module_name: str, dotted: str) -> Any:
+    """Return ``module.dotted`` of mlx_vlm (or a package it brings), or raise ``SeamChanged`` naming what is gone."""
     obj: Any = importlib.import_module(module_name)
     for part in dotted.split("."):
         obj = getattr(obj, part, None)
@@ -118,22 +119,27 @@ def _lookup(module_name: str, dotted: str) -> Any:
     return obj
 
 
-def check_vlm_seams() -> None:
-    """Raise ``SeamChanged`` naming the first name of mlx_vlm the wrapper uses that is missing or changed."""
-    for module_name, callables in VLM_SEAMS.items():
+def check_names(seams: dict[str, dict[str, tuple[str, ...]]], callers: dict[str, dict[str, tuple[str, ...]]]) -> None:
+    """Raise ``SeamChanged`` unless each seam takes its first parameters and each caller still calls its callees."""
+    for module_name, callables in seams.items():
         for dotted, params in callables.items():
-            names = list(inspect.signature(_lookup(module_name, dotted)).parameters)
+            names = list(inspect.signature(lookup(module_name, dotted)).parameters)
             if names[: len(params)] != list(params):
                 raise SeamChanged(
                     f"{module_name}.{dotted} now takes {names}, expected to start with {list(params)}",
                     remediation=REMEDIATION,
                 )
-    for module_name, functions in CALLERS.items():
+    for module_name, functions in callers.items():
         for name, callees in functions.items():
-            code = getattr(_lookup(module_name, name), "__code__", None)
+            code = getattr(lookup(module_name, name), "__code__", None)
             for callee in callees:
                 if code is None or callee not in code.co_names:
                     raise SeamChanged(f"{module_name}.{name} no longer calls {callee}", remediation=REMEDIATION)
+
+
+def check_vlm_seams() -> None:
+    """Raise ``SeamChanged`` naming the first name of mlx_vlm the wrapper uses that is missing or changed."""
+    check_names(VLM_SEAMS, CALLERS)
     check_render_seam()
 
 
@@ -144,7 +150,7 @@ def check_render_seam() -> None:
     what lets ``AdaptedRender`` sit where every request is rendered. Checked by calling it with the name replaced.
     """
     server: Any = importlib.import_module("mlx_vlm.server")
-    through = _lookup("mlx_vlm.server.app", f"_protocol_deps.{RENDERER}")
+    through = lookup("mlx_vlm.server.app", f"_protocol_deps.{RENDERER}")
     saved, seen = getattr(server, RENDERER), object()
     setattr(server, RENDERER, lambda *args, **kwargs: seen)
     try:
