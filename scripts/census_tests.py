@@ -4,8 +4,9 @@
 
 runs ``bash scripts/test ARGS`` (install, checks and tests, as CI does), or with ``--pytest`` only
 ``pytest ARGS`` (a subset on a busy machine), and prints how many processes of each kind started (worker,
-front, CLI, agent, the test runner's own, the checks', others), the CPU each kind used, the 20 slowest tests,
-and the test files that start the most workers and fronts.
+a group's launcher, front, CLI, agent, the test runner's own, the checks', others), the CPU each kind used, the 20
+slowest tests, the test files that start the most workers and fronts, and how many assert statements the tests hold
+(sharing servers must not cost checks).
 
 How it counts (Linux only): it becomes the run's child subreaper, so that a server the CLI detaches stays in the
 run's tree, and reads /proc every ``POLL_S``: a process is the run's when its parent is. A process's CPU is its
@@ -18,6 +19,7 @@ time of each test's setup, call and teardown).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import ctypes
 import json
@@ -38,11 +40,13 @@ POLL_S = 0.05
 PR_SET_CHILD_SUBREAPER = 36
 TICKS = os.sysconf("SC_CLK_TCK")
 SLOWEST = 20
-SERVERS = ("worker", "front")  # the kinds counted per test file as well
+SERVERS = ("worker", "launcher", "front")  # the kinds counted per test file as well
 # By the command line, first match wins; a process matching none takes an agent parent's kind, else "other".
 # A stand-in runtime is a test's script named like the runtime it replaces; the real ones run as modules.
+# A group's launcher (ours or plain mlx.launch) loads no model: it starts the ranks, which are workers.
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("worker", ("-m mlx_agent.runtime", "-m mlx_lm.server", "-m mlx_vlm.server", "mlx.launch")),
+    ("launcher", ("-m mlx_agent.runtime.distributed.launcher", "bin/mlx.launch")),
+    ("worker", ("-m mlx_agent.runtime", "-m mlx_lm.server", "-m mlx_vlm.server")),
     ("front", ("-m mlx_agent.gateway",)),
     ("cli", ("scripts/mlx-agent", "bin/mlx-agent")),
     ("agent", (".cache/agents",)),
@@ -162,6 +166,18 @@ def slowest(junit: Path, count: int = SLOWEST) -> list[tuple[float, str]]:
     return sorted(timed, reverse=True)[:count]
 
 
+def assert_statements(folder: Path = ROOT / "tests") -> int:
+    """Return how many ``assert`` statements the test code holds (test modules and their support modules).
+
+    The issue's measure of test strength across a reshaping of the suite: sharing servers must not lose checks.
+    """
+    return sum(
+        isinstance(node, ast.Assert)
+        for path in sorted(folder.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_bytes()))
+    )
+
+
 def run(command: list[str]) -> tuple[int, Census, float]:
     """Run ``command`` under the census; return its exit status, the census and its wall time."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -200,6 +216,7 @@ def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[
             by_file.setdefault(p.kind, Counter())[p.test_file or "(none named)"] += 1
     return {
         "wall_s": round(wall, 1),
+        "assert_statements": assert_statements(),
         "cpu_s": round(sum(cpu.values()), 1),
         "starts": dict(starts.most_common()),
         "cpu_s_by_kind": {kind: round(s, 1) for kind, s in sorted(cpu.items(), key=lambda item: -item[1])},
@@ -226,6 +243,7 @@ def main() -> int:
         doc = report(census, wall, slowest(junit))
     usage = resource.getrusage(resource.RUSAGE_SELF)  # the polling's cost, not counted above
     print(f"\ncensus: exit {rc}, {doc['wall_s']} s wall, {doc['cpu_s']} s CPU in {len(census.procs)} processes")
+    print(f"assert statements in tests/: {doc['assert_statements']}")
     print(f"(the census itself used {usage.ru_utime + usage.ru_stime:.1f} s CPU reading /proc every {POLL_S} s)")
     starts, cpu = doc["starts"], doc["cpu_s_by_kind"]
     assert isinstance(starts, dict) and isinstance(cpu, dict)

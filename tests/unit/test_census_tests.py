@@ -30,6 +30,14 @@ def census_module() -> Any:
     ("cmdline", "kind"),
     [
         ("/r/.venv/bin/python -m mlx_agent.runtime mlx_lm --model /tmp/pytest-of-root/test_cli0/m", "worker"),
+        (
+            "/r/.venv/bin/python -m mlx_agent.runtime.distributed.launcher -n 2 --backend ring -- env python -m x",
+            "launcher",
+        ),
+        (
+            "/r/.venv/bin/mlx.launch -n 2 --backend ring -- env /r/.venv/bin/python -m mlx_agent.runtime mlx_lm",
+            "launcher",
+        ),
         ("/r/.venv/bin/python -m mlx_agent.gateway --config /h/receipts/serve/8080.front.json", "front"),
         ("ip netns exec t1 /r/.venv/bin/python /r/scripts/mlx-agent serve start --path /tmp/pytest-of-root/m", "cli"),
         ("node /r/.cache/agents/node_modules/.bin/claude -p hello", "agent"),
@@ -62,3 +70,12 @@ def test_the_slowest_tests_come_from_the_junit_report(tmp_path: Path) -> None:
     slowest = census_module().slowest
     assert slowest(junit, 2) == [(4.5, "tests.unit.t::test_4"), (3.5, "tests.unit.t::test_3")]
     assert slowest(tmp_path / "none.xml") == []
+
+
+def test_assert_statements_are_counted_in_every_python_file_below_the_folder(tmp_path: Path) -> None:
+    """Each assert statement counts once, in test and support modules alike; an assert in a string does not."""
+    (tmp_path / "e2e").mkdir()
+    (tmp_path / "test_a.py").write_text("def test_a():\n    assert 1\n    assert 2, 'two'\n")
+    (tmp_path / "e2e" / "support.py").write_text("def check(x):\n    assert x\n    return 'assert x'\n")
+    (tmp_path / "notes.txt").write_text("assert nothing\n")
+    assert census_module().assert_statements(tmp_path) == 3
