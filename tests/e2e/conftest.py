@@ -17,7 +17,9 @@ import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
+from tests.e2e.shared_workers import wrapped_tiny_server
 from tests.e2e.vision_support import vision_front
+from tests.e2e.wrapped_support import Server
 from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
 from tests.media_traps import Traps
@@ -121,3 +123,10 @@ def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
         yield watched
     finally:
         watched.close()
+
+
+@pytest.fixture(scope="session")
+def wrapped_tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Serve the tiny model (its template refuses unknown roles) through the wrapped entry, for the files that read."""
+    with wrapped_tiny_server(tmp_path_factory.mktemp("wrapped-tiny")) as server:
+        yield server

@@ -22,8 +22,7 @@ import pytest
 
 from tests.contract_support import LOOKUP
 from tests.e2e.test_prompt_lookup_server import CHATS, CODE, LOOKUP_LINE
-from tests.e2e.test_wrapped_cancel import STOPPED
-from tests.e2e.wrapped_support import Server, running
+from tests.e2e.wrapped_support import STOPPED, Server, running
 
 pytestmark = pytest.mark.e2e
 

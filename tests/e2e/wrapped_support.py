@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +37,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # CPU backend attention is most of a long prefill (an agent's first turn is 20-30k tokens), so this shape
 # prefills several times faster than the default one and still runs every step of the real model class.
 LEAN: dict[str, Any] = {"num_layers": 1, "heads": (1, 1), "head_dim": 16}
+
+# The log line of a reply whose client left, once its generation has gone quiet (runtime/serving/cancel.py):
+# the reply's label, its tokens, and the tokens that still came after the stop.
+STOPPED = re.compile(
+    r"the client went away.* from (\S+) after (\d+) tokens; generation stopped "
+    r"\((\d+) more tokens after the stop\)"
+)
 
 # ChatML whose generation prompt opens a thinking block, as thinking models' templates do.
 THINKING_TEMPLATE = CHAT_TEMPLATE.replace(
