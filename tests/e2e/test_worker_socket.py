@@ -8,7 +8,6 @@ refuses in the API's error shape, closes what is too slow, and then still serves
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from tokenizers import Tokenizer
 from mlx_agent.api_errors import Code
 from mlx_agent.runtime.serving.prompt_size import SAFETY
 from mlx_agent.wire import MAX_BODY_BYTES
-from tests.e2e.worker_socket_support import SHORT_DEADLINES, SocketWorker, closed_by_peer, read_answer, socket_worker
+from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer
 
 pytestmark = pytest.mark.e2e
 
@@ -29,11 +28,10 @@ HUGE = 8 * 1024 * 1024
 HUGE_GROWTH_BOUND = 400 * 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def worker(tiny_model: Path) -> Iterator[SocketWorker]:
-    """Start one wrapped worker on its socket with short read deadlines and a 256-token context."""
-    with socket_worker(tiny_model, SHORT_DEADLINES) as started:
-        yield started
+@pytest.fixture
+def worker(tiny_socket_worker: SocketWorker) -> SocketWorker:
+    """Return the shared worker (short read deadlines, a 256-token context): each test checks it serves on after."""
+    return tiny_socket_worker
 
 
 def is_api_error(answer: object, code: str) -> bool:
