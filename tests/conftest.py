@@ -197,6 +197,7 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
         "tests/e2e/test_wrapped_structured.py",
         "tests/e2e/test_wrapped_errors.py",
         "tests/e2e/test_wrapped_cancel.py",
+        "tests/e2e/test_concurrent_serving.py",
     ),
     "tiny_socket_worker": ("tests/e2e/test_worker_socket.py", "tests/e2e/test_fuzz_worker_socket.py"),
 }

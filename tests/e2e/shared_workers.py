@@ -21,6 +21,9 @@ STRICT_TEMPLATE = (
     "{%- for message in messages %}{%- if message['role'] not in ['system', 'user', 'assistant'] %}"
     "{{- raise_exception('Unknown role: ' + message['role']) }}{%- endif %}{%- endfor %}" + CHAT_TEMPLATE
 )
+# The shared tiny worker prefills in chunks of 64 tokens, so that a long prompt takes many steps
+# (test_concurrent_serving reads them); every other prompt sent to it is shorter than one chunk.
+PREFILL_STEP = ("--prefill-step-size", "64")
 
 
 def strict_tiny_model(directory: Path) -> Path:
@@ -31,7 +34,7 @@ def strict_tiny_model(directory: Path) -> Path:
 
 @contextmanager
 def wrapped_tiny_server(directory: Path) -> Iterator[Server]:
-    """Serve the strict tiny model through the wrapped entry on a loopback port, with no flags; stop it afterwards."""
+    """Serve the strict tiny model through the wrapped entry on a loopback port (``PREFILL_STEP``); stop it after."""
     model = strict_tiny_model(directory / "model")
-    with running(model, directory) as server:
+    with running(model, directory, *PREFILL_STEP) as server:
         yield server
