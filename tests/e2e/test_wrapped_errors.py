@@ -16,22 +16,12 @@ import openai
 import pytest
 
 from mlx_agent.wire import EXIT_GENERATION_DIED
+from tests.e2e.wrapped_support import FAULT as FAULT  # re-exported: test_hostile_requests imports it here
 from tests.e2e.wrapped_support import Server, running
 
 pytestmark = pytest.mark.e2e
 
 HI: Any = [{"role": "user", "content": "hi"}]
-# Kills mlx_lm's generation thread on a request for 13 tokens, as an uncaught error inside a batch step (say,
-# out of memory) would: nothing the handler thread builds first can see it coming.
-FAULT = """
-import mlx_lm.server as _server
-_insert = _server.BatchGenerator.insert_segments
-def _faulty(self, *args, **kwargs):
-    if kwargs.get("max_tokens") == [13]:
-        raise RuntimeError("injected fault")
-    return _insert(self, *args, **kwargs)
-_server.BatchGenerator.insert_segments = _faulty
-"""
 
 
 def error_of(answer: Any) -> dict[str, Any]:

@@ -45,6 +45,18 @@ STOPPED = re.compile(
     r"\((\d+) more tokens after the stop\)"
 )
 
+# Python for ``running(prelude=...)``: kills mlx_lm's generation thread on a request for 13 tokens, as an uncaught
+# error inside a batch step (say, out of memory) would: nothing the handler thread builds first can see it coming.
+FAULT = """
+import mlx_lm.server as _server
+_insert = _server.BatchGenerator.insert_segments
+def _faulty(self, *args, **kwargs):
+    if kwargs.get("max_tokens") == [13]:
+        raise RuntimeError("injected fault")
+    return _insert(self, *args, **kwargs)
+_server.BatchGenerator.insert_segments = _faulty
+"""
+
 # ChatML whose generation prompt opens a thinking block, as thinking models' templates do.
 THINKING_TEMPLATE = CHAT_TEMPLATE.replace(
     "{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>\\n' }}"
