@@ -193,6 +193,13 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
+    "wrapped_tiny": (
+        "tests/e2e/test_wrapped_structured.py",
+        "tests/e2e/test_wrapped_errors.py",
+        "tests/e2e/test_wrapped_cancel.py",
+        "tests/e2e/test_concurrent_serving.py",
+    ),
+    "tiny_socket_worker": ("tests/e2e/test_worker_socket.py", "tests/e2e/test_fuzz_worker_socket.py"),
 }
 
 

@@ -1,8 +1,9 @@
 """What both fuzz files share: the bounds, the hostile values, the bodies they start from, and the reply checks.
 
-``tests/e2e/test_fuzz_requests.py`` fuzzes the front's endpoints, ``tests/e2e/test_fuzz_worker_socket.py`` the
-worker's own Unix socket; each starts its own front on the tiny model (two files, so two test workers run them
-side by side). After each file the worker is still the process its front first started.
+``tests/e2e/test_fuzz_requests.py`` fuzzes the front's endpoints on a front of its own on the tiny model,
+``tests/e2e/test_fuzz_worker_socket.py`` the worker's own Unix socket (the tiny worker ``test_worker_socket.py``
+shares); two files, so two test workers run them side by side. After each file the worker is still the process
+first started.
 """
 
 from __future__ import annotations

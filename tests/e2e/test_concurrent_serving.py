@@ -3,7 +3,9 @@
 The worker's prefill runs in chunks of 64 tokens here (``--prefill-step-size``), so the tiny model's long prompt
 takes many steps. A streamed reply shows its prefill as ``: keepalive done/total`` comments, and the tests read
 the order of those and of the first tokens, never their times. Replies are compared with bare ``mlx_lm.server``
-(unpatched, each request alone) and, for lookup, with the plain wrapped worker.
+(unpatched, each request alone) and, for lookup, with the plain wrapped worker: the one several files share
+(``wrapped_tiny``: the tiny model's weights, its template refusing unknown roles, which renders these prompts
+as the tiny model's own template does).
 """
 
 from __future__ import annotations
@@ -21,13 +23,12 @@ from typing import Any
 import pytest
 
 from tests.contract_support import LOOKUP
+from tests.e2e.shared_workers import PREFILL_STEP
 from tests.e2e.test_prompt_lookup_server import CHATS, CODE, LOOKUP_LINE
-from tests.e2e.test_wrapped_cancel import STOPPED
-from tests.e2e.wrapped_support import Server, running
+from tests.e2e.wrapped_support import STOPPED, Server, running
 
 pytestmark = pytest.mark.e2e
 
-STEP = ("--prefill-step-size", "64")
 LONG = " ".join(f"item{i % 89} is number {i}," for i in range(160))  # about 1,300 tokens: twenty chunks
 SHORT = "Hello! How are you today?"
 JOINED = re.compile(r"mlx-agent: (\S+) joins the batch without prompt lookup \((\d+) other requests active")
@@ -37,15 +38,16 @@ EDIT = [{"role": "user", "content": f"Rename Stack to Pile in this code:\n{CODE}
 
 
 @pytest.fixture(scope="module")
-def servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
-    """Start bare mlx_lm, the wrapped worker, and the wrapped worker with prompt lookup, on the tiny model."""
+def servers(
+    tiny_model: Path, wrapped_tiny: Server, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Server]]:
+    """Start bare mlx_lm and the wrapped worker with prompt lookup on the tiny model; take the shared wrapped one."""
     logs = tmp_path_factory.mktemp("concurrent")
     with (
-        running(tiny_model, logs, *STEP, bare=True) as bare,
-        running(tiny_model, logs, *STEP) as wrapped,
+        running(tiny_model, logs, *PREFILL_STEP, bare=True) as bare,
         running(tiny_model, logs, *LOOKUP) as lookup,
     ):
-        yield {"bare": bare, "wrapped": wrapped, "lookup": lookup}
+        yield {"bare": bare, "wrapped": wrapped_tiny, "lookup": lookup}
 
 
 class Events:

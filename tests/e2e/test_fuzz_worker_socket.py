@@ -1,9 +1,11 @@
-"""The bounded fuzz of ``test_fuzz_requests.py``, sent straight to a front's worker on its own Unix socket.
+"""The bounded fuzz of ``test_fuzz_requests.py``, sent straight to a wrapped worker on its own Unix socket.
 
 As a client that got past the front (or a broken front) would: hostile fields and raw bodies to its two
 endpoints, and hostile framing (Content-Length missing, negative, past the cap, short; odd methods and request
 lines), with the same bounds and seed. After every case a 2xx reply or a 4xx error, never a 5xx or a hang, and
-a normal chat is served; at the end the worker is the process its front first started.
+a normal chat is served; at the end the worker is the process first started. The worker is the one
+``test_worker_socket.py`` shares (``tiny_socket_worker``: started as a front starts it, on the tiny model, with
+a 256-token context that bounds a reply whatever ``max_tokens`` a case asks).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import socket
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlx_agent.wire import MAX_BODY_BYTES, WORKER_MODEL_NAME
-from tests.e2e.front_support import HI, Front
-from tests.e2e.fuzz_support import FIELDS, FUZZ, api_error, assert_first_worker, deep, fuzz_front, reply, values
+from tests.e2e.front_support import HI
+from tests.e2e.fuzz_support import FIELDS, FUZZ, api_error, deep, reply, values
+from tests.e2e.worker_socket_support import SocketWorker
 
 pytestmark = pytest.mark.e2e
 
@@ -30,10 +32,11 @@ SEEN: Counter[str] = Counter()
 
 
 @pytest.fixture(scope="module")
-def front(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    """Start one eager front on the tiny model whose worker the whole file fuzzes; print what the cases got."""
-    with fuzz_front(tiny_model, tmp_path_factory.mktemp("fuzz-worker-home"), SEEN) as started:
-        yield started
+def worker(tiny_socket_worker: SocketWorker) -> Iterator[SocketWorker]:
+    """Return the shared worker on its socket, which the whole file fuzzes; print what the cases got."""
+    yield tiny_socket_worker
+    exit_code = tiny_socket_worker.process.poll()
+    print(f"\nfuzz: {sum(SEEN.values())} requests, {dict(sorted(SEEN.items()))}; worker exit code {exit_code}")
 
 
 WORKER_FUZZ = settings(FUZZ, max_examples=60)
@@ -58,11 +61,10 @@ class UnixConnection(http.client.HTTPConnection):
 
 
 @pytest.fixture(scope="module")
-def socket_path(front: Front) -> str:
-    """Return the Unix socket the front's worker listens on (once: a worker that restarted fails the next case)."""
-    worker = front.models()["worker"]
-    assert worker["transport"] == "unix", worker
-    return str(worker["address"])
+def socket_path(worker: SocketWorker) -> str:
+    """Return the Unix socket the worker listens on (once: a worker that exited fails the next case)."""
+    assert worker.process.poll() is None, worker.log()[-3000:]
+    return worker.path
 
 
 def worker_exchange(path: str, raw: bytes, method: str = "POST") -> tuple[int, str, bytes]:
@@ -154,6 +156,6 @@ def test_hostile_framing_never_breaks_the_worker_socket(
     assert worker_healthy(socket_path), raw
 
 
-def test_the_worker_never_restarted(front: Front) -> None:
+def test_the_worker_never_restarted(worker: SocketWorker) -> None:
     """After the fuzz the worker is the first one: nothing crashed it."""
-    assert_first_worker(front)
+    assert worker.process.poll() is None, worker.log()[-3000:]  # our child: had it exited, poll() would say

@@ -8,7 +8,6 @@ refuses in the API's error shape, closes what is too slow, and then still serves
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,12 @@ from tokenizers import Tokenizer
 from mlx_agent.api_errors import Code
 from mlx_agent.runtime.serving.prompt_size import SAFETY
 from mlx_agent.wire import MAX_BODY_BYTES
-from tests.e2e.worker_socket_support import SHORT_DEADLINES, SocketWorker, closed_by_peer, read_answer, socket_worker
+from tests.e2e.worker_socket_support import CHAT_HEAD as CHAT_HEAD  # re-exported for the vlm/media/embed files
+from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer
+from tests.e2e.worker_socket_support import is_api_error as is_api_error  # re-exported, as CHAT_HEAD
 
 pytestmark = pytest.mark.e2e
 
-CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: worker\r\nContent-Type: application/json\r\n"
 # A huge prompt: about 8 MB of text, well inside the body cap and far past any context of this model.
 HUGE = 8 * 1024 * 1024
 # What the worker's peak memory may grow by while it refuses HUGE: a few copies of the body, not a
@@ -29,17 +29,10 @@ HUGE = 8 * 1024 * 1024
 HUGE_GROWTH_BOUND = 400 * 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def worker(tiny_model: Path) -> Iterator[SocketWorker]:
-    """Start one wrapped worker on its socket with short read deadlines and a 256-token context."""
-    with socket_worker(tiny_model, SHORT_DEADLINES) as started:
-        yield started
-
-
-def is_api_error(answer: object, code: str) -> bool:
-    """Say whether ``answer`` is an OpenAI-shaped error object with ``code``."""
-    inner = answer.get("error") if isinstance(answer, dict) else None
-    return isinstance(inner, dict) and inner.get("code") == code and {"message", "type", "param"} <= set(inner)
+@pytest.fixture
+def worker(tiny_socket_worker: SocketWorker) -> SocketWorker:
+    """Return the shared worker (short read deadlines, a 256-token context): each test checks it serves on after."""
+    return tiny_socket_worker
 
 
 def test_a_body_over_the_fronts_cap_is_413_before_it_is_read(worker: SocketWorker) -> None:

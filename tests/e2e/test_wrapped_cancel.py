@@ -9,32 +9,24 @@ its current time slice of up to half a second, so a few hundred tiny-model token
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.e2e.wrapped_support import Server, running
+from tests.e2e.wrapped_support import STOPPED, Server
 
 pytestmark = pytest.mark.e2e
 
 LONG = 20000  # tokens; tens of seconds for the tiny model, far beyond any client's patience here
-STOPPED = re.compile(
-    r"the client went away.* from (\S+) after (\d+) tokens; generation stopped "
-    r"\((\d+) more tokens after the stop\)"
-)
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Serve the random tiny model through the wrapped entry."""
-    with running(tiny_model, tmp_path_factory.mktemp("cancel")) as started:
-        yield started
+@pytest.fixture
+def server(wrapped_tiny: Server) -> Server:
+    """Return the shared wrapped server on the random tiny model: each test counts stop lines from where it stands."""
+    return wrapped_tiny
 
 
 def stops(server: Server, seen: int, timeout: float = 30) -> tuple[str, int, int]:
@@ -49,6 +41,16 @@ def stops(server: Server, seen: int, timeout: float = 30) -> tuple[str, int, int
     raise AssertionError(f"no new stop line in the log:\n{server.log()[-2000:]}")
 
 
+def served_in_full(server: Server) -> bool:
+    """Say whether a short reply is answered whole: the worker serves on after a client left (it is shared)."""
+    status, answer = server.post({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    return (
+        status == 200
+        and answer["usage"]["completion_tokens"] == 4
+        and answer["choices"][0]["finish_reason"] == "length"
+    )
+
+
 def test_a_non_streaming_client_that_leaves_stops_its_generation(server: Server) -> None:
     """A client that times out on a non-streaming reply gets its generation stopped, and the log says so."""
     seen = len(STOPPED.findall(server.log()))
@@ -60,6 +62,7 @@ def test_a_non_streaming_client_that_leaves_stops_its_generation(server: Server)
     label, tokens, late = stops(server, seen)
     assert label.startswith("chatcmpl-")
     assert tokens > 0 and tokens + late < LONG // 4
+    assert served_in_full(server)
 
 
 def test_a_streaming_client_that_leaves_stops_its_generation(server: Server) -> None:
@@ -77,6 +80,7 @@ def test_a_streaming_client_that_leaves_stops_its_generation(server: Server) -> 
     stream.close()
     _, tokens, late = stops(server, seen)
     assert tokens >= 5 and tokens + late < LONG // 4
+    assert served_in_full(server)
 
 
 def test_other_requests_in_flight_are_unaffected(server: Server) -> None:
@@ -102,3 +106,4 @@ def test_other_requests_in_flight_are_unaffected(server: Server) -> None:
     reply = result["reply"]
     assert reply.usage.completion_tokens == 3000
     assert reply.choices[0].finish_reason == "length"
+    assert served_in_full(server)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +16,12 @@ import openai
 import pytest
 
 from mlx_agent.wire import EXIT_GENERATION_DIED
-from tests.e2e.wrapped_support import Server, running, variant
-from tests.fixtures.tiny_model import CHAT_TEMPLATE
+from tests.e2e.wrapped_support import FAULT as FAULT  # re-exported: test_hostile_requests imports it here
+from tests.e2e.wrapped_support import Server, running
 
 pytestmark = pytest.mark.e2e
 
-# ChatML that refuses a role it does not know, as real templates do with raise_exception.
-STRICT_TEMPLATE = (
-    "{%- for message in messages %}{%- if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{- raise_exception('Unknown role: ' + message['role']) }}{%- endif %}{%- endfor %}" + CHAT_TEMPLATE
-)
 HI: Any = [{"role": "user", "content": "hi"}]
-# Kills mlx_lm's generation thread on a request for 13 tokens, as an uncaught error inside a batch step (say,
-# out of memory) would: nothing the handler thread builds first can see it coming.
-FAULT = """
-import mlx_lm.server as _server
-_insert = _server.BatchGenerator.insert_segments
-def _faulty(self, *args, **kwargs):
-    if kwargs.get("max_tokens") == [13]:
-        raise RuntimeError("injected fault")
-    return _insert(self, *args, **kwargs)
-_server.BatchGenerator.insert_segments = _faulty
-"""
 
 
 def error_of(answer: Any) -> dict[str, Any]:
@@ -50,13 +33,10 @@ def error_of(answer: Any) -> dict[str, Any]:
     return error
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Serve a tiny model whose chat template refuses unknown roles."""
-    model = tmp_path_factory.mktemp("errors") / "model"
-    variant(model, template=STRICT_TEMPLATE)
-    with running(model, model.parent) as started:
-        yield started
+@pytest.fixture
+def server(wrapped_tiny: Server) -> Server:
+    """Return the shared wrapped server on a tiny model whose template refuses unknown roles (shared_workers)."""
+    return wrapped_tiny
 
 
 @pytest.mark.parametrize(

@@ -46,11 +46,10 @@ TOOLS: Any = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Serve the random tiny model through the wrapped entry."""
-    with running(tiny_model, tmp_path_factory.mktemp("structured")) as started:
-        yield started
+@pytest.fixture
+def server(wrapped_tiny: Server) -> Server:
+    """Return the shared wrapped server on the random tiny model (these tests only send requests)."""
+    return wrapped_tiny
 
 
 def ask(server: Server, content: str, max_tokens: int, **kwargs: Any) -> Any:

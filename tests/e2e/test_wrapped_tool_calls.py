@@ -1,6 +1,6 @@
 """Tool calls through the wrapped server: one the parser cannot read is returned as text with a marker.
 
-A random model never writes tool-call markup, so these models are scripted (see wrapped_support):
+A random model never writes tool-call markup, so these models are scripted (see tool_call_models):
 right after the generation prompt they write ``<tool_call>``, one fixed text, ``</tool_call>`` and stop. The
 tokenizer names mlx_lm's ``json_tools`` parser. Bare mlx_lm.server logs a warning for a call it cannot parse
 and answers an empty message (with ``finish_reason: "tool_calls"`` and no calls).
@@ -15,36 +15,16 @@ from typing import Any
 
 import pytest
 
+# BROKEN, TOOLS and tool_caller are re-exported: test_unparsed_tool_call_metrics imports them from here.
+from tests.e2e.tool_call_models import BROKEN as BROKEN
+from tests.e2e.tool_call_models import TOOLS as TOOLS
+from tests.e2e.tool_call_models import WHOLE
+from tests.e2e.tool_call_models import tool_caller as tool_caller
 from tests.e2e.wrapped_support import Server, running, scripted_model
 
 pytestmark = pytest.mark.e2e
 
-BROKEN = '{"name": "get_time", "arguments": {'  # cut off mid-arguments
-WHOLE = '{"name": "get_time", "arguments": {"zone": "UTC"}}'
-TOOLS: Any = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_time",
-            "description": "Now.",
-            "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}},
-        },
-    }
-]
 ASK = {"messages": [{"role": "user", "content": "What time is it?"}], "tools": TOOLS, "max_tokens": 16}
-
-
-def tool_caller(directory: Path, call: str) -> Path:
-    """Build a model that answers every prompt with ``<tool_call>{call}</tool_call>``."""
-    chain = {"\n": "<tool_call>", "<tool_call>": call, call: "</tool_call>", "</tool_call>": "<|im_end|>"}
-    return scripted_model(
-        directory,
-        chain,
-        "<|im_end|>",
-        special=["<tool_call>", "</tool_call>"],
-        plain=[call],
-        tokenizer_config={"tool_parser_type": "json_tools"},
-    )
 
 
 @pytest.fixture(scope="module")

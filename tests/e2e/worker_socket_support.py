@@ -20,6 +20,13 @@ from tests.contract_support import contract
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_S = 120.0  # how long the worker may take to load and listen (a bound, not a measure)
+CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: worker\r\nContent-Type: application/json\r\n"
+
+
+def is_api_error(answer: object, code: str) -> bool:
+    """Say whether ``answer`` is an OpenAI-shaped error object with ``code``."""
+    inner = answer.get("error") if isinstance(answer, dict) else None
+    return isinstance(inner, dict) and inner.get("code") == code and {"message", "type", "param"} <= set(inner)
 
 
 @dataclass

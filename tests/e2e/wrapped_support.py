@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +37,25 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # CPU backend attention is most of a long prefill (an agent's first turn is 20-30k tokens), so this shape
 # prefills several times faster than the default one and still runs every step of the real model class.
 LEAN: dict[str, Any] = {"num_layers": 1, "heads": (1, 1), "head_dim": 16}
+
+# The log line of a reply whose client left, once its generation has gone quiet (runtime/serving/cancel.py):
+# the reply's label, its tokens, and the tokens that still came after the stop.
+STOPPED = re.compile(
+    r"the client went away.* from (\S+) after (\d+) tokens; generation stopped "
+    r"\((\d+) more tokens after the stop\)"
+)
+
+# Python for ``running(prelude=...)``: kills mlx_lm's generation thread on a request for 13 tokens, as an uncaught
+# error inside a batch step (say, out of memory) would: nothing the handler thread builds first can see it coming.
+FAULT = """
+import mlx_lm.server as _server
+_insert = _server.BatchGenerator.insert_segments
+def _faulty(self, *args, **kwargs):
+    if kwargs.get("max_tokens") == [13]:
+        raise RuntimeError("injected fault")
+    return _insert(self, *args, **kwargs)
+_server.BatchGenerator.insert_segments = _faulty
+"""
 
 # ChatML whose generation prompt opens a thinking block, as thinking models' templates do.
 THINKING_TEMPLATE = CHAT_TEMPLATE.replace(

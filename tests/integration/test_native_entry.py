@@ -2,50 +2,16 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.runtime.entries import native_entry
 from tests.conftest import free_port
-
-# A runtime's own server script as native_entry runs it: an http.server on the --port it is given.
-SERVER = """
-import http.server, importlib.util, sys
-port = int(sys.argv[sys.argv.index("--port") + 1])
-print("mlx_agent importable:", importlib.util.find_spec("mlx_agent") is not None, flush=True)
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
-"""
-
-
-def get(port: int, headers: dict[str, str]) -> tuple[int, bytes]:
-    """Return the status and body of ``GET /health``, retrying until the server listens."""
-    deadline = time.monotonic() + 30
-    while True:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        try:
-            conn.request("GET", "/health", headers=headers)
-            reply = conn.getresponse()
-            return reply.status, reply.read()
-        except ConnectionRefusedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-        finally:
-            conn.close()
+from tests.integration.native_support import SERVER, get
 
 
 def test_a_request_without_the_key_gets_the_api_errors_401(tmp_path: Path) -> None:

@@ -22,22 +22,9 @@ import psutil
 
 from mlx_agent.runtime.entries import native_entry
 from tests.conftest import free_port
-from tests.integration.test_native_entry import get
+from tests.integration.native_support import SERVER, get
 
 KEY = "k" * 32
-SERVER = """
-import http.server, sys
-port = int(sys.argv[sys.argv.index("--port") + 1])
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-"""
 BOUND_S = 60.0  # how long a test waits for what must happen (a bound on a hang, not a measure)
 
 
