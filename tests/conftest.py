@@ -193,6 +193,8 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
+    # tiny_replies and qwen2_replies: one process per model answers once what its groups must answer alike.
+    "group_references": ("tests/e2e/test_distributed_entry.py", "tests/e2e/test_serve_group.py"),
 }
 
 

@@ -12,7 +12,6 @@ be reached by a stray connection, and the run is the same on every machine.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import subprocess
@@ -21,14 +20,13 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.wire import EXIT_REFUSED
 from tests.agents_support import Namespace
 from tests.conditions import wait_until
-from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, start_group
+from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, refusals, start_group
 
 pytestmark = pytest.mark.e2e
 FIRST_RING_PORT = 12000  # in the test's own namespace every port is free: the group's links start here
@@ -84,11 +82,6 @@ IMPOSTOR = textwrap.dedent(
 
 # A process of our own user that runs as rank 1, joins the ring and then says nothing.
 SILENT = "import time, mlx.core as mx; mx.distributed.init(); time.sleep(120)"
-
-
-def refusals(log: str) -> list[dict[str, Any]]:
-    """Return the refusal lines' documents in ``log``."""
-    return [json.loads(line[len(REFUSAL_PREFIX) :]) for line in log.splitlines() if line.startswith(REFUSAL_PREFIX)]
 
 
 @pytest.fixture

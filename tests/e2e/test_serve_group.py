@@ -27,23 +27,14 @@ from mlx_agent.supervise.ports import port_is_free
 from tests.agents_support import inside, loopback_namespace
 from tests.conditions import wait_until
 from tests.conftest import Agent, free_port
-from tests.e2e.wrapped_support import running
+from tests.e2e.group_references import PROMPTS, REPLY_TOKENS
 from tests.fixtures.group import in_namespace, ring_port
-from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.e2e
 
-PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers."]
 LOCAL_PAIR = "127.0.0.1,127.0.0.1"
 MODEL_CHECK = "expect-model"
-MAX_TOKENS = 16
 STATUS_POLL_S = 0.2  # between two looks at ``serve status``: each is a CLI run
-
-
-@pytest.fixture(scope="module")
-def qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build a tiny qwen2 (it can pipeline) with its model.safetensors.index.json."""
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2", model_type="qwen2")
 
 
 def group_args(model: Path, port: int, *extra: str) -> list[str]:
@@ -57,21 +48,9 @@ def replies(port: int, model: str) -> list[str]:
     texts = []
     for prompt in PROMPTS:
         reply = client.chat.completions.create(
-            model=model, max_tokens=MAX_TOKENS, temperature=0, messages=[{"role": "user", "content": prompt}]
+            model=model, max_tokens=REPLY_TOKENS, temperature=0, messages=[{"role": "user", "content": prompt}]
         )
         texts.append(reply.choices[0].message.content or "")
-    return texts
-
-
-def one_process_replies(model: Path, log_dir: Path) -> list[str]:
-    """Return the greedy replies to PROMPTS of the wrapped entry serving ``model`` in one process (a front's worker)."""
-    texts = []
-    with running(model, log_dir) as server:
-        for prompt in PROMPTS:
-            body = {"max_tokens": MAX_TOKENS, "temperature": 0, "messages": [{"role": "user", "content": prompt}]}
-            status, answer = server.post(body)
-            assert status == 200, answer
-            texts.append(answer["choices"][0]["message"]["content"] or "")
     return texts
 
 
@@ -100,7 +79,7 @@ def group_processes(model: Path) -> list[psutil.Process]:
 
 
 def test_a_tensor_parallel_group_replies_as_one_process_and_is_replaced_when_it_loses_a_rank(
-    agent: Agent, tiny_model: Path, tmp_path: Path
+    agent: Agent, tiny_model: Path, tiny_replies: list[str]
 ) -> None:
     """Two tensor-parallel ranks of the tiny llama reply as one process does, and a group that loses a rank is replaced.
 
@@ -108,14 +87,13 @@ def test_a_tensor_parallel_group_replies_as_one_process_and_is_replaced_when_it_
     shows (its greedy replies, status, ring ports and processes), then killing rank 1, which ends the group:
     status names the exit with the log tail, and the front starts a new group; stop leaves nothing.
     """
-    expected = one_process_replies(tiny_model, tmp_path)
     port = free_port()
     receipt = agent.launch(*group_args(tiny_model, port))
     group = receipt["plan"]["models"][0]["group"]
     assert (group["ranks"], group["parallelism"], group["backend"]) == (2, "tensor", "ring")
     assert json.loads(Path(group["hostfile_path"]).read_text()) == group["hosts"]
     assert Path(group["hostfile_path"]) == agent.serve_dir / f"{port}.worker.hosts.json"  # the port's own, not /
-    assert replies(port, tiny_model.name) == expected
+    assert replies(port, tiny_model.name) == tiny_replies
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["state"], server["health"], server["problems"]) == ("running", "ok", [])
     assert server["ring_ports"] == [{"model": tiny_model.name, "ports": [group["ring_port"], group["ring_port"] + 1]}]
@@ -140,18 +118,17 @@ def test_a_tensor_parallel_group_replies_as_one_process_and_is_replaced_when_it_
     assert agent.run("serve", "status").data["servers"] == []
 
 
-def test_a_pipeline_group_replies_as_one_process(agent: Agent, qwen2_model: Path, tmp_path: Path) -> None:
+def test_a_pipeline_group_replies_as_one_process(agent: Agent, tiny_qwen2: Path, qwen2_replies: list[str]) -> None:
     """Two ranks of a tiny qwen2 with --pipeline give one process's greedy replies."""
-    expected = one_process_replies(qwen2_model, tmp_path)
     port = free_port()
-    receipt = agent.launch(*group_args(qwen2_model, port, "--pipeline"))
+    receipt = agent.launch(*group_args(tiny_qwen2, port, "--pipeline"))
     assert receipt["plan"]["models"][0]["group"]["parallelism"] == "pipeline"
-    assert replies(port, qwen2_model.name) == expected
+    assert replies(port, tiny_qwen2.name) == qwen2_replies
     assert agent.run("serve", "stop", "--port", str(port)).rc == 0
 
 
 def test_what_a_group_cannot_serve_is_refused_at_preview(
-    agent: Agent, tiny_model: Path, qwen2_model: Path, tmp_path: Path
+    agent: Agent, tiny_model: Path, tiny_qwen2: Path, tmp_path: Path
 ) -> None:
     """An architecture without pipelining, no weight index, a draft model, lookup, a backend mlx lacks, bad hosts."""
     port = free_port()
@@ -161,7 +138,7 @@ def test_what_a_group_cannot_serve_is_refused_at_preview(
         and "cannot pipeline model type 'llama'" in llama.doc["error"]["message"]
     )
     unindexed = tmp_path / "qwen2"
-    shutil.copytree(qwen2_model, unindexed)
+    shutil.copytree(tiny_qwen2, unindexed)
     (unindexed / "model.safetensors.index.json").unlink()
     no_index = agent.run("serve", "start", *group_args(unindexed, port, "--pipeline"))
     assert no_index.code == "distributed_unsupported" and "index" in no_index.doc["error"]["message"]
