@@ -315,14 +315,3 @@ def test_the_launcher_exits_with_the_status_of_the_failing_rank(tmp_path: Path) 
     finally:
         end_group(group)
     assert group.launch_files_left() == []
-
-
-def test_a_refusal_is_the_groups_status_whichever_rank_ended_first() -> None:
-    """A rank that refused (status 3) explains a peer that failed with 1 before it: the group exits 3."""
-    from mlx_agent.runtime.distributed.launcher import Ranks
-
-    ranks = Ranks()
-    ranks.statuses = [(1, 1, False), (0, EXIT_REFUSED, False), (1, 70, False)]
-    assert ranks.exit_status() == EXIT_REFUSED
-    ranks.statuses = [(1, 1, False), (0, 70, False)]
-    assert ranks.exit_status() == 1
