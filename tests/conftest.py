@@ -200,6 +200,8 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
         "tests/e2e/test_concurrent_serving.py",
     ),
     "tiny_socket_worker": ("tests/e2e/test_worker_socket.py", "tests/e2e/test_fuzz_worker_socket.py"),
+    # tiny_replies and qwen2_replies: one process per model answers once what its groups must answer alike.
+    "group_references": ("tests/e2e/test_distributed_entry.py", "tests/e2e/test_serve_group.py"),
 }
 
 

@@ -17,11 +17,13 @@ import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
+from tests.e2e.group_references import one_process_replies
 from tests.e2e.shared_workers import wrapped_tiny_server
 from tests.e2e.vision_support import vision_front
 from tests.e2e.worker_socket_support import SHORT_DEADLINES, SocketWorker, socket_worker
 from tests.e2e.wrapped_support import Server
 from tests.fixtures.tiny_embed import build_tiny_embed
+from tests.fixtures.tiny_model import build_tiny_model
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
 from tests.media_traps import Traps
 
@@ -138,3 +140,22 @@ def tiny_socket_worker(tiny_model: Path) -> Iterator[SocketWorker]:
     """Start one wrapped worker of the tiny model on its Unix socket, as a front does: short deadlines, 256 tokens."""
     with socket_worker(tiny_model, SHORT_DEADLINES) as started:
         yield started
+
+
+def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build one tiny qwen2 (it has ``model.model.pipeline``) with its weight index for the whole session."""
+    path = build_tiny_model(tmp_path_factory.mktemp("qwen2") / "tiny-qwen2", model_type="qwen2")
+    assert (path / "model.safetensors.index.json").is_file()  # a pipeline picks each rank's files from it
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_replies(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> list[str]:
+    """Return the tiny llama's greedy replies in one process, that its groups must give (tests/e2e/group_references)."""
+    return one_process_replies(tiny_model, tmp_path_factory.mktemp("tiny-one-process"))
+
+
+@pytest.fixture(scope="session")
+def qwen2_replies(tmp_path_factory: pytest.TempPathFactory, tiny_qwen2: Path) -> list[str]:
+    """Return the tiny qwen2's greedy replies in one process, that its pipeline groups must give."""
+    return one_process_replies(tiny_qwen2, tmp_path_factory.mktemp("qwen2-one-process"))

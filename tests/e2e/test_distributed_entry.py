@@ -19,42 +19,33 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlx_agent.identity import safetensors_header_sha256
-from mlx_agent.wire import EXIT_MODEL_CHANGED, EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.wire import EXIT_MODEL_CHANGED, EXIT_REFUSED
 from mlx_agent.worker_contract import ModelCheck
 from tests.contract_support import contract
-from tests.e2e.wrapped_support import running
+from tests.e2e.group_references import PROMPTS, greedy_body
 from tests.fixtures.group import (
     Group,
     end_group,
     entry_command,
     free_port,
     launcher_argv,
+    refusals,
     running_group,
     start_group,
 )
-from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.e2e
 
-PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers."]
 LONG = 20000  # tokens: far longer than any client here waits
 STOPPED = re.compile(r"the client went away.* after \d+ tokens; generation stopped")
 Chat = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build a tiny qwen2 (it has ``model.model.pipeline``) with its ``model.safetensors.index.json``."""
-    path = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2", model_type="qwen2")
-    assert (path / "model.safetensors.index.json").is_file()  # the pipeline picks each rank's files from it
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -64,25 +55,9 @@ def tensor_group(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         yield group
 
 
-def greedy_replies(ask: Chat, prompts: list[str]) -> list[str]:
+def greedy_replies(ask: Chat, prompts: Sequence[str]) -> list[str]:
     """Return the greedy replies of ``ask`` (a function of a chat body) to ``prompts``."""
-    replies = []
-    for prompt in prompts:
-        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 24, "temperature": 0}
-        replies.append(str(ask(body)["choices"][0]["message"]["content"]))
-    return replies
-
-
-def one_process_replies(model: Path, log_dir: Path, prompts: list[str]) -> list[str]:
-    """Return the replies of the wrapped entry in one process."""
-    with running(model, log_dir) as server:
-
-        def ask(body: dict[str, Any]) -> dict[str, Any]:
-            status, answer = server.post(body)
-            assert status == 200, answer
-            return dict(answer)
-
-        return greedy_replies(ask, prompts)
+    return [str(ask(greedy_body(prompt))["choices"][0]["message"]["content"]) for prompt in prompts]
 
 
 def model_expectations(model: Path, root: str) -> list[str]:
@@ -99,26 +74,21 @@ def model_expectations(model: Path, root: str) -> list[str]:
     return contract(model_checks=tuple(checks))
 
 
-def refusals(log: str) -> list[dict[str, Any]]:
-    """Return the refusal lines' documents in ``log``."""
-    return [json.loads(line[len(REFUSAL_PREFIX) :]) for line in log.splitlines() if line.startswith(REFUSAL_PREFIX)]
-
-
-def test_tensor_parallel_replies_as_one_process(tensor_group: Group, tiny_model: Path, tmp_path: Path) -> None:
+def test_tensor_parallel_replies_as_one_process(tensor_group: Group, tiny_replies: list[str]) -> None:
     """Two tensor-parallel ranks give the same greedy replies as one process, and only rank 0 serves HTTP."""
-    assert greedy_replies(tensor_group.chat, PROMPTS) == one_process_replies(tiny_model, tmp_path, PROMPTS)
+    assert greedy_replies(tensor_group.chat, PROMPTS) == tiny_replies
     log = tensor_group.log()
     assert log.count("listening on unix socket") == 1 and "Starting httpd" not in log
     assert "rank 1 on" in log and "follows rank 0" in log
     assert log.index("every rank has loaded") < log.index("listening on unix socket")
 
 
-def test_pipeline_replies_as_one_process(qwen2_model: Path, tmp_path: Path) -> None:
+def test_pipeline_replies_as_one_process(tiny_qwen2: Path, qwen2_replies: list[str], tmp_path: Path) -> None:
     """Two pipeline ranks (qwen2, --pipeline) give the same greedy replies as one process."""
-    with running_group(qwen2_model, tmp_path, "--pipeline") as group:
+    with running_group(tiny_qwen2, tmp_path, "--pipeline") as group:
         replies = greedy_replies(group.chat, PROMPTS)
         assert group.log().count("Starting httpd") == 1
-    assert replies == one_process_replies(qwen2_model, tmp_path, PROMPTS)
+    assert replies == qwen2_replies
 
 
 def leave_early(group: Group, stream: bool) -> None:
@@ -345,14 +315,3 @@ def test_the_launcher_exits_with_the_status_of_the_failing_rank(tmp_path: Path) 
     finally:
         end_group(group)
     assert group.launch_files_left() == []
-
-
-def test_a_refusal_is_the_groups_status_whichever_rank_ended_first() -> None:
-    """A rank that refused (status 3) explains a peer that failed with 1 before it: the group exits 3."""
-    from mlx_agent.runtime.distributed.launcher import Ranks
-
-    ranks = Ranks()
-    ranks.statuses = [(1, 1, False), (0, EXIT_REFUSED, False), (1, 70, False)]
-    assert ranks.exit_status() == EXIT_REFUSED
-    ranks.statuses = [(1, 1, False), (0, 70, False)]
-    assert ranks.exit_status() == 1

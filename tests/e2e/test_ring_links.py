@@ -12,26 +12,27 @@ be reached by a stray connection, and the run is the same on every machine.
 
 from __future__ import annotations
 
-import json
+import os
 import pwd
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from mlx_agent.wire import EXIT_REFUSED, REFUSAL_PREFIX
+from mlx_agent.wire import EXIT_REFUSED
 from tests.agents_support import Namespace
-from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, start_group
+from tests.conditions import wait_until
+from tests.fixtures.group import Group, end_group, entry_command, free_port, launcher_argv, refusals, start_group
 
 pytestmark = pytest.mark.e2e
 FIRST_RING_PORT = 12000  # in the test's own namespace every port is free: the group's links start here
 
-# The racer: listen on rank 1's port, connect to rank 0's until it is taken, then count every byte either link
-# receives; print the count when told to stop (a line on stdin).
+# The racer: listen on rank 1's port, connect to rank 0's until it is taken (and say so), then count every byte
+# either link receives; print the count when told to stop (a line on stdin).
 RACER = textwrap.dedent(
     """
     import select, socket, sys, time
@@ -48,6 +49,7 @@ RACER = textwrap.dedent(
         except OSError:
             link.close()
             time.sleep(0.001)
+    print("linked", flush=True)
     links, received = [link], 0
     while True:
         ready = select.select([sys.stdin, squat, *links], [], [], 1.0)[0]
@@ -82,11 +84,6 @@ IMPOSTOR = textwrap.dedent(
 SILENT = "import time, mlx.core as mx; mx.distributed.init(); time.sleep(120)"
 
 
-def refusals(log: str) -> list[dict[str, Any]]:
-    """Return the refusal lines' documents in ``log``."""
-    return [json.loads(line[len(REFUSAL_PREFIX) :]) for line in log.splitlines() if line.startswith(REFUSAL_PREFIX)]
-
-
 @pytest.fixture
 def racer(namespace: Namespace, attacker: pwd.struct_passwd) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """Start the racer as the second user in the namespace, on the group's 2 link ports; stop it afterwards."""
@@ -116,13 +113,24 @@ def test_a_second_user_racing_for_the_links_is_refused_and_gets_nothing(
     """A second user taking rank 0's link first (and rank 1's port) ends the group; not a byte reaches it."""
     proc, first = racer
     entry = entry_command(tiny_model, "--host", "127.0.0.1", "--port", str(free_port()))
-    # Rank 1 starts late, so the racer is surely first on rank 0's port.
-    command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then sleep 5; fi; exec "$@"', "rank", *entry]
+    # Rank 1 starts once the racer has connected to rank 0's port, so the racer is surely first there.
+    gate = tmp_path / "racer-linked"  # a FIFO: rank 1 reads a line from it before it starts
+    os.mkfifo(gate)
+    command = ["bash", "-c", 'if [ "$MLX_RANK" = 1 ]; then read -r _ < "$0"; fi; exec "$@"', str(gate), *entry]
     group = start_group(Group([*namespace.prefix, *launcher_argv(command, first_port=first)], tmp_path / "raced.log"))
+    release = os.open(gate, os.O_RDWR)  # held open until the group ends, so the line waits for rank 1 to read it
     try:
+        lines: list[str] = []
+        assert proc.stdout is not None
+        stdout = proc.stdout
+        threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True).start()
+        wait_until(lambda: lines or group.process.poll() is not None, "the racer to connect to rank 0's port", 120)
+        assert lines == ["linked\n"], group.log()[-3000:]
+        os.write(release, b"go\n")
         status = group.wait_exit(120)
     finally:
         end_group(group)
+        os.close(release)
     assert status == EXIT_REFUSED, group.log()[-3000:]
     assert group.launch_files_left() == []
     (refusal,) = refusals(group.log())

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import openai
 import psutil
@@ -24,21 +25,16 @@ import pytest
 
 from mlx_agent.supervise.ports import port_is_free
 from tests.agents_support import inside, loopback_namespace
+from tests.conditions import wait_until
 from tests.conftest import Agent, free_port
+from tests.e2e.group_references import PROMPTS, REPLY_TOKENS
 from tests.fixtures.group import in_namespace, ring_port
-from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.e2e
 
-PROMPTS = ["Tell me about the weather.", "Write a function that adds two numbers."]
 LOCAL_PAIR = "127.0.0.1,127.0.0.1"
 MODEL_CHECK = "expect-model"
-
-
-@pytest.fixture(scope="module")
-def qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build a tiny qwen2 (it can pipeline) with its model.safetensors.index.json."""
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2", model_type="qwen2")
+STATUS_POLL_S = 0.2  # between two looks at ``serve status``: each is a CLI run
 
 
 def group_args(model: Path, port: int, *extra: str) -> list[str]:
@@ -52,20 +48,24 @@ def replies(port: int, model: str) -> list[str]:
     texts = []
     for prompt in PROMPTS:
         reply = client.chat.completions.create(
-            model=model, max_tokens=16, temperature=0, messages=[{"role": "user", "content": prompt}]
+            model=model, max_tokens=REPLY_TOKENS, temperature=0, messages=[{"role": "user", "content": prompt}]
         )
         texts.append(reply.choices[0].message.content or "")
     return texts
 
 
-def one_process_replies(agent: Agent, model: Path) -> list[str]:
-    """Serve ``model`` in one process, return its greedy replies to PROMPTS, and stop it."""
-    port = free_port()
-    agent.launch("--path", str(model), "--port", str(port))
-    try:
-        return replies(port, model.name)
-    finally:
-        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+def first_model(agent: Agent) -> dict[str, Any]:
+    """Return what ``serve status`` says of the first server's first model."""
+    model: dict[str, Any] = agent.run("serve", "status").data["servers"][0]["models"][0]
+    return model
+
+
+def status_until(agent: Agent, check: Callable[[dict[str, Any]], bool], what: str, timeout: float = 60) -> None:
+    """Wait until ``check`` holds for what ``serve status`` says of the first server (each look is a CLI run)."""
+    deadline = time.monotonic() + timeout
+    while not check(server := agent.run("serve", "status").data["servers"][0]):
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what} (last seen: {server})"
+        time.sleep(STATUS_POLL_S)
 
 
 def group_processes(model: Path) -> list[psutil.Process]:
@@ -78,44 +78,57 @@ def group_processes(model: Path) -> list[psutil.Process]:
     return found
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 60) -> None:
-    """Wait until ``check()`` is true."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
+def test_a_tensor_parallel_group_replies_as_one_process_and_is_replaced_when_it_loses_a_rank(
+    agent: Agent, tiny_model: Path, tiny_replies: list[str]
+) -> None:
+    """Two tensor-parallel ranks of the tiny llama reply as one process does, and a group that loses a rank is replaced.
 
-
-def test_a_tensor_parallel_group_replies_as_one_process(agent: Agent, tiny_model: Path) -> None:
-    """Two ranks of the tiny llama (tensor parallel) give one process's greedy replies; stop leaves nothing."""
-    expected = one_process_replies(agent, tiny_model)
+    One group serves both cases in turn (each started a group of its own before): first what a running group
+    shows (its greedy replies, status, ring ports and processes), then killing rank 1, which ends the group:
+    status names the exit with the log tail, and the front starts a new group; stop leaves nothing.
+    """
     port = free_port()
     receipt = agent.launch(*group_args(tiny_model, port))
     group = receipt["plan"]["models"][0]["group"]
     assert (group["ranks"], group["parallelism"], group["backend"]) == (2, "tensor", "ring")
     assert json.loads(Path(group["hostfile_path"]).read_text()) == group["hosts"]
     assert Path(group["hostfile_path"]) == agent.serve_dir / f"{port}.worker.hosts.json"  # the port's own, not /
-    assert replies(port, tiny_model.name) == expected
+    assert replies(port, tiny_model.name) == tiny_replies
     server = agent.run("serve", "status").data["servers"][0]
     assert (server["state"], server["health"], server["problems"]) == ("running", "ok", [])
     assert server["ring_ports"] == [{"model": tiny_model.name, "ports": [group["ring_port"], group["ring_port"] + 1]}]
     assert len(group_processes(tiny_model)) == 3  # the launcher and its two ranks
-    assert agent.run("serve", "stop", "--port", str(port)).data["result"] == "stopped"
-    wait_until(lambda: not group_processes(tiny_model))
+    # The lost rank: the group ends, status says so, and the front starts a new group.
+    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.distributed.launcher" in p.cmdline()]
+    rank1 = next(c for c in launcher.children() if c.environ().get("MLX_RANK") == "1")
+    os.kill(rank1.pid, signal.SIGKILL)
+    wait_until(
+        lambda: not launcher.is_running() or launcher.status() == psutil.STATUS_ZOMBIE, "its launcher to end", 60
+    )
+    status_until(agent, lambda server: server["models"][0]["worker_exits"] == 1, "the front to count the exit")
+    error = first_model(agent)["last_error"]
+    assert error["code"] in ("worker_exited", "generation_died") and error["details"]["log_tail"]
+    assert error["details"]["ranks"], error  # which rank ended, on which host
+    status_until(agent, lambda server: server["models"][0]["model_state"] == "loaded", "a new group to load", 120)
+    assert replies(port, tiny_model.name)
+    stopped = agent.run("serve", "stop", "--port", str(port))
+    assert stopped.rc == 0, stopped.stdout + stopped.stderr
+    assert stopped.data["result"] == "stopped"
+    wait_until(lambda: not group_processes(tiny_model), "every process of the group to end", 60)
+    assert agent.run("serve", "status").data["servers"] == []
 
 
-def test_a_pipeline_group_replies_as_one_process(agent: Agent, qwen2_model: Path) -> None:
+def test_a_pipeline_group_replies_as_one_process(agent: Agent, tiny_qwen2: Path, qwen2_replies: list[str]) -> None:
     """Two ranks of a tiny qwen2 with --pipeline give one process's greedy replies."""
-    expected = one_process_replies(agent, qwen2_model)
     port = free_port()
-    receipt = agent.launch(*group_args(qwen2_model, port, "--pipeline"))
+    receipt = agent.launch(*group_args(tiny_qwen2, port, "--pipeline"))
     assert receipt["plan"]["models"][0]["group"]["parallelism"] == "pipeline"
-    assert replies(port, qwen2_model.name) == expected
+    assert replies(port, tiny_qwen2.name) == qwen2_replies
     assert agent.run("serve", "stop", "--port", str(port)).rc == 0
 
 
 def test_what_a_group_cannot_serve_is_refused_at_preview(
-    agent: Agent, tiny_model: Path, qwen2_model: Path, tmp_path: Path
+    agent: Agent, tiny_model: Path, tiny_qwen2: Path, tmp_path: Path
 ) -> None:
     """An architecture without pipelining, no weight index, a draft model, lookup, a backend mlx lacks, bad hosts."""
     port = free_port()
@@ -125,7 +138,7 @@ def test_what_a_group_cannot_serve_is_refused_at_preview(
         and "cannot pipeline model type 'llama'" in llama.doc["error"]["message"]
     )
     unindexed = tmp_path / "qwen2"
-    shutil.copytree(qwen2_model, unindexed)
+    shutil.copytree(tiny_qwen2, unindexed)
     (unindexed / "model.safetensors.index.json").unlink()
     no_index = agent.run("serve", "start", *group_args(unindexed, port, "--pipeline"))
     assert no_index.code == "distributed_unsupported" and "index" in no_index.doc["error"]["message"]
@@ -159,26 +172,6 @@ def test_a_hostfile_is_bound_by_its_bytes(agent: Agent, tiny_model: Path, tmp_pa
     stale = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
     assert stale.code == "preview_stale"
     assert any("hostfile" in c["field"] or "hosts" in c["field"] for c in stale.doc["error"]["details"]["changes"])
-
-
-def test_a_lost_rank_is_reported_and_the_group_replaced(agent: Agent, tiny_model: Path) -> None:
-    """Killing one rank ends the group; status names the exit with the log tail; the front starts a new group."""
-    port = free_port()
-    agent.launch(*group_args(tiny_model, port))
-    [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.distributed.launcher" in p.cmdline()]
-    rank1 = next(c for c in launcher.children() if c.environ().get("MLX_RANK") == "1")
-    os.kill(rank1.pid, signal.SIGKILL)
-    wait_until(lambda: not launcher.is_running() or launcher.status() == psutil.STATUS_ZOMBIE)
-    model = agent.run("serve", "status").data["servers"][0]["models"][0]
-    wait_until(lambda: agent.run("serve", "status").data["servers"][0]["models"][0]["worker_exits"] == 1)
-    model = agent.run("serve", "status").data["servers"][0]["models"][0]
-    error = model["last_error"]
-    assert error["code"] in ("worker_exited", "generation_died") and error["details"]["log_tail"]
-    assert error["details"]["ranks"], error  # which rank ended, on which host
-    wait_until(lambda: agent.run("serve", "status").data["servers"][0]["models"][0]["model_state"] == "loaded", 120)
-    assert replies(port, tiny_model.name)
-    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
-    wait_until(lambda: not group_processes(tiny_model))
 
 
 def test_a_taken_ring_port_is_refused_before_anything_starts(agent: Agent, tiny_model: Path) -> None:
@@ -249,14 +242,22 @@ def test_a_second_user_on_the_default_ring_port_does_not_block_a_group(
             human = cli.run("serve", "status", check_json=False).stdout
             assert f"{tiny_model.name} ring links on ports {chosen}-{chosen + 1}" in " ".join(human.split())
             assert cli.run("serve", "stop", "--port", str(port)).rc == 0
-            wait_until(lambda: not group_processes(tiny_model))
+            wait_until(lambda: not group_processes(tiny_model), "every process of the group to end", 60)
         finally:
             squatter.kill()
             squatter.wait()
 
 
-def test_a_jit_group_loads_on_request_and_unloads_whole(agent: Agent, tiny_model: Path) -> None:
-    """Under --jit the group starts on the first request and an unload stops every rank."""
+def test_a_jit_group_loads_on_request_is_degraded_by_a_lost_rank_and_unloads_whole(
+    agent: Agent, tiny_model: Path
+) -> None:
+    """Under --jit the group starts on the first request, a lost rank degrades it until the next, an unload ends it.
+
+    One front serves the three cases in turn (the first two started a front of their own before): the first
+    request starts every rank, rank 0 reporting its own share of the weights; a group whose rank died stays
+    failed, status degraded naming the rank, host and log tail, until the next request starts a new group; and
+    an unload stops every rank.
+    """
     port = free_port()
     receipt = agent.launch(*group_args(tiny_model, port, "--jit"))
     assert not group_processes(tiny_model)
@@ -267,20 +268,11 @@ def test_a_jit_group_loads_on_request_and_unloads_whole(agent: Agent, tiny_model
     load = json.loads(report.read_text())["load"]  # rank 0 reports its own share of the weights, read in parts
     whole = sum(f.stat().st_size for f in tiny_model.glob("*.safetensors"))
     assert load["done"] and 0 < load["loaded_bytes"] == load["total_bytes"] < whole, (load, whole)
-    assert agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(receipt["pid"])).rc == 0
-    wait_until(lambda: not group_processes(tiny_model))
-    assert agent.run("serve", "stop", "--port", str(port)).rc == 0
-
-
-def test_a_jit_group_that_lost_a_rank_is_degraded_until_the_next_request(agent: Agent, tiny_model: Path) -> None:
-    """Under --jit a group whose rank died stays failed: status is degraded naming the rank, host and log tail."""
-    port = free_port()
-    agent.launch(*group_args(tiny_model, port, "--jit"))
-    assert replies(port, tiny_model.name)
+    # The lost rank: degraded until the next request.
     [launcher] = [p for p in group_processes(tiny_model) if "mlx_agent.runtime.distributed.launcher" in p.cmdline()]
     rank1 = next(c for c in launcher.children() if c.environ().get("MLX_RANK") == "1")
     os.kill(rank1.pid, signal.SIGKILL)
-    wait_until(lambda: agent.run("serve", "status").data["servers"][0]["health"] == "degraded")
+    status_until(agent, lambda server: server["health"] == "degraded", "status degraded")
     server = agent.run("serve", "status").data["servers"][0]
     [problem] = server["problems"]
     assert problem["model"] == tiny_model.name and problem["log_tail"]
@@ -289,8 +281,12 @@ def test_a_jit_group_that_lost_a_rank_is_degraded_until_the_next_request(agent: 
     assert "worker_exited" in human.stdout or "generation_died" in human.stdout
     assert replies(port, tiny_model.name)  # the next request starts a new group
     assert agent.run("serve", "status").data["servers"][0]["health"] == "ok"
+    # The unload: every rank of the new group stops.
+    assert agent.run("serve", "unload", "--port", str(port), "--expected-pid", str(receipt["pid"])).rc == 0
+    wait_until(lambda: not group_processes(tiny_model), "every process of the group to end", 60)
+    assert first_model(agent)["model_state"] == "unloaded"
     assert agent.run("serve", "stop", "--port", str(port)).rc == 0
-    wait_until(lambda: not group_processes(tiny_model))
+    assert agent.run("serve", "status").data["servers"] == []
 
 
 def test_a_model_changed_after_the_preview_refuses_the_group(agent: Agent, model_copy: Path) -> None:

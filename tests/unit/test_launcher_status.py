@@ -47,3 +47,9 @@ def test_a_refusal_seen_after_a_peers_failure_is_the_status_though_we_were_stopp
     seen = [(1, 1, False), (0, EXIT_REFUSED, True)]
     assert ranks(seen).exit_status() == EXIT_REFUSED
     assert ranks(seen, signal.SIGTERM).exit_status() == 1  # a signal's stop: a refusal then may be its consequence
+
+
+def test_a_refusal_is_the_groups_status_whichever_rank_ended_first() -> None:
+    """A rank that refused (status 3) explains a peer that failed with 1 before it: the group exits 3."""
+    assert ranks([(1, 1, False), (0, EXIT_REFUSED, False), (1, 70, False)]).exit_status() == EXIT_REFUSED
+    assert ranks([(1, 1, False), (0, 70, False)]).exit_status() == 1
