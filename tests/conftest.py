@@ -190,6 +190,8 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
         "tests/e2e/test_gateway_anthropic.py",
         "tests/e2e/test_gateway_responses.py",
         "tests/e2e/test_gateway_real.py",
+        "tests/e2e/test_prompt_cache_hits.py",
+        "tests/e2e/test_tokenize.py",
     ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
