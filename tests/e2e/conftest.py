@@ -17,6 +17,8 @@ import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
+from tests.e2e.front_support import Front, running_front
+from tests.e2e.fuzz_support import REPLY_LIMITS
 from tests.e2e.vision_support import vision_front
 from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
@@ -121,3 +123,14 @@ def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
         yield watched
     finally:
         watched.close()
+
+
+@pytest.fixture(scope="session")
+def hostile_front(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Front]:
+    """Run one eager front on the tiny model (``tiny``, fuzz_support's REPLY_LIMITS) for the hostile-request files.
+
+    Apart from the well-behaved readers' fronts: each case checks that a normal request is answered after it, and
+    each file ends by asserting its worker is still the first one (nothing crashed or restarted it).
+    """
+    with running_front(tiny_model, tmp_path_factory.mktemp("hostile-home"), *REPLY_LIMITS) as started:
+        yield started
