@@ -186,7 +186,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # by that server. scripts/test hands files to pytest-xdist workers whole (``--dist loadfile``); the scheduler below
 # hands each group's files to one worker together, so that the server starts once per run, not once per file.
 SHARED_SERVERS: dict[str, tuple[str, ...]] = {
-    "tiny_front": (
+    "tiny_front": (  # and keyed_tiny_front, and stand_in_front: every file that uses them is here
         "tests/e2e/test_gateway_anthropic.py",
         "tests/e2e/test_gateway_responses.py",
         "tests/e2e/test_gateway_real.py",

@@ -21,7 +21,7 @@ from tests.e2e.front_support import Front, running_front
 from tests.e2e.fuzz_support import REPLY_LIMITS
 from tests.e2e.vision_support import vision_front
 from tests.fixtures.tiny_embed import build_tiny_embed
-from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
+from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway, stand_in_gateway
 from tests.media_traps import Traps
 
 # The tiny fronts' reply limit (the random model never ends, so a reply is this long), and the agent front's.
@@ -134,3 +134,14 @@ def hostile_front(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) ->
     """
     with running_front(tiny_model, tmp_path_factory.mktemp("hostile-home"), *REPLY_LIMITS) as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def stand_in_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run one front without keys over the chat stand-in worker (tests.gateway_support), for the tests that only read.
+
+    Without keys, the cached tokens the stand-in reports reach every client (a keyed front shows each key only what
+    it sent itself).
+    """
+    with stand_in_gateway(tmp_path_factory.mktemp("stand-in")) as gateway:
+        yield gateway
