@@ -196,6 +196,7 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
     "hostile_front": ("tests/e2e/test_hostile_requests.py", "tests/e2e/test_fuzz_requests.py"),
+    "lookup_launch": ("tests/e2e/test_prompt_lookup_server.py", "tests/e2e/test_readme_fields.py"),
 }
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
+from tests.e2e.cli_launch import Launched, launched
 from tests.e2e.front_support import Front, running_front
 from tests.e2e.fuzz_support import REPLY_LIMITS
 from tests.e2e.vision_support import vision_front
@@ -145,3 +146,12 @@ def stand_in_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway
     """
     with stand_in_gateway(tmp_path_factory.mktemp("stand-in")) as gateway:
         yield gateway
+
+
+@pytest.fixture(scope="session")
+def lookup_launch(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Launched]:
+    """Preview and confirm the tiny model with both accelerations (--prompt-lookup --m5-prefill) through the CLI."""
+    with launched(
+        tmp_path_factory.mktemp("lookup-launch"), "--path", str(tiny_model), "--prompt-lookup", "--m5-prefill"
+    ) as server:
+        yield server
