@@ -30,7 +30,7 @@ TINY_MAX_TOKENS = 8
 AGENT_MAX_TOKENS = 32
 # The keyed tiny front's keys: each test that shares it takes keys of its own, so what one key sent is unseen by
 # the next test's keys (the front reports cached tokens only for prompts the same key sent).
-KEYS = ("alice-key", "bob-key", "carol-key", "dave-key", "erin-key")
+KEYS = ("alice-key", "bob-key", "carol-key", "dave-key", "erin-key", "frank-key")
 # The embedding fleet: the tiny chat model and the tiny embedding model, served by the CLI as a user would.
 EMBED_FLEET = """\
 [[model]]

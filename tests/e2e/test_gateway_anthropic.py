@@ -61,9 +61,11 @@ def stand_in(tmp_path: Path) -> Iterator[Gateway]:
 # -- the real model -------------------------------------------------------------------------------------------
 
 
-def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(tiny_front: Gateway) -> None:
+def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(keyed_tiny_front: Gateway) -> None:
     """Claude Code's per-turn billing block is left out, so turn 2 reuses turn 1's prompt from the worker's cache."""
-    client = client_for(tiny_front)
+    # A key of its own on the shared keyed front: what earlier tests left in the worker's cache (a template's
+    # opening tokens) is never reported to it, so turn 1 reads nothing whichever test ran before.
+    client = client_for(keyed_tiny_front, "frank-key")
     instructions = {
         "type": "text",
         "text": "You are a careful coding agent. " * 12,
