@@ -186,10 +186,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # by that server. scripts/test hands files to pytest-xdist workers whole (``--dist loadfile``); the scheduler below
 # hands each group's files to one worker together, so that the server starts once per run, not once per file.
 SHARED_SERVERS: dict[str, tuple[str, ...]] = {
-    "tiny_front": (
+    "tiny_front": (  # and keyed_tiny_front, and stand_in_front: every file that uses them is here
         "tests/e2e/test_gateway_anthropic.py",
         "tests/e2e/test_gateway_responses.py",
         "tests/e2e/test_gateway_real.py",
+        "tests/e2e/test_prompt_cache_hits.py",
+        "tests/e2e/test_tokenize.py",
     ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
@@ -202,6 +204,8 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     "tiny_socket_worker": ("tests/e2e/test_worker_socket.py", "tests/e2e/test_fuzz_worker_socket.py"),
     # tiny_replies and qwen2_replies: one process per model answers once what its groups must answer alike.
     "group_references": ("tests/e2e/test_distributed_entry.py", "tests/e2e/test_serve_group.py"),
+    "hostile_front": ("tests/e2e/test_hostile_requests.py", "tests/e2e/test_fuzz_requests.py"),
+    "lookup_launch": ("tests/e2e/test_prompt_lookup_server.py", "tests/e2e/test_readme_fields.py"),
 }
 
 

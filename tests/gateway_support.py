@@ -580,6 +580,18 @@ def chat_stand_in_argv(directory: Path) -> list[str]:
     return [sys.executable, str(script), "--host", "127.0.0.1", "--port", "{port}"]
 
 
+def stand_in_gateway(directory: Path, **options: Any) -> contextlib.AbstractContextManager[Gateway]:
+    """Return what runs a gateway over the chat stand-in worker (its bodies log and release file in ``directory``)."""
+    env = {"STAND_IN_LOG": str(directory / "bodies.jsonl"), "STAND_IN_RELEASE": str(directory / "release")}
+    return running_gateway(directory, chat_stand_in_argv(directory), env=env, **options)
+
+
+def sent_bodies(gateway: Gateway) -> list[dict[str, Any]]:
+    """Return the request bodies the chat stand-in worker received, oldest first."""
+    path = Path(gateway.config["models"][0]["worker"]["env"]["STAND_IN_LOG"])
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def read_sse(body: bytes) -> list[tuple[str | None, Any]]:
     """Split a server-sent event stream into (event name, parsed data) pairs; comments are left out."""
     events: list[tuple[str | None, Any]] = []

@@ -17,6 +17,9 @@ import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
+from tests.e2e.cli_launch import Launched, launched
+from tests.e2e.front_support import Front, running_front
+from tests.e2e.fuzz_support import REPLY_LIMITS
 from tests.e2e.group_references import one_process_replies
 from tests.e2e.shared_workers import wrapped_tiny_server
 from tests.e2e.vision_support import vision_front
@@ -24,7 +27,7 @@ from tests.e2e.worker_socket_support import SHORT_DEADLINES, SocketWorker, socke
 from tests.e2e.wrapped_support import Server
 from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.fixtures.tiny_model import build_tiny_model
-from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
+from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway, stand_in_gateway
 from tests.media_traps import Traps
 
 # The tiny fronts' reply limit (the random model never ends, so a reply is this long), and the agent front's.
@@ -32,7 +35,7 @@ TINY_MAX_TOKENS = 8
 AGENT_MAX_TOKENS = 32
 # The keyed tiny front's keys: each test that shares it takes keys of its own, so what one key sent is unseen by
 # the next test's keys (the front reports cached tokens only for prompts the same key sent).
-KEYS = ("alice-key", "bob-key", "carol-key", "dave-key")
+KEYS = ("alice-key", "bob-key", "carol-key", "dave-key", "erin-key", "frank-key")
 # The embedding fleet: the tiny chat model and the tiny embedding model, served by the CLI as a user would.
 EMBED_FLEET = """\
 [[model]]
@@ -142,6 +145,7 @@ def tiny_socket_worker(tiny_model: Path) -> Iterator[SocketWorker]:
         yield started
 
 
+@pytest.fixture(scope="session")
 def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build one tiny qwen2 (it has ``model.model.pipeline``) with its weight index for the whole session."""
     path = build_tiny_model(tmp_path_factory.mktemp("qwen2") / "tiny-qwen2", model_type="qwen2")
@@ -159,3 +163,34 @@ def tiny_replies(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> 
 def qwen2_replies(tmp_path_factory: pytest.TempPathFactory, tiny_qwen2: Path) -> list[str]:
     """Return the tiny qwen2's greedy replies in one process, that its pipeline groups must give."""
     return one_process_replies(tiny_qwen2, tmp_path_factory.mktemp("qwen2-one-process"))
+
+
+@pytest.fixture(scope="session")
+def hostile_front(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Front]:
+    """Run one eager front on the tiny model (``tiny``, fuzz_support's REPLY_LIMITS) for the hostile-request files.
+
+    Apart from the well-behaved readers' fronts: each case checks that a normal request is answered after it, and
+    each file ends by asserting its worker is still the first one (nothing crashed or restarted it).
+    """
+    with running_front(tiny_model, tmp_path_factory.mktemp("hostile-home"), *REPLY_LIMITS) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def stand_in_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run one front without keys over the chat stand-in worker (tests.gateway_support), for the tests that only read.
+
+    Without keys, the cached tokens the stand-in reports reach every client (a keyed front shows each key only what
+    it sent itself).
+    """
+    with stand_in_gateway(tmp_path_factory.mktemp("stand-in")) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="session")
+def lookup_launch(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Launched]:
+    """Preview and confirm the tiny model with both accelerations (--prompt-lookup --m5-prefill) through the CLI."""
+    with launched(
+        tmp_path_factory.mktemp("lookup-launch"), "--path", str(tiny_model), "--prompt-lookup", "--m5-prefill"
+    ) as server:
+        yield server

@@ -1,9 +1,9 @@
 """What both fuzz files share: the bounds, the hostile values, the bodies they start from, and the reply checks.
 
-``tests/e2e/test_fuzz_requests.py`` fuzzes the front's endpoints on a front of its own on the tiny model,
-``tests/e2e/test_fuzz_worker_socket.py`` the worker's own Unix socket (the tiny worker ``test_worker_socket.py``
-shares); two files, so two test workers run them side by side. After each file the worker is still the process
-first started.
+``tests/e2e/test_fuzz_requests.py`` fuzzes the front's endpoints (on ``hostile_front``, which it shares with
+``test_hostile_requests.py``), ``tests/e2e/test_fuzz_worker_socket.py`` the worker's own Unix socket (the tiny
+worker ``test_worker_socket.py`` shares); two files, so two test workers run them side by side. After each file
+the worker is still the process first started.
 """
 
 from __future__ import annotations
@@ -139,10 +139,13 @@ def fuzz_front(tiny_model: Path, home: Path, seen: Counter[str], *options: str) 
     """Start one eager front on the tiny model for a whole fuzz file (short replies); print what its cases got."""
     with running_front(tiny_model, home, *REPLY_LIMITS, *options) as started:
         yield started
-        model = started.models()
-        print(
-            f"\nfuzz: {sum(seen.values())} requests, {dict(sorted(seen.items()))}; worker restarts {model['loads'] - 1}"
-        )
+        print_seen(started, seen)
+
+
+def print_seen(front: Front, seen: Counter[str]) -> None:
+    """Print what a fuzz file's cases got, and how often the front's worker was restarted."""
+    model = front.models()
+    print(f"\nfuzz: {sum(seen.values())} requests, {dict(sorted(seen.items()))}; worker restarts {model['loads'] - 1}")
 
 
 def assert_first_worker(front: Front) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +26,6 @@ from tests.e2e.content_checks import attempt, attempt_every_part, print_codes
 from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import BASES, FIELDS, FUZZ, assert_first_worker, deep, fuzz_front, values
-from tests.fixtures.tiny_vlm import build_tiny_vlm
 from tests.media_traps import Traps, png
 
 pytestmark = pytest.mark.e2e
@@ -35,10 +35,9 @@ IMAGE = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    """Start one eager front on the tiny vision model for the whole fuzz; print what the cases got."""
-    model = build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-qwen2-vl")
-    with fuzz_front(model, tmp_path_factory.mktemp("fuzz-home"), SEEN, "--runtime", "mlx-vlm") as started:
+def front(tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
+    """Start one eager front on the session's tiny vision model for the whole fuzz; print what the cases got."""
+    with fuzz_front(tiny_vlm, tmp_path_factory.mktemp("fuzz-home"), SEEN, "--runtime", "mlx-vlm") as started:
         yield started
     print_codes("vision")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -28,8 +27,8 @@ from tests.e2e.fuzz_support import (
     api_error,
     assert_first_worker,
     deep,
-    fuzz_front,
     post,
+    print_seen,
     reply,
     values,
 )
@@ -40,10 +39,10 @@ SEEN: Counter[str] = Counter()
 
 
 @pytest.fixture(scope="module")
-def front(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    """Start one eager front on the tiny model for the whole fuzz; print what the cases got."""
-    with fuzz_front(tiny_model, tmp_path_factory.mktemp("fuzz-home"), SEEN) as started:
-        yield started
+def front(hostile_front: Front) -> Iterator[Front]:
+    """Share the hostile eager front on the tiny model (tests/e2e/conftest.py) for the whole fuzz; print its counts."""
+    yield hostile_front
+    print_seen(hostile_front, SEEN)
 
 
 def attempt(front: Front, path: str, raw: bytes, only_400: bool = False) -> None:

@@ -29,10 +29,11 @@ from tests.gateway_support import (
     AGENT_ANSWER,
     AGENT_THOUGHT,
     Gateway,
-    chat_stand_in_argv,
     read_sse,
     real_worker_argv,
     running_gateway,
+    sent_bodies,
+    stand_in_gateway,
 )
 
 pytestmark = pytest.mark.e2e
@@ -52,24 +53,19 @@ def client_for(gateway: Gateway, key: str = "local") -> anthropic.Anthropic:
 
 @pytest.fixture
 def stand_in(tmp_path: Path) -> Iterator[Gateway]:
-    """Run a gateway over the chat stand-in worker."""
-    env = {"STAND_IN_LOG": str(tmp_path / "bodies.jsonl"), "STAND_IN_RELEASE": str(tmp_path / "release")}
-    with running_gateway(tmp_path, chat_stand_in_argv(tmp_path), env=env) as gateway:
+    """Run a gateway over the chat stand-in worker, for a test that unloads it (the readers share stand_in_front)."""
+    with stand_in_gateway(tmp_path) as gateway:
         yield gateway
-
-
-def sent_bodies(gateway: Gateway) -> list[dict[str, Any]]:
-    """Return the request bodies the stand-in worker received."""
-    path = Path(gateway.config["models"][0]["worker"]["env"]["STAND_IN_LOG"])
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 # -- the real model -------------------------------------------------------------------------------------------
 
 
-def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(tiny_front: Gateway) -> None:
+def test_turn_two_reads_turn_one_from_the_cache_despite_the_billing_block(keyed_tiny_front: Gateway) -> None:
     """Claude Code's per-turn billing block is left out, so turn 2 reuses turn 1's prompt from the worker's cache."""
-    client = client_for(tiny_front)
+    # A key of its own on the shared keyed front: what earlier tests left in the worker's cache (a template's
+    # opening tokens) is never reported to it, so turn 1 reads nothing whichever test ran before.
+    client = client_for(keyed_tiny_front, "frank-key")
     instructions = {
         "type": "text",
         "text": "You are a careful coding agent. " * 12,
@@ -279,8 +275,10 @@ def test_tool_choice_none_sends_no_tools(agent_front: Gateway) -> None:
 # -- the stand-in worker --------------------------------------------------------------------------------------
 
 
-def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in: Gateway) -> None:
+def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in_front: Gateway) -> None:
     """Arguments streamed in pieces assemble into the input; the worker got the translated body with its own limit."""
+    stand_in = stand_in_front
+    seen = len(sent_bodies(stand_in))  # what the shared stand-in received before this test
     client = client_for(stand_in)
     with client.messages.stream(
         model="org/tiny",
@@ -296,7 +294,7 @@ def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in: Gatewa
         ("tool_use", "call_stand_in_1", {"city": "Paris"})
     ]
     assert message.usage.input_tokens == 7 and message.usage.cache_read_input_tokens == 4
-    [body] = sent_bodies(stand_in)
+    [body] = sent_bodies(stand_in)[seen:]
     assert body == {
         "model": "default_model",
         "max_tokens": 5000,
@@ -319,9 +317,9 @@ def test_fragmented_tool_arguments_and_the_body_the_worker_gets(stand_in: Gatewa
     }
 
 
-def test_a_stream_the_worker_breaks_raises_in_the_client(stand_in: Gateway) -> None:
+def test_a_stream_the_worker_breaks_raises_in_the_client(stand_in_front: Gateway) -> None:
     """A worker stream that ends without [DONE] ends with an error event, which the SDK raises."""
-    client = client_for(stand_in)
+    client = client_for(stand_in_front)
     with pytest.raises(anthropic.APIStatusError) as info:
         list(
             client.messages.create(
@@ -353,8 +351,7 @@ def test_an_open_message_stream_blocks_unload(stand_in: Gateway, tmp_path: Path)
 
 def test_api_keys_apply_and_their_refusal_has_anthropics_shape(tmp_path: Path) -> None:
     """With API keys the SDK's x-api-key is checked; a wrong key is an authentication_error."""
-    env = {"STAND_IN_LOG": str(tmp_path / "bodies.jsonl"), "STAND_IN_RELEASE": str(tmp_path / "release")}
-    with running_gateway(tmp_path, chat_stand_in_argv(tmp_path), env=env, api_keys=["right-key"]) as gateway:
+    with stand_in_gateway(tmp_path, api_keys=["right-key"]) as gateway:
         with pytest.raises(anthropic.AuthenticationError) as info:
             client_for(gateway, "wrong-key").messages.create(model="org/tiny", max_tokens=8, messages=ASK)
         body: Any = info.value.body

@@ -18,7 +18,7 @@ Three workers stand behind the gateway, each for what it shows:
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -29,8 +29,8 @@ from mlx_agent.gateway.responses.request import SUMMARY_MARK
 from tests.gateway_support import (
     AGENT_ANSWER,
     Gateway,
-    chat_stand_in_argv,
-    running_gateway,
+    sent_bodies,
+    stand_in_gateway,
 )
 
 pytestmark = pytest.mark.e2e
@@ -45,15 +45,16 @@ WEATHER: Any = {
 ASK = "What is the weather in Paris?"
 
 
+@pytest.fixture(scope="module")
+def keyed_stand_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run one front with the keys alice-key and bob-key over the chat stand-in worker, for the per-key tests."""
+    with stand_in_gateway(tmp_path_factory.mktemp("keyed-stand-in"), api_keys=["alice-key", "bob-key"]) as gateway:
+        yield gateway
+
+
 def client_for(gateway: Gateway, key: str = "local") -> openai.OpenAI:
     """Return the official client pointed at the gateway (no retries: a test sees the first answer)."""
     return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, timeout=120, max_retries=0)
-
-
-def stand_in_gateway(directory: Path, **options: Any) -> Any:
-    """Return a context that runs a gateway over the chat stand-in worker."""
-    env = {"STAND_IN_LOG": str(directory / "bodies.jsonl"), "STAND_IN_RELEASE": str(directory / "release")}
-    return running_gateway(directory, chat_stand_in_argv(directory), env=env, **options)
 
 
 # -- the real model -------------------------------------------------------------------------------------------
@@ -222,20 +223,21 @@ def test_tool_choice_none_sends_no_tools(agent_front: Gateway) -> None:
 # -- the stand-in worker --------------------------------------------------------------------------------------
 
 
-def test_fragmented_arguments_and_the_body_the_worker_gets(tmp_path: Path) -> None:
+def test_fragmented_arguments_and_the_body_the_worker_gets(stand_in_front: Gateway) -> None:
     """Arguments streamed in pieces assemble into one call; the worker got the translated body with its own limit."""
-    with stand_in_gateway(tmp_path) as gateway:
-        with client_for(gateway).responses.stream(
-            model="org/tiny",
-            input=ASK,
-            tools=[WEATHER],
-            instructions="Be brief.",
-            max_output_tokens=5000,
-            temperature=0.3,
-        ) as stream:
-            deltas = [event.delta for event in stream if event.type == "response.function_call_arguments.delta"]
-            final = stream.get_final_response()
-        body = json.loads((tmp_path / "bodies.jsonl").read_text())
+    gateway = stand_in_front
+    seen = len(sent_bodies(gateway))  # what the shared stand-in received before this test
+    with client_for(gateway).responses.stream(
+        model="org/tiny",
+        input=ASK,
+        tools=[WEATHER],
+        instructions="Be brief.",
+        max_output_tokens=5000,
+        temperature=0.3,
+    ) as stream:
+        deltas = [event.delta for event in stream if event.type == "response.function_call_arguments.delta"]
+        final = stream.get_final_response()
+    [body] = sent_bodies(gateway)[seen:]
     assert deltas == ['{"city": ', '"Paris"}']
     [call] = final.output
     assert call.type == "function_call" and (call.call_id, call.arguments) == ("call_stand_in_1", '{"city": "Paris"}')
@@ -260,28 +262,27 @@ def test_fragmented_arguments_and_the_body_the_worker_gets(tmp_path: Path) -> No
     }
 
 
-def test_a_stream_the_worker_breaks_ends_failed(tmp_path: Path) -> None:
+def test_a_stream_the_worker_breaks_ends_failed(stand_in_front: Gateway) -> None:
     """A worker stream that ends without [DONE] ends with response.failed, which is stored as failed."""
-    with stand_in_gateway(tmp_path) as gateway:
-        client = client_for(gateway)
-        events = list(client.responses.create(model="org/tiny", input="break", stream=True))
-        assert events[-1].type == "response.failed"
-        assert events[-1].response.error is not None and events[-1].response.error.code == "server_error"
-        assert client.responses.retrieve(events[-1].response.id).status == "failed"
+    client = client_for(stand_in_front)
+    events = list(client.responses.create(model="org/tiny", input="break", stream=True))
+    assert events[-1].type == "response.failed"
+    assert events[-1].response.error is not None and events[-1].response.error.code == "server_error"
+    assert client.responses.retrieve(events[-1].response.id).status == "failed"
 
 
-def test_stored_responses_are_the_last_64_and_per_key(tmp_path: Path) -> None:
+def test_stored_responses_are_the_last_64_and_per_key(keyed_stand_in: Gateway) -> None:
     """The store keeps the 64 most recent responses; another API key cannot read them."""
-    with stand_in_gateway(tmp_path, api_keys=["alice-key", "bob-key"]) as gateway:
-        alice, bob = client_for(gateway, "alice-key"), client_for(gateway, "bob-key")
-        ids = [alice.responses.create(model="org/tiny", input=f"question {i}").id for i in range(65)]
-        with pytest.raises(openai.NotFoundError):
-            alice.responses.retrieve(ids[0])
-        assert alice.responses.retrieve(ids[1]).output_text == "Hello from the stand-in"
-        with pytest.raises(openai.NotFoundError):
-            bob.responses.retrieve(ids[-1])
-        with pytest.raises(openai.AuthenticationError):
-            client_for(gateway, "mallory").responses.retrieve(ids[-1])
+    gateway = keyed_stand_in
+    alice, bob = client_for(gateway, "alice-key"), client_for(gateway, "bob-key")
+    ids = [alice.responses.create(model="org/tiny", input=f"question {i}").id for i in range(65)]
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(ids[0])
+    assert alice.responses.retrieve(ids[1]).output_text == "Hello from the stand-in"
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve(ids[-1])
+    with pytest.raises(openai.AuthenticationError):
+        client_for(gateway, "mallory").responses.retrieve(ids[-1])
 
 
 COMPACT_INPUT: Any = [
@@ -352,38 +353,38 @@ ITEMS_INPUT: Any = [
 ]
 
 
-def test_input_items_are_listed_and_a_response_deleted_by_its_key_only(tmp_path: Path) -> None:
+def test_input_items_are_listed_and_a_response_deleted_by_its_key_only(keyed_stand_in: Gateway) -> None:
     """The SDK pages through a response's input items and deletes it; another key and unknown ids get 404."""
-    with stand_in_gateway(tmp_path, api_keys=["alice-key", "bob-key"]) as gateway:
-        alice, bob = client_for(gateway, "alice-key"), client_for(gateway, "bob-key")
-        response = alice.responses.create(model="org/tiny", input=ITEMS_INPUT, tools=[WEATHER])
-        first = alice.responses.input_items.list(response.id)
-        assert [item.type for item in first.data] == ["function_call_output", "function_call", "message", "message"]
-        assert first.data[1].id == "fc_mine" and all(item.id for item in first.data) and not first.has_more
-        walked = list(alice.responses.input_items.list(response.id, limit=1, order="asc"))  # follows `after`
-        assert [item.model_dump()["id"] for item in walked] == [item.id for item in reversed(first.data)]
-        assert walked[0].model_dump()["role"] == "developer"
-        included = alice.responses.input_items.list(response.id, include=["reasoning.encrypted_content"])
-        assert [item.id for item in included.data] == [item.id for item in first.data]
-        for bad in ({"limit": 0}, {"limit": 101}, {"order": "sideways"}, {"after": "msg_never"}):
-            with pytest.raises(openai.BadRequestError) as info:
-                alice.responses.input_items.list(response.id, **bad)
-            assert info.value.code == "invalid_value", bad
-        with pytest.raises(openai.BadRequestError) as typed:
-            alice.responses.input_items.list(response.id, extra_query={"limit": "many"})
-        assert typed.value.code == "invalid_type"
-        for attempt in (bob.responses.input_items.list, bob.responses.delete, alice.responses.delete):
-            with pytest.raises(openai.NotFoundError):
-                attempt("resp_never_made")
-        for foreign in (bob.responses.input_items.list, bob.responses.delete, bob.responses.retrieve):
-            with pytest.raises(openai.NotFoundError) as other:
-                foreign(response.id)
-            assert other.value.code == "not_found"
-        deleted = alice.responses.with_raw_response.delete(response.id)  # the SDK's delete() reads no body
-        assert json.loads(deleted.text) == {"id": response.id, "object": "response", "deleted": True}
-        for gone in (alice.responses.retrieve, alice.responses.input_items.list, alice.responses.delete):
-            with pytest.raises(openai.NotFoundError):
-                gone(response.id)
+    gateway = keyed_stand_in
+    alice, bob = client_for(gateway, "alice-key"), client_for(gateway, "bob-key")
+    response = alice.responses.create(model="org/tiny", input=ITEMS_INPUT, tools=[WEATHER])
+    first = alice.responses.input_items.list(response.id)
+    assert [item.type for item in first.data] == ["function_call_output", "function_call", "message", "message"]
+    assert first.data[1].id == "fc_mine" and all(item.id for item in first.data) and not first.has_more
+    walked = list(alice.responses.input_items.list(response.id, limit=1, order="asc"))  # follows `after`
+    assert [item.model_dump()["id"] for item in walked] == [item.id for item in reversed(first.data)]
+    assert walked[0].model_dump()["role"] == "developer"
+    included = alice.responses.input_items.list(response.id, include=["reasoning.encrypted_content"])
+    assert [item.id for item in included.data] == [item.id for item in first.data]
+    for bad in ({"limit": 0}, {"limit": 101}, {"order": "sideways"}, {"after": "msg_never"}):
+        with pytest.raises(openai.BadRequestError) as info:
+            alice.responses.input_items.list(response.id, **bad)
+        assert info.value.code == "invalid_value", bad
+    with pytest.raises(openai.BadRequestError) as typed:
+        alice.responses.input_items.list(response.id, extra_query={"limit": "many"})
+    assert typed.value.code == "invalid_type"
+    for attempt in (bob.responses.input_items.list, bob.responses.delete, alice.responses.delete):
+        with pytest.raises(openai.NotFoundError):
+            attempt("resp_never_made")
+    for foreign in (bob.responses.input_items.list, bob.responses.delete, bob.responses.retrieve):
+        with pytest.raises(openai.NotFoundError) as other:
+            foreign(response.id)
+        assert other.value.code == "not_found"
+    deleted = alice.responses.with_raw_response.delete(response.id)  # the SDK's delete() reads no body
+    assert json.loads(deleted.text) == {"id": response.id, "object": "response", "deleted": True}
+    for gone in (alice.responses.retrieve, alice.responses.input_items.list, alice.responses.delete):
+        with pytest.raises(openai.NotFoundError):
+            gone(response.id)
 
 
 SELF_REFERENCING: Any = {

@@ -8,25 +8,23 @@ worker is the same process: no crash, no restart.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import REPO_ROOT, free_port
-from tests.e2e.front_support import CHAT, Front, running_front
+from tests.e2e.front_support import CHAT, Front
 from tests.e2e.test_wrapped_errors import FAULT
 from tests.gateway_support import gateway_config, real_worker_argv, start_gateway
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def front(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    """Start one eager front on the tiny model (served as ``tiny``) for the module."""
-    with running_front(tiny_model, tmp_path_factory.mktemp("hostile-home")) as started:
-        yield started
+@pytest.fixture
+def front(hostile_front: Front) -> Front:
+    """Return the shared hostile eager front on the tiny model (served as ``tiny``; tests/e2e/conftest.py)."""
+    return hostile_front
 
 
 def error_of(answer: Any) -> dict[str, Any]:

@@ -1,23 +1,22 @@
 """End to end: an agent's next turn reads the previous turn's whole prompt from the worker's cache, on every API.
 
-A front over the real wrapped worker on the tiny model. Each conversation sends a first turn, then a second
-that repeats it with the reply, a late system message (a reminder) and a new user message, at another
-temperature, then a third with other per-request template arguments; streamed and non-streamed alike, through
-chat completions, Anthropic Messages and OpenAI Responses. Each later turn's cached tokens must cover the whole
-prompt of the turn before, as ``usage`` reports it and as the front's metrics count it.
+The shared front over the real wrapped worker on the tiny model (``tiny_front``). Each conversation sends a
+first turn, then a second that repeats it with the reply, a late system message (a reminder) and a new user
+message, at another temperature, then a third with other per-request template arguments; streamed and
+non-streamed alike, through chat completions, Anthropic Messages and OpenAI Responses. Each later turn's cached
+tokens must cover the whole prompt of the turn before, as ``usage`` reports it and as the front's metrics count
+it (from where the shared front stands when the test begins).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.gateway_support import Gateway, real_worker_argv, running_gateway
+from tests.gateway_support import Gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -26,12 +25,10 @@ APIS = ["chat", "messages", "responses"]
 FINISHED = ("response.completed", "response.incomplete")  # a reply cut at max_output_tokens is incomplete
 
 
-@pytest.fixture(scope="module")
-def front(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """Start one front over the real worker on the tiny model for the module."""
-    directory = tmp_path_factory.mktemp("cache-hits")
-    with running_gateway(directory, real_worker_argv(tiny_model, 4), model_path=tiny_model, max_tokens=4) as gateway:
-        yield gateway
+@pytest.fixture
+def front(tiny_front: Gateway) -> Gateway:
+    """Return the shared front over the real worker on the tiny model (each test counts from where it stands)."""
+    return tiny_front
 
 
 def post(front: Gateway, path: str, body: dict[str, Any]) -> Any:

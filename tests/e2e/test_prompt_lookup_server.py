@@ -21,8 +21,9 @@ import jsonschema
 import openai
 import pytest
 
-from tests.conftest import Agent, assert_valid, free_port
+from tests.conftest import assert_valid
 from tests.contract_support import LOOKUP, contract
+from tests.e2e.cli_launch import Launched
 from tests.e2e.wrapped_support import Server, running, variant
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
@@ -313,10 +314,10 @@ def test_a_client_that_leaves_stops_a_lookup_reply(servers: tuple[Server, Server
     assert chat(fast, CHATS["chat_short"], stream=False)[0]
 
 
-def test_cli_plan_and_receipt_record_both_profiles(agent: Agent, model_copy: Path) -> None:
+def test_cli_plan_and_receipt_record_both_profiles(lookup_launch: Launched) -> None:
     """Through the CLI, both options are planned, recorded in the receipt, and applied by the server."""
-    port = free_port()
-    receipt = agent.launch("--path", str(model_copy), "--port", str(port), "--prompt-lookup", "--m5-prefill")
+    port, receipt = lookup_launch.port, lookup_launch.receipt  # shared with test_readme_fields (it stops it after)
+    assert_valid("serve_plan", lookup_launch.plan)
     assert_valid("serve_receipt", receipt)
     served = receipt["models"][0]
     assert served["decode_profile"] == receipt["plan"]["models"][0]["decode_profile"]
@@ -329,4 +330,3 @@ def test_cli_plan_and_receipt_record_both_profiles(agent: Agent, model_copy: Pat
         model="default_model", max_tokens=8, temperature=0.0, messages=[{"role": "user", "content": "Say hello"}]
     )
     assert reply.choices[0].message.content
-    assert agent.run("serve", "stop", "--port", str(port)).rc == 0

@@ -1,7 +1,10 @@
 """A bounded queue, health that tells the truth and memory checked per request, on the real front and worker.
 
 The worker is the real wrapped mlx_lm.server on the tiny model. A test holds it busy, or wedges it, by stopping
-it with SIGSTOP (what a hung GPU or a deadlock looks like from outside); nothing in the product is slowed.
+it with SIGSTOP (what a hung GPU or a deadlock looks like from outside); nothing in the product is slowed. The two
+tests that hold the one slot of a ``--max-queue 1`` front share it (each continues the worker, waits for the queue
+to empty, and counts refusals from where it stands); a test that wedges, cold-loads or needs an unloaded model
+starts its own.
 """
 
 from __future__ import annotations
@@ -66,6 +69,22 @@ def until(check: Callable[[], Any], timeout: float = 60) -> Any:
         time.sleep(0.05)
 
 
+@pytest.fixture(scope="module")
+def one_slot(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
+    """Start one front whose model has one worker slot and --max-queue 1, shared by the tests that hold its slot."""
+    gateway = front(tmp_path_factory.mktemp("one-slot"), tiny_model, worker_slots=1, max_queue=1)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def idle(gateway: Gateway) -> dict[str, Any]:
+    """Wait until the shared front runs and queues nothing (what the test before it held has ended); return it."""
+    assert until(lambda: (q := queue(gateway))["running"] == 0 and q["waiting"] == 0), queue(gateway)
+    return queue(gateway)
+
+
 def loaded_worker(gateway: Gateway) -> int:
     """Load the model with one chat and return its worker's pid."""
     assert gateway.chat("warm up").status == 200
@@ -90,45 +109,45 @@ def metric(gateway: Gateway, name: str, **labels: str) -> float | None:
 
 
 def test_a_full_queue_refuses_with_503_queue_full_in_each_apis_shape(
-    tmp_path: Path, tiny_model: Path, stopper: Callable[[int], None]
+    one_slot: Gateway, stopper: Callable[[int], None]
 ) -> None:
     """With --max-queue 1 and the one slot held, the second waiting request is refused 503 with Retry-After."""
-    gateway = front(tmp_path, tiny_model, worker_slots=1, max_queue=1)
-    try:
-        stopper(loaded_worker(gateway))
-        with ThreadPoolExecutor(2) as pool:
-            running = pool.submit(gateway.chat, "held")
-            assert until(lambda: queue(gateway)["running"] == 1)
-            waiting = pool.submit(gateway.chat, "waits")
-            assert until(lambda: queue(gateway)["waiting"] == 1)
-            refused = gateway.chat("one too many")
-            anthropic = gateway.request(
-                "POST",
-                "/v1/messages",
-                {"model": "org/tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
-                headers={"anthropic-version": "2023-06-01"},
-            )
-            state = gateway.state()
-            os.killpg(state["models"][0]["worker"]["pid"], signal.SIGCONT)
-            assert (running.result(timeout=120).status, waiting.result(timeout=120).status) == (200, 200)
-        assert refused.status == 503 and refused.headers["retry-after"] == "5"
-        error = refused.json()["error"]
-        assert (error["code"], error["type"], error["waiting"], error["max_queue"]) == (
-            "queue_full",
-            "server_error",
-            1,
-            1,
+    gateway = one_slot
+    full_before = idle(gateway)["queue_full"]
+    refusals_before = metric(gateway, "mlx_agent_request_refusals_total", model="org/tiny", reason="queue_full") or 0
+    stopper(loaded_worker(gateway))
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(gateway.chat, "held")
+        assert until(lambda: queue(gateway)["running"] == 1)
+        waiting = pool.submit(gateway.chat, "waits")
+        assert until(lambda: queue(gateway)["waiting"] == 1)
+        refused = gateway.chat("one too many")
+        anthropic = gateway.request(
+            "POST",
+            "/v1/messages",
+            {"model": "org/tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+            headers={"anthropic-version": "2023-06-01"},
         )
-        assert "--max-queue 1" in error["message"]
-        assert anthropic.status == 503 and anthropic.headers["retry-after"] == "5"
-        body = anthropic.json()
-        assert body["type"] == "error" and (body["error"]["type"], body["error"]["code"]) == ("api_error", "queue_full")
-        assert_valid("front_state", state)
-        assert state["models"][0]["queue"]["queue_full"] == 2
-        assert metric(gateway, "mlx_agent_request_refusals_total", model="org/tiny", reason="queue_full") == 2
-        assert queue(gateway)["waiting"] == 0
-    finally:
-        gateway.stop()
+        state = gateway.state()
+        os.killpg(state["models"][0]["worker"]["pid"], signal.SIGCONT)
+        assert (running.result(timeout=120).status, waiting.result(timeout=120).status) == (200, 200)
+    assert refused.status == 503 and refused.headers["retry-after"] == "5"
+    error = refused.json()["error"]
+    assert (error["code"], error["type"], error["waiting"], error["max_queue"]) == (
+        "queue_full",
+        "server_error",
+        1,
+        1,
+    )
+    assert "--max-queue 1" in error["message"]
+    assert anthropic.status == 503 and anthropic.headers["retry-after"] == "5"
+    body = anthropic.json()
+    assert body["type"] == "error" and (body["error"]["type"], body["error"]["code"]) == ("api_error", "queue_full")
+    assert_valid("front_state", state)
+    assert state["models"][0]["queue"]["queue_full"] == full_before + 2
+    refusals = metric(gateway, "mlx_agent_request_refusals_total", model="org/tiny", reason="queue_full")
+    assert refusals == refusals_before + 2
+    assert queue(gateway)["waiting"] == 0
 
 
 def test_requests_behind_a_cold_load_count_as_waiting_and_are_bounded(
@@ -154,29 +173,27 @@ def test_requests_behind_a_cold_load_count_as_waiting_and_are_bounded(
 
 
 def test_a_waiting_client_that_hangs_up_leaves_the_queue_at_once(
-    tmp_path: Path, tiny_model: Path, stopper: Callable[[int], None]
+    one_slot: Gateway, stopper: Callable[[int], None]
 ) -> None:
     """A request waiting behind a busy worker is dropped from the queue when its client closes the connection."""
-    gateway = front(tmp_path, tiny_model, worker_slots=1, max_queue=4)
-    try:
-        pid = loaded_worker(gateway)
-        stopper(pid)
-        with ThreadPoolExecutor(1) as pool:
-            running = pool.submit(gateway.chat, "held")
-            assert until(lambda: queue(gateway)["running"] == 1)
-            body = json.dumps({"model": "org/tiny", "messages": [{"role": "user", "content": "w"}]}).encode()
-            with socket.create_connection(("127.0.0.1", gateway.port)) as client:
-                head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
-                client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-                assert until(lambda: queue(gateway)["waiting"] == 1)
-                assert metric(gateway, "mlx_agent_queue_depth", model="org/tiny") == 1
-            assert until(lambda: queue(gateway)["waiting"] == 0), queue(gateway)
-            assert queue(gateway)["running"] == 1  # the held request still runs
-            os.killpg(pid, signal.SIGCONT)
-            assert running.result(timeout=120).status == 200
-        assert metric(gateway, "mlx_agent_queue_depth", model="org/tiny") == 0
-    finally:
-        gateway.stop()
+    gateway = one_slot
+    idle(gateway)
+    pid = loaded_worker(gateway)
+    stopper(pid)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(gateway.chat, "held")
+        assert until(lambda: queue(gateway)["running"] == 1)
+        body = json.dumps({"model": "org/tiny", "messages": [{"role": "user", "content": "w"}]}).encode()
+        with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+            head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
+            client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            assert until(lambda: queue(gateway)["waiting"] == 1)
+            assert metric(gateway, "mlx_agent_queue_depth", model="org/tiny") == 1
+        assert until(lambda: queue(gateway)["waiting"] == 0), queue(gateway)
+        assert queue(gateway)["running"] == 1  # the held request still runs
+        os.killpg(pid, signal.SIGCONT)
+        assert running.result(timeout=120).status == 200
+    assert metric(gateway, "mlx_agent_queue_depth", model="org/tiny") == 0
 
 
 def test_a_stalled_worker_is_wedged_its_requests_fail_and_a_new_worker_serves(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Agent, free_port
+from tests.e2e.cli_launch import Launched
 
 REPO = Path(__file__).resolve().parents[2]
 HEADING = "### Plan and receipt fields"
@@ -67,21 +66,10 @@ def undocumented(paths: Iterable[str], documented: list[str]) -> list[str]:
     return sorted(path for path in gaps if not any(under(path, gap) for gap in gaps))
 
 
-@pytest.fixture(scope="module")
-def documents(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Preview and launch a server with both accelerations through the CLI; return its plan and its receipt."""
-    home = tmp_path_factory.mktemp("home")
-    agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(home / "hf")})
-    args = ("--path", str(tiny_model), "--port", str(free_port()), "--prompt-lookup", "--m5-prefill")
-    preview = agent.run("serve", "start", *args)
-    assert preview.rc == 0, preview.stdout + preview.stderr
-    plan = preview.data["plan"]
-    confirm = agent.run("serve", "start", *args, "--confirm", "--preview-hash", plan["preview_hash"])
-    assert confirm.rc == 0, confirm.stdout + confirm.stderr
-    try:
-        yield {"plan": plan, "receipt": confirm.data["receipt"]}
-    finally:
-        agent.run("serve", "stop", "--port", args[3])
+@pytest.fixture
+def documents(lookup_launch: Launched) -> dict[str, Any]:
+    """Return the plan and the receipt of the server with both accelerations the CLI previewed and launched."""
+    return {"plan": lookup_launch.plan, "receipt": lookup_launch.receipt}
 
 
 def test_the_table_documents_the_seed_names() -> None:

@@ -2,12 +2,15 @@
 
 Two servers on the tiny model (``alpha`` eager, ``beta`` JIT) are started by the CLI; ``serve top`` runs in its
 own tmux server (200x50, wide enough for every column) and the test reads the screen with ``capture-pane``
-while the OpenAI SDK sends requests. ``--json`` is the same data as lines, parsed here.
+while the OpenAI SDK sends requests. ``--json`` is the same data as lines, parsed here. The tests that only watch
+the two servers share one pair (counting alpha's requests from where it stands); the one that loads and unloads
+beta starts its own.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +21,7 @@ import openai
 import pytest
 
 from tests.agents_support import Namespace, Tmux
-from tests.conftest import LAUNCHER, Agent, free_port
+from tests.conftest import LAUNCHER, Agent, free_port, processes_mentioning
 
 HI: Any = [{"role": "user", "content": "hello there, how are you"}]
 
@@ -49,13 +52,34 @@ def cell(screen: str, name: str, column: str) -> str:
     return cells[header.index(column)] if header.index(column) < len(cells) else ""
 
 
-@pytest.fixture
-def servers(agent: Agent, tiny_model: Path) -> Iterator[tuple[int, int, int]]:
+def start_both(agent: Agent, tiny_model: Path) -> tuple[int, int, int]:
     """Start ``alpha`` (eager) and ``beta`` (JIT) on the tiny model: their ports and beta's front pid."""
     alpha, beta = free_port(), free_port()
     agent.launch("--path", str(tiny_model), "--port", str(alpha), "--served-model-name", "alpha")
     receipt = agent.launch("--path", str(tiny_model), "--port", str(beta), "--served-model-name", "beta", "--jit")
-    yield alpha, beta, receipt["pid"]  # the agent fixture stops both
+    return alpha, beta, receipt["pid"]
+
+
+@pytest.fixture
+def servers(agent: Agent, tiny_model: Path) -> tuple[int, int, int]:
+    """Start both servers for one test that changes them (it loads and unloads beta); the agent fixture stops both."""
+    return start_both(agent, tiny_model)
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[tuple[Agent, int, int]]:
+    """Start both servers once, in a home of their own, for the tests that only watch them; stop both afterwards."""
+    directory = tmp_path_factory.mktemp("top")
+    home = directory / "home"
+    home.mkdir()
+    agent = Agent(home, {**os.environ, "MLX_AGENT_HOME": str(home), "HF_HOME": str(directory / "hf")})
+    alpha, beta, _ = start_both(agent, tiny_model)
+    try:
+        yield agent, alpha, beta
+    finally:
+        stops = [agent.run("serve", "stop", "--port", str(port)) for port in (alpha, beta)]
+        assert [stop.rc for stop in stops] == [0, 0], [stop.stdout + stop.stderr for stop in stops]
+        assert processes_mentioning(str(home)) == []
 
 
 def test_top_shows_servers_and_follows_them(agent: Agent, servers: tuple[int, int, int], tmp_path: Path) -> None:
@@ -89,9 +113,10 @@ def test_top_shows_servers_and_follows_them(agent: Agent, servers: tuple[int, in
         term.kill()
 
 
-def test_top_json_lines_parse(agent: Agent, servers: tuple[int, int, int]) -> None:
+def test_top_json_lines_parse(watched: tuple[Agent, int, int]) -> None:
     """``--json --iterations 2`` writes two JSON lines naming both servers, their models and their windows."""
-    alpha, beta, _ = servers
+    agent, alpha, beta = watched
+    before = agent.run("serve", "status", "--port", str(alpha)).data["servers"][0]["models"][0]["window"]["requests"]
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{alpha}/v1", api_key="unused")
     client.chat.completions.create(model="alpha", messages=HI, max_tokens=4)
     argv = [sys.executable, str(LAUNCHER), "serve", "top", "--json", "--iterations", "2", "--interval", "0.2"]
@@ -105,14 +130,16 @@ def test_top_json_lines_parse(agent: Agent, servers: tuple[int, int, int]) -> No
         assert ports[beta]["mode"] == "jit" and ports[beta]["models"][0]["model_state"] == "unloaded"
         model = ports[alpha]["models"][0]
         assert model["name"] == "alpha" and model["model_state"] == "loaded"
-        assert model["requests"] == 1 and model["tokens_per_second"] > 0 and model["worker_rss_bytes"] > 0
+        assert model["requests"] == before + 1 and model["tokens_per_second"] > 0 and model["worker_rss_bytes"] > 0
         assert snapshot["machine_memory"]["total_bytes"] > 0
     status = agent.run("serve", "status", "--port", str(alpha)).data["servers"][0]["models"][0]
-    assert status["window"]["requests"] == 1 and status["worker_rss_bytes"] > 0 and status["load_progress"] is None
+    assert status["window"]["requests"] == before + 1
+    assert status["worker_rss_bytes"] > 0 and status["load_progress"] is None
 
 
-def test_top_leaves_on_ctrl_c(agent: Agent, servers: tuple[int, int, int], tmp_path: Path) -> None:
+def test_top_leaves_on_ctrl_c(watched: tuple[Agent, int, int], tmp_path: Path) -> None:
     """Ctrl-C leaves the view with exit status 0, as ``q`` does."""
+    agent = watched[0]
     term = Tmux(Host("host"), tmp_path / "tmux.sock", {**agent.env, "TERM": "xterm-256color", "LANG": "C.UTF-8"})
     term.start([sys.executable, str(LAUNCHER), "serve", "top"], agent.home)
     try:

@@ -1,31 +1,24 @@
-"""``POST /v1/tokenize`` through a keyed front to the real wrapped mlx_lm worker on the tiny local model."""
+"""``POST /v1/tokenize`` through the shared keyed front to the real wrapped mlx_lm worker on the tiny local model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tokenizers import Tokenizer
 
-from tests.gateway_support import Gateway, Reply, real_worker_argv, running_gateway
+from tests.gateway_support import Gateway, Reply
 
 pytestmark = pytest.mark.e2e
-KEY = {"Authorization": "Bearer alice"}
+KEY = {"Authorization": "Bearer erin-key"}  # one of the keyed tiny front's KEYS, this module's own
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello to the world"}]
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Gateway]:
-    """Run one keyed front whose worker is the real runtime entry serving the tiny model."""
-    with running_gateway(
-        tmp_path_factory.mktemp("tokenize"),
-        real_worker_argv(tiny_model, 4),
-        model_path=tiny_model,
-        api_keys=["alice"],
-    ) as running:
-        yield running
+@pytest.fixture
+def gateway(keyed_tiny_front: Gateway) -> Gateway:
+    """Return the shared keyed front whose worker is the real runtime entry serving the tiny model (key erin-key)."""
+    return keyed_tiny_front
 
 
 def tokenize(gateway: Gateway, body: dict[str, Any], headers: dict[str, str] = KEY) -> Reply:
