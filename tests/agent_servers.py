@@ -1,0 +1,81 @@
+"""Served scripted models that the real-agent tests share: one `serve start` per model and options (no tests here).
+
+An agent's turns are requests: a test that only runs an agent against a server reads from it, so the tests of one
+model and one configuration share one server, started once in a loopback-only network namespace (the agents run
+in it too) and stopped when the last of them is done (``agent_server``). What a test reads of it, it reads from
+where the server stands when the test begins: ``AgentServer.mark`` counts the front's request lines so far, and
+``AgentServer.lines`` returns those written since. A server of ``--jit`` is unloaded again before each test
+(``AgentServer.fresh``), so that each test's agent waits out a cold load, as on a server of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.agents_support import Namespace, inside, loopback_namespace, module_agent, request_lines, serve
+from tests.conftest import Agent
+
+
+@dataclass
+class AgentServer:
+    """A served scripted model inside a loopback-only namespace, shared by the tests of one module."""
+
+    cli: Agent
+    namespace: Namespace
+    port: int
+    root: Path
+    jit: bool
+
+    @property
+    def pid(self) -> int:
+        """Return the front's pid, from its receipt."""
+        receipt = json.loads((self.cli.serve_dir / f"{self.port}.json").read_text())
+        pid: int = receipt["pid"]
+        return pid
+
+    def status(self) -> dict[str, Any]:
+        """Return this server's line of `serve status` (the only server of its home)."""
+        shown = self.cli.run("serve", "status")
+        assert shown.rc == 0, shown.stdout + shown.stderr
+        [server] = shown.data["servers"]
+        return dict(server)
+
+    def fresh(self) -> int:
+        """Make the server as a test of its own would find it; return how many request lines it has written so far.
+
+        A ``--jit`` server is unloaded (its next request loads the model again); an eager one must still be loaded.
+        """
+        if self.jit:
+            unloaded = self.cli.run("serve", "unload", "--port", str(self.port), "--expected-pid", str(self.pid))
+            assert unloaded.rc == 0, unloaded.stdout + unloaded.stderr
+        state = self.status()
+        assert (state["state"], state["model_state"]) == ("running", "unloaded" if self.jit else "loaded"), state
+        return self.mark()
+
+    def mark(self) -> int:
+        """Return how many request lines the front has written so far (a test reads the ones after)."""
+        return len(request_lines(self.cli, self.port))
+
+    def lines(self, seen: int) -> list[dict[str, Any]]:
+        """Return the request lines written after the first ``seen``."""
+        return request_lines(self.cli, self.port)[seen:]
+
+
+@contextlib.contextmanager
+def agent_server(root: Path, model: Path, extra: list[str], key: str | None) -> Iterator[AgentServer]:
+    """Serve ``model`` (``serve`` in tests/agents_support.py, with ``extra`` options and ``key``) in a new namespace.
+
+    The server's home is ``root``/home; the server is stopped when the block ends.
+    """
+    with loopback_namespace() as namespace:
+        cli = inside(module_agent(root), namespace)
+        port = serve(cli, model, extra, key, root)
+        try:
+            yield AgentServer(cli, namespace, port, root, "--jit" in extra)
+        finally:
+            assert cli.run("serve", "stop", "--port", str(port)).rc == 0
