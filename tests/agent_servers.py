@@ -79,3 +79,17 @@ def agent_server(root: Path, model: Path, extra: list[str], key: str | None) -> 
             yield AgentServer(cli, namespace, port, root, "--jit" in extra)
         finally:
             assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+
+
+def assert_own_reuse(turns: list[dict[str, Any]]) -> None:
+    """Check that a session on a shared server reused its own turns, not an earlier test's prompts.
+
+    The first turn must be new to the server (fewer tokens found cached than it holds) and every later turn must
+    find more cached than the first did: what the first turn found is the most any earlier prompt shares with the
+    session (every later prompt starts with the first), so a later turn's excess is the session's own, as on a
+    server with a cold cache. With ``assert_cache_reuse``, each turn then reused its own previous turn.
+    """
+    first, found = turns[0]["prompt_tokens"], turns[0]["cached_tokens"]
+    assert found < first, f"the first turn was not new to the shared server: {found} of {first} tokens cached"
+    later = [turn["cached_tokens"] for turn in turns[1:]]
+    assert all(cached > found for cached in later), f"a turn reused no more than the first found ({found}): {later}"
