@@ -641,9 +641,12 @@ def prompt_turns(lines: list[dict[str, Any]], marker: str) -> list[dict[str, Any
     ]
 
 
-def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
-    """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200."""
-    lines = wait_for_lines(cli, port, lambda lines: len(prompt_turns(lines, marker)) >= count)
+def session_turns(cli: Agent, port: int, marker: str, count: int, seen: int = 0) -> list[dict[str, Any]]:
+    """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200.
+
+    ``seen``: the lines written before the session (on a shared server), which are not the session's.
+    """
+    lines = wait_for_lines(cli, port, lambda lines: len(prompt_turns(lines[seen:], marker)) >= count)[seen:]
     found = prompt_turns(lines, marker)
     assert [tool_results(t) for t in found] == list(range(count)), lines
     assert all(line["status"] == 200 for line in lines), [(line["endpoint"], line["status"]) for line in lines]
