@@ -15,11 +15,15 @@ so the answer, only if each compaction was answered and its summary came back in
 Claude Code, with its gateway model discovery on, lists the front's models for its model picker: it must find
 the concrete names only (a glob alias is no model anyone can pick). And Claude Code's stream-json mode, which
 asks for thinking display "updates", is answered without a refusal.
+
+Both Codex compaction tests share one server (``compacting``, tests/agent_servers.py) over the numbered files,
+each reading the request lines written since it began; the Claude Code tests serve other options, each its own.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ import pytest
 
 from mlx_agent.gateway.responses.compact import SUMMARY_REQUEST
 from mlx_agent.gateway.responses.request import SUMMARY_LEAD
+from tests.agent_servers import AgentServer, agent_server
 from tests.agents_support import (
     Namespace,
     agent_binary,
@@ -66,16 +71,24 @@ def summaries_in(line: dict[str, Any]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("v2", [True, False], ids=["compaction-trigger", "compact-endpoint"])
-def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Namespace, v2: bool) -> None:
-    """`codex exec` compacts through the front before each turn and still cats every file and answers."""
-    work = tmp_path / "work"
+@pytest.fixture(scope="module")
+def compacting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    """Serve, with ``--log-prompts``, the compacting model that cats the numbered files in the server's ``work``."""
+    root = tmp_path_factory.mktemp("compacting")
+    work = root / "work"
     work.mkdir()
     for index in range(FILES):
         numbered_file(work, index).write_text(f"note {index}\n" * 20)
-    model = compacting_model(tmp_path / "model", work, FILES, ANSWER, WINDOW, call=cat_call)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    model = compacting_model(root / "model", work, FILES, ANSWER, WINDOW, call=cat_call)
+    with agent_server(root, model, ["--log-prompts"], None) as server:
+        yield server
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["compaction-trigger", "compact-endpoint"])
+def test_codex_compacts_and_goes_on(compacting: AgentServer, tmp_path: Path, v2: bool) -> None:
+    """`codex exec` compacts through the front before each turn and still cats every file and answers."""
+    cli, namespace, port, work = compacting.cli, compacting.namespace, compacting.port, compacting.root / "work"
+    seen = compacting.fresh()
     home = codex_home(
         tmp_path / "codex-home",
         port,
@@ -89,7 +102,7 @@ def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Nam
         work,
         timeout=600,
     )
-    lines = request_lines(cli, port)
+    lines = compacting.lines(seen)
     shown = [(line["endpoint"], line["status"], asks_for_summary(line), len(summaries_in(line))) for line in lines]
     assert done.returncode == 0, f"{shown}\n{done.stdout}\n{done.stderr}"
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
@@ -100,7 +113,7 @@ def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Nam
     for index in compactions:  # the next request carries the model's summary back in place of the history
         carried = summaries_in(lines[index + 1])
         assert carried and set(carried) <= made, shown
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert cli.run("serve", "status").data["servers"][0]["state"] == "running"  # still up for the next test
 
 
 def test_claude_code_discovers_the_concrete_names(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
