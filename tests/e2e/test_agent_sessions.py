@@ -132,9 +132,11 @@ def roles(line: dict[str, Any]) -> str:
     return "".join(str(m.get("role", "?"))[:1] for m in line.get("prompt") or [])
 
 
-def report(name: str, figures: list[tuple[int, int]]) -> None:
-    """Print a session's per-turn prompt and cached tokens (``pytest -s`` shows them)."""
-    print(f"\n{name}: " + ", ".join(f"turn {n}: {p}/{c}" for n, (p, c) in enumerate(figures, start=1)))
+def report(name: str, turns: list[dict[str, Any]]) -> None:
+    """Check the cache reuse; print each turn's prompt and cached tokens, and turn 1's prefill time (``-s``)."""
+    figures = assert_cache_reuse(turns)
+    shown = ", ".join(f"turn {n}: {p}/{c}" for n, (p, c) in enumerate(figures, start=1))
+    print(f"\n{name}: {shown}; turn 1 answered its first token in {turns[0]['ttft_ms']} ms")
 
 
 @dataclass
@@ -183,7 +185,7 @@ def test_claude_code_print_json_session(sessions: Sessions, tmp_path: Path, bare
     assert result["num_turns"] == TOOL_TURNS + 1, result
     assert_claude_tools_ran(work, files)
     turns = session_turns(server, seen, CLAUDE_PROMPT, TOOL_TURNS + 1)
-    report(f"claude -p json ({'bare' if bare else 'full'})", assert_cache_reuse(turns))
+    report(f"claude -p json ({'bare' if bare else 'full'})", turns)
 
 
 def codex_calls(files: dict[str, Path], patch: bool) -> list[tuple[str, dict[str, Any]]]:
@@ -228,7 +230,7 @@ def test_codex_exec_session(sessions: Sessions, tmp_path: Path, codex_model: str
         assert files[name].read_text() == line.replace(old, old.upper()) + line * (LINES - 1)
     assert (work / "log.txt").read_text() == "1\n" * len(NOTES)
     turns = session_turns(server, seen, CODEX_PROMPT, TOOL_TURNS + 1)
-    report(f"codex exec ({codex_model})", assert_cache_reuse(turns))
+    report(f"codex exec ({codex_model})", turns)
 
 
 def test_claude_code_stream_json_session(sessions: Sessions, tmp_path: Path) -> None:
@@ -250,7 +252,7 @@ def test_claude_code_stream_json_session(sessions: Sessions, tmp_path: Path) -> 
     assert uses == [name for name, _ in claude_calls(work, files)], assistant
     assert_claude_tools_ran(work, files)
     turns = session_turns(server, seen, CLAUDE_PROMPT, TOOL_TURNS + 1)
-    report("claude -p stream-json", assert_cache_reuse(turns))
+    report("claude -p stream-json", turns)
 
 
 def trusting_config(home: Path, work: Path, key: str) -> None:
@@ -303,7 +305,7 @@ def test_claude_code_interactive_session(sessions: Sessions, tmp_path: Path) -> 
         ui.kill()
     assert_claude_tools_ran(work, files)
     turns = session_turns(server, seen, CLAUDE_PROMPT, TOOL_TURNS + 1)
-    report("claude interactive", assert_cache_reuse(turns))
+    report("claude interactive", turns)
 
 
 COMPACT_FILES = 12  # Reads in the compacting session; together they hold more than the window
