@@ -17,7 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.agents_support import Namespace, inside, loopback_namespace, module_agent, request_lines, serve
+from tests.agents_support import (
+    Namespace,
+    cat_call,
+    inside,
+    loopback_namespace,
+    module_agent,
+    notes_to_read,
+    read_call,
+    request_lines,
+    serve,
+    sessions_model,
+)
 from tests.conftest import Agent
 
 
@@ -93,3 +104,30 @@ def assert_own_reuse(turns: list[dict[str, Any]]) -> None:
     assert found < first, f"the first turn was not new to the shared server: {found} of {first} tokens cached"
     later = [turn["cached_tokens"] for turn in turns[1:]]
     assert all(cached > found for cached in later), f"a turn reused no more than the first found ({found}): {later}"
+
+
+# The key of the keyed server that reads two notes (``notes_server``): the files that share it send this one.
+NOTES_KEY = "sk-local-notes-key"
+
+
+@dataclass
+class NotesServer:
+    """A keyed ``--log-prompts`` server whose model reads two notes (Claude Code) or cats them (Codex)."""
+
+    server: AgentServer
+    work: Path
+    notes: list[Path]
+
+
+@contextlib.contextmanager
+def notes_server(root: Path) -> Iterator[NotesServer]:
+    """Serve, keyed with ``NOTES_KEY`` and with ``--log-prompts``, a model over the two notes in ``root``/work.
+
+    Offered Read (Claude Code) it reads a.txt then b.txt; offered exec_command (Codex) it cats them; then it
+    answers Basil (``sessions_model``).
+    """
+    work, notes = notes_to_read(root)
+    scripts = {"Read": [read_call(n) for n in notes], "exec_command": [cat_call(n) for n in notes]}
+    model = sessions_model(root / "model", scripts, "Basil")
+    with agent_server(root, model, ["--log-prompts"], NOTES_KEY) as server:
+        yield NotesServer(server, work, notes)

@@ -193,6 +193,7 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
+    "keyed_notes_server": ("tests/e2e/test_agent_run.py", "tests/e2e/test_wire_agents.py"),
 }
 
 

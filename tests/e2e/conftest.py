@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.agent_servers import NotesServer, notes_server
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
 from tests.e2e.vision_support import vision_front
@@ -121,3 +122,10 @@ def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traps]:
         yield watched
     finally:
         watched.close()
+
+
+@pytest.fixture(scope="session")
+def keyed_notes_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NotesServer]:
+    """Serve the keyed scripted model over two notes for the agent tests that only run agents against it."""
+    with notes_server(tmp_path_factory.mktemp("keyed-notes")) as served:
+        yield served

@@ -8,10 +8,10 @@ request lines must show the prompt cache reused from turn 2 and no billing block
 that was under HOME before must be byte-identical after, and no agent config file may appear (the agents'
 own state, which they write as they run, may).
 
-The tests that run an agent, or a stand-in for one, share one such server (``served``, tests/agent_servers.py):
-its model reads the two notes when offered Read (Claude Code) and cats them when offered exec_command (Codex),
-and each test reads the request lines written since it began. The test of `wire env` that stops its server and
-asks again has a server of its own.
+The tests that run an agent, or a stand-in for one, share one such server with tests/e2e/test_wire_agents.py
+(``keyed_notes_server``, tests/agent_servers.py): its model reads the two notes when offered Read (Claude Code)
+and cats them when offered exec_command (Codex), and each test reads the request lines written since it began.
+The test of `wire env` that stops its server and asks again has a server of its own.
 """
 
 from __future__ import annotations
@@ -21,36 +21,30 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from mlx_agent.plan import agent_settings as settings
 from mlx_agent.plan.agent_settings import ServedFacts
-from tests.agent_servers import AgentServer, agent_server, assert_own_reuse
+from tests.agent_servers import NOTES_KEY, NotesServer, assert_own_reuse
 from tests.agents_support import (
     Namespace,
     agent_binary,
     assert_cache_reuse,
     capture,
-    cat_call,
     clean_env,
     inside,
-    notes_to_read,
-    read_call,
     serve,
     session_model,
     session_turns,
-    sessions_model,
 )
 from tests.conftest import LAUNCHER, Agent, free_port
 
 pytestmark = pytest.mark.e2e
 
 ANSWER = "Basil"
-KEY = "sk-local-run-key"
+KEY = NOTES_KEY  # the shared server's (``keyed_notes_server``)
 CLAUDE_SETTINGS = {
     "$schema": "https://json.schemastore.org/claude-code-settings.json",
     "permissions": {"allow": ["Bash(git status)"], "deny": ["Read(./.env)"]},
@@ -116,29 +110,9 @@ def cli_env(cli: Agent, home: Path) -> dict[str, str]:
     return clean_env(home, MLX_AGENT_HOME=str(cli.home))
 
 
-@dataclass
-class Served:
-    """The keyed server the agents' tests share, and the folder of the notes its model reads."""
-
-    server: AgentServer
-    work: Path
-    notes: list[Path]
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """Serve, keyed and with ``--log-prompts``, a model that reads the two notes (Read) or cats them (exec_command)."""
-    root = tmp_path_factory.mktemp("served")
-    work, notes = notes_to_read(root)
-    scripts = {"Read": [read_call(n) for n in notes], "exec_command": [cat_call(n) for n in notes]}
-    model = sessions_model(root / "model", scripts, ANSWER)
-    with agent_server(root, model, ["--log-prompts"], KEY) as server:
-        yield Served(server, work, notes)
-
-
-def test_run_claude_reads_files_and_changes_no_file(served: Served, tmp_path: Path) -> None:
+def test_run_claude_reads_files_and_changes_no_file(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
     """`mlx-agent run claude -- -p ...` finishes two Read turns on a keyed server, cache reused, HOME untouched."""
-    server, work, notes = served.server, served.work, served.notes
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
     cli, namespace, port = server.cli, server.namespace, server.port
     seen = server.fresh()
     home = user_home(tmp_path / "user")
@@ -159,9 +133,9 @@ def test_run_claude_reads_files_and_changes_no_file(served: Served, tmp_path: Pa
     assert_unchanged(before, tree(home))
 
 
-def test_run_codex_runs_commands_and_changes_no_file(served: Served, tmp_path: Path) -> None:
+def test_run_codex_runs_commands_and_changes_no_file(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
     """`mlx-agent run codex -- exec ...` finishes two exec_command turns on a keyed server, HOME's config untouched."""
-    server, work, notes = served.server, served.work, served.notes
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
     cli, namespace, port = server.cli, server.namespace, server.port
     seen = server.fresh()
     home = user_home(tmp_path / "user")
@@ -179,9 +153,9 @@ def test_run_codex_runs_commands_and_changes_no_file(served: Served, tmp_path: P
     assert_unchanged(before, tree(home))
 
 
-def test_run_passes_the_agents_exit_status_through(served: Served, tmp_path: Path) -> None:
+def test_run_passes_the_agents_exit_status_through(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
     """`mlx-agent run` exits with the agent's status; Codex gets the settings, the key in neither argv nor env."""
-    server = served.server
+    server = keyed_notes_server.server
     cli, namespace, port = server.cli, server.namespace, server.port
     lines = server.fresh()
     home = user_home(tmp_path / "user")
@@ -200,9 +174,9 @@ def test_run_passes_the_agents_exit_status_through(served: Served, tmp_path: Pat
     assert server.lines(lines) == []  # the stand-in sent nothing
 
 
-def test_wire_env_sh_gives_plain_claude_what_it_needs(served: Served, tmp_path: Path) -> None:
+def test_wire_env_sh_gives_plain_claude_what_it_needs(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
     """`wire env --shell sh` output, sourced by sh, lets a plain `claude -p` finish Read turns; the key read live."""
-    server, work = served.server, served.work
+    server, work = keyed_notes_server.server, keyed_notes_server.work
     cli, namespace, port = server.cli, server.namespace, server.port
     seen = server.fresh()
     printed = cli.run("wire", "env", "--port", str(port), "--agent", "claude", "--shell", "sh", check_json=False)

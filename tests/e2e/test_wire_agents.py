@@ -5,48 +5,42 @@ temporary directory holding realistic existing configs. After `wire ... --confir
 setting of ours in its environment or argv, finishes a tool round trip on the scripted model (exit 0), and
 `unwire` then leaves every wired file byte-identical to before; `wire status` sees a hand edit as drift.
 
-The Claude Code test and the Codex tests share one keyed server (``served``, tests/agent_servers.py): its model
-reads the two notes when offered Read and cats them when offered exec_command; each test begins with no wiring in
-the server's home, reads the request lines written since it began, and unwires what it wired. The opencode test
-stops its server: it has its own.
+The Claude Code test and the Codex tests share one keyed server with tests/e2e/test_agent_run.py
+(``keyed_notes_server``, tests/agent_servers.py): its model reads the two notes when offered Read and cats them
+when offered exec_command; each test begins with no wiring in the server's home, reads the request lines written
+since it began, and unwires what it wired. The opencode test stops its server: it has its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlx_agent.plan.agent_settings import CHECKED, CLAUDE_AUTO_MODE_NOTE
-from tests.agent_servers import AgentServer, agent_server, assert_own_reuse
+from tests.agent_servers import NOTES_KEY, NotesServer, assert_own_reuse
 from tests.agents_support import (
     AGENT_PACKAGES,
     Namespace,
     agent_binary,
     assert_cache_reuse,
     assert_no_model_trouble,
-    cat_call,
     clean_env,
     codex_exec,
     inside,
-    notes_to_read,
-    read_call,
     scripted_agent_model,
     serve,
     session_turns,
-    sessions_model,
 )
 from tests.conftest import Agent
 
 pytestmark = pytest.mark.e2e
 
 ANSWER = "Basil"
-KEY = "sk-local-wire-key"
+KEY = NOTES_KEY  # the shared server's (``keyed_notes_server``)
 CLAUDE_SETTINGS = {
     "permissions": {"allow": ["Read"], "defaultMode": "default"},
     "env": {"EDITOR": "vim", "DISABLE_TELEMETRY": "1"},
@@ -100,36 +94,19 @@ def status_of(cli: Agent) -> dict[str, Any]:
     return dict(wiring)
 
 
-@dataclass
-class Served:
-    """The keyed server the Claude Code and Codex tests share, and the folder of the notes its model reads."""
-
-    server: AgentServer
-    work: Path
-    notes: list[Path]
-
-    def fresh(self) -> int:
-        """Check the server's home holds no wiring (each test unwires its own); return the request lines so far."""
-        assert self.server.cli.run("wire", "status").data["wirings"] == []
-        return self.server.fresh()
+def no_wiring(served: NotesServer) -> int:
+    """Check the shared server's home holds no wiring (each test unwires its own); return the request lines so far."""
+    assert served.server.cli.run("wire", "status").data["wirings"] == []
+    return served.server.fresh()
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """Serve, keyed and with ``--log-prompts``, a model that reads the two notes (Read) or cats them (exec_command)."""
-    root = tmp_path_factory.mktemp("served")
-    work, notes = notes_to_read(root)
-    scripts = {"Read": [read_call(n) for n in notes], "exec_command": [cat_call(n) for n in notes]}
-    model = sessions_model(root / "model", scripts, ANSWER)
-    with agent_server(root, model, ["--log-prompts"], KEY) as server:
-        yield Served(server, work, notes)
-
-
-def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(served: Served, tmp_path: Path) -> None:
+def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
+    keyed_notes_server: NotesServer, tmp_path: Path
+) -> None:
     """Plain `claude -p` (only HOME set) reads two files via its wired settings, cache reused; unwire undoes it."""
-    server, work, notes = served.server, served.work, served.notes
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
     namespace, port = server.namespace, server.port
-    seen = served.fresh()
+    seen = no_wiring(keyed_notes_server)
     home = tmp_path / "claude-home"
     settings = home / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True)
@@ -182,11 +159,13 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(served: Se
 
 
 @pytest.mark.parametrize("default", [True, False], ids=["default", "profile"])
-def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(served: Served, tmp_path: Path, default: bool) -> None:
+def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
+    keyed_notes_server: NotesServer, tmp_path: Path, default: bool
+) -> None:
     """Plain `codex exec` (HOME, CODEX_HOME; `-p mlx-agent`) runs cat twice on a keyed server; unwire undoes it."""
-    server, work, notes = served.server, served.work, served.notes
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
     namespace, port = server.namespace, server.port
-    seen = served.fresh()
+    seen = no_wiring(keyed_notes_server)
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     config = codex_home / "config.toml"
