@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from tests.agents_support import (
     Namespace,
     cat_call,
@@ -29,7 +31,7 @@ from tests.agents_support import (
     serve,
     sessions_model,
 )
-from tests.conftest import Agent
+from tests.conftest import Agent, processes_mentioning
 
 
 @dataclass
@@ -41,6 +43,7 @@ class AgentServer:
     port: int
     root: Path
     jit: bool
+    worker_pid: int | None = None  # an eager server's worker, as the first test found it
 
     @property
     def pid(self) -> int:
@@ -59,13 +62,17 @@ class AgentServer:
     def fresh(self) -> int:
         """Make the server as a test of its own would find it; return how many request lines it has written so far.
 
-        A ``--jit`` server is unloaded (its next request loads the model again); an eager one must still be loaded.
+        A ``--jit`` server is unloaded (its next request loads the model again); an eager one must still be loaded,
+        by the worker the first test found (an earlier session that crashed it shows here, not in a later test).
         """
         if self.jit:
             unloaded = self.cli.run("serve", "unload", "--port", str(self.port), "--expected-pid", str(self.pid))
             assert unloaded.rc == 0, unloaded.stdout + unloaded.stderr
         state = self.status()
         assert (state["state"], state["model_state"]) == ("running", "unloaded" if self.jit else "loaded"), state
+        if not self.jit:
+            self.worker_pid = self.worker_pid or state["worker"]["pid"]
+            assert state["worker"]["pid"] == self.worker_pid, state
         return self.mark()
 
     def mark(self) -> int:
@@ -81,7 +88,8 @@ class AgentServer:
 def agent_server(root: Path, model: Path, extra: list[str], key: str | None) -> Iterator[AgentServer]:
     """Serve ``model`` (``serve`` in tests/agents_support.py, with ``extra`` options and ``key``) in a new namespace.
 
-    The server's home is ``root``/home; the server is stopped when the block ends.
+    The server's home is ``root``/home; the server is stopped when the block ends, and nothing it started may
+    outlive the stop (as the ``agent`` fixture checks after each test).
     """
     with loopback_namespace() as namespace:
         cli = inside(module_agent(root), namespace)
@@ -90,6 +98,11 @@ def agent_server(root: Path, model: Path, extra: list[str], key: str | None) -> 
             yield AgentServer(cli, namespace, port, root, "--jit" in extra)
         finally:
             assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+            left = processes_mentioning(str(cli.home))  # what the server started there
+            for process in left:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            assert not left, f"still running after the stop: {[p.pid for p in left]}"
 
 
 def assert_own_reuse(turns: list[dict[str, Any]]) -> None:
