@@ -17,7 +17,8 @@ the concrete names only (a glob alias is no model anyone can pick). And Claude C
 asks for thinking display "updates", is answered without a refusal.
 
 Both Codex compaction tests share one server (``compacting``, tests/agent_servers.py) over the numbered files,
-each reading the request lines written since it began; the Claude Code tests serve other options, each its own.
+and both Claude Code tests another (``reading``: a model that reads the note, served with the literal alias
+``claude-local`` and ``--log-prompts``); each test reads the request lines written since it began.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from mlx_agent.gateway.responses.compact import SUMMARY_REQUEST
 from mlx_agent.gateway.responses.request import SUMMARY_LEAD
 from tests.agent_servers import AgentServer, agent_server
 from tests.agents_support import (
-    Namespace,
     agent_binary,
     cat_call,
     claude_env,
@@ -41,13 +41,9 @@ from tests.agents_support import (
     codex_exec,
     codex_home,
     compacting_model,
-    inside,
     numbered_file,
-    request_lines,
     scripted_agent_model,
-    serve,
 )
-from tests.conftest import Agent
 
 pytestmark = pytest.mark.e2e
 
@@ -116,16 +112,25 @@ def test_codex_compacts_and_goes_on(compacting: AgentServer, tmp_path: Path, v2:
     assert cli.run("serve", "status").data["servers"][0]["state"] == "running"  # still up for the next test
 
 
-def test_claude_code_discovers_the_concrete_names(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+@pytest.fixture(scope="module")
+def reading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    """Serve, with the literal alias ``claude-local`` and ``--log-prompts``, a model that reads the note (Read)."""
+    root = tmp_path_factory.mktemp("reading")
+    note = root / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(root / "model", "Read", {"file_path": str(note)}, ANSWER)
+    with agent_server(root, model, ["--alias", "claude-local", "--log-prompts"], None) as server:
+        yield server
+
+
+def test_claude_code_discovers_the_concrete_names(reading: AgentServer, tmp_path: Path) -> None:
     """With CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY, Claude Code caches the served literal alias, no glob.
 
     It keeps the ids that name Claude, with their display names only (2.1.332 reads no window there).
     """
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--alias", "claude-local"], None, tmp_path)
+    note = reading.root / "note.txt"
+    cli, namespace, port = reading.cli, reading.namespace, reading.port
+    seen = reading.fresh()
     home = tmp_path / "claude-home"
     home.mkdir()
     env = clean_env(  # nonessential traffic stays on: the discovery is part of it
@@ -141,24 +146,22 @@ def test_claude_code_discovers_the_concrete_names(agent: Agent, tmp_path: Path, 
     done = namespace.run([*argv, "--system-prompt", "You read files for the user."], env, tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["result"] == ANSWER
-    listings = [line for line in request_lines(cli, port) if line["endpoint"] == "/v1/models"]
+    listings = [line for line in reading.lines(seen) if line["endpoint"] == "/v1/models"]
     assert listings and all(line["status"] == 200 for line in listings)
     cached = json.loads((home / ".claude" / "cache" / "gateway-models.json").read_text())
     assert [m["id"] for m in cached["models"]] == ["claude-local"]  # local-coder does not name Claude; no glob
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert cli.run("serve", "status").data["servers"][0]["state"] == "running"  # still up for the next test
 
 
-def test_claude_code_streaming_json_is_not_refused(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_claude_code_streaming_json_is_not_refused(reading: AgentServer, tmp_path: Path) -> None:
     """`claude -p --output-format stream-json` asks for thinking display "updates": every request is a 200.
 
     Refused, Claude Code would send the request again without the display; so the tool round trip must take
     exactly its two Messages requests (plus side requests that do not carry the user's prompt).
     """
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    note = reading.root / "note.txt"
+    namespace, port = reading.namespace, reading.port
+    seen = reading.fresh()
     home = tmp_path / "claude-home"
     home.mkdir()
     env = claude_env(home, port)
@@ -169,7 +172,6 @@ def test_claude_code_streaming_json_is_not_refused(agent: Agent, tmp_path: Path,
     assert done.returncode == 0, done.stdout + done.stderr
     [result] = [json.loads(line) for line in done.stdout.splitlines() if '"type":"result"' in line.replace(" ", "")]
     assert result["is_error"] is False and result["result"] == ANSWER, result
-    lines = [line for line in request_lines(cli, port) if line["endpoint"] == "/v1/messages"]
+    lines = [line for line in reading.lines(seen) if line["endpoint"] == "/v1/messages"]
     turns = [line for line in lines if any(prompt in str(m.get("content")) for m in line.get("prompt") or [])]
     assert all(line["status"] == 200 for line in lines) and len(turns) == 2, [(t["status"], t["stream"]) for t in lines]
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
