@@ -154,6 +154,68 @@ def session_model(directory: Path, calls: list[tuple[str, dict[str, Any]]], answ
     return model
 
 
+def sessions_template(keys: list[str]) -> str:
+    """Return ``SESSION_TEMPLATE`` with each marker led by the script's key: the first of ``keys`` a tool is named.
+
+    The key is the name of a tool that only one script's agent offers (Claude Code's ``Read``, Codex's
+    ``apply_patch`` when its catalogue knows the model, else its ``exec_command``); a request offering none of
+    them takes the first script. The offered tools are the same on every turn, so each turn's prompt still starts
+    with the whole previous one.
+    """
+    names = (
+        "{%- for tool in tools or [] %}"
+        "{%- set ns.names = ns.names + [(tool.get('function') or tool).get('name')] %}"
+        "{%- endfor %}"
+    )
+    picks = "".join(
+        f"{{%- if not ns.p and '{key}' in ns.names %}}{{%- set ns.p = '{key}' %}}{{%- endif %}}" for key in keys
+    )
+    head = (
+        "{%- set ns = namespace(n=0, p='', names=[]) %}"
+        + names
+        + picks
+        + f"{{%- if not ns.p %}}{{%- set ns.p = '{keys[0]}' %}}{{%- endif %}}"
+    )
+    return head + SESSION_TEMPLATE.removeprefix("{%- set ns = namespace(n=0) %}").replace("'Step' ~", "ns.p ~ 'Step' ~")
+
+
+def sessions_model(
+    directory: Path, scripts: dict[str, list[tuple[str, dict[str, Any]]]], answer: str, window: int = 131072
+) -> Path:
+    """Build ``session_model``'s model for several agents at once: the script keyed by a tool the request offers.
+
+    ``scripts`` maps a tool name to the calls of the script for the agent that offers it (``sessions_template``
+    picks it): one served model then serves each agent's session, as a shared server's model must.
+    """
+    from tests.e2e.wrapped_support import LEAN, scripted_model
+
+    chain: dict[str, str] = {}
+    plain: list[str] = []
+    for key, calls in scripts.items():
+        steps = [f"{key}Step{k}:" for k in range(len(calls) + 1)]
+        made = ["<tool_call>" + json.dumps({"name": name, "arguments": arguments}) for name, arguments in calls]
+        chain.update(zip(steps, made, strict=False))
+        chain.update({call: "</tool_call>" for call in made})
+        chain[steps[-1]] = answer
+        plain += [*steps, *(call for call in made if call not in plain)]
+    chain.update({"</tool_call>": "<|im_end|>", "Plainly:": answer, answer: "<|im_end|>"})
+    assert len(chain) < CHAIN_LIMIT, f"{len(scripts)} scripts need {len(chain)} chain links"
+    model = scripted_model(
+        directory,
+        chain,
+        "<|im_end|>",
+        special=["<tool_call>", "</tool_call>"],
+        plain=[*plain, "Plainly:", answer],
+        template=sessions_template(list(scripts)),
+        shape=LEAN,
+        tokenizer_config={"tool_parser_type": "json_tools"},
+    )
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = window
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
 @dataclass
 class Namespace:
     """A network namespace with only loopback up."""
@@ -579,9 +641,12 @@ def prompt_turns(lines: list[dict[str, Any]], marker: str) -> list[dict[str, Any
     ]
 
 
-def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
-    """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200."""
-    lines = wait_for_lines(cli, port, lambda lines: len(prompt_turns(lines, marker)) >= count)
+def session_turns(cli: Agent, port: int, marker: str, count: int, seen: int = 0) -> list[dict[str, Any]]:
+    """Return the session's turns (request lines whose prompt holds ``marker``), after checking every line is 200.
+
+    ``seen``: the lines written before the session (on a shared server), which are not the session's.
+    """
+    lines = wait_for_lines(cli, port, lambda lines: len(prompt_turns(lines[seen:], marker)) >= count)[seen:]
     found = prompt_turns(lines, marker)
     assert [tool_results(t) for t in found] == list(range(count)), lines
     assert all(line["status"] == 200 for line in lines), [(line["endpoint"], line["status"]) for line in lines]

@@ -206,6 +206,7 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     "group_references": ("tests/e2e/test_distributed_entry.py", "tests/e2e/test_serve_group.py"),
     "hostile_front": ("tests/e2e/test_hostile_requests.py", "tests/e2e/test_fuzz_requests.py"),
     "lookup_launch": ("tests/e2e/test_prompt_lookup_server.py", "tests/e2e/test_readme_fields.py"),
+    "keyed_notes_server": ("tests/e2e/test_agent_run.py", "tests/e2e/test_wire_agents.py"),
 }
 
 

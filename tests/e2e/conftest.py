@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.agent_servers import NotesServer, notes_server
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
 from tests.e2e.cli_launch import Launched, launched
@@ -194,3 +195,10 @@ def lookup_launch(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) ->
         tmp_path_factory.mktemp("lookup-launch"), "--path", str(tiny_model), "--prompt-lookup", "--m5-prefill"
     ) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def keyed_notes_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NotesServer]:
+    """Serve the keyed scripted model over two notes for the agent tests that only run agents against it."""
+    with notes_server(tmp_path_factory.mktemp("keyed-notes")) as served:
+        yield served

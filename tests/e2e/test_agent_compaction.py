@@ -15,11 +15,16 @@ so the answer, only if each compaction was answered and its summary came back in
 Claude Code, with its gateway model discovery on, lists the front's models for its model picker: it must find
 the concrete names only (a glob alias is no model anyone can pick). And Claude Code's stream-json mode, which
 asks for thinking display "updates", is answered without a refusal.
+
+Both Codex compaction tests share one server (``compacting``, tests/agent_servers.py) over the numbered files,
+and both Claude Code tests another (``reading``: a model that reads the note, served with the literal alias
+``claude-local`` and ``--log-prompts``); each test reads the request lines written since it began.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +32,8 @@ import pytest
 
 from mlx_agent.gateway.responses.compact import SUMMARY_REQUEST
 from mlx_agent.gateway.responses.request import SUMMARY_LEAD
+from tests.agent_servers import AgentServer, agent_server
 from tests.agents_support import (
-    Namespace,
     agent_binary,
     cat_call,
     claude_env,
@@ -36,13 +41,9 @@ from tests.agents_support import (
     codex_exec,
     codex_home,
     compacting_model,
-    inside,
     numbered_file,
-    request_lines,
     scripted_agent_model,
-    serve,
 )
-from tests.conftest import Agent
 
 pytestmark = pytest.mark.e2e
 
@@ -66,16 +67,24 @@ def summaries_in(line: dict[str, Any]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("v2", [True, False], ids=["compaction-trigger", "compact-endpoint"])
-def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Namespace, v2: bool) -> None:
-    """`codex exec` compacts through the front before each turn and still cats every file and answers."""
-    work = tmp_path / "work"
+@pytest.fixture(scope="module")
+def compacting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    """Serve, with ``--log-prompts``, the compacting model that cats the numbered files in the server's ``work``."""
+    root = tmp_path_factory.mktemp("compacting")
+    work = root / "work"
     work.mkdir()
     for index in range(FILES):
         numbered_file(work, index).write_text(f"note {index}\n" * 20)
-    model = compacting_model(tmp_path / "model", work, FILES, ANSWER, WINDOW, call=cat_call)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    model = compacting_model(root / "model", work, FILES, ANSWER, WINDOW, call=cat_call)
+    with agent_server(root, model, ["--log-prompts"], None) as server:
+        yield server
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["compaction-trigger", "compact-endpoint"])
+def test_codex_compacts_and_goes_on(compacting: AgentServer, tmp_path: Path, v2: bool) -> None:
+    """`codex exec` compacts through the front before each turn and still cats every file and answers."""
+    cli, namespace, port, work = compacting.cli, compacting.namespace, compacting.port, compacting.root / "work"
+    seen = compacting.fresh()
     home = codex_home(
         tmp_path / "codex-home",
         port,
@@ -89,7 +98,7 @@ def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Nam
         work,
         timeout=600,
     )
-    lines = request_lines(cli, port)
+    lines = compacting.lines(seen)
     shown = [(line["endpoint"], line["status"], asks_for_summary(line), len(summaries_in(line))) for line in lines]
     assert done.returncode == 0, f"{shown}\n{done.stdout}\n{done.stderr}"
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
@@ -100,19 +109,28 @@ def test_codex_compacts_and_goes_on(agent: Agent, tmp_path: Path, namespace: Nam
     for index in compactions:  # the next request carries the model's summary back in place of the history
         carried = summaries_in(lines[index + 1])
         assert carried and set(carried) <= made, shown
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert cli.run("serve", "status").data["servers"][0]["state"] == "running"  # still up for the next test
 
 
-def test_claude_code_discovers_the_concrete_names(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+@pytest.fixture(scope="module")
+def reading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    """Serve, with the literal alias ``claude-local`` and ``--log-prompts``, a model that reads the note (Read)."""
+    root = tmp_path_factory.mktemp("reading")
+    note = root / "note.txt"
+    note.write_text("The secret word is basil.\n")
+    model = scripted_agent_model(root / "model", "Read", {"file_path": str(note)}, ANSWER)
+    with agent_server(root, model, ["--alias", "claude-local", "--log-prompts"], None) as server:
+        yield server
+
+
+def test_claude_code_discovers_the_concrete_names(reading: AgentServer, tmp_path: Path) -> None:
     """With CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY, Claude Code caches the served literal alias, no glob.
 
     It keeps the ids that name Claude, with their display names only (2.1.332 reads no window there).
     """
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--alias", "claude-local"], None, tmp_path)
+    note = reading.root / "note.txt"
+    cli, namespace, port = reading.cli, reading.namespace, reading.port
+    seen = reading.fresh()
     home = tmp_path / "claude-home"
     home.mkdir()
     env = clean_env(  # nonessential traffic stays on: the discovery is part of it
@@ -128,24 +146,22 @@ def test_claude_code_discovers_the_concrete_names(agent: Agent, tmp_path: Path, 
     done = namespace.run([*argv, "--system-prompt", "You read files for the user."], env, tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["result"] == ANSWER
-    listings = [line for line in request_lines(cli, port) if line["endpoint"] == "/v1/models"]
+    listings = [line for line in reading.lines(seen) if line["endpoint"] == "/v1/models"]
     assert listings and all(line["status"] == 200 for line in listings)
     cached = json.loads((home / ".claude" / "cache" / "gateway-models.json").read_text())
     assert [m["id"] for m in cached["models"]] == ["claude-local"]  # local-coder does not name Claude; no glob
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert cli.run("serve", "status").data["servers"][0]["state"] == "running"  # still up for the next test
 
 
-def test_claude_code_streaming_json_is_not_refused(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_claude_code_streaming_json_is_not_refused(reading: AgentServer, tmp_path: Path) -> None:
     """`claude -p --output-format stream-json` asks for thinking display "updates": every request is a 200.
 
     Refused, Claude Code would send the request again without the display; so the tool round trip must take
     exactly its two Messages requests (plus side requests that do not carry the user's prompt).
     """
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
+    note = reading.root / "note.txt"
+    namespace, port = reading.namespace, reading.port
+    seen = reading.fresh()
     home = tmp_path / "claude-home"
     home.mkdir()
     env = claude_env(home, port)
@@ -156,7 +172,6 @@ def test_claude_code_streaming_json_is_not_refused(agent: Agent, tmp_path: Path,
     assert done.returncode == 0, done.stdout + done.stderr
     [result] = [json.loads(line) for line in done.stdout.splitlines() if '"type":"result"' in line.replace(" ", "")]
     assert result["is_error"] is False and result["result"] == ANSWER, result
-    lines = [line for line in request_lines(cli, port) if line["endpoint"] == "/v1/messages"]
+    lines = [line for line in reading.lines(seen) if line["endpoint"] == "/v1/messages"]
     turns = [line for line in lines if any(prompt in str(m.get("content")) for m in line.get("prompt") or [])]
     assert all(line["status"] == 200 for line in lines) and len(turns) == 2, [(t["status"], t["stream"]) for t in lines]
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0

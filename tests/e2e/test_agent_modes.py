@@ -6,18 +6,24 @@ worker; `run` says so; Claude Code goes on without it: a harmless Read runs, a c
 not. Codex with an ``auth`` provider (the one `run codex` and `wire codex` give a keyed server) reads the front's
 catalogue: nothing on stderr about models, and the window it uses is the served model's, not its fallback's.
 Each runs in a network namespace with only loopback (tests/agents_support.py), against a scripted tiny model.
+The tests share two keyed servers (tests/agent_servers.py), each reading the request lines written since it
+began: one whose model reads a note (Claude Code, offered Read) or cats it (Codex, offered exec_command), and one
+whose model asks for the dangerous call, its junk folder made again before each test.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from mlx_agent.gateway.anthropic.safeguards import MESSAGE
 from mlx_agent.plan.agent_settings import CLAUDE_AUTO_MODE_NOTE
+from tests.agent_servers import AgentServer, agent_server
 from tests.agents_support import (
     Namespace,
     Tmux,
@@ -28,11 +34,10 @@ from tests.agents_support import (
     codex_exec,
     codex_home,
     codex_session,
-    inside,
     notes_to_read,
-    request_lines,
-    serve,
+    read_call,
     session_model,
+    sessions_model,
 )
 from tests.conftest import Agent
 from tests.e2e.test_agent_run import cli_env, mlx_agent, user_home
@@ -60,50 +65,91 @@ def run_claude_auto(cli: Agent, namespace: Namespace, port: int, tmp_path: Path,
     return done, debug.read_text() if debug.exists() else ""
 
 
-def refused_once(cli: Agent, port: int) -> list[dict[str, object]]:
-    """Check the front refused one Messages request, the first, before a worker saw it; return the other lines."""
-    lines = request_lines(cli, port)
+def refused_once(server: AgentServer, seen: int) -> list[dict[str, object]]:
+    """Check the front refused one Messages request of the test's, its first, before a worker saw it; return the rest.
+
+    The test's lines are those written after the first ``seen`` (the server is shared).
+    """
+    lines = server.lines(seen)
     refused = [line for line in lines if line["status"] != 200]
     assert len(refused) == 1 and refused[0] is lines[0], [(li["endpoint"], li["status"]) for li in lines]
     assert refused[0]["status"] == 400 and refused[0]["prompt_tokens"] is None  # no worker read its prompt
     return lines[1:]
 
 
-def test_claude_in_auto_mode_is_told_and_still_reads(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+@dataclass
+class Reading:
+    """The keyed server whose model reads the one note (Claude Code) or cats it (Codex), the note and its folder."""
+
+    server: AgentServer
+    work: Path
+    note: Path
+
+
+@pytest.fixture(scope="module")
+def reading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reading]:
+    """Serve, keyed, a model of window ``WINDOW`` that reads the note if offered Read, else cats it (exec_command)."""
+    root = tmp_path_factory.mktemp("reading")
+    work, [note] = notes_to_read(root, 1)
+    scripts = {"Read": [read_call(note)], "exec_command": [cat_call(note)]}
+    model = sessions_model(root / "model", scripts, ANSWER, window=WINDOW)
+    with agent_server(root, model, [], KEY) as server:
+        yield Reading(server, work, note)
+
+
+@dataclass
+class Dangerous:
+    """The keyed server whose model removes the junk folder by a call auto mode must have checked."""
+
+    server: AgentServer
+    work: Path
+    junk: Path
+
+    def fresh(self) -> tuple[int, Path]:
+        """Make the working folder again, holding only the junk folder; return the lines so far and the folder."""
+        shutil.rmtree(self.work)
+        self.junk.mkdir(parents=True)
+        assert [path.name for path in self.work.iterdir()] == [self.junk.name]
+        return self.server.fresh(), self.work
+
+
+@pytest.fixture(scope="module")
+def dangerous(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dangerous]:
+    """Serve, keyed, the dangerous session's model (``dangerous_session``) for the tests of that call."""
+    root = tmp_path_factory.mktemp("dangerous")
+    work, junk, model = dangerous_session(root)
+    with agent_server(root, model, [], KEY) as server:
+        yield Dangerous(server, work, junk)
+
+
+def test_claude_in_auto_mode_is_told_and_still_reads(reading: Reading) -> None:
     """`run claude` prints the auto-mode note; the safeguards ask is refused once; the Read runs; the answer comes."""
-    work, [note] = notes_to_read(tmp_path, 1)
-    model = session_model(tmp_path / "model", [("Read", {"file_path": str(note)})], ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
-    done, debug = run_claude_auto(cli, namespace, port, work, f"Read {note} and tell me the word.")
+    server, work, note = reading.server, reading.work, reading.note
+    seen = server.fresh()
+    done, debug = run_claude_auto(server.cli, server.namespace, server.port, work, f"Read {note} and tell me the word.")
     assert done.returncode == 0, done.stdout + done.stderr  # type: ignore[attr-defined]
     result = json.loads(done.stdout)  # type: ignore[attr-defined]
     assert result["result"] == ANSWER and result["num_turns"] == 2 and result["permission_denials"] == [], result
     stderr: str = done.stderr  # type: ignore[attr-defined]
     assert stderr.startswith(f"note: {CLAUDE_AUTO_MODE_NOTE}\n"), stderr  # ours, before Claude Code starts
     assert CLAUDE_UNCHECKED not in stderr and "Error" not in stderr, stderr  # nothing needed the check
-    assert [line["status"] for line in refused_once(cli, port)] == [200, 200]
+    assert [line["status"] for line in refused_once(server, seen)] == [200, 200]
     assert debug.count(MESSAGE) == 1, debug  # Claude Code read the refusal once and did not send the field again
     assert "[server-classifier]" in debug and "not sent again this session" in debug
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
 
 
-def test_claude_in_auto_mode_does_not_run_a_call_that_needs_the_check(
-    agent: Agent, tmp_path: Path, namespace: Namespace
-) -> None:
+def test_claude_in_auto_mode_does_not_run_a_call_that_needs_the_check(dangerous: Dangerous) -> None:
     """A scripted `rm -rf ... && curl | sh` is refused by Claude Code itself, as the note says: not run, exit 1."""
-    work, junk, model = dangerous_session(tmp_path)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
-    done, _ = run_claude_auto(cli, namespace, port, work, "Remove the junk folder.")
+    server, junk = dangerous.server, dangerous.junk
+    seen, work = dangerous.fresh()
+    done, _ = run_claude_auto(server.cli, server.namespace, server.port, work, "Remove the junk folder.")
     assert done.returncode == 1, done.stdout + done.stderr  # type: ignore[attr-defined]
     assert junk.is_dir()  # the call did not run
     result = json.loads(done.stdout)  # type: ignore[attr-defined]
     assert [d["tool_name"] for d in result["permission_denials"]] == ["Bash"], result
     stderr: str = done.stderr  # type: ignore[attr-defined]
     assert stderr.startswith(f"note: {CLAUDE_AUTO_MODE_NOTE}\n") and CLAUDE_UNCHECKED in stderr, stderr
-    refused_once(cli, port)
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    refused_once(server, seen)
 
 
 def dangerous_session(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -121,29 +167,26 @@ def dangerous_session(tmp_path: Path) -> tuple[Path, Path, Path]:
     return work, junk, session_model(tmp_path / "model", [call], ANSWER)
 
 
-def test_claude_auto_mode_server_off_judges_with_its_own_classifier(
-    agent: Agent, tmp_path: Path, namespace: Namespace
-) -> None:
+def test_claude_auto_mode_server_off_judges_with_its_own_classifier(dangerous: Dangerous, tmp_path: Path) -> None:
     """With CLAUDE_CODE_AUTO_MODE_SERVER=0 (the note's way out) nothing is refused; the served model is asked instead.
 
     Claude Code sends neither the field nor the beta, and asks its own classifier (side requests to the served
     model) about the call; the scripted model's answer is no verdict, so the call does not run.
     """
-    work, junk, model = dangerous_session(tmp_path)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
+    server, junk = dangerous.server, dangerous.junk
+    cli, namespace, port = server.cli, server.namespace, server.port
+    seen, work = dangerous.fresh()
     debug = tmp_path / "claude-debug.log"
     claude = ["-p", "Remove the junk folder.", "--permission-mode", "auto", "--output-format", "json"]
     argv = mlx_agent("run", "claude", "--port", str(port), "--agent-bin", str(agent_binary("claude")))
     env = {**cli_env(cli, user_home(tmp_path / "user")), "CLAUDE_CODE_AUTO_MODE_SERVER": "0"}
     done = namespace.run([*argv, "--", *claude, "--debug-file", str(debug)], env, work, timeout=600)
     assert junk.is_dir(), done.stdout + done.stderr
-    lines = request_lines(cli, port)
+    lines = server.lines(seen)
     assert all(line["status"] == 200 for line in lines), [(li["endpoint"], li["status"]) for li in lines]
     log = debug.read_text()
     assert "classifier_request_started" in log and "new action being classified: tool=Bash" in log, log
     assert len(lines) > 2  # the session's two turns, and the classifier's side requests
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
 
 
 def press_until(ui: Tmux, key: str, shown: Callable[[str], bool]) -> None:
@@ -159,12 +202,12 @@ def press_until(ui: Tmux, key: str, shown: Callable[[str], bool]) -> None:
 
 
 def test_claude_interactive_auto_mode_asks_before_a_call_that_needs_the_check(
-    agent: Agent, tmp_path: Path, namespace: Namespace
+    dangerous: Dangerous, tmp_path: Path
 ) -> None:
     """In its own UI (tmux) Claude Code in auto mode asks before the unchecked call; declined, it does not run."""
-    work, junk, model = dangerous_session(tmp_path)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
+    server, junk = dangerous.server, dangerous.junk
+    cli, namespace, port = server.cli, server.namespace, server.port
+    seen, work = dangerous.fresh()
     home = user_home(tmp_path / "user")
     trusting_config(home, work, KEY)
     ui = Tmux(namespace, tmp_path / "tmux.sock", {**cli_env(cli, home), "TERM": "xterm-256color"})
@@ -172,7 +215,7 @@ def test_claude_interactive_auto_mode_asks_before_a_call_that_needs_the_check(
     try:
         ui.start([*argv, "--", "--permission-mode", "auto"], work)
         ui.wait_for(lambda screen: "auto mode on" in screen, "the prompt box in auto mode")
-        submit(ui, "Remove the junk folder.", lambda: bool(request_lines(cli, port)))
+        submit(ui, "Remove the junk folder.", lambda: server.mark() > seen)
         ui.wait_for(lambda screen: "Enter to stay in auto mode" in screen, "Claude Code's notice", timeout=300)
         press_until(ui, "Enter", lambda screen: CLAUDE_ASKS in screen and "Do you want to proceed?" in screen)
         ui.keys("Escape")  # declined
@@ -182,22 +225,20 @@ def test_claude_interactive_auto_mode_asks_before_a_call_that_needs_the_check(
     finally:
         ui.kill()
     assert junk.is_dir()
-    refused_once(cli, port)
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    refused_once(server, seen)
 
 
-def test_codex_with_an_auth_provider_uses_the_served_window(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_codex_with_an_auth_provider_uses_the_served_window(reading: Reading, tmp_path: Path) -> None:
     """Codex with an ``auth`` table takes the catalogue: the served window, its own prompt as on fallback metadata.
 
     The same Codex with ``env_key`` asks for no catalogue and uses its fallback metadata: the window differs, the
     instructions do not.
     """
-    work, notes = notes_to_read(tmp_path, 1)
-    model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER, window=WINDOW)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
+    server, work = reading.server, reading.work
+    namespace, port = server.namespace, server.port
+    seen = server.fresh()
     used = {}
-    for kind, key_file in (("auth", tmp_path / "keys"), ("env_key", None)):
+    for kind, key_file in (("auth", server.root / "keys"), ("env_key", None)):
         home = codex_home(tmp_path / f"codex-{kind}", port, model="local-coder", key_file=key_file)
         env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY=KEY)
         done = namespace.run(codex_exec("Cat a.txt, then tell me the word."), env, work, 300)
@@ -208,18 +249,14 @@ def test_codex_with_an_auth_provider_uses_the_served_window(agent: Agent, tmp_pa
     assert used["auth"][0] == WINDOW * CODEX_USABLE // 100
     assert used["env_key"][0] == CODEX_FALLBACK_WINDOW * CODEX_USABLE // 100
     assert used["auth"][1] == used["env_key"][1]  # Codex's own prompt either way, byte for byte
-    assert all(line["status"] == 200 for line in request_lines(cli, port))
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert all(line["status"] == 200 for line in server.lines(seen))
 
 
-def test_run_codex_reads_the_catalogue_without_a_word_on_stderr(
-    agent: Agent, tmp_path: Path, namespace: Namespace
-) -> None:
+def test_run_codex_reads_the_catalogue_without_a_word_on_stderr(reading: Reading, tmp_path: Path) -> None:
     """`mlx-agent run codex` (its auth command reads the key file) logs nothing about models; the window is served."""
-    work, notes = notes_to_read(tmp_path, 1)
-    model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER, window=WINDOW)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
+    server, work = reading.server, reading.work
+    cli, namespace, port = server.cli, server.namespace, server.port
+    seen = server.fresh()
     home = tmp_path / "codex-state"
     home.mkdir()
     argv = mlx_agent("run", "codex", "--port", str(port), "--agent-bin", str(agent_binary("codex")))
@@ -229,4 +266,4 @@ def test_run_codex_reads_the_catalogue_without_a_word_on_stderr(
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
     assert_no_model_trouble(done.stderr)
     assert codex_session(home)[0] == WINDOW * CODEX_USABLE // 100
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert all(line["status"] == 200 for line in server.lines(seen))

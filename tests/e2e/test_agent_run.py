@@ -7,6 +7,11 @@ ours in its environment: the agent must finish its tool turns on the model's ans
 request lines must show the prompt cache reused from turn 2 and no billing block in any prompt, every file
 that was under HOME before must be byte-identical after, and no agent config file may appear (the agents'
 own state, which they write as they run, may).
+
+The tests that run an agent, or a stand-in for one, share one such server with tests/e2e/test_wire_agents.py
+(``keyed_notes_server``, tests/agent_servers.py): its model reads the two notes when offered Read (Claude Code)
+and cats them when offered exec_command (Codex), and each test reads the request lines written since it began.
+The test of `wire env` that stops its server and asks again has a server of its own.
 """
 
 from __future__ import annotations
@@ -22,16 +27,14 @@ import pytest
 
 from mlx_agent.plan import agent_settings as settings
 from mlx_agent.plan.agent_settings import ServedFacts
+from tests.agent_servers import NOTES_KEY, NotesServer, assert_own_reuse
 from tests.agents_support import (
     Namespace,
     agent_binary,
     assert_cache_reuse,
     capture,
-    cat_call,
     clean_env,
     inside,
-    notes_to_read,
-    read_call,
     serve,
     session_model,
     session_turns,
@@ -41,7 +44,7 @@ from tests.conftest import LAUNCHER, Agent, free_port
 pytestmark = pytest.mark.e2e
 
 ANSWER = "Basil"
-KEY = "sk-local-run-key"
+KEY = NOTES_KEY  # the shared server's (``keyed_notes_server``)
 CLAUDE_SETTINGS = {
     "$schema": "https://json.schemastore.org/claude-code-settings.json",
     "permissions": {"allow": ["Bash(git status)"], "deny": ["Read(./.env)"]},
@@ -107,12 +110,11 @@ def cli_env(cli: Agent, home: Path) -> dict[str, str]:
     return clean_env(home, MLX_AGENT_HOME=str(cli.home))
 
 
-def test_run_claude_reads_files_and_changes_no_file(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_run_claude_reads_files_and_changes_no_file(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
     """`mlx-agent run claude -- -p ...` finishes two Read turns on a keyed server, cache reused, HOME untouched."""
-    work, notes = notes_to_read(tmp_path)
-    model = session_model(tmp_path / "model", [read_call(n) for n in notes], ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], KEY, tmp_path)
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
+    cli, namespace, port = server.cli, server.namespace, server.port
+    seen = server.fresh()
     home = user_home(tmp_path / "user")
     before = tree(home)
     prompt = "Read a.txt and b.txt, then tell me the word."
@@ -124,19 +126,18 @@ def test_run_claude_reads_files_and_changes_no_file(agent: Agent, tmp_path: Path
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
     assert result["num_turns"] == len(notes) + 1, result
-    turns = session_turns(cli, port, prompt, len(notes) + 1)
+    turns = session_turns(cli, port, prompt, len(notes) + 1, seen)
     assert {t["model"] for t in turns} == {"local-coder"}  # ANTHROPIC_MODEL: the served name, no --model
     assert_cache_reuse(turns)
+    assert_own_reuse(turns)  # the shared server's cache held earlier tests' prompts
     assert_unchanged(before, tree(home))
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
 
 
-def test_run_codex_runs_commands_and_changes_no_file(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_run_codex_runs_commands_and_changes_no_file(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
     """`mlx-agent run codex -- exec ...` finishes two exec_command turns on a keyed server, HOME's config untouched."""
-    work, notes = notes_to_read(tmp_path)
-    model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], KEY, tmp_path)
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
+    cli, namespace, port = server.cli, server.namespace, server.port
+    seen = server.fresh()
     home = user_home(tmp_path / "user")
     before = tree(home)
     prompt = "Cat a.txt and b.txt, then tell me the word."
@@ -145,18 +146,18 @@ def test_run_codex_runs_commands_and_changes_no_file(agent: Agent, tmp_path: Pat
     done = namespace.run([*argv, "--", *codex], cli_env(cli, home), work, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
-    turns = session_turns(cli, port, prompt, len(notes) + 1)
+    turns = session_turns(cli, port, prompt, len(notes) + 1, seen)
     assert {t["model"] for t in turns} == {"local-coder"}
     assert_cache_reuse(turns)
+    assert_own_reuse(turns)
     assert_unchanged(before, tree(home))
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
 
 
-def test_run_passes_the_agents_exit_status_through(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_run_passes_the_agents_exit_status_through(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
     """`mlx-agent run` exits with the agent's status; Codex gets the settings, the key in neither argv nor env."""
-    model = session_model(tmp_path / "model", [], ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
+    server = keyed_notes_server.server
+    cli, namespace, port = server.cli, server.namespace, server.port
+    lines = server.fresh()
     home = user_home(tmp_path / "user")
     fake = tmp_path / "fake-agent"
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$HOME/../argv"\nenv > "$HOME/../env"\nexit 7\n')
@@ -167,35 +168,31 @@ def test_run_passes_the_agents_exit_status_through(agent: Agent, tmp_path: Path,
     seen = (tmp_path / "argv").read_text().splitlines()
     assert seen[-2:] == ["exec", "hi"] and f'model_providers.mlx_agent.base_url="http://127.0.0.1:{port}/v1"' in seen
     assert KEY not in " ".join(seen)  # never in argv: the provider's auth command reads it from the key file
-    assert 'model_providers.mlx_agent.auth.command="grep"' in seen and str(tmp_path / "keys") in " ".join(seen)
+    assert 'model_providers.mlx_agent.auth.command="grep"' in seen and str(server.root / "keys") in " ".join(seen)
     seen_env = (tmp_path / "env").read_text()
     assert KEY not in seen_env and "MLX_AGENT_API_KEY=" not in seen_env
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert server.lines(lines) == []  # the stand-in sent nothing
 
 
-def test_wire_env_sh_gives_plain_claude_what_it_needs(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
-    """`wire env --shell sh` output, sourced by sh, lets a plain `claude -p` finish a Read turn; the key read live."""
-    work = tmp_path / "work"
-    work.mkdir()
-    note = work / "a.txt"
-    note.write_text("a says basil\n")
-    model = session_model(tmp_path / "model", [read_call(note)], ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, [], KEY, tmp_path)
+def test_wire_env_sh_gives_plain_claude_what_it_needs(keyed_notes_server: NotesServer, tmp_path: Path) -> None:
+    """`wire env --shell sh` output, sourced by sh, lets a plain `claude -p` finish Read turns; the key read live."""
+    server, work = keyed_notes_server.server, keyed_notes_server.work
+    cli, namespace, port = server.cli, server.namespace, server.port
+    seen = server.fresh()
     printed = cli.run("wire", "env", "--port", str(port), "--agent", "claude", "--shell", "sh", check_json=False)
     assert printed.rc == 0, printed.stderr
-    assert KEY not in printed.stdout and str(tmp_path / "keys") in printed.stdout  # a reference, not the key
+    assert KEY not in printed.stdout and str(server.root / "keys") in printed.stdout  # a reference, not the key
     home = user_home(tmp_path / "user")
     settings = tmp_path / "claude.sh"
     settings.write_text(printed.stdout)
-    claude = [str(agent_binary("claude")), "--bare", "-p", "Read a.txt, then tell me the word.", "--tools", "Read"]
+    claude = [str(agent_binary("claude")), "--bare", "-p", "Read the notes, then tell me the word.", "--tools", "Read"]
     claude += ["--allowedTools", "Read", "--output-format", "json", "--system-prompt", "You read files."]
     script = f". {shlex.quote(str(settings))} && exec {shlex.join(claude)}"
     done = namespace.run(["sh", "-c", script], clean_env(home), work, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert all(line["status"] == 200 for line in server.lines(seen))  # the key it read live was accepted
 
 
 def test_wire_env_json_and_fish(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:

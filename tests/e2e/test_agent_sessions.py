@@ -7,18 +7,26 @@ each turn's prompt and cached tokens: from the second turn on, the worker must r
 previous turn's prompt, every request must be answered (200), and the agent must end the session with exit
 status 0. The tools' effects on disk are checked too, so a turn that "succeeded" without running its tool
 fails. Last, a Claude Code session longer than the model's context window compacts and still ends on its answer.
+
+The sessions over the whole window share one server (``sessions``, tests/agent_servers.py): its model holds each
+agent's script and picks it by the tools the agent offers, the Claude Code sessions work in one folder, written
+afresh before each, and each test reads the request lines written since it began. The compacting session has a
+model and window of its own, so it has a server of its own.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.agent_servers import AgentServer, agent_server, assert_own_reuse
 from tests.agents_support import (
     Namespace,
     Tmux,
@@ -34,7 +42,7 @@ from tests.agents_support import (
     prompt_turns,
     request_lines,
     serve,
-    session_model,
+    sessions_model,
     tool_results,
     wait_for_lines,
 )
@@ -51,7 +59,8 @@ LINES = 40  # each note's lines: long enough that each result makes the prompt g
 
 
 def notes(work: Path) -> dict[str, Path]:
-    """Write the three notes a session works on; return them by name."""
+    """Write the three notes a session works on, in ``work`` made afresh; return them by name."""
+    shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     made = {}
     for name, (_, line) in NOTES.items():
@@ -92,17 +101,22 @@ def claude_argv(prompt: str, bare: bool, *mode: str) -> list[str]:
     return [str(agent_binary("claude")), *minimal, "-p", prompt, *mode, "--model", "claude-sonnet-4-5", *tools]
 
 
-def session_turns(cli: Agent, port: int, marker: str, count: int) -> list[dict[str, Any]]:
-    """Return the session's turns: the request lines whose prompt holds the user's ``marker``, in order.
+def session_turns(server: AgentServer, seen: int, marker: str, count: int) -> list[dict[str, Any]]:
+    """Return the session's turns: the request lines after the first ``seen`` whose prompt holds ``marker``, in order.
 
     Side requests (a title, a count of tokens) do not carry the user's prompt as a user message. Every
     request line must be a 200: Claude Code, refused, sends the request again without what was refused.
     """
-    lines = wait_for_lines(cli, port, lambda lines: len(prompt_turns(lines, marker)) >= count)
+
+    def enough(lines: list[dict[str, Any]]) -> bool:
+        return len(prompt_turns(lines[seen:], marker)) >= count
+
+    lines = wait_for_lines(server.cli, server.port, enough)[seen:]
     found = prompt_turns(lines, marker)
     assert [tool_results(t) for t in found] == list(range(count)), summary(lines)
     # Every request is answered: a refused one that the agent retried in another form still fails the session.
     assert all(line["status"] == 200 for line in lines), summary(lines)
+    assert_own_reuse(found)  # the shared server's cache held earlier tests' prompts
     return found
 
 
@@ -118,29 +132,60 @@ def roles(line: dict[str, Any]) -> str:
     return "".join(str(m.get("role", "?"))[:1] for m in line.get("prompt") or [])
 
 
-def report(name: str, figures: list[tuple[int, int]]) -> None:
-    """Print a session's per-turn prompt and cached tokens (``pytest -s`` shows them)."""
-    print(f"\n{name}: " + ", ".join(f"turn {n}: {p}/{c}" for n, (p, c) in enumerate(figures, start=1)))
+def report(name: str, turns: list[dict[str, Any]]) -> None:
+    """Check the cache reuse; print each turn's prompt and cached tokens, and turn 1's prefill time (``-s``)."""
+    figures = assert_cache_reuse(turns)
+    shown = ", ".join(f"turn {n}: {p}/{c}" for n, (p, c) in enumerate(figures, start=1))
+    print(f"\n{name}: {shown}; turn 1 answered its first token in {turns[0]['ttft_ms']} ms")
+
+
+@dataclass
+class Sessions:
+    """The server the ten-turn sessions share, and the folder the Claude Code sessions work in."""
+
+    server: AgentServer
+    work: Path
+
+    def claude_notes(self) -> dict[str, Path]:
+        """Write the Claude Code sessions' notes afresh (their calls name these paths); return them by name."""
+        return notes(self.work)
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sessions]:
+    """Serve one model with ``--log-prompts`` for every ten-turn session: Claude Code's script and Codex's two.
+
+    The model takes Claude Code's script when offered Read, Codex's apply_patch script when offered apply_patch
+    (a catalogued model), and its sed script when offered exec_command alone (``sessions_model``).
+    """
+    root = tmp_path_factory.mktemp("sessions")
+    work = root / "work"
+    files = notes(work)
+    scripts = {
+        "Read": claude_calls(work, files),
+        "apply_patch": codex_calls(files, True),
+        "exec_command": codex_calls(files, False),
+    }
+    model = sessions_model(root / "model", scripts, ANSWER)
+    with agent_server(root, model, ["--log-prompts"], None) as server:
+        yield Sessions(server, work)
 
 
 @pytest.mark.parametrize("bare", [pytest.param(True, id="bare"), pytest.param(False, id="full")])
-def test_claude_code_print_json_session(agent: Agent, tmp_path: Path, namespace: Namespace, bare: bool) -> None:
+def test_claude_code_print_json_session(sessions: Sessions, tmp_path: Path, bare: bool) -> None:
     """`claude -p --output-format json` reads, edits and runs commands for ten turns, reusing each prompt."""
-    work = tmp_path / "work"
-    files = notes(work)
-    model = session_model(tmp_path / "model", claude_calls(work, files), ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
-    env = claude_env(tmp_path / "claude-home", port)
-    done = namespace.run(claude_argv(CLAUDE_PROMPT, bare, "--output-format", "json"), env, work, timeout=600)
+    server, work = sessions.server, sessions.work
+    files = sessions.claude_notes()
+    seen = server.fresh()
+    env = claude_env(tmp_path / "claude-home", server.port)
+    done = server.namespace.run(claude_argv(CLAUDE_PROMPT, bare, "--output-format", "json"), env, work, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
     assert result["num_turns"] == TOOL_TURNS + 1, result
     assert_claude_tools_ran(work, files)
-    turns = session_turns(cli, port, CLAUDE_PROMPT, TOOL_TURNS + 1)
-    report(f"claude -p json ({'bare' if bare else 'full'})", assert_cache_reuse(turns))
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    turns = session_turns(server, seen, CLAUDE_PROMPT, TOOL_TURNS + 1)
+    report(f"claude -p json ({'bare' if bare else 'full'})", turns)
 
 
 def codex_calls(files: dict[str, Path], patch: bool) -> list[tuple[str, dict[str, Any]]]:
@@ -169,37 +214,33 @@ CODEX_MODELS = [pytest.param("gpt-5-codex", False, id="uncatalogued"), pytest.pa
 
 
 @pytest.mark.parametrize(("codex_model", "patch"), CODEX_MODELS)
-def test_codex_exec_session(agent: Agent, tmp_path: Path, namespace: Namespace, codex_model: str, patch: bool) -> None:
+def test_codex_exec_session(sessions: Sessions, tmp_path: Path, codex_model: str, patch: bool) -> None:
     """`codex exec` runs commands and edits files for ten turns, reusing each prompt, and ends on the answer."""
+    server = sessions.server
     work = tmp_path / "work"
-    files = notes(work)
-    model = session_model(tmp_path / "model", codex_calls(files, patch), ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
-    home = codex_home(tmp_path / "codex-home", port, model=codex_model)
+    files = notes(work)  # the calls name the notes by their names: Codex runs them in its working folder
+    seen = server.fresh()
+    home = codex_home(tmp_path / "codex-home", server.port, model=codex_model)
     env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY="unused")
     argv = codex_exec(CODEX_PROMPT)
-    done = namespace.run(argv, env, work, timeout=600)
+    done = server.namespace.run(argv, env, work, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
     for name, (old, line) in NOTES.items():
         assert files[name].read_text() == line.replace(old, old.upper()) + line * (LINES - 1)
     assert (work / "log.txt").read_text() == "1\n" * len(NOTES)
-    turns = session_turns(cli, port, CODEX_PROMPT, TOOL_TURNS + 1)
-    report(f"codex exec ({codex_model})", assert_cache_reuse(turns))
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    turns = session_turns(server, seen, CODEX_PROMPT, TOOL_TURNS + 1)
+    report(f"codex exec ({codex_model})", turns)
 
 
-def test_claude_code_stream_json_session(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_claude_code_stream_json_session(sessions: Sessions, tmp_path: Path) -> None:
     """`claude -p --output-format stream-json` goes through the same ten turns and ends on a success result."""
-    work = tmp_path / "work"
-    files = notes(work)
-    model = session_model(tmp_path / "model", claude_calls(work, files), ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
-    env = claude_env(tmp_path / "claude-home", port)
+    server, work = sessions.server, sessions.work
+    files = sessions.claude_notes()
+    seen = server.fresh()
+    env = claude_env(tmp_path / "claude-home", server.port)
     argv = claude_argv(CLAUDE_PROMPT, True, "--output-format", "stream-json", "--verbose")
-    done = namespace.run(argv, env, work, timeout=600)
+    done = server.namespace.run(argv, env, work, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     result = events[-1]
@@ -210,9 +251,8 @@ def test_claude_code_stream_json_session(agent: Agent, tmp_path: Path, namespace
     uses = [block["name"] for block in assistant if block["type"] == "tool_use"]
     assert uses == [name for name, _ in claude_calls(work, files)], assistant
     assert_claude_tools_ran(work, files)
-    turns = session_turns(cli, port, CLAUDE_PROMPT, TOOL_TURNS + 1)
-    report("claude -p stream-json", assert_cache_reuse(turns))
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    turns = session_turns(server, seen, CLAUDE_PROMPT, TOOL_TURNS + 1)
+    report("claude -p stream-json", turns)
 
 
 def trusting_config(home: Path, work: Path, key: str) -> None:
@@ -243,32 +283,29 @@ def submit(ui: Tmux, text: str, taken: Callable[[], bool]) -> None:
     raise AssertionError(f"{text!r} was never sent; the screen:\n{ui.screen()}")
 
 
-def test_claude_code_interactive_session(agent: Agent, tmp_path: Path, namespace: Namespace) -> None:
+def test_claude_code_interactive_session(sessions: Sessions, tmp_path: Path) -> None:
     """Claude Code's own UI, typed into in tmux, goes through the ten turns, shows the answer and exits 0 on /exit."""
-    work = tmp_path / "work"
-    files = notes(work)
-    model = session_model(tmp_path / "model", claude_calls(work, files), ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, ["--log-prompts"], None, tmp_path)
-    env = claude_env(tmp_path / "claude-home", port, TERM="xterm-256color")
+    server, work = sessions.server, sessions.work
+    files = sessions.claude_notes()
+    seen = server.fresh()
+    env = claude_env(tmp_path / "claude-home", server.port, TERM="xterm-256color")
     trusting_config(tmp_path / "claude-home", work, env["ANTHROPIC_API_KEY"])
-    ui = Tmux(namespace, tmp_path / "tmux.sock", env)
+    ui = Tmux(server.namespace, tmp_path / "tmux.sock", env)
     argv = claude_argv(CLAUDE_PROMPT, True)
     argv.remove("-p")
     argv.remove(CLAUDE_PROMPT)
     try:
         ui.start(argv, work)
         ui.wait_for(lambda screen: "? for shortcuts" in screen, "the prompt box")
-        submit(ui, CLAUDE_PROMPT, lambda: bool(request_lines(cli, port)))
+        submit(ui, CLAUDE_PROMPT, lambda: server.mark() > seen)
         ui.wait_for(lambda screen: f"● {ANSWER}" in screen, "the answer", timeout=600)
         submit(ui, "/exit", lambda: "Resume this session" in ui.screen())
         assert ui.exit_status(timeout=180) == 0, ui.screen()
     finally:
         ui.kill()
     assert_claude_tools_ran(work, files)
-    turns = session_turns(cli, port, CLAUDE_PROMPT, TOOL_TURNS + 1)
-    report("claude interactive", assert_cache_reuse(turns))
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    turns = session_turns(server, seen, CLAUDE_PROMPT, TOOL_TURNS + 1)
+    report("claude interactive", turns)
 
 
 COMPACT_FILES = 12  # Reads in the compacting session; together they hold more than the window

@@ -3,16 +3,21 @@
 Each runs inside a network namespace that has only loopback (tests/agents_support.py), against a scripted
 tiny model that calls the agent's own file tool (Claude Code: Read; Codex: exec_command running cat) and,
 given the tool's result, answers with a word it could only reach after a tool round. The agent exits 0 on that
-answer only if every request it sent was accepted and every reply was well formed.
+answer only if every request it sent was accepted and every reply was well formed. Both agents' tests of one
+mode share that mode's server (tests/agent_servers.py): the model picks each agent's call by the tools it is
+offered, and a JIT server is unloaded before each test, so each agent waits out a cold load.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.agent_servers import AgentServer, agent_server
 from tests.agents_support import (
     Namespace,
     agent_binary,
@@ -22,66 +27,87 @@ from tests.agents_support import (
     clean_env,
     codex_exec,
     codex_home,
-    inside,
-    scripted_agent_model,
-    serve,
+    sessions_model,
 )
-from tests.conftest import Agent, free_port
+from tests.conftest import free_port
 from tests.gateway_support import translate_messages, translate_responses
 
 pytestmark = pytest.mark.e2e
 
 ANSWER = "Basil"
 KEY = "sk-local-test-key"
+# Each mode is one server, shared by the Claude Code test and the Codex test of that mode (their turns only read).
 MODES = [
-    pytest.param([], None, id="eager"),
-    pytest.param(["--jit"], None, id="jit"),
-    pytest.param([], KEY, id="eager-keyed"),
-    pytest.param(["--jit"], KEY, id="jit-keyed"),
+    pytest.param(([], None), id="eager"),
+    pytest.param((["--jit"], None), id="jit"),
+    pytest.param(([], KEY), id="eager-keyed"),
+    pytest.param((["--jit"], KEY), id="jit-keyed"),
 ]
 
 
-@pytest.mark.parametrize(("extra", "key"), MODES)
-def test_claude_code_reads_a_file_and_finishes(
-    agent: Agent, tmp_path: Path, namespace: Namespace, extra: list[str], key: str | None
-) -> None:
+@dataclass
+class Served:
+    """One mode's server, the note both agents read and the key they send (None: no key)."""
+
+    server: AgentServer
+    note: Path
+    key: str | None
+
+
+@pytest.fixture(scope="module")
+def note(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Write the note that both agents are scripted to read."""
+    written = tmp_path_factory.mktemp("note") / "note.txt"
+    written.write_text("The secret word is basil.\n")
+    return written
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory, note: Path) -> Path:
+    """Build the scripted model: Claude Code (offered Read) reads the note, Codex (exec_command) cats it."""
+    scripts = {"Read": [("Read", {"file_path": str(note)})], "exec_command": [("exec_command", {"cmd": f"cat {note}"})]}
+    return sessions_model(tmp_path_factory.mktemp("model") / "model", scripts, ANSWER)
+
+
+@pytest.fixture(scope="module", params=MODES)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, model: Path, note: Path
+) -> Iterator[Served]:
+    """Serve the scripted model in one mode for both agents' tests of that mode."""
+    extra, key = request.param
+    with agent_server(tmp_path_factory.mktemp("served"), model, extra, key) as server:
+        yield Served(server, note, key)
+
+
+def test_claude_code_reads_a_file_and_finishes(served: Served, tmp_path: Path) -> None:
     """`claude -p` calls its Read tool on the model's word, reads the file, and ends on the model's answer."""
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "Read", {"file_path": str(note)}, ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, extra, key, tmp_path)
+    server, key = served.server, served.key
+    seen = server.fresh()
     home = tmp_path / "claude-home"
     home.mkdir()
-    done = namespace.run(claude_reads(note), claude_env(home, port, key), tmp_path, timeout=300)
+    done = server.namespace.run(claude_reads(served.note), claude_env(home, server.port, key), tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
     assert result["num_turns"] >= 2  # the answer comes only after the Read tool's result went back
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert all(line["status"] == 200 for line in server.lines(seen))
 
 
-@pytest.mark.parametrize(("extra", "key"), MODES)
-def test_codex_runs_a_command_and_finishes(
-    agent: Agent, tmp_path: Path, namespace: Namespace, extra: list[str], key: str | None
-) -> None:
+def test_codex_runs_a_command_and_finishes(served: Served, tmp_path: Path) -> None:
     """`codex exec` runs cat with its exec_command tool on the model's word and ends on the model's answer."""
-    note = tmp_path / "note.txt"
-    note.write_text("The secret word is basil.\n")
-    model = scripted_agent_model(tmp_path / "model", "exec_command", {"cmd": f"cat {note}"}, ANSWER)
-    cli = inside(agent, namespace)
-    port = serve(cli, model, extra, key, tmp_path)
-    home = codex_home(tmp_path / "codex-home", port)
+    server, key = served.server, served.key
+    seen = server.fresh()
+    home = codex_home(tmp_path / "codex-home", server.port)
     env = clean_env(tmp_path, CODEX_HOME=str(home), LOCAL_API_KEY=key or "unused")
-    done = namespace.run(
-        codex_exec(f"Run cat {note} and tell me the word."),
+    done = server.namespace.run(
+        codex_exec(f"Run cat {served.note} and tell me the word."),
         env,
         tmp_path,
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == ANSWER, done.stdout
-    assert cli.run("serve", "stop", "--port", str(port)).rc == 0
+    assert all(line["status"] == 200 for line in server.lines(seen))
 
 
 def test_the_bodies_claude_code_sends_translate_as_documented(tmp_path: Path, namespace: Namespace) -> None:

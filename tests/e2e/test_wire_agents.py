@@ -4,6 +4,11 @@ Claude Code and Codex CLI (the pinned ones) run in a loopback-only namespace wit
 temporary directory holding realistic existing configs. After `wire ... --confirm`, the agent is run with no
 setting of ours in its environment or argv, finishes a tool round trip on the scripted model (exit 0), and
 `unwire` then leaves every wired file byte-identical to before; `wire status` sees a hand edit as drift.
+
+The Claude Code test and the Codex tests share one keyed server with tests/e2e/test_agent_run.py
+(``keyed_notes_server``, tests/agent_servers.py): its model reads the two notes when offered Read and cats them
+when offered exec_command; each test begins with no wiring in the server's home, reads the request lines written
+since it began, and unwires what it wired. The opencode test stops its server: it has its own.
 """
 
 from __future__ import annotations
@@ -16,21 +21,18 @@ from typing import Any
 import pytest
 
 from mlx_agent.plan.agent_settings import CHECKED, CLAUDE_AUTO_MODE_NOTE
+from tests.agent_servers import NOTES_KEY, NotesServer, assert_own_reuse
 from tests.agents_support import (
     AGENT_PACKAGES,
     Namespace,
     agent_binary,
     assert_cache_reuse,
     assert_no_model_trouble,
-    cat_call,
     clean_env,
     codex_exec,
     inside,
-    notes_to_read,
-    read_call,
     scripted_agent_model,
     serve,
-    session_model,
     session_turns,
 )
 from tests.conftest import Agent
@@ -38,7 +40,7 @@ from tests.conftest import Agent
 pytestmark = pytest.mark.e2e
 
 ANSWER = "Basil"
-KEY = "sk-local-wire-key"
+KEY = NOTES_KEY  # the shared server's (``keyed_notes_server``)
 CLAUDE_SETTINGS = {
     "permissions": {"allow": ["Read"], "defaultMode": "default"},
     "env": {"EDITOR": "vim", "DISABLE_TELEMETRY": "1"},
@@ -92,19 +94,25 @@ def status_of(cli: Agent) -> dict[str, Any]:
     return dict(wiring)
 
 
+def no_wiring(served: NotesServer) -> int:
+    """Check the shared server's home holds no wiring (each test unwires its own); return the request lines so far."""
+    assert served.server.cli.run("wire", "status").data["wirings"] == []
+    return served.server.fresh()
+
+
 def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
-    agent: Agent, tmp_path: Path, namespace: Namespace
+    keyed_notes_server: NotesServer, tmp_path: Path
 ) -> None:
     """Plain `claude -p` (only HOME set) reads two files via its wired settings, cache reused; unwire undoes it."""
-    work, notes = notes_to_read(tmp_path)
-    model = session_model(tmp_path / "model", [read_call(n) for n in notes], ANSWER)
-    port = serve(inside(agent, namespace), model, ["--log-prompts"], KEY, tmp_path)
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
+    namespace, port = server.namespace, server.port
+    seen = no_wiring(keyed_notes_server)
     home = tmp_path / "claude-home"
     settings = home / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True)
     settings.write_text(json.dumps(CLAUDE_SETTINGS, indent=2) + "\n")
     before = sha(settings)
-    cli = inside(Agent(agent.home, {**agent.env, "HOME": str(home)}), namespace)
+    cli = inside(Agent(server.cli.home, {**server.cli.env, "HOME": str(home)}), namespace)
 
     shown = cli.run("wire", "claude", "--port", str(port), check_json=False)  # what a person reads
     assert shown.rc == 0 and f"+++ {settings}" in shown.stdout and "preview_hash: " in shown.stdout, shown.stdout
@@ -126,9 +134,10 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
     result = json.loads(ran.stdout)
     assert result["is_error"] is False and result["result"] == ANSWER, result
     assert result["num_turns"] == len(notes) + 1, result  # the answer comes only after both Reads went back
-    turns = session_turns(cli, port, prompt, len(notes) + 1)  # also: no billing block reached the template
+    turns = session_turns(cli, port, prompt, len(notes) + 1, seen)  # also: no billing block reached the template
     assert {t["model"] for t in turns} == {"local-coder"}
     assert_cache_reuse(turns)
+    assert_own_reuse(turns)  # the shared server's cache held earlier tests' prompts
 
     assert status_of(cli)["server"]["state"] == "up" and not status_of(cli)["drifted"]
     wired_text = settings.read_text()
@@ -151,25 +160,25 @@ def test_wired_claude_code_runs_plainly_and_unwire_restores_the_bytes(
 
 @pytest.mark.parametrize("default", [True, False], ids=["default", "profile"])
 def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
-    agent: Agent, tmp_path: Path, namespace: Namespace, default: bool
+    keyed_notes_server: NotesServer, tmp_path: Path, default: bool
 ) -> None:
     """Plain `codex exec` (HOME, CODEX_HOME; `-p mlx-agent`) runs cat twice on a keyed server; unwire undoes it."""
-    work, notes = notes_to_read(tmp_path)
-    model = session_model(tmp_path / "model", [cat_call(n) for n in notes], ANSWER)
-    port = serve(inside(agent, namespace), model, ["--log-prompts"], KEY, tmp_path)
+    server, work, notes = keyed_notes_server.server, keyed_notes_server.work, keyed_notes_server.notes
+    namespace, port = server.namespace, server.port
+    seen = no_wiring(keyed_notes_server)
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     config = codex_home / "config.toml"
     config.write_text(CODEX_CONFIG)
     before = sha(config)
     env = {"CODEX_HOME": str(codex_home)}
-    cli = inside(Agent(agent.home, {**agent.env, **env, "HOME": str(tmp_path / "home-dir")}), namespace)
+    cli = inside(Agent(server.cli.home, {**server.cli.env, **env, "HOME": str(tmp_path / "home-dir")}), namespace)
 
     done = wired(cli, "codex", "--port", str(port), *(["--default"] if default else []))
     assert done["warnings"] == []  # nothing for the user to set: Codex reads the key file itself
     text = config.read_text()
     assert KEY not in text and "[model_providers.mlx_agent.auth]" in text  # a command reading the key file
-    assert f'"{tmp_path / "keys"}"]' in text and "env_key" not in text.split("[model_providers.mlx_agent]")[1]
+    assert f'"{server.root / "keys"}"]' in text and "env_key" not in text.split("[model_providers.mlx_agent]")[1]
     assert "# Checkouts Codex trusts." in text and '[model_providers.azure]\nname = "Azure"  # the work account' in text
     assert ('model_provider = "mlx_agent"' in text.split("\n[", 1)[0]) is default  # top-level only as the default
     profile = codex_home / "mlx-agent.config.toml"
@@ -185,9 +194,10 @@ def test_wired_codex_runs_plainly_and_unwire_restores_the_bytes(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.strip().splitlines()[-1] == ANSWER, ran.stdout
     assert_no_model_trouble(ran.stderr)  # the auth provider asks for the catalogue, and decodes the answer
-    turns = session_turns(cli, port, prompt, len(notes) + 1)  # every request line 200: the key was accepted
+    turns = session_turns(cli, port, prompt, len(notes) + 1, seen)  # every request line 200: the key was accepted
     assert {t["model"] for t in turns} == {"local-coder"}
     assert_cache_reuse(turns)
+    assert_own_reuse(turns)
 
     if not default:
         undone = unwired(cli, "codex")
