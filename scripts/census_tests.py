@@ -40,6 +40,7 @@ POLL_S = 0.05
 PR_SET_CHILD_SUBREAPER = 36
 TICKS = os.sysconf("SC_CLK_TCK")
 SLOWEST = 20
+SHELLS = frozenset({"sh", "bash", "dash"})
 SERVERS = ("worker", "launcher", "front")  # the kinds counted per test file as well
 # By the command line, first match wins; a process matching none takes an agent parent's kind, else "other".
 # A stand-in runtime is a test's script named like the runtime it replaces; the real ones run as modules.
@@ -75,8 +76,13 @@ class Census:
     live: dict[int, tuple[int, int]] = field(default_factory=dict)  # pid -> key of the process living there now
 
     def kind_of(self, cmdline: str, ppid: int) -> str:
-        """Classify a command line; an unclassified process under an agent is the agent's."""
-        for kind, marks in KINDS:
+        """Classify a command line; an unclassified process under an agent is the agent's.
+
+        A shell is never a server, though its script may name one (a launcher's wrapper before it execs a rank):
+        it counts as other, and as what it runs once it execs (``poll`` reads an other's command line again).
+        """
+        program = os.path.basename(cmdline.split(" ", 1)[0])
+        for kind, marks in () if program in SHELLS else KINDS:
             if any(mark in cmdline for mark in marks):
                 return kind
         parent = self.live.get(ppid)

@@ -45,6 +45,7 @@ def census_module() -> Any:
         ("/r/.venv/bin/python /tmp/pytest-of-root/test_front0/fake_worker.py --port 9", "stand-in"),
         ("/r/.venv/bin/python -c import sys;exec(eval(sys.stdin.readline()))", "pytest"),
         ("tmux -S /tmp/pytest-of-root/test_session0/tmux new-session -d", "other"),
+        ("bash -c exec /r/.venv/bin/python -m mlx_agent.runtime mlx_lm --model m", "other"),
     ],
 )
 def test_each_process_is_counted_by_what_it_runs(cmdline: str, kind: str) -> None:
