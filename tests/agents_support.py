@@ -130,21 +130,26 @@ def session_model(directory: Path, calls: list[tuple[str, dict[str, Any]]], answ
     then ``</tool_call>``; after the last call the marker leads to the answer. ``window`` is the context window
     written in config.json (the scripted weights read only the last token, whatever the position).
     """
-    from tests.e2e.wrapped_support import LEAN, scripted_model
-
     steps = [f"Step{k}:" for k in range(len(calls) + 1)]
     made = ["<tool_call>" + json.dumps({"name": name, "arguments": arguments}) for name, arguments in calls]
     chain = {step: call for step, call in zip(steps, made, strict=False)}
     chain.update({call: "</tool_call>" for call in made})
     chain.update({"</tool_call>": "<|im_end|>", steps[-1]: answer, "Plainly:": answer, answer: "<|im_end|>"})
     assert len(chain) < CHAIN_LIMIT, f"{len(calls)} calls need {len(chain)} chain links"
+    return windowed_model(directory, chain, [*steps, *made, "Plainly:", answer], SESSION_TEMPLATE, window)
+
+
+def windowed_model(directory: Path, chain: dict[str, str], plain: list[str], template: str, window: int) -> Path:
+    """Build the sessions' scripted JSON-tools model from its ``chain``, with ``window`` as its context window."""
+    from tests.e2e.wrapped_support import LEAN, scripted_model
+
     model = scripted_model(
         directory,
         chain,
         "<|im_end|>",
         special=["<tool_call>", "</tool_call>"],
-        plain=[*steps, *made, "Plainly:", answer],
-        template=SESSION_TEMPLATE,
+        plain=plain,
+        template=template,
         shape=LEAN,
         tokenizer_config={"tool_parser_type": "json_tools"},
     )
@@ -187,8 +192,6 @@ def sessions_model(
     ``scripts`` maps a tool name to the calls of the script for the agent that offers it (``sessions_template``
     picks it): one served model then serves each agent's session, as a shared server's model must.
     """
-    from tests.e2e.wrapped_support import LEAN, scripted_model
-
     chain: dict[str, str] = {}
     plain: list[str] = []
     for key, calls in scripts.items():
@@ -200,20 +203,7 @@ def sessions_model(
         plain += [*steps, *(call for call in made if call not in plain)]
     chain.update({"</tool_call>": "<|im_end|>", "Plainly:": answer, answer: "<|im_end|>"})
     assert len(chain) < CHAIN_LIMIT, f"{len(scripts)} scripts need {len(chain)} chain links"
-    model = scripted_model(
-        directory,
-        chain,
-        "<|im_end|>",
-        special=["<tool_call>", "</tool_call>"],
-        plain=[*plain, "Plainly:", answer],
-        template=sessions_template(list(scripts)),
-        shape=LEAN,
-        tokenizer_config={"tool_parser_type": "json_tools"},
-    )
-    config = json.loads((model / "config.json").read_text())
-    config["max_position_embeddings"] = window
-    (model / "config.json").write_text(json.dumps(config))
-    return model
+    return windowed_model(directory, chain, [*plain, "Plainly:", answer], sessions_template(list(scripts)), window)
 
 
 @dataclass

@@ -32,22 +32,13 @@ from mlx_agent.worker_contract import FileCheck
 from tests.adapter_support import restart_refusal
 from tests.conftest import Agent, free_port
 from tests.contract_support import contract
+from tests.e2e.tool_call_models import TOOLS, WHOLE
 from tests.e2e.wrapped_support import REPO_ROOT, Server, running, scripted_model
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e
 
-CALL = '{"name": "get_time", "arguments": {"zone": "UTC"}}'
-TOOLS: Any = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_time",
-            "description": "Now.",
-            "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}},
-        },
-    }
-]
+CALL = WHOLE  # the tool call the scripted models write
 MESSAGES = [{"role": "user", "content": "What time is it?"}]
 # ChatML that lists the tools in a system turn and writes calls as Hermes does (json_tools' markers for mlx_lm).
 TOOL_TEMPLATE = (
