@@ -17,6 +17,7 @@ import pytest
 
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
+from tests.e2e.media_fleet_support import media_front
 from tests.e2e.vision_support import vision_front
 from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
@@ -111,6 +112,16 @@ def embed_fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, embe
         yield f"http://127.0.0.1:{port}"
     finally:
         agent.run("serve", "stop", "--port", str(port))
+
+
+@pytest.fixture(scope="session")
+def media_fleet(
+    tmp_path_factory: pytest.TempPathFactory, tiny_tts: Path, tiny_stt: Path, tiny_image: Path
+) -> Iterator[Gateway]:
+    """Run one front over the real speech, transcription and image workers of the tiny models (loaded on request)."""
+    models = {"speech": tiny_tts, "transcription": tiny_stt, "image_generation": tiny_image}
+    with media_front(tmp_path_factory.mktemp("media-fleet"), models) as gateway:
+        yield gateway
 
 
 @pytest.fixture(scope="module")
