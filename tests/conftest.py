@@ -193,6 +193,7 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
+    "plain_vlm": ("tests/e2e/test_vlm_options.py", "tests/e2e/test_vlm_prefix_cache.py"),
     "media_fleet": ("tests/e2e/test_media_worker_socket.py", "tests/e2e/test_media_front_real.py"),
 }
 

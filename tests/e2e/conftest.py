@@ -18,7 +18,7 @@ import pytest
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
 from tests.e2e.media_fleet_support import media_front
-from tests.e2e.vision_support import vision_front
+from tests.e2e.vision_support import ServedVlm, served_vlm, vision_front
 from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.gateway_support import Gateway, agent_model, real_worker_argv, running_gateway
 from tests.media_traps import Traps
@@ -87,6 +87,13 @@ def vlm_front(tmp_path_factory: pytest.TempPathFactory, tiny_vlm: Path) -> Itera
     """Run one front over the wrapped mlx-vlm worker on the tiny Qwen2-VL model (its prefix cache off, as default)."""
     with vision_front(tmp_path_factory.mktemp("vlm-front"), tiny_vlm) as gateway:
         yield gateway
+
+
+@pytest.fixture(scope="session")
+def plain_vlm(tmp_path_factory: pytest.TempPathFactory, tiny_vlm: Path) -> Iterator[ServedVlm]:
+    """Serve the tiny Qwen2-VL model by ``serve start --runtime mlx-vlm`` with no option (each default), once."""
+    with served_vlm(tmp_path_factory.mktemp("plain-vlm"), tiny_vlm) as served:
+        yield served
 
 
 @pytest.fixture(scope="session")
