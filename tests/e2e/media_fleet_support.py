@@ -10,7 +10,6 @@ it started, on the Unix sockets it gave them (``worker_socket``), as the front i
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any
 from mlx_agent.wire import SOCKET_FLAG
 from tests.conftest import free_port
 from tests.contract_support import contract
+from tests.e2e.closing_http import closing_post
 from tests.e2e.worker_socket_support import Answer, read_answer
 from tests.gateway_support import Gateway, Reply, start_gateway
 from tests.media_support import FORM_TYPE, form_body, media_config, standin_argv, wav_bytes
@@ -69,13 +69,8 @@ class WorkerSocket:
             return read_answer(sock)
 
     def post(self, body: Any, path: str) -> Answer:
-        """POST ``body`` as JSON to ``path``, asking the worker to close the connection after its answer.
-
-        (Without ``Connection: close`` the answer is read to the end only when keep-alive times out, seconds later.)
-        """
-        data = json.dumps(body).encode()
-        head = f"POST {path} HTTP/1.1\r\nHost: worker\r\nConnection: close\r\nContent-Type: application/json\r\n"
-        return self.exchange(head.encode() + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        """POST ``body`` as JSON to ``path``, asking the worker to close the connection after its answer."""
+        return self.exchange(closing_post(body, path))
 
 
 def loaded_model(gateway: Gateway, kind: str) -> dict[str, Any]:
