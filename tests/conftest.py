@@ -207,6 +207,8 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     "hostile_front": ("tests/e2e/test_hostile_requests.py", "tests/e2e/test_fuzz_requests.py"),
     "lookup_launch": ("tests/e2e/test_prompt_lookup_server.py", "tests/e2e/test_readme_fields.py"),
     "keyed_notes_server": ("tests/e2e/test_agent_run.py", "tests/e2e/test_wire_agents.py"),
+    "plain_vlm": ("tests/e2e/test_vlm_options.py", "tests/e2e/test_vlm_prefix_cache.py"),
+    "media_fleet": ("tests/e2e/test_media_worker_socket.py", "tests/e2e/test_media_front_real.py"),
 }
 
 

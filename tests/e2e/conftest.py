@@ -22,8 +22,9 @@ from tests.e2e.cli_launch import Launched, launched
 from tests.e2e.front_support import Front, running_front
 from tests.e2e.fuzz_support import REPLY_LIMITS
 from tests.e2e.group_references import one_process_replies
+from tests.e2e.media_fleet_support import media_front
 from tests.e2e.shared_workers import wrapped_tiny_server
-from tests.e2e.vision_support import vision_front
+from tests.e2e.vision_support import ServedVlm, served_vlm, vision_front
 from tests.e2e.worker_socket_support import SHORT_DEADLINES, SocketWorker, socket_worker
 from tests.e2e.wrapped_support import Server
 from tests.fixtures.tiny_embed import build_tiny_embed
@@ -98,6 +99,13 @@ def vlm_front(tmp_path_factory: pytest.TempPathFactory, tiny_vlm: Path) -> Itera
 
 
 @pytest.fixture(scope="session")
+def plain_vlm(tmp_path_factory: pytest.TempPathFactory, tiny_vlm: Path) -> Iterator[ServedVlm]:
+    """Serve the tiny Qwen2-VL model by ``serve start --runtime mlx-vlm`` with no option (each default), once."""
+    with served_vlm(tmp_path_factory.mktemp("plain-vlm"), tiny_vlm) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
 def embed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the tiny embedding model (it declares Matryoshka dimensions) for the whole session."""
     return build_tiny_embed(tmp_path_factory.mktemp("embed") / "tiny-embed")
@@ -120,6 +128,16 @@ def embed_fleet(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, embe
         yield f"http://127.0.0.1:{port}"
     finally:
         agent.run("serve", "stop", "--port", str(port))
+
+
+@pytest.fixture(scope="session")
+def media_fleet(
+    tmp_path_factory: pytest.TempPathFactory, tiny_tts: Path, tiny_stt: Path, tiny_image: Path
+) -> Iterator[Gateway]:
+    """Run one front over the real speech, transcription and image workers of the tiny models (loaded on request)."""
+    models = {"speech": tiny_tts, "transcription": tiny_stt, "image_generation": tiny_image}
+    with media_front(tmp_path_factory.mktemp("media-fleet"), models) as gateway:
+        yield gateway
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,6 @@ from mlx_agent.api_errors import Code
 from mlx_agent.wire import MAX_BODY_BYTES
 from tests.e2e.test_worker_socket import is_api_error
 from tests.e2e.worker_socket_support import SHORT_DEADLINES, SocketWorker, closed_by_peer, read_answer, socket_worker
-from tests.fixtures.tiny_embed import build_tiny_embed
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +25,9 @@ EMBED_HEAD = b"POST /v1/embeddings HTTP/1.1\r\nHost: worker\r\nContent-Type: app
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SocketWorker]:
-    """Start one embedding worker on its socket with short read deadlines."""
-    model = build_tiny_embed(tmp_path_factory.mktemp("embed") / "tiny-embed")
-    with socket_worker(model, SHORT_DEADLINES, runtime="mlx-vlm-embed") as started:
+def worker(embed_model: Path) -> Iterator[SocketWorker]:
+    """Start one embedding worker of the session's tiny embedding model on its socket with short read deadlines."""
+    with socket_worker(embed_model, SHORT_DEADLINES, runtime="mlx-vlm-embed") as started:
         yield started
 
 

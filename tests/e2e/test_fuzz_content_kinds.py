@@ -27,7 +27,6 @@ from tests.e2e.content_checks import attempt, attempt_every_part, print_codes
 from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
 from tests.e2e.fuzz_support import FUZZ, assert_first_worker, fuzz_front, values
-from tests.fixtures.tiny_embed import build_tiny_embed
 from tests.media_traps import Traps
 
 pytestmark = pytest.mark.e2e
@@ -46,11 +45,10 @@ def text_front(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
-def embed_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
+def embed_front(tmp_path_factory: pytest.TempPathFactory, embed_model: Path) -> Iterator[Front]:
     """Start one eager front on the tiny embedding model for the whole module; print what its cases got."""
-    model = build_tiny_embed(tmp_path_factory.mktemp("embed") / "tiny-embed")
     home = tmp_path_factory.mktemp("embed-home")
-    with fuzz_front(model, home, EMBED_SEEN, "--runtime", "mlx-vlm-embed") as started:
+    with fuzz_front(embed_model, home, EMBED_SEEN, "--runtime", "mlx-vlm-embed") as started:
         yield started
     print_codes("embedding")
 

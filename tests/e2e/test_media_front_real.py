@@ -1,74 +1,32 @@
 """The media endpoints through a real front over the real media workers of the tiny speech, recogniser and image models.
 
-The same fleet as tests/integration/test_media_front.py (``media_support.media_config``: one front, models loaded
-on request), with the stand-in's argv swapped for the wrapped ``mlx-vlm-speech``, ``mlx-vlm-transcription`` and
-``mlx-vlm-image`` entries; the chat model keeps the stand-in. One more test serves a model eagerly through
-``serve start``.
+The session's ``media_fleet`` (tests/e2e/media_fleet_support.py): the same fleet as
+tests/integration/test_media_front.py (``media_support.media_config``: one front, models loaded on request), with
+the stand-in's argv swapped for the wrapped ``mlx-vlm-speech``, ``mlx-vlm-transcription`` and ``mlx-vlm-image``
+entries; the chat model keeps the stand-in. tests/e2e/test_media_worker_socket.py talks to the same workers on their
+sockets. One more test serves a model eagerly through ``serve start``.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
 from tests.conftest import Agent, free_port
-from tests.contract_support import contract
-from tests.gateway_support import Gateway, Reply, start_gateway
-from tests.media_support import FORM_TYPE, form_body, media_config, standin_argv, wav_bytes
+from tests.gateway_support import Gateway, Reply
+from tests.media_support import FORM_TYPE, form_body, wav_bytes
 
 pytestmark = pytest.mark.e2e
 
-RUNTIMES = {"speech": "mlx-vlm-speech", "transcription": "mlx-vlm-transcription", "image_generation": "mlx-vlm-image"}
-
-
-@pytest.fixture(scope="module")
-def front(
-    tmp_path_factory: pytest.TempPathFactory, tiny_tts: Path, tiny_stt: Path, tiny_image: Path
-) -> Iterator[tuple[Gateway, Path]]:
-    """Run a front whose speech, transcription and image models are the real workers of the tiny models."""
-    directory = tmp_path_factory.mktemp("media-real")
-    models = {"speech": tiny_tts, "transcription": tiny_stt, "image_generation": tiny_image}
-    standin = standin_argv(directory)
-
-    def argv_of(kind: str) -> list[str]:
-        if kind not in models:
-            return standin(kind)
-        model = str(models[kind])
-        return [
-            sys.executable,
-            "-m",
-            "mlx_agent.runtime",
-            RUNTIMES[kind],
-            "--model",
-            model,
-            "--mlx-agent-socket",
-            "{socket}",
-            *contract(),
-        ]
-
-    config = media_config(directory, free_port(), argv_of)
-    for model in config["models"]:
-        kind = model["worker"]["kind"]
-        if kind in models:
-            model["worker"]["model_name"] = str(models[kind])  # the recipes' model_field: the worker names its path
-            model["worker"]["ready_timeout"] = 300
-    gateway = start_gateway(directory, config)
-    try:
-        yield gateway, directory
-    finally:
-        gateway.stop()
-
 
 @pytest.fixture
-def client(front: tuple[Gateway, Path]) -> openai.OpenAI:
+def client(media_fleet: Gateway) -> openai.OpenAI:
     """Return the official openai client for the front."""
-    return openai.OpenAI(base_url=front[0].base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=media_fleet.base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
 def test_speech_is_real_audio_in_each_written_format(client: openai.OpenAI) -> None:
@@ -96,9 +54,9 @@ def transcribe(gateway: Gateway, model: str, data: bytes) -> Reply:
     return gateway.request("POST", "/v1/audio/transcriptions", raw=body, headers={"Content-Type": FORM_TYPE})
 
 
-def test_wrong_kinds_and_bad_audio_are_refused_by_the_front(front: tuple[Gateway, Path]) -> None:
+def test_wrong_kinds_and_bad_audio_are_refused_by_the_front(media_fleet: Gateway) -> None:
     """Each real model refuses the other's endpoint, and bytes that are no audio are 400 audio_invalid."""
-    gateway, _ = front
+    gateway = media_fleet
     reply = gateway.request("POST", "/v1/audio/speech", {"model": "org/stt", "input": "hi"})
     assert (reply.status, reply.json()["error"]["code"]) == (400, "model_not_speech")
     reply = transcribe(gateway, "org/speech", wav_bytes(0.5))
@@ -122,7 +80,7 @@ def is_png(b64: str | None) -> bool:
     return b64 is not None and base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_images_are_drawn_and_edited_by_the_real_pipeline(client: openai.OpenAI, front: tuple[Gateway, Path]) -> None:
+def test_images_are_drawn_and_edited_by_the_real_pipeline(client: openai.OpenAI, media_fleet: Gateway) -> None:
     """images.generate and the SDK's multipart images.edit reach the tiny pipeline and come back as PNGs."""
     drawn = client.images.generate(model="org/image", prompt="a red cube", size="16x16", extra_body={"steps": 1})
     assert drawn.data is not None and is_png(drawn.data[0].b64_json)
@@ -134,7 +92,7 @@ def test_images_are_drawn_and_edited_by_the_real_pipeline(client: openai.OpenAI,
         extra_body={"steps": 1},
     )
     assert edited.data is not None and is_png(edited.data[0].b64_json)
-    uploads = Path(front[0].config["socket_dir"]) / "uploads"
+    uploads = Path(media_fleet.config["socket_dir"]) / "uploads"
     assert not uploads.exists() or list(uploads.iterdir()) == []  # the edit's stored image is gone with its reply
 
 

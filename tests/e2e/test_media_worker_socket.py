@@ -1,10 +1,12 @@
 """The speech, transcription and image workers on their own Unix sockets: real mlx-vlm, real tiny models, raw HTTP.
 
-Each worker is started as a front starts it (``python -m mlx_agent.runtime mlx-vlm-speech|transcription|image``,
-the plan's contract), with the session's tiny Soprano, Parakeet-CTC and ERNIE-Image models. Each answers its own
-endpoint as mlx-vlm does, and nothing else: not the other kind's paths, not another ``model`` (a Hub id mlx-vlm
-would load), not a field naming a server path or a file to write. The preview of each tiny model picks its media
-recipe and kind by itself.
+Each worker is the one the session's media front started (``media_fleet``, tests/e2e/media_fleet_support.py:
+``python -m mlx_agent.runtime mlx-vlm-speech|transcription|image``, the plan's contract), with the session's tiny
+Soprano, Parakeet-CTC and ERNIE-Image models, reached on the socket the front gave it; each fixture checks that
+its worker is the same loaded process afterwards. Each answers its own endpoint as mlx-vlm does, and nothing
+else: not the other kind's paths, not another ``model`` (a Hub id mlx-vlm would load), not a field naming a server
+path or a file to write. The preview of each tiny model picks its media recipe and kind by itself. Each request
+says ``Connection: close``, so its answer ends when the worker has sent it, not when keep-alive runs out.
 """
 
 from __future__ import annotations
@@ -21,54 +23,63 @@ import pytest
 from mlx_agent.wire import SOCKET_FLAG, UPLOADS_DIR
 from tests.conftest import Agent
 from tests.contract_support import contract
+from tests.e2e.media_fleet_support import WorkerSocket, loaded_model, loaded_worker
 from tests.e2e.test_worker_socket import is_api_error
 from tests.e2e.worker_socket_support import REPO_ROOT, Answer, SocketWorker, socket_worker
 from tests.fixtures.tiny_stt import TRANSCRIPT, wav_bytes
+from tests.gateway_support import Gateway
 
 pytestmark = pytest.mark.e2e
 
 BOUNDARY = "mediaboundary"
 
 
-@pytest.fixture(scope="module")
-def speaker(tiny_tts: Path) -> Iterator[SocketWorker]:
-    """Start one speech worker of the tiny Soprano model on its socket."""
-    with socket_worker(tiny_tts, runtime="mlx-vlm-speech") as started:
-        yield started
+def shared_worker(media_fleet: Gateway, kind: str) -> Iterator[WorkerSocket]:
+    """Yield the fleet front's worker of ``kind`` on its socket; afterwards it is the same, still-loaded process."""
+    worker = loaded_worker(media_fleet, kind)
+    yield worker
+    after = loaded_model(media_fleet, kind)  # nothing here unloaded, crashed or replaced it
+    assert (after["model_state"], after["worker"]["pid"], after["worker_exits"]) == ("loaded", worker.pid, 0), after
 
 
 @pytest.fixture(scope="module")
-def listener(tiny_stt: Path) -> Iterator[SocketWorker]:
-    """Start one transcription worker of the tiny Parakeet-CTC model on its socket."""
-    with socket_worker(tiny_stt, runtime="mlx-vlm-transcription") as started:
-        yield started
+def speaker(media_fleet: Gateway) -> Iterator[WorkerSocket]:
+    """Return the speech worker of the tiny Soprano model, as the shared media front started it, on its socket."""
+    yield from shared_worker(media_fleet, "speech")
 
 
-def health(worker: SocketWorker) -> Answer:
-    """Return the worker's /health answer."""
-    return worker.exchange(b"GET /health HTTP/1.1\r\nHost: w\r\n\r\n")
+@pytest.fixture(scope="module")
+def listener(media_fleet: Gateway) -> Iterator[WorkerSocket]:
+    """Return the transcription worker of the tiny Parakeet-CTC model, as the shared media front started it."""
+    yield from shared_worker(media_fleet, "transcription")
 
 
-def upload(worker: SocketWorker, path: str, fields: dict[str, str], audio: bytes) -> Answer:
+def health(worker: WorkerSocket | SocketWorker) -> Answer:
+    """Return the worker's /health answer (``Connection: close``: the answer ends with it, not at keep-alive's end)."""
+    return worker.exchange(b"GET /health HTTP/1.1\r\nHost: w\r\nConnection: close\r\n\r\n")
+
+
+def upload(worker: WorkerSocket | SocketWorker, path: str, fields: dict[str, str], audio: bytes) -> Answer:
     """POST a multipart form (text fields and one WAV file, as the openai SDK sends it) to ``path``."""
     parts = [f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields.items()]
     head = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav'
     body = "".join(parts).encode() + head.encode() + b"\r\n\r\n" + audio + f"\r\n--{BOUNDARY}--\r\n".encode()
     request = (
-        f"POST {path} HTTP/1.1\r\nHost: w\r\nContent-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: w\r\nConnection: close\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return worker.exchange(request.encode() + body)
 
 
-def test_the_speech_worker_is_loaded_when_it_answers(speaker: SocketWorker, tiny_tts: Path) -> None:
+def test_the_speech_worker_is_loaded_when_it_answers(speaker: WorkerSocket, tiny_tts: Path) -> None:
     """/health says loaded, with the bound model and its kind, from the first connection on."""
     answer = health(speaker)
     assert answer.status == 200
     assert answer.json() == {"status": "ok", "model": str(tiny_tts), "kind": "speech", "loaded": True}
 
 
-def test_speech_answers_wav_bytes(speaker: SocketWorker) -> None:
+def test_speech_answers_wav_bytes(speaker: WorkerSocket) -> None:
     """A speech request without ``model`` is synthesised by the bound model: a RIFF/WAVE file of audio."""
     answer = speaker.post({"input": "hello.", "response_format": "wav", "max_tokens": 8}, path="/v1/audio/speech")
     assert answer.status == 200, answer.body[:300]
@@ -76,7 +87,7 @@ def test_speech_answers_wav_bytes(speaker: SocketWorker) -> None:
     assert answer.body[:4] == b"RIFF" and answer.body[8:12] == b"WAVE" and len(answer.body) > 1000
 
 
-def test_speech_refuses_another_model_a_path_field_and_other_paths(speaker: SocketWorker) -> None:
+def test_speech_refuses_another_model_a_path_field_and_other_paths(speaker: WorkerSocket) -> None:
     """Another model is 404, ``ref_audio`` (a server file) 400, and the transcription and chat paths 404."""
     other = speaker.post({"input": "hi", "model": "prince-canuma/Kokoro-82M"}, path="/v1/audio/speech")
     assert other.status == 404 and is_api_error(other.json(), "model_not_found"), other
@@ -89,7 +100,7 @@ def test_speech_refuses_another_model_a_path_field_and_other_paths(speaker: Sock
     assert health(speaker).json()["loaded"]  # nothing was unloaded
 
 
-def test_transcription_answers_json(listener: SocketWorker, tiny_stt: Path) -> None:
+def test_transcription_answers_json(listener: WorkerSocket, tiny_stt: Path) -> None:
     """A WAV upload naming the bound model is transcribed (the fixture's forced CTC head reads ``a``)."""
     answer = upload(listener, "/v1/audio/transcriptions", {"model": str(tiny_stt)}, wav_bytes())
     assert answer.status == 200, answer.body[:300]
@@ -100,13 +111,13 @@ def test_transcription_answers_json(listener: SocketWorker, tiny_stt: Path) -> N
     assert text.status == 200 and text.body.decode().strip() == TRANSCRIPT
 
 
-def test_translation_is_served_on_its_own_path(listener: SocketWorker, tiny_stt: Path) -> None:
+def test_translation_is_served_on_its_own_path(listener: WorkerSocket, tiny_stt: Path) -> None:
     """/v1/audio/translations reaches mlx-vlm's translation endpoint for the bound model."""
     answer = upload(listener, "/v1/audio/translations", {"model": str(tiny_stt)}, wav_bytes())
     assert answer.status == 200 and answer.json() == {"text": TRANSCRIPT}, answer.body[:300]
 
 
-def test_transcription_refuses_another_model_and_other_paths(listener: SocketWorker) -> None:
+def test_transcription_refuses_another_model_and_other_paths(listener: WorkerSocket) -> None:
     """A form naming a Hub model is 404 (nothing loaded, nothing unloaded); speech and images paths are 404."""
     other = upload(listener, "/v1/audio/transcriptions", {"model": "openai/whisper-large-v3"}, wav_bytes())
     assert other.status == 404 and is_api_error(other.json(), "model_not_found"), other
@@ -150,21 +161,25 @@ def test_auto_previews_each_media_model_with_its_recipe_and_kind(
 
 
 @pytest.fixture(scope="module")
-def painter(tiny_image: Path) -> Iterator[SocketWorker]:
-    """Start one image-generation worker of the tiny ERNIE-Image pipeline on its socket."""
-    with socket_worker(tiny_image, runtime="mlx-vlm-image") as started:
-        yield started
+def painter(media_fleet: Gateway) -> Iterator[WorkerSocket]:
+    """Return the image-generation worker of the tiny ERNIE-Image pipeline, as the shared media front started it."""
+    yield from shared_worker(media_fleet, "image_generation")
 
 
 @pytest.fixture(scope="module")
-def uploads(painter: SocketWorker) -> Path:
-    """Return the directory the front stores checked edit images in (beside the worker's socket), with one PNG."""
+def uploads(painter: WorkerSocket) -> Iterator[Path]:
+    """Yield the directory the front stores checked edit images in (beside the worker's socket), with one PNG.
+
+    The front's own is emptied after each edit: the PNG and the directory go with this module.
+    """
     from PIL import Image
 
     directory = Path(painter.path).parent / UPLOADS_DIR
-    directory.mkdir(exist_ok=True)
+    directory.mkdir(mode=0o700, exist_ok=True)
     Image.new("RGB", (32, 32), (200, 30, 30)).save(directory / "red.png")
-    return directory
+    yield directory
+    (directory / "red.png").unlink()
+    directory.rmdir()  # the front left nothing of its own edits there
 
 
 def is_png(b64: str) -> bool:
@@ -174,7 +189,7 @@ def is_png(b64: str) -> bool:
     return base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_image_generation_answers_b64_png(painter: SocketWorker) -> None:
+def test_image_generation_answers_b64_png(painter: WorkerSocket) -> None:
     """A 16x16 one-step generation without ``model`` is drawn by the bound pipeline: one base64 PNG."""
     body = {"prompt": "a red cube", "size": "16x16", "steps": 1, "seed": 1}
     answer = painter.post(body, path="/v1/images/generations")
@@ -183,7 +198,7 @@ def test_image_generation_answers_b64_png(painter: SocketWorker) -> None:
     assert is_png(image["b64_json"]) and (image["width"], image["height"]) == (16, 16)
 
 
-def test_image_edit_reads_only_an_uploaded_image(painter: SocketWorker, uploads: Path) -> None:
+def test_image_edit_reads_only_an_uploaded_image(painter: WorkerSocket, uploads: Path) -> None:
     """An edit of an image in the upload directory is drawn; the same request naming another file is 400."""
     body = {"prompt": "make it blue", "image": str(uploads / "red.png"), "size": "16x16", "steps": 1, "seed": 1}
     answer = painter.post(body, path="/v1/images/edits")
@@ -193,7 +208,7 @@ def test_image_edit_reads_only_an_uploaded_image(painter: SocketWorker, uploads:
     assert outside.status == 400 and is_api_error(outside.json(), "unsupported_parameter"), outside
 
 
-def test_image_generation_refuses_files_models_and_other_paths(painter: SocketWorker) -> None:
+def test_image_generation_refuses_files_models_and_other_paths(painter: WorkerSocket) -> None:
     """Writing a file, a prompt-expansion model, another model and the audio paths are all refused."""
     for field, value in [("output_path", "/tmp/x.png"), ("response_format", "path"), ("prompt_expansion_model", "x/y")]:
         answer = painter.post({"prompt": "x", field: value}, path="/v1/images/generations")
@@ -247,7 +262,7 @@ def test_a_transcription_model_launches_eagerly_with_its_worker_loaded(agent: Ag
     assert server["model_state"] == "loaded" and server["worker_rss_bytes"] > 0
 
 
-def test_image_values_mlx_vlm_would_fail_on_are_400(painter: SocketWorker) -> None:
+def test_image_values_mlx_vlm_would_fail_on_are_400(painter: WorkerSocket) -> None:
     """Values mlx-vlm's image schema refuses (built outside its error handling: a 500 there) are 400 here."""
     for body, field in [({"steps": 0}, "steps"), ({"n": 100}, "n"), ({"prompt": 5}, "prompt")]:
         answer = painter.post({"prompt": "x", "size": "16x16", **body}, path="/v1/images/generations")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mlx_agent.runtime.entries.vlm_environment import cli_settings
+from tests.e2e.closing_http import closing_post
 from tests.e2e.worker_socket_support import socket_worker
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +42,7 @@ def test_a_worker_ignores_mlx_vlm_settings_from_the_environment(
             "max_tokens": 8,
             "temperature": 0,
         }
-        answer = worker.post(body)
+        answer = worker.exchange(closing_post(body, "/v1/chat/completions"))  # not held to keep-alive's end
         assert answer.status == 200, answer.body[:300]
         assert answer.json()["usage"]["completion_tokens"] == 8  # no 4-token cache cut the reply short
         log = worker.log()

@@ -4,7 +4,9 @@ The evidence is what mlx_vlm itself holds once its CLI has read the worker's arg
 ``runtime.config`` (and the thinking budget its requests default to) as mlx_vlm captured it before listening
 (``mlx_vlm_server.settings_line``), and the worker behaves by it: a TurboQuant KV cache serves a chat, and
 ``--max-kv-size`` cuts a reply where the prompt and the reply fill the cache, an mlx-vlm LoRA adapter changes
-the greedy reply, and a changed adapter file stops the next load before mlx_vlm reads it.
+the greedy reply, and a changed adapter file stops the next load before mlx_vlm reads it. What the defaults are,
+and the reply without an adapter, are read off the session's ``plain_vlm`` (served with no option, shared with
+tests/e2e/test_vlm_prefix_cache.py); each option is start-up configuration, so each test serves its own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from openai.types.chat import ChatCompletion
 from mlx_agent.runtime.entries.mlx_vlm_server import SETTINGS_LINE
 from tests.adapter_support import flip_last_byte, restart_refusal
 from tests.conftest import Agent, free_port
+from tests.e2e.vision_support import ServedVlm
 
 pytestmark = pytest.mark.e2e
 
@@ -61,10 +64,11 @@ def chat(client: openai.OpenAI, model: Path, max_tokens: int) -> ChatCompletion:
     )
 
 
-def test_the_options_reach_mlx_vlms_own_config_and_a_turboquant_cache_serves(agent: Agent, tiny_vlm: Path) -> None:
+def test_the_options_reach_mlx_vlms_own_config_and_a_turboquant_cache_serves(
+    agent: Agent, tiny_vlm: Path, plain_vlm: ServedVlm
+) -> None:
     """--kv-bits 3.5, --thinking-budget 7 and --vision-cache-size 3 are what mlx_vlm runs with; a chat is answered."""
-    with served(agent, tiny_vlm) as (_, plain):
-        pass
+    plain = logged_settings(plain_vlm.receipt)  # the shared default server's, loaded once
     options = ("--kv-bits", "3.5", "--thinking-budget", "7", "--vision-cache-size", "3")
     with served(agent, tiny_vlm, *options) as (client, settings):
         assert chat(client, tiny_vlm, 4).choices[0].message.content
@@ -88,13 +92,12 @@ def test_max_kv_size_cuts_a_reply_where_the_cache_is_full(agent: Agent, tiny_vlm
 
 
 def test_an_mlx_vlm_adapter_is_loaded_and_a_changed_one_is_refused_at_load(
-    agent: Agent, tiny_vlm: Path, tiny_vlm_adapter: Path, tmp_path: Path
+    agent: Agent, tiny_vlm: Path, tiny_vlm_adapter: Path, plain_vlm: ServedVlm, tmp_path: Path
 ) -> None:
     """The bound adapter is the one mlx_vlm preloads and changes the greedy reply; one flipped byte stops a load."""
     adapter = tmp_path / "adapter"
     shutil.copytree(tiny_vlm_adapter, adapter)
-    with served(agent, tiny_vlm) as (client, _):
-        plain = chat(client, tiny_vlm, 8).choices[0].message.content
+    plain = chat(plain_vlm.client(), tiny_vlm, 8).choices[0].message.content  # the shared default server's
     with launched(agent, tiny_vlm, "--adapter-path", str(adapter)) as (client, receipt):
         adapted = chat(client, tiny_vlm, 8).choices[0].message.content
     assert logged_settings(receipt)["adapter_path"] == str(adapter)

@@ -4,7 +4,7 @@ A tiny Qwen2-VL model is served by the real mlx-vlm worker through `serve start 
 API keys. The evidence is mlx-vlm's own APC report, read through the front with the control token: a key's
 repeated prompt is a hit; the other key's same prompt is not, even when it sends the first key's tenant header;
 a key holder sees only the planned figures; a reset needs the control token and empties the cache. Without the
-option the same model says ``enabled: false``.
+option the same model says ``enabled: false`` (the session's ``plain_vlm``, which only reads here).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from mlx_agent.gateway.door.security import key_id
 from mlx_agent.port_files import PortFiles
 from tests.conditions import wait_until
 from tests.conftest import LAUNCHER, Agent, free_port
+from tests.e2e.vision_support import ServedVlm
 from tests.gateway_support import private_file
 
 pytestmark = pytest.mark.e2e
@@ -133,20 +134,17 @@ def test_a_keys_prefix_hits_only_its_own_cache_and_reset_empties_it(
         assert agent.run("serve", "stop", "--port", str(port)).rc == 0
 
 
-def test_without_the_option_the_cache_is_off(agent: Agent, tiny_vlm: Path) -> None:
+def test_without_the_option_the_cache_is_off(plain_vlm: ServedVlm) -> None:
     """A model served without --prefix-cache-gb says enabled: false, with the option to turn it on."""
-    base, port, receipt = serve(agent, tiny_vlm)
-    try:
-        assert receipt["plan"]["models"][0]["prefix_cache"] is None
-        assert receipt["plan"]["models"][0]["worker"]["env"]["APC_ENABLED"] == "0"
-        status, doc = call(base + "/v1/cache/stats", token="local")
-        assert status == 200 and doc["data"][0]["enabled"] is False and "--prefix-cache-gb" in doc["data"][0]["reason"]
-        shown = agent.run("serve", "status", "--port", str(port)).data["servers"][0]["models"][0]["caches"]
-        assert shown["prefix"]["enabled"] is False and shown["vision"] == {"size": 20}
-        human = agent.run("serve", "status", "--port", str(port), check_json=False)
-        assert "prefix cache off (--prefix-cache-gb); vision cache holds up to 20" in " ".join(human.stdout.split())
-    finally:
-        assert agent.run("serve", "stop", "--port", str(port)).rc == 0
+    agent, base, port, receipt = plain_vlm.agent, plain_vlm.base_url, plain_vlm.port, plain_vlm.receipt
+    assert receipt["plan"]["models"][0]["prefix_cache"] is None
+    assert receipt["plan"]["models"][0]["worker"]["env"]["APC_ENABLED"] == "0"
+    status, doc = call(base + "/v1/cache/stats", token="local")
+    assert status == 200 and doc["data"][0]["enabled"] is False and "--prefix-cache-gb" in doc["data"][0]["reason"]
+    shown = agent.run("serve", "status", "--port", str(port)).data["servers"][0]["models"][0]["caches"]
+    assert shown["prefix"]["enabled"] is False and shown["vision"] == {"size": 20}
+    human = agent.run("serve", "status", "--port", str(port), check_json=False)
+    assert "prefix cache off (--prefix-cache-gb); vision cache holds up to 20" in " ".join(human.stdout.split())
 
 
 def test_the_disk_copy_lives_beside_the_receipt_not_in_mlx_vlms_home(

@@ -13,6 +13,7 @@ on a tool result) answers 400 ``template_error``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +110,16 @@ def qwen35_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def qwen35_front(tmp_path_factory: pytest.TempPathFactory, qwen35_vlm: Path) -> Iterator[Gateway]:
+    """Run one front over the mlx-vlm worker on the Qwen3.5-templated model, for every shape's session (APC off)."""
+    with vision_front(tmp_path_factory.mktemp("vlm-qwen35-front"), qwen35_vlm) as gateway:
+        yield gateway
+
+
 @pytest.mark.parametrize("shape", ["claude_code", "codex", "opencode"])
 def test_an_image_session_with_tools_grows_through_the_worker(
-    qwen35_vlm: Path, tmp_path_factory: pytest.TempPathFactory, shape: str
+    qwen35_vlm: Path, qwen35_front: Gateway, shape: str
 ) -> None:
     """Every turn of an image session with tools answers 200, and the worker's prompt is the growing in-process one.
 
@@ -129,23 +137,24 @@ def test_an_image_session_with_tools_grows_through_the_worker(
     rendered = vlm_served_prompts(template(QWEN35), "qwen2_vl", bodies)
     tokenizer = Tokenizer.from_file(str(qwen35_vlm / "tokenizer.json"))
     extra: set[int] = set()
-    with vision_front(tmp_path_factory.mktemp(f"vlm-{shape}"), qwen35_vlm) as gateway:
-        for number, (body, expected) in enumerate(zip(bodies, rendered, strict=True)):
-            assert expected.error is None, expected.error.message
-            sent = {**body, "model": "org/tiny", "max_tokens": 4, "stream": False}
-            sent.pop("stream_options", None)
-            sent.pop("reasoning_effort", None)  # a template argument: it changes the generation prompt, not the turns
-            answer = post(gateway, "/v1/chat/completions", sent)
-            tokens = len(tokenizer.encode(expected.prompt, add_special_tokens=False).ids)
-            images = expected.prompt.count(IMAGE_PAD)
-            if images:
-                extra.add((answer["usage"]["prompt_tokens"] - tokens) // images)
-                assert (answer["usage"]["prompt_tokens"] - tokens) % images == 0
-            else:
-                assert answer["usage"]["prompt_tokens"] == tokens, number
-            grows = number == 0 or expected.prompt.startswith(rendered[number - 1].cut)
-            assert grows == (number != REWRITTEN.get(shape)), number
+    # A shared worker: its prefix cache is off, so no earlier session's prompt is reused; nothing unloads it.
+    for number, (body, expected) in enumerate(zip(bodies, rendered, strict=True)):
+        assert expected.error is None, expected.error.message
+        sent = {**body, "model": "org/tiny", "max_tokens": 4, "stream": False}
+        sent.pop("stream_options", None)
+        sent.pop("reasoning_effort", None)  # a template argument: it changes the generation prompt, not the turns
+        answer = post(qwen35_front, "/v1/chat/completions", sent)
+        tokens = len(tokenizer.encode(expected.prompt, add_special_tokens=False).ids)
+        images = expected.prompt.count(IMAGE_PAD)
+        if images:
+            extra.add((answer["usage"]["prompt_tokens"] - tokens) // images)
+            assert (answer["usage"]["prompt_tokens"] - tokens) % images == 0
+        else:
+            assert answer["usage"]["prompt_tokens"] == tokens, number
+        grows = number == 0 or expected.prompt.startswith(rendered[number - 1].cut)
+        assert grows == (number != REWRITTEN.get(shape)), number
     assert len(extra) == 1 and extra.pop() > 0  # every image expands alike: the placeholders were the images
+    assert (qwen35_front.status()["loads"], qwen35_front.status()["worker_exits"]) == (1, 0)  # one worker served all
 
 
 def test_a_template_that_refuses_answers_400_through_the_worker(

@@ -4,7 +4,8 @@ Raw HTTP to a real mlx-vlm worker on the tiny Qwen2-VL model, as a broken or hos
 would send it: a body over the cap is 413 before it is read, a body that trickles in is 408 at its deadline,
 and the worker still answers a chat after both. The second wall (``media_wall``): a media part naming a URL or a
 path, on chat completions or Responses, is 400 from the worker itself while a loopback listener sees no
-connection and a 0600 file of ``nobody``'s is never opened.
+connection and a 0600 file of ``nobody``'s is never opened. Each whole request says ``Connection: close``
+(``closing_http``): its answer is read to the connection's end, which keep-alive would hold open for seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 from mlx_agent.api_errors import Code
 from mlx_agent.wire import MAX_BODY_BYTES
+from tests.e2e.closing_http import closing_post
 from tests.e2e.test_worker_socket import CHAT_HEAD, is_api_error
 from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer, socket_worker
 from tests.media_traps import Listener, Traps
@@ -35,13 +37,14 @@ def worker(tiny_vlm: Path) -> Iterator[SocketWorker]:
 def chat_served(worker: SocketWorker, model: Path) -> bool:
     """Say whether a short chat is answered 200 (mlx_vlm serves its model under its path)."""
     body = {"model": str(model), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    return worker.post(body).status == 200
+    return worker.exchange(closing_post(body, "/v1/chat/completions")).status == 200
 
 
 def test_a_body_over_the_cap_is_413_before_it_is_read_by_the_vlm_worker(worker: SocketWorker, tiny_vlm: Path) -> None:
     """A Content-Length past the front's cap is 413 body_too_large, and the worker serves on."""
     with worker.connect() as sock:
-        sock.sendall(CHAT_HEAD + f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode() + b"{" + b" " * (1 << 20))
+        head = CHAT_HEAD + b"Connection: close\r\n"  # the answer's end is the connection's
+        sock.sendall(head + f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode() + b"{" + b" " * (1 << 20))
         answer = read_answer(sock)
     assert answer.status == 413 and is_api_error(answer.json(), Code.BODY_TOO_LARGE), answer
     assert chat_served(worker, tiny_vlm)
@@ -104,7 +107,7 @@ def test_the_vlm_worker_itself_refuses_a_part_naming_a_url_or_a_path(
         body["messages"] = [{"role": "user", "content": content}]
     else:
         body["input"] = [{"role": "user", "content": content}]
-    answer = worker.post(body, path)
+    answer = worker.exchange(closing_post(body, path))
     assert answer.status == 400 and is_api_error(answer.json(), code), answer
     assert listener.connections == connections and not secret.touched()
     assert chat_served(worker, tiny_vlm)
