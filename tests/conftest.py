@@ -204,7 +204,11 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     "tiny_socket_worker": ("tests/e2e/test_worker_socket.py", "tests/e2e/test_fuzz_worker_socket.py"),
     # tiny_replies and qwen2_replies: one process per model answers once what its groups must answer alike.
     "group_references": ("tests/e2e/test_distributed_entry.py", "tests/e2e/test_serve_group.py"),
-    "hostile_front": ("tests/e2e/test_hostile_requests.py", "tests/e2e/test_fuzz_requests.py"),
+    "hostile_front": (
+        "tests/e2e/test_hostile_requests.py",
+        "tests/e2e/test_fuzz_requests.py",
+        "tests/e2e/test_fuzz_content_kinds.py",
+    ),
     "lookup_launch": ("tests/e2e/test_prompt_lookup_server.py", "tests/e2e/test_readme_fields.py"),
     "keyed_notes_server": ("tests/e2e/test_agent_run.py", "tests/e2e/test_wire_agents.py"),
     "plain_vlm": ("tests/e2e/test_vlm_options.py", "tests/e2e/test_vlm_prefix_cache.py"),

@@ -1,16 +1,16 @@
 """The content fuzz on a text model and on an embedding model: every API, every part type and field, hostile values.
 
-One front serves the tiny text model (mlx_lm), another the tiny embedding model (``mlx-vlm-embed``), each for
-the whole module. Every case is a request of one of the APIs the front serves (chat completions streamed and not,
-completions, Messages and its token count, Responses, Ollama's ``/api/chat``, ``/api/generate``, ``/api/embed``
-and ``/api/embeddings``, ``/v1/embeddings``) whose content holds hostile parts (``content_fuzz``): URLs of every
-scheme on a loopback listener, paths and ``file://`` URLs of a 0600 file of ``nobody``'s, data of sound and
-undecodable images, huge, deep and odd JSON. After every case: a 2xx with the endpoint's reply or its API's
-error that is a 4xx or a documented 501/503; no 2xx where the kind must refuse (an image or any media part on
-the text model, media anywhere, chat of the embedding model, embeddings of the text model); no connection to
-the listener, no open of the file, and a normal request answered. At the end each worker is the one its front
-first started (the same pid, one load, no exit). The counts are printed; the vision model's fuzz is
-``test_fuzz_content_parts.py``.
+One front serves the tiny text model (mlx_lm: the session's ``hostile_front``, shared with the other hostile-request
+files), another the tiny embedding model (``mlx-vlm-embed``, for the whole module). Every case is a request of one
+of the APIs the front serves (chat completions streamed and not, completions, Messages and its token count,
+Responses, Ollama's ``/api/chat``, ``/api/generate``, ``/api/embed`` and ``/api/embeddings``, ``/v1/embeddings``)
+whose content holds hostile parts (``content_fuzz``): URLs of every scheme on a loopback listener, paths and
+``file://`` URLs of a 0600 file of ``nobody``'s, data of sound and undecodable images, huge, deep and odd JSON.
+After every case: a 2xx with the endpoint's reply or its API's error that is a 4xx or a documented 501/503; no 2xx
+where the kind must refuse (an image or any media part on the text model, media anywhere, chat of the embedding
+model, embeddings of the text model); no connection to the listener, no open of the file, and a normal request
+answered. At the end each worker is the one its front first started (the same pid, one load, no exit). The counts
+are printed; the vision model's fuzz is ``test_fuzz_content_parts.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from tests.e2e.content_checks import attempt, attempt_every_part, print_codes
 from tests.e2e.content_fuzz import APIS, bodies
 from tests.e2e.front_support import Front
-from tests.e2e.fuzz_support import FUZZ, assert_first_worker, fuzz_front, values
+from tests.e2e.fuzz_support import FUZZ, assert_first_worker, fuzz_front, print_seen, values
 from tests.media_traps import Traps
 
 pytestmark = pytest.mark.e2e
@@ -37,10 +37,10 @@ CASES = settings(FUZZ, max_examples=30)  # per API: ten APIs, about 300 requests
 
 
 @pytest.fixture(scope="module")
-def text_front(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    """Start one eager front on the tiny text model for the whole module; print what its cases got."""
-    with fuzz_front(tiny_model, tmp_path_factory.mktemp("text-home"), TEXT_SEEN) as started:
-        yield started
+def text_front(hostile_front: Front) -> Iterator[Front]:
+    """Share the hostile eager front on the tiny text model (tests/e2e/conftest.py); print what its cases got."""
+    yield hostile_front
+    print_seen(hostile_front, TEXT_SEEN)
     print_codes("text")
 
 

@@ -65,9 +65,13 @@ class SocketWorker:
             return read_answer(sock)
 
     def post(self, body: Any, path: str = "/v1/chat/completions", raw: bytes | None = None) -> Answer:
-        """POST ``body`` (JSON) or ``raw`` bytes with a correct Content-Length."""
+        """POST ``body`` (JSON) or ``raw`` bytes with a correct Content-Length, asking to close after the answer.
+
+        ``exchange`` reads to the end of the connection: a keep-alive server (uvicorn's) would hold it open for
+        seconds after answering.
+        """
         data = raw if raw is not None else json.dumps(body).encode()
-        head = f"POST {path} HTTP/1.1\r\nHost: worker\r\nContent-Type: application/json\r\n"
+        head = f"POST {path} HTTP/1.1\r\nHost: worker\r\nConnection: close\r\nContent-Type: application/json\r\n"
         return self.exchange(head.encode() + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
 
     def healthy(self) -> bool:
