@@ -70,23 +70,24 @@ def worker_pids_in_log(gateway: Gateway) -> list[int]:
     return [int(p) for p in re.findall(r"fake worker: loading pid=(\d+)", gateway.worker_log.read_text())]
 
 
-def test_health_and_models_answer_before_any_load(tmp_path: Path) -> None:
-    """/health says ok and unloaded, /v1/models lists the model, and nothing has been loaded."""
-    with running_gateway(tmp_path) as gateway:
-        health = gateway.request("GET", "/health").json()
-        assert [(d["place"], d["low"]) for d in health.pop("disk")] == [("state", False)]
-        assert health == {
-            "status": "ok",
-            "ready": True,
-            "model_state": "unloaded",
-            "models": {"org/tiny": "unloaded"},
-        }
-        models = gateway.request("GET", "/v1/models").json()
-        assert [(m["id"], m["state"]) for m in models["data"]] == [("org/tiny", "unloaded")]
-        status = gateway.status()
-        assert_valid("front_state", gateway.state())
-        assert (status["model_state"], status["loads"], status["worker"]) == ("unloaded", 0, None)
-        assert status["pid"] == gateway.proc.pid
+def test_health_and_models_answer_before_any_load(standin: Gateway) -> None:
+    """/health says ok and unloaded, /v1/models lists the model, and nothing has been loaded by reading them."""
+    gateway = standin  # the shared front, its model unloaded: what it has loaded so far is counted from here
+    loads = gateway.status()["loads"]
+    health = gateway.request("GET", "/health").json()
+    assert [(d["place"], d["low"]) for d in health.pop("disk")] == [("state", False)]
+    assert health == {
+        "status": "ok",
+        "ready": True,
+        "model_state": "unloaded",
+        "models": {"org/tiny": "unloaded"},
+    }
+    models = gateway.request("GET", "/v1/models").json()
+    assert [(m["id"], m["state"]) for m in models["data"]] == [("org/tiny", "unloaded")]
+    status = gateway.status()
+    assert_valid("front_state", gateway.state())
+    assert (status["model_state"], status["loads"], status["worker"]) == ("unloaded", loads, None)
+    assert status["pid"] == gateway.proc.pid
 
 
 def test_sixteen_concurrent_cold_requests_share_one_load(tmp_path: Path) -> None:
@@ -101,35 +102,35 @@ def test_sixteen_concurrent_cold_requests_share_one_load(tmp_path: Path) -> None
         assert_valid("front_state", gateway.state())
 
 
-def test_unload_is_blocked_by_an_open_stream_then_succeeds(tmp_path: Path) -> None:
+def test_unload_is_blocked_by_an_open_stream_then_succeeds(standin: Gateway) -> None:
     """Unload during a stream is 409 unload_blocked with counts; once the stream ends it unloads."""
-    with running_gateway(tmp_path) as gateway:
-        stream = OpenStream(gateway, x_chunks=40, x_delay=0.05)
-        assert stream.next_event().startswith(b": keepalive")
-        blocked = gateway.control("POST", "unload")
-        assert blocked.status == 409
-        error = blocked.json()["error"]
-        assert (error["code"], error["open_requests"], error["open_streams"]) == ("unload_blocked", 0, 1)
-        body = stream.rest()
-        assert body.rstrip().endswith(b"data: [DONE]")
-        wait_for(lambda: gateway.status()["open_streams"] == 0)
-        worker_pid = gateway.status()["worker"]["pid"]
-        done = gateway.control("POST", "unload")
-        assert done.status == 200 and done.json()["unloaded"] is True
-        assert gateway.status()["model_state"] == "unloaded"
-        assert not pid_alive(worker_pid)
-        assert gateway.request("GET", "/health").status == 200
+    gateway = standin  # the shared front: it ends unloaded, as each test finds it
+    stream = OpenStream(gateway, x_chunks=40, x_delay=0.05)
+    assert stream.next_event().startswith(b": keepalive")
+    blocked = gateway.control("POST", "unload")
+    assert blocked.status == 409
+    error = blocked.json()["error"]
+    assert (error["code"], error["open_requests"], error["open_streams"]) == ("unload_blocked", 0, 1)
+    body = stream.rest()
+    assert body.rstrip().endswith(b"data: [DONE]")
+    wait_for(lambda: gateway.status()["open_streams"] == 0)
+    worker_pid = gateway.status()["worker"]["pid"]
+    done = gateway.control("POST", "unload")
+    assert done.status == 200 and done.json()["unloaded"] is True
+    assert gateway.status()["model_state"] == "unloaded"
+    assert not pid_alive(worker_pid)
+    assert gateway.request("GET", "/health").status == 200
 
 
-def test_sse_passes_through_event_by_event_with_keepalives(tmp_path: Path) -> None:
+def test_sse_passes_through_event_by_event_with_keepalives(standin: Gateway) -> None:
     """Each event reaches the client while the worker is still generating, keepalive comment included."""
-    with running_gateway(tmp_path) as gateway:
-        stream = OpenStream(gateway, x_chunks=3, x_delay=0.3)
-        assert stream.next_event() == b": keepalive 1/1\n"
-        first = stream.next_event()
-        assert first.startswith(b"data: ") and json.loads(first[6:])["model"] == "org/tiny"
-        assert gateway.status()["open_streams"] == 1  # the rest is still being generated
-        assert stream.rest().count(b"data: ") == 3
+    gateway = standin  # the shared front
+    stream = OpenStream(gateway, x_chunks=3, x_delay=0.3)
+    assert stream.next_event() == b": keepalive 1/1\n"
+    first = stream.next_event()
+    assert first.startswith(b"data: ") and json.loads(first[6:])["model"] == "org/tiny"
+    assert gateway.status()["open_streams"] == 1  # the rest is still being generated
+    assert stream.rest().count(b"data: ") == 3
 
 
 def test_idle_timeout_unloads_only_after_the_last_stream_ends(tmp_path: Path) -> None:
@@ -352,18 +353,18 @@ def test_worker_dies_with_a_killed_gateway(tmp_path: Path) -> None:
         wait_for(lambda: not pid_alive(worker_pid))
 
 
-def test_client_leaving_mid_stream_frees_the_stream_and_the_worker_lives(tmp_path: Path) -> None:
+def test_client_leaving_mid_stream_frees_the_stream_and_the_worker_lives(standin: Gateway) -> None:
     """A client that hangs up mid-stream stops counting as open, so unload works, and the gateway carries on."""
-    with running_gateway(tmp_path) as gateway:
-        stream = OpenStream(gateway, x_chunks=400, x_delay=0.02)
-        stream.next_event()
-        stream.next_event()
-        stream.resp.close()
-        stream.conn.close()
-        wait_for(lambda: gateway.status()["open_streams"] == 0)
-        assert gateway.status()["model_state"] == "loaded"
-        assert gateway.chat().status == 200
-        assert gateway.control("POST", "unload").status == 200
+    gateway = standin  # the shared front: it ends unloaded, as each test finds it
+    stream = OpenStream(gateway, x_chunks=400, x_delay=0.02)
+    stream.next_event()
+    stream.next_event()
+    stream.resp.close()
+    stream.conn.close()
+    wait_for(lambda: gateway.status()["open_streams"] == 0)
+    assert gateway.status()["model_state"] == "loaded"
+    assert gateway.chat().status == 200
+    assert gateway.control("POST", "unload").status == 200
 
 
 def test_a_stranger_answering_on_a_tcp_workers_port_is_refused(tmp_path: Path) -> None:
