@@ -21,10 +21,10 @@ from tests.gateway_support import Gateway
 KEYS = ("alice", "bob", "alice-key", "bob-key", "sk-slow-bodies-test-key")
 
 
-def idle(gateway: Gateway) -> dict[str, Any] | None:
-    """Return the front's state if it has no request and no stream open, else None."""
+def idle(gateway: Gateway) -> dict[str, Any]:
+    """Return the front's state if it has no request and no stream open, else nothing (an empty one)."""
     state = gateway.status()
-    return state if state["open_requests"] == 0 and state["open_streams"] == 0 else None
+    return state if state["open_requests"] == 0 and state["open_streams"] == 0 else {}
 
 
 def settled(gateway: Gateway) -> Gateway:
