@@ -223,51 +223,65 @@ def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
     ids=["no_key", "wrong_key", "foreign_host"],
 )
 def test_a_body_refused_by_its_headers_is_never_read(
-    tmp_path: Path, key: str | None, host: str | None, status: int
+    keyed_standin: Gateway, key: str | None, host: str | None, status: int
 ) -> None:
     """With only the headers sent, a keyed front answers 401 (403 for a foreign Host) and closes: no body is read."""
-    with running_gateway(tmp_path, api_keys=[KEY]) as gateway:
-        sock = connect(gateway)
-        sock.sendall(slow_head(gateway, key=key, host=host))  # and not one byte of the body
-        head, body = read_answer(sock)
-        assert head.startswith(f"HTTP/1.1 {status} ".encode())
-        assert b"error" in body
-        assert closed_within(sock, 5)  # not kept open to read (and drop) the rest of the body
+    gateway = keyed_standin  # the shared keyed front (KEY is one of its keys)
+    sock = connect(gateway)
+    sock.sendall(slow_head(gateway, key=key, host=host))  # and not one byte of the body
+    head, body = read_answer(sock)
+    assert head.startswith(f"HTTP/1.1 {status} ".encode())
+    assert b"error" in body
+    assert closed_within(sock, 5)  # not kept open to read (and drop) the rest of the body
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-8-sig"])
-def test_a_body_that_is_not_utf8_is_400_invalid_encoding(tmp_path: Path, encoding: str) -> None:
+def test_a_body_that_is_not_utf8_is_400_invalid_encoding(standin: Gateway, encoding: str) -> None:
     """A JSON body in UTF-16 or UTF-32, or with a byte order mark, is 400 invalid_encoding in each API's shape."""
     doc = {"model": "org/tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-    with running_gateway(tmp_path) as gateway:
-        raw = json.dumps(doc).encode(encoding)
-        chat = gateway.request("POST", "/v1/chat/completions", raw=raw)
-        assert chat.status == 400
-        assert (chat.json()["error"]["code"], chat.json()["error"]["param"]) == ("invalid_encoding", "body")
-        messages = gateway.request("POST", "/v1/messages", raw=raw, headers={"anthropic-version": "2023-06-01"})
-        assert messages.status == 400
-        assert messages.json()["type"] == "error"
-        assert messages.json()["error"]["code"] == "invalid_encoding"
-        assert gateway.request("POST", "/v1/chat/completions", raw=json.dumps(doc).encode()).status == 200
+    gateway = standin  # the shared front
+    raw = json.dumps(doc).encode(encoding)
+    chat = gateway.request("POST", "/v1/chat/completions", raw=raw)
+    assert chat.status == 400
+    assert (chat.json()["error"]["code"], chat.json()["error"]["param"]) == ("invalid_encoding", "body")
+    messages = gateway.request("POST", "/v1/messages", raw=raw, headers={"anthropic-version": "2023-06-01"})
+    assert messages.status == 400
+    assert messages.json()["type"] == "error"
+    assert messages.json()["error"]["code"] == "invalid_encoding"
+    assert gateway.request("POST", "/v1/chat/completions", raw=json.dumps(doc).encode()).status == 200
 
 
 @pytest.mark.parametrize("how", ["close", "shutdown"])
-def test_a_client_that_hangs_up_mid_body_is_logged_499(tmp_path: Path, how: str) -> None:
+def test_a_client_that_hangs_up_mid_body_is_logged_499(standin: Gateway, how: str) -> None:
     """A client that closes (or ends its side) before its body has all arrived is a 499, not a 500 and a traceback."""
-    with running_gateway(tmp_path) as gateway:
-        sock = connect(gateway)
-        sock.sendall(slow_head(gateway) + b'{"model": "org/tiny", ')
-        time.sleep(0.5)  # the front is reading the body
-        if how == "shutdown":
-            sock.shutdown(socket.SHUT_WR)  # the body will never be whole: the client has hung up
-        else:
-            sock.close()
-        deadline = time.monotonic() + 10
-        while not request_statuses(gateway):
-            assert time.monotonic() < deadline, gateway.log_path.read_text()
-            time.sleep(0.05)
-        assert request_statuses(gateway) == [499]
-        assert "Traceback" not in gateway.log_path.read_text()
+    gateway = standin  # the shared front: its log's lines counted from here
+    logged = len(request_statuses(gateway))
+    sock = connect(gateway)
+    sock.sendall(slow_head(gateway) + b'{"model": "org/tiny", ')
+    wait_until(lambda: read_all_of(gateway, sock), "the front is reading the body (all sent so far read)")
+    if how == "shutdown":
+        sock.shutdown(socket.SHUT_WR)  # the body will never be whole: the client has hung up
+    else:
+        sock.close()
+    deadline = time.monotonic() + 10
+    while len(request_statuses(gateway)) == logged:
+        assert time.monotonic() < deadline, gateway.log_path.read_text()
+        time.sleep(0.05)
+    assert request_statuses(gateway)[logged:] == [499]
+    assert "Traceback" not in gateway.log_path.read_text()
+    sock.close()
+
+
+def read_all_of(gateway: Gateway, sock: socket.socket) -> bool:
+    """Say whether the front has accepted ``sock``'s connection and read every byte sent on it so far."""
+    if accepted_connections(gateway.proc.pid, gateway.port) == 0:
+        return False
+    ends = (gateway.port, sock.getsockname()[1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()  # sl local_address rem_address st tx_queue:rx_queue ...
+        if tuple(int(address.split(":")[1], 16) for address in fields[1:3]) == ends:
+            return int(fields[4].split(":")[1], 16) == 0
+    return False
 
 
 def test_a_client_that_sends_a_refused_body_whole_reads_its_answer(tmp_path: Path) -> None:
