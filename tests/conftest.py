@@ -436,16 +436,18 @@ def keyed_standin_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ga
 
 
 @pytest.fixture
-def standin(standin_front: Gateway) -> Gateway:
-    """Return the shared stand-in front, checked whole and settled, its model unloaded."""
+def standin(standin_front: Gateway) -> Iterator[Gateway]:
+    """Return the shared stand-in front settled, its model unloaded; after the test, check that it settles again."""
     from tests.standin_fronts import settled
 
-    return settled(standin_front)
+    yield settled(standin_front)
+    settled(standin_front)  # the test let go of all it opened: the front recovered before the next
 
 
 @pytest.fixture
-def keyed_standin(keyed_standin_front: Gateway) -> Gateway:
-    """Return the shared keyed stand-in front, checked whole and settled, its model unloaded."""
+def keyed_standin(keyed_standin_front: Gateway) -> Iterator[Gateway]:
+    """Return the shared keyed stand-in front settled, its model unloaded; after the test, check that it settles."""
     from tests.standin_fronts import settled
 
-    return settled(keyed_standin_front)
+    yield settled(keyed_standin_front)
+    settled(keyed_standin_front)  # the test let go of all it opened: the front recovered before the next
