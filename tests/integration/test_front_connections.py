@@ -12,27 +12,9 @@ import pytest
 
 from mlx_agent.gateway.sse import HIGH_WATER
 from tests.conditions import accepted_connections, unread_bytes, wait_until
+from tests.front_clients import closed_within, connect, request_statuses
 from tests.gateway_support import Gateway, running_gateway
 from tests.standin_fronts import settled
-
-
-def connect(gateway: Gateway) -> socket.socket:
-    """Open a raw TCP connection to the front."""
-    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=10)
-    return sock
-
-
-def closed_within(sock: socket.socket, seconds: float) -> bool:
-    """Say whether the front closes ``sock`` within ``seconds`` (reading EOF or a reset)."""
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-        return True
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
 
 
 def test_headers_sent_a_byte_at_a_time_are_cut_off(tmp_path: Path) -> None:
@@ -227,12 +209,6 @@ def closed_within_reading(sock: socket.socket, into: bytearray, seconds: float) 
         return True
     except TimeoutError:
         return False
-
-
-def request_statuses(gateway: Gateway) -> list[int]:
-    """Return the status of every request line in the front's log, oldest first."""
-    lines = [line.split("request ", 1)[1] for line in gateway.log_path.read_text().splitlines() if "request {" in line]
-    return [json.loads(line)["status"] for line in lines]
 
 
 def test_a_stream_read_to_its_end_is_logged_200_and_one_cut_short_499(standin: Gateway) -> None:

@@ -25,8 +25,8 @@ import openai
 import pytest
 
 from tests.conditions import accepted_connections, wait_until
+from tests.front_clients import closed_within, connect, request_statuses
 from tests.gateway_support import Gateway, running_gateway
-from tests.integration.test_front_connections import closed_within, connect, request_statuses
 
 # argv: port, connections, key ("" for none). Holds that many connections in their bodies, a byte a second
 # each, reopening every one the front closes (slowloris' way), until killed. Prints "attacking" once all are open.
