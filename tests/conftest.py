@@ -196,14 +196,15 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     ),
     "vlm_front": ("tests/e2e/test_images.py", "tests/e2e/test_vlm_system_turns.py"),
     "embed_fleet": ("tests/e2e/test_embeddings.py", "tests/e2e/test_ollama_embed.py"),
+    # The stand-in fronts (standin_front, keyed_standin_front): all six files in one process took 3 min, so two
+    # groups, each with its own fronts of the same configurations (the second group uses only the keyless one).
     "standin_front": (
         "tests/integration/test_gateway_front.py",
         "tests/integration/test_gateway_lifecycle.py",
         "tests/integration/test_slow_bodies.py",
-        "tests/integration/test_front_connections.py",
-        "tests/integration/test_long_prefill.py",
         "tests/integration/test_gateway_responses_items.py",
     ),
+    "standin_front_2": ("tests/integration/test_front_connections.py", "tests/integration/test_long_prefill.py"),
 }
 
 
@@ -415,7 +416,7 @@ def fake_runtime(directory: Path, body: str, name: str = "mlx_lm.server") -> Pat
 
 
 # The fronts over the stand-in worker that tests only read (tests/standin_fronts.py): one per configuration and
-# test process, the files that use them in SHARED_SERVERS["standin_front"].
+# test process, the files that use them in SHARED_SERVERS["standin_front"] and ["standin_front_2"].
 @pytest.fixture(scope="session")
 def standin_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """Run one front over the stand-in worker (the default config) for the read-only tests of the test process."""

@@ -6,8 +6,9 @@ readiness, and handed to each test by ``standin`` / ``keyed_standin`` only once 
 its process alive, no request or stream open, no client connection held (a test that hung up or sent a slow body
 has been let go of), its model unloaded; after each test it is checked again, so that one that left the front
 busy fails itself, not the next. A test counts what it counts (loads, log lines, metrics) from where the
-front stands when it begins. The files that use them are one group of ``SHARED_SERVERS`` (tests/conftest.py), so
-that pytest-xdist runs them in one process. A test that stops, kills, reconfigures or exhausts a front starts its own.
+front stands when it begins. The files that use them are in two groups of ``SHARED_SERVERS`` (tests/conftest.py),
+each run by pytest-xdist in one process (two, so that neither takes long). A test that stops, kills,
+reconfigures or exhausts a front starts its own.
 """
 
 from __future__ import annotations
