@@ -19,7 +19,7 @@ from tests.conditions import accepted_connections, wait_until
 from tests.gateway_support import Gateway
 
 # The keyed front's keys: those of tests/integration/test_gateway_front.py, test_gateway_responses_items.py and
-# test_slow_bodies.py (each test uses its own; a key no test names is refused by every one of them alike).
+# test_slow_bodies.py (each test uses its own; the wrong keys they send, "nope" and "sk-wrong", are none of these).
 KEYS = ("alice", "bob", "alice-key", "bob-key", "sk-slow-bodies-test-key")
 
 
