@@ -12,7 +12,7 @@ import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
@@ -24,6 +24,9 @@ from tests import fast_tier
 from tests.fixtures.tiny_model import build_tiny_model
 from tests.ports import PORT_BLOCK as PORT_BLOCK  # re-exported: the tests import them from here
 from tests.ports import free_port as free_port
+
+if TYPE_CHECKING:
+    from tests.gateway_support import Gateway  # it imports this module: for the stand-in fronts' fixtures below
 
 # Before any test module imports transformers (tokenizers, chat templates): the test processes read the index
 # of its model files that the workers save, instead of each scanning ~3,300 files (nothing above imports it).
@@ -213,6 +216,15 @@ SHARED_SERVERS: dict[str, tuple[str, ...]] = {
     "keyed_notes_server": ("tests/e2e/test_agent_run.py", "tests/e2e/test_wire_agents.py"),
     "plain_vlm": ("tests/e2e/test_vlm_options.py", "tests/e2e/test_vlm_prefix_cache.py"),
     "media_fleet": ("tests/e2e/test_media_worker_socket.py", "tests/e2e/test_media_front_real.py"),
+    # The stand-in fronts (standin_front, keyed_standin_front): all six files in one process took 3 min, so two
+    # groups, each with its own fronts of the same configurations (the second group uses only the keyless one).
+    "standin_front": (
+        "tests/integration/test_gateway_front.py",
+        "tests/integration/test_gateway_lifecycle.py",
+        "tests/integration/test_slow_bodies.py",
+        "tests/integration/test_gateway_responses_items.py",
+    ),
+    "standin_front_2": ("tests/integration/test_front_connections.py", "tests/integration/test_long_prefill.py"),
 }
 
 
@@ -421,3 +433,42 @@ def fake_runtime(directory: Path, body: str, name: str = "mlx_lm.server") -> Pat
     exe.write_text(f"#!{sys.executable}\n{body}\n")
     exe.chmod(0o755)
     return exe
+
+
+# The fronts over the stand-in worker that tests only read (tests/standin_fronts.py): one per configuration and
+# test process, the files that use them in SHARED_SERVERS["standin_front"] and ["standin_front_2"].
+@pytest.fixture(scope="session")
+def standin_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run one front over the stand-in worker (the default config) for the read-only tests of the test process."""
+    from tests.gateway_support import running_gateway  # it imports this module
+
+    with running_gateway(tmp_path_factory.mktemp("standin-front")) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="session")
+def keyed_standin_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run one front with the API keys ``tests.standin_fronts.KEYS`` over the stand-in worker, for the process."""
+    from tests.gateway_support import running_gateway
+    from tests.standin_fronts import KEYS
+
+    with running_gateway(tmp_path_factory.mktemp("keyed-standin-front"), api_keys=list(KEYS)) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def standin(standin_front: Gateway) -> Iterator[Gateway]:
+    """Return the shared stand-in front settled, its model unloaded; after the test, check that it settles again."""
+    from tests.standin_fronts import settled
+
+    yield settled(standin_front)
+    settled(standin_front)  # the test let go of all it opened: the front recovered before the next
+
+
+@pytest.fixture
+def keyed_standin(keyed_standin_front: Gateway) -> Iterator[Gateway]:
+    """Return the shared keyed stand-in front settled, its model unloaded; after the test, check that it settles."""
+    from tests.standin_fronts import settled
+
+    yield settled(keyed_standin_front)
+    settled(keyed_standin_front)  # the test let go of all it opened: the front recovered before the next

@@ -5,30 +5,16 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from mlx_agent.gateway.sse import HIGH_WATER
 from tests.conditions import accepted_connections, unread_bytes, wait_until
+from tests.front_clients import closed_within, connect, request_statuses
 from tests.gateway_support import Gateway, running_gateway
-
-
-def connect(gateway: Gateway) -> socket.socket:
-    """Open a raw TCP connection to the front."""
-    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=10)
-    return sock
-
-
-def closed_within(sock: socket.socket, seconds: float) -> bool:
-    """Say whether the front closes ``sock`` within ``seconds`` (reading EOF or a reset)."""
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-        return True
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
+from tests.standin_fronts import settled
 
 
 def test_headers_sent_a_byte_at_a_time_are_cut_off(tmp_path: Path) -> None:
@@ -55,65 +41,79 @@ def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
         assert closed_within(idle, 5)
 
 
-def test_a_client_that_hangs_up_ends_its_non_streamed_request(tmp_path: Path) -> None:
+def test_a_client_that_hangs_up_ends_its_non_streamed_request(standin: Gateway) -> None:
     """A non-streaming client that disconnects cancels its request at once: the front's worker call is closed."""
-    with running_gateway(tmp_path) as gateway:
-        assert gateway.chat().status == 200  # loaded
-        sock = connect(gateway)
-        body = json.dumps({"model": "org/tiny", "messages": [{"role": "user", "content": "hi"}], "x_sleep": 30})
-        sock.sendall(
-            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
-        )
-        wait_until(lambda: gateway.status()["open_requests"] > 0, "the request reached the worker")
-        sock.close()
-        # Well before the worker's answer at 30 s: only the hang-up can have ended it (a busy machine may be slow).
-        wait_until(lambda: gateway.status()["open_requests"] == 0, "the hung-up request ended", timeout=20)
-        assert gateway.control("POST", "unload").status == 200  # nothing open blocks an unload
+    gateway = standin  # the shared front: it ends unloaded, as each test finds it
+    assert gateway.chat().status == 200  # loaded
+    sock = connect(gateway)
+    body = json.dumps({"model": "org/tiny", "messages": [{"role": "user", "content": "hi"}], "x_sleep": 30})
+    sock.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+    )
+    wait_until(lambda: gateway.status()["open_requests"] > 0, "the request reached the worker")
+    sock.close()
+    # Well before the worker's answer at 30 s: only the hang-up can have ended it (a busy machine may be slow).
+    wait_until(lambda: gateway.status()["open_requests"] == 0, "the hung-up request ended", timeout=20)
+    assert gateway.control("POST", "unload").status == 200  # nothing open blocks an unload
 
 
-def test_a_connection_past_the_limit_closes_the_longest_waiting_one(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def three_slots_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run one front with room for 3 connections over the stand-in worker, for the module's two tests of the limit."""
+    with running_gateway(tmp_path_factory.mktemp("three-slots"), max_connections=3) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def three_slots(three_slots_front: Gateway) -> Iterator[Gateway]:
+    """Return the 3-slot front settled (every slot free); after the test, check that it let every connection go."""
+    yield settled(three_slots_front)
+    settled(three_slots_front)  # the next test's slots are all free: the front recovered from this one
+
+
+def test_a_connection_past_the_limit_closes_the_longest_waiting_one(three_slots: Gateway) -> None:
     """With max_connections 3 held by silent clients, a fourth closes the oldest of them and is served."""
-    with running_gateway(tmp_path, max_connections=3) as gateway:
-        held: list[socket.socket] = []
-        while len(held) < 3:  # one at a time: the front has taken each before the next arrives
-            held.append(connect(gateway))
-            wait_until(lambda: accepted_connections(gateway.proc.pid, gateway.port) == len(held), "the front took it")
-        newcomer = connect(gateway)
-        newcomer.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
-        newcomer.settimeout(10)
-        assert b" 200 " in newcomer.recv(4096).split(b"\r\n")[0]
-        assert closed_within(held[0], 5)  # the oldest waiting one made room
-        for sock in held[1:]:
-            sock.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
-            sock.settimeout(10)
-            assert b" 200 " in sock.recv(4096).split(b"\r\n")[0]
-            sock.close()
+    gateway = three_slots  # this module's front of 3 slots, none held
+    held: list[socket.socket] = []
+    while len(held) < 3:  # one at a time: the front has taken each before the next arrives
+        held.append(connect(gateway))
+        wait_until(lambda: accepted_connections(gateway.proc.pid, gateway.port) == len(held), "the front took it")
+    newcomer = connect(gateway)
+    newcomer.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
+    newcomer.settimeout(10)
+    assert b" 200 " in newcomer.recv(4096).split(b"\r\n")[0]
+    assert closed_within(held[0], 5)  # the oldest waiting one made room
+    for sock in held[1:]:
+        sock.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n\r\n".encode())
+        sock.settimeout(10)
+        assert b" 200 " in sock.recv(4096).split(b"\r\n")[0]
+        sock.close()
 
 
-def test_connections_past_the_limit_are_refused_when_every_open_one_is_busy(tmp_path: Path) -> None:
+def test_connections_past_the_limit_are_refused_when_every_open_one_is_busy(three_slots: Gateway) -> None:
     """With max_connections 3 all streaming replies, a fourth is closed at once; the three streams still end."""
-    with running_gateway(tmp_path, max_connections=3) as gateway:
-        assert gateway.chat().status == 200  # loaded
-        busy = [connect(gateway) for _ in range(3)]
-        for sock in busy:
-            sock.sendall(stream_request(gateway, x_chunks=100, x_delay=0.05))
-            received = b""
-            while b"data: " not in received:  # its request is whole and answered: busy
-                received += sock.recv(65536)
-        extra = connect(gateway)
-        assert closed_within(extra, 5)
-        for sock in busy:
-            sock.settimeout(60)
-            received = b""
-            while not received.endswith(b"0\r\n\r\n"):  # the stream's last chunk
-                piece = sock.recv(65536)
-                assert piece, "the front closed a busy connection"
-                received += piece
-            assert b"data: [DONE]" in received
-            sock.close()
-        wait_until(lambda: accepted_connections(gateway.proc.pid, gateway.port) == 0, "the front let them go")
-        assert gateway.request("GET", "/health").status == 200  # room again once they closed
+    gateway = three_slots  # this module's front of 3 slots, none held
+    assert gateway.chat().status == 200  # loaded
+    busy = [connect(gateway) for _ in range(3)]
+    for sock in busy:
+        sock.sendall(stream_request(gateway, x_chunks=100, x_delay=0.05))
+        received = b""
+        while b"data: " not in received:  # its request is whole and answered: busy
+            received += sock.recv(65536)
+    extra = connect(gateway)
+    assert closed_within(extra, 5)
+    for sock in busy:
+        sock.settimeout(60)
+        received = b""
+        while not received.endswith(b"0\r\n\r\n"):  # the stream's last chunk
+            piece = sock.recv(65536)
+            assert piece, "the front closed a busy connection"
+            received += piece
+        assert b"data: [DONE]" in received
+        sock.close()
+    wait_until(lambda: accepted_connections(gateway.proc.pid, gateway.port) == 0, "the front let them go")
+    assert gateway.request("GET", "/health").status == 200  # room again once they closed
 
 
 def raw_post(gateway: Gateway, path: str, doc: dict[str, object]) -> bytes:
@@ -131,41 +131,41 @@ def stream_request(gateway: Gateway, **fields: object) -> bytes:
     return raw_post(gateway, "/v1/chat/completions", doc)
 
 
-def test_a_client_that_hangs_up_ends_its_streamed_request(tmp_path: Path) -> None:
+def test_a_client_that_hangs_up_ends_its_streamed_request(standin: Gateway) -> None:
     """A streaming client that disconnects after its first event ends its request long before the stream would."""
-    with running_gateway(tmp_path) as gateway:
-        assert gateway.chat().status == 200  # loaded
-        sock = connect(gateway)
-        sock.sendall(stream_request(gateway, x_chunks=2000, x_delay=0.02))  # 40 s of events
-        received = b""
-        while b"data: " not in received:
-            received += sock.recv(65536)
-        sock.close()
-        deadline = time.monotonic() + 10
-        while gateway.status()["open_requests"] != 0:
-            assert time.monotonic() < deadline, "the hung-up stream stayed open"
-            time.sleep(0.05)
-        assert gateway.chat().status == 200
+    gateway = standin  # the shared front
+    assert gateway.chat().status == 200  # loaded
+    sock = connect(gateway)
+    sock.sendall(stream_request(gateway, x_chunks=2000, x_delay=0.02))  # 40 s of events
+    received = b""
+    while b"data: " not in received:
+        received += sock.recv(65536)
+    sock.close()
+    deadline = time.monotonic() + 10
+    while gateway.status()["open_requests"] != 0:
+        assert time.monotonic() < deadline, "the hung-up stream stayed open"
+        time.sleep(0.05)
+    assert gateway.chat().status == 200
 
 
-def test_a_client_that_reads_slowly_gets_the_whole_stream(tmp_path: Path) -> None:
+def test_a_client_that_reads_slowly_gets_the_whole_stream(standin: Gateway) -> None:
     """A client far behind a fast stream (megabytes waiting) pauses the worker, then gets every event and [DONE]."""
     chunks = 40000  # about 9 MB of events, written by the worker as fast as it can: more than the kernel holds
-    with running_gateway(tmp_path) as gateway:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", gateway.port))
-        sock.settimeout(30)
-        sock.sendall(stream_request(gateway, x_chunks=chunks))
-        # The client reads nothing: the front's buffer passes its mark and it stops reading from the worker, whose
-        # bytes then wait unread in the front's socket, more than the front itself would hold before pausing.
-        wait_until(lambda: unread_bytes(gateway.proc.pid, gateway.port) > HIGH_WATER, "the worker paused")
-        received = bytearray()
-        while not received.endswith(b"0\r\n\r\n"):
-            piece = sock.recv(4096)
-            assert piece, "the front closed the stream early"
-            received += piece
-        sock.close()
+    gateway = standin  # the shared front
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", gateway.port))
+    sock.settimeout(30)
+    sock.sendall(stream_request(gateway, x_chunks=chunks))
+    # The client reads nothing: the front's buffer passes its mark and it stops reading from the worker, whose
+    # bytes then wait unread in the front's socket, more than the front itself would hold before pausing.
+    wait_until(lambda: unread_bytes(gateway.proc.pid, gateway.port) > HIGH_WATER, "the worker paused")
+    received = bytearray()
+    while not received.endswith(b"0\r\n\r\n"):
+        piece = sock.recv(4096)
+        assert piece, "the front closed the stream early"
+        received += piece
+    sock.close()
     head, _, body = bytes(received).partition(b"\r\n\r\n")
     assert b"Transfer-Encoding: chunked" in head
     events = [e for e in dechunk(body).split(b"\n\n") if e.startswith(b"data: {")]
@@ -186,13 +186,13 @@ def dechunk(body: bytes) -> bytes:
         at = end + 4 + size
 
 
-def test_an_http_1_0_client_gets_its_stream_unchunked_until_the_close(tmp_path: Path) -> None:
+def test_an_http_1_0_client_gets_its_stream_unchunked_until_the_close(standin: Gateway) -> None:
     """An HTTP/1.0 client's stream is written as is (no chunk framing) and ends where the front closes it."""
-    with running_gateway(tmp_path) as gateway:
-        sock = connect(gateway)
-        sock.sendall(stream_request(gateway, x_chunks=50).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
-        received = bytearray()
-        assert closed_within_reading(sock, received, 30)
+    gateway = standin  # the shared front
+    sock = connect(gateway)
+    sock.sendall(stream_request(gateway, x_chunks=50).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+    received = bytearray()
+    assert closed_within_reading(sock, received, 30)
     head, _, body = bytes(received).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
     events = [e for e in body.split(b"\n\n") if e.startswith(b"data: {")]
@@ -211,35 +211,30 @@ def closed_within_reading(sock: socket.socket, into: bytearray, seconds: float) 
         return False
 
 
-def request_statuses(gateway: Gateway) -> list[int]:
-    """Return the status of every request line in the front's log, oldest first."""
-    lines = [line.split("request ", 1)[1] for line in gateway.log_path.read_text().splitlines() if "request {" in line]
-    return [json.loads(line)["status"] for line in lines]
-
-
-def test_a_stream_read_to_its_end_is_logged_200_and_one_cut_short_499(tmp_path: Path) -> None:
+def test_a_stream_read_to_its_end_is_logged_200_and_one_cut_short_499(standin: Gateway) -> None:
     """A client that closes on a stream's last event is logged with the stream's 200; one that hangs up midway, 499."""
-    with running_gateway(tmp_path) as gateway:
-        assert gateway.chat().status == 200  # loaded
-        sent = [
-            (stream_request(gateway, x_chunks=3), b"[DONE]"),
-            # Codex closes on response.completed, before the worker's [DONE]
-            (raw_post(gateway, "/v1/responses", {"model": "org/tiny", "input": "hi", "stream": True}), b"completed"),
-            (stream_request(gateway, x_chunks=2000, x_delay=0.02), b"data: "),
-        ]
-        for request, until in sent:
-            sock = connect(gateway)
-            sock.sendall(request)
-            received = b""
-            while until not in received:
-                received += sock.recv(65536)
-            sock.close()
-            deadline = time.monotonic() + 10
-            while gateway.status()["open_requests"] != 0:
-                assert time.monotonic() < deadline, "the closed stream stayed open"
-                time.sleep(0.05)
+    gateway = standin  # the shared front: its log's lines counted from here
+    logged = len(request_statuses(gateway))
+    assert gateway.chat().status == 200  # loaded
+    sent = [
+        (stream_request(gateway, x_chunks=3), b"[DONE]"),
+        # Codex closes on response.completed, before the worker's [DONE]
+        (raw_post(gateway, "/v1/responses", {"model": "org/tiny", "input": "hi", "stream": True}), b"completed"),
+        (stream_request(gateway, x_chunks=2000, x_delay=0.02), b"data: "),
+    ]
+    for request, until in sent:
+        sock = connect(gateway)
+        sock.sendall(request)
+        received = b""
+        while until not in received:
+            received += sock.recv(65536)
+        sock.close()
         deadline = time.monotonic() + 10
-        while len(request_statuses(gateway)) < 4:
-            assert time.monotonic() < deadline, gateway.log_path.read_text()
+        while gateway.status()["open_requests"] != 0:
+            assert time.monotonic() < deadline, "the closed stream stayed open"
             time.sleep(0.05)
-        assert request_statuses(gateway) == [200, 200, 200, 499]
+    deadline = time.monotonic() + 10
+    while len(request_statuses(gateway)) < logged + 4:
+        assert time.monotonic() < deadline, gateway.log_path.read_text()
+        time.sleep(0.05)
+    assert request_statuses(gateway)[logged:] == [200, 200, 200, 499]

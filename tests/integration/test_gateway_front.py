@@ -7,11 +7,8 @@ import json
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mlx_agent.api_errors import Family
 from mlx_agent.gateway.door.endpoints import ENDPOINTS, Endpoint
@@ -20,90 +17,58 @@ from tests.conftest import REPO_ROOT, assert_valid
 from tests.gateway_support import CONTROL_TOKEN, Gateway, running_gateway, start_gateway
 
 HEAVY = ("mlx", "mlx_lm", "mlx_vlm", "transformers", "huggingface_hub")
-KEYS = ["alice", "bob"]
 
 
-# Most tests here only send requests and read replies: they share one front (and one keyed front) for the module,
-# as httpx's tests share one server. What they count from is reset before each: the model is unloaded, so a
-# request that reaches the worker shows as a load. Tests that change the policy or the config start their own.
-@pytest.fixture(scope="module")
-def shared_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """Run one front over the stand-in worker for the module's read-only tests."""
-    with running_gateway(tmp_path_factory.mktemp("front")) as gateway:
-        yield gateway
+# Most tests here only send requests and read replies: they share the stand-in front (and the keyed one) of the
+# test process (tests/standin_fronts.py), as httpx's tests share one server. What they count from is reset before
+# each: the model is unloaded, so a request that reaches the worker shows as a load. Tests that change the policy
+# or the config start their own.
 
 
-@pytest.fixture(scope="module")
-def shared_keyed_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """Run one front with the API keys ``KEYS`` over the stand-in worker for the module's read-only tests."""
-    with running_gateway(tmp_path_factory.mktemp("keyed-front"), api_keys=KEYS) as gateway:
-        yield gateway
-
-
-def unloaded(gateway: Gateway) -> Gateway:
-    """Unload the shared front's model if a test before loaded it, and check that it is unloaded; return the front."""
-    if gateway.status()["model_state"] != "unloaded":
-        assert gateway.control("POST", "unload").status == 200
-    assert gateway.wait_state("unloaded")["model_state"] == "unloaded"
-    return gateway
-
-
-@pytest.fixture
-def front(shared_front: Gateway) -> Gateway:
-    """Return the shared front with its model unloaded."""
-    return unloaded(shared_front)
-
-
-@pytest.fixture
-def keyed_front(shared_keyed_front: Gateway) -> Gateway:
-    """Return the shared keyed front with its model unloaded."""
-    return unloaded(shared_keyed_front)
-
-
-def test_control_endpoints_need_the_control_token(front: Gateway) -> None:
+def test_control_endpoints_need_the_control_token(standin: Gateway) -> None:
     """Status, unload and policy answer 401 without the token or with a wrong one."""
     for method, path in (("GET", "status"), ("POST", "unload"), ("PUT", "policy")):
         for token in (None, "wrong-token"):
-            reply = front.control(method, path, {}, token=token)
+            reply = standin.control(method, path, {}, token=token)
             assert reply.status == 401, (method, path, token)
             assert reply.json()["error"]["code"] == "unauthorized"
-    assert front.control("GET", "status").status == 200
+    assert standin.control("GET", "status").status == 200
 
 
-def test_api_keys_guard_model_endpoints_only(keyed_front: Gateway) -> None:
+def test_api_keys_guard_model_endpoints_only(keyed_standin: Gateway) -> None:
     """With an API key file, /v1 needs a key (Bearer or x-api-key); /health stays open; no key loads nothing."""
-    loads = keyed_front.status()["loads"]  # the shared front's count so far: nothing here may add one
-    assert keyed_front.request("GET", "/v1/models").status == 401
-    wrong = keyed_front.request("GET", "/v1/models", headers={"Authorization": "Bearer nope"})
+    loads = keyed_standin.status()["loads"]  # the shared front's count so far: nothing here may add one
+    assert keyed_standin.request("GET", "/v1/models").status == 401
+    wrong = keyed_standin.request("GET", "/v1/models", headers={"Authorization": "Bearer nope"})
     assert (wrong.status, wrong.json()["error"]["message"]) == (401, "invalid API key")
     assert wrong.headers["x-should-retry"] == "false"  # agents stop retrying a wrong key
-    denied = keyed_front.chat()
+    denied = keyed_standin.chat()
     assert (denied.status, denied.json()["error"]["code"]) == (401, "invalid_api_key")
     assert "required" in denied.json()["error"]["message"]
-    assert keyed_front.status()["loads"] == loads
-    assert keyed_front.request("GET", "/v1/models", headers={"Authorization": "Bearer alice"}).status == 200
-    assert keyed_front.request("GET", "/v1/models", headers={"x-api-key": "bob"}).status == 200
-    assert keyed_front.request("GET", "/health").status == 200
+    assert keyed_standin.status()["loads"] == loads
+    assert keyed_standin.request("GET", "/v1/models", headers={"Authorization": "Bearer alice"}).status == 200
+    assert keyed_standin.request("GET", "/v1/models", headers={"x-api-key": "bob"}).status == 200
+    assert keyed_standin.request("GET", "/health").status == 200
     hi = {"messages": [{"role": "user", "content": "hi"}]}
-    reply = keyed_front.request("POST", "/v1/chat/completions", hi, {"x-api-key": "alice"})
+    reply = keyed_standin.request("POST", "/v1/chat/completions", hi, {"x-api-key": "alice"})
     assert reply.status == 200
     assert "alice" not in json.dumps(reply.json()["headers"])  # keys are not forwarded to the worker
 
 
-def test_foreign_host_and_origin_are_forbidden(front: Gateway) -> None:
+def test_foreign_host_and_origin_are_forbidden(standin: Gateway) -> None:
     """A rebinding Host or a foreign Origin is 403; loopback names pass and only their origin is echoed."""
-    port = front.port
-    host = front.request("GET", "/health", headers={"Host": f"attacker.example:{port}"})
+    port = standin.port
+    host = standin.request("GET", "/health", headers={"Host": f"attacker.example:{port}"})
     assert (host.status, host.json()["error"]["code"]) == (403, "forbidden_host")
-    assert front.request("GET", "/health", headers={"Host": "127.0.0.1:1"}).status == 403
-    assert front.request("GET", "/health", headers={"Host": f"localhost:{port}"}).status == 200
-    foreign = front.request("GET", "/v1/models", headers={"Origin": "http://attacker.example"})
+    assert standin.request("GET", "/health", headers={"Host": "127.0.0.1:1"}).status == 403
+    assert standin.request("GET", "/health", headers={"Host": f"localhost:{port}"}).status == 200
+    foreign = standin.request("GET", "/v1/models", headers={"Origin": "http://attacker.example"})
     assert (foreign.status, foreign.json()["error"]["code"]) == (403, "forbidden_origin")
-    local = front.request("GET", "/v1/models", headers={"Origin": "http://localhost:5173"})
+    local = standin.request("GET", "/v1/models", headers={"Origin": "http://localhost:5173"})
     assert local.status == 200 and local.headers["access-control-allow-origin"] == "http://localhost:5173"
-    plain = front.request("GET", "/v1/models")
+    plain = standin.request("GET", "/v1/models")
     assert "access-control-allow-origin" not in plain.headers
-    preflight = front.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://127.0.0.1:3000"})
+    preflight = standin.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://127.0.0.1:3000"})
     assert preflight.status == 204 and preflight.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
     allowed = {h.strip().lower() for h in preflight.headers["access-control-allow-headers"].split(",")}
     assert {"anthropic-version", "x-api-key", "authorization"} <= allowed  # what the official SDKs send
@@ -128,10 +93,10 @@ def test_bodies_over_the_cap_are_413(tmp_path: Path) -> None:
         assert gateway.status()["loads"] == 0
 
 
-def test_other_models_are_404_and_adapters_and_bad_json_400(front: Gateway) -> None:
+def test_other_models_are_404_and_adapters_and_bad_json_400(standin: Gateway) -> None:
     """Another model name is 404 model_not_found; a request-time adapter or draft model and bad JSON are 400s."""
-    loads = front.status()["loads"]  # the shared front's count so far: nothing here may add one
-    other = front.request(
+    loads = standin.status()["loads"]  # the shared front's count so far: nothing here may add one
+    other = standin.request(
         "POST", "/v1/chat/completions", {"model": "other/model", "messages": [{"role": "user", "content": "x"}]}
     )
     assert other.status == 404 and other.headers["x-should-retry"] == "false"
@@ -143,17 +108,17 @@ def test_other_models_are_404_and_adapters_and_bad_json_400(front: Gateway) -> N
     }
     assert "org/tiny" in other.json()["error"]["message"]
     for field in ("adapters", "adapter", "draft_model", "adapter_path"):
-        reply = front.chat(**{field: "/somewhere"})
+        reply = standin.chat(**{field: "/somewhere"})
         assert (reply.status, reply.json()["error"]["param"]) == (400, field)
-    bad = front.request("POST", "/v1/completions", raw=b"{not json")
+    bad = standin.request("POST", "/v1/completions", raw=b"{not json")
     assert (bad.status, bad.json()["error"]["code"]) == (400, "invalid_json")
-    assert front.request("GET", "/v1/nothing-here").status == 404
-    assert front.status()["loads"] == loads
+    assert standin.request("GET", "/v1/nothing-here").status == 404
+    assert standin.status()["loads"] == loads
 
 
-def test_every_record_of_the_route_table_is_answered_by_its_handler(front: Gateway) -> None:
+def test_every_record_of_the_route_table_is_answered_by_its_handler(standin: Gateway) -> None:
     """Each endpoint record is routed (no router 404 or 405), GET ones answer HEAD, errors take their family's shape."""
-    loads = front.status()["loads"]  # the shared front's count so far: nothing here may add one
+    loads = standin.status()["loads"]  # the shared front's count so far: nothing here may add one
     filled = {"{model_id:.+}": "org/tiny", "{response_id}": "resp_unknown"}
     for record in ENDPOINTS:
         path = record.path
@@ -161,7 +126,7 @@ def test_every_record_of_the_route_table_is_answered_by_its_handler(front: Gatew
             path = path.replace(pattern, value)
         headers = {"Authorization": f"Bearer {CONTROL_TOKEN}"} if path.startswith(CONTROL_PREFIX) else {}
         body: dict[str, Any] | None = {} if record.method != "GET" else None
-        reply = front.request(record.method, path, body, headers)
+        reply = standin.request(record.method, path, body, headers)
         doc = reply.json() if reply.headers.get("content-type", "").startswith("application/json") else {}
         error = doc.get("error") if isinstance(doc, dict) else None
         routed = not (isinstance(error, dict) and error.get("code") in ("not_found", "method_not_allowed"))
@@ -170,9 +135,9 @@ def test_every_record_of_the_route_table_is_answered_by_its_handler(front: Gatew
             assert reply.status == 400, (record.key, doc)
             assert (doc.get("type") == "error") == (record.family is Family.ANTHROPIC), (record.key, doc)
         if record.method == "GET":
-            head = front.request("HEAD", path, None, headers)
+            head = standin.request("HEAD", path, None, headers)
             assert (head.status, head.body) == (reply.status, b""), record.key
-    assert front.status()["loads"] == loads
+    assert standin.status()["loads"] == loads
 
 
 def test_reply_limits_are_honoured_up_to_the_ceiling_and_the_model_renamed(tmp_path: Path) -> None:
@@ -189,9 +154,9 @@ def test_reply_limits_are_honoured_up_to_the_ceiling_and_the_model_renamed(tmp_p
         assert completion["echo"]["max_tokens"] == 99
 
 
-def test_worker_errors_pass_through_with_their_status(front: Gateway) -> None:
+def test_worker_errors_pass_through_with_their_status(standin: Gateway) -> None:
     """A non-stream error from the worker keeps its status and message, in OpenAI's shape when it was not in it."""
-    reply = front.chat(x_status=422)
+    reply = standin.chat(x_status=422)
     assert reply.status == 422
     error = reply.json()["error"]
     assert (error["message"], error["code"], error["type"]) == (
@@ -201,17 +166,17 @@ def test_worker_errors_pass_through_with_their_status(front: Gateway) -> None:
     )
 
 
-def test_a_reply_the_worker_breaks_off_is_502_and_the_stream_ends_with_an_error(front: Gateway) -> None:
+def test_a_reply_the_worker_breaks_off_is_502_and_the_stream_ends_with_an_error(standin: Gateway) -> None:
     """A body cut short of its length is 502 worker_failed; a stream without [DONE] ends with an error event."""
-    plain = front.chat(x_cut=True)
+    plain = standin.chat(x_cut=True)
     assert plain.status == 502 and plain.json()["error"]["code"] == "worker_failed"
     assert {k.lower(): v for k, v in plain.headers.items()}.get("x-should-retry") != "false"  # may pass on a retry
-    streamed = front.chat(x_cut=True, stream=True)
+    streamed = standin.chat(x_cut=True, stream=True)
     assert streamed.status == 200
     events = [json.loads(e[6:]) for e in streamed.body.split(b"\n\n") if e.startswith(b"data: {")]
     assert events[-1]["error"]["code"] == "worker_failed"
     assert b"[DONE]" not in streamed.body
-    assert front.chat().status == 200  # the worker still serves
+    assert standin.chat().status == 200  # the worker still serves
 
 
 def cached(gateway: Gateway, key: str, content: str, stream: bool = False) -> Any:
@@ -227,26 +192,26 @@ def cached(gateway: Gateway, key: str, content: str, stream: bool = False) -> An
     return next(e for e in events if e.get("usage"))["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
-def test_cached_tokens_never_reveal_another_keys_prompt(keyed_front: Gateway) -> None:
+def test_cached_tokens_never_reveal_another_keys_prompt(keyed_standin: Gateway) -> None:
     """With API keys, a key sees cached tokens only for prompts it sent itself, streamed or not."""
-    assert cached(keyed_front, "alice", "the secret plan") == 0  # first time: nothing of alice's is cached
-    assert cached(keyed_front, "alice", "the secret plan") == 10  # her own prompt, repeated
-    assert cached(keyed_front, "bob", "the secret plan") == 0  # the worker says 10; bob never sent it
-    assert cached(keyed_front, "bob", "the secret plan", stream=True) == 10  # now bob has sent it himself
-    assert cached(keyed_front, "bob", "another", stream=True) == 0
+    assert cached(keyed_standin, "alice", "the secret plan") == 0  # first time: nothing of alice's is cached
+    assert cached(keyed_standin, "alice", "the secret plan") == 10  # her own prompt, repeated
+    assert cached(keyed_standin, "bob", "the secret plan") == 0  # the worker says 10; bob never sent it
+    assert cached(keyed_standin, "bob", "the secret plan", stream=True) == 10  # now bob has sent it himself
+    assert cached(keyed_standin, "bob", "another", stream=True) == 0
 
 
-def test_forced_usage_chunk_is_hidden_from_clients_that_did_not_ask(keyed_front: Gateway) -> None:
+def test_forced_usage_chunk_is_hidden_from_clients_that_did_not_ask(keyed_standin: Gateway) -> None:
     """With API keys the gateway asks for usage in streams, and drops that chunk for clients that did not."""
     body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
-    reply = keyed_front.request("POST", "/v1/chat/completions", body, {"Authorization": "Bearer alice"})
+    reply = keyed_standin.request("POST", "/v1/chat/completions", body, {"Authorization": "Bearer alice"})
     assert reply.status == 200 and b'"usage"' not in reply.body
     assert reply.body.rstrip().endswith(b"data: [DONE]")
 
 
-def test_without_api_keys_cached_tokens_pass_through(front: Gateway) -> None:
+def test_without_api_keys_cached_tokens_pass_through(standin: Gateway) -> None:
     """With no API keys all clients are one trust domain: the worker's count is reported as is."""
-    assert front.chat(x_cached=10).json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
+    assert standin.chat(x_cached=10).json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
 
 
 def test_policy_replacement_persists_atomically_and_takes_effect(tmp_path: Path) -> None:
@@ -291,7 +256,7 @@ def test_a_policy_that_cannot_be_saved_changes_nothing(tmp_path: Path) -> None:
         assert (bad.status, bad.json()["error"]["param"]) == (400, "model")
 
 
-def test_gateway_imports_no_mlx(tmp_path: Path, front: Gateway) -> None:
+def test_gateway_imports_no_mlx(tmp_path: Path, standin: Gateway) -> None:
     """Importing and building the gateway loads no MLX, mlx_lm, transformers or huggingface_hub."""
     code = (
         "import json, sys\n"
@@ -307,8 +272,8 @@ def test_gateway_imports_no_mlx(tmp_path: Path, front: Gateway) -> None:
     (tmp_path / "c.json").write_text(json.dumps(config))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert json.loads(out.stdout) == []
-    assert front.chat().status == 200
-    maps = Path(f"/proc/{front.proc.pid}/maps").read_text()
+    assert standin.chat().status == 200
+    maps = Path(f"/proc/{standin.proc.pid}/maps").read_text()
     assert "/mlx/" not in maps and "libmlx" not in maps
 
 

@@ -11,7 +11,9 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import pytest
 from mlx_agent.resources import PACKAGE_DIR
 from tests.conftest import assert_valid
 from tests.gateway_support import Gateway, pid_alive, running_gateway, squatting
+from tests.standin_fronts import settled
 
 STREAM_BODY = {"model": "org/tiny", "messages": [{"role": "user", "content": "go"}], "stream": True}
 
@@ -70,23 +73,24 @@ def worker_pids_in_log(gateway: Gateway) -> list[int]:
     return [int(p) for p in re.findall(r"fake worker: loading pid=(\d+)", gateway.worker_log.read_text())]
 
 
-def test_health_and_models_answer_before_any_load(tmp_path: Path) -> None:
-    """/health says ok and unloaded, /v1/models lists the model, and nothing has been loaded."""
-    with running_gateway(tmp_path) as gateway:
-        health = gateway.request("GET", "/health").json()
-        assert [(d["place"], d["low"]) for d in health.pop("disk")] == [("state", False)]
-        assert health == {
-            "status": "ok",
-            "ready": True,
-            "model_state": "unloaded",
-            "models": {"org/tiny": "unloaded"},
-        }
-        models = gateway.request("GET", "/v1/models").json()
-        assert [(m["id"], m["state"]) for m in models["data"]] == [("org/tiny", "unloaded")]
-        status = gateway.status()
-        assert_valid("front_state", gateway.state())
-        assert (status["model_state"], status["loads"], status["worker"]) == ("unloaded", 0, None)
-        assert status["pid"] == gateway.proc.pid
+def test_health_and_models_answer_before_any_load(standin: Gateway) -> None:
+    """/health says ok and unloaded, /v1/models lists the model, and nothing has been loaded by reading them."""
+    gateway = standin  # the shared front, its model unloaded: what it has loaded so far is counted from here
+    loads = gateway.status()["loads"]
+    health = gateway.request("GET", "/health").json()
+    assert [(d["place"], d["low"]) for d in health.pop("disk")] == [("state", False)]
+    assert health == {
+        "status": "ok",
+        "ready": True,
+        "model_state": "unloaded",
+        "models": {"org/tiny": "unloaded"},
+    }
+    models = gateway.request("GET", "/v1/models").json()
+    assert [(m["id"], m["state"]) for m in models["data"]] == [("org/tiny", "unloaded")]
+    status = gateway.status()
+    assert_valid("front_state", gateway.state())
+    assert (status["model_state"], status["loads"], status["worker"]) == ("unloaded", loads, None)
+    assert status["pid"] == gateway.proc.pid
 
 
 def test_sixteen_concurrent_cold_requests_share_one_load(tmp_path: Path) -> None:
@@ -101,35 +105,35 @@ def test_sixteen_concurrent_cold_requests_share_one_load(tmp_path: Path) -> None
         assert_valid("front_state", gateway.state())
 
 
-def test_unload_is_blocked_by_an_open_stream_then_succeeds(tmp_path: Path) -> None:
+def test_unload_is_blocked_by_an_open_stream_then_succeeds(standin: Gateway) -> None:
     """Unload during a stream is 409 unload_blocked with counts; once the stream ends it unloads."""
-    with running_gateway(tmp_path) as gateway:
-        stream = OpenStream(gateway, x_chunks=40, x_delay=0.05)
-        assert stream.next_event().startswith(b": keepalive")
-        blocked = gateway.control("POST", "unload")
-        assert blocked.status == 409
-        error = blocked.json()["error"]
-        assert (error["code"], error["open_requests"], error["open_streams"]) == ("unload_blocked", 0, 1)
-        body = stream.rest()
-        assert body.rstrip().endswith(b"data: [DONE]")
-        wait_for(lambda: gateway.status()["open_streams"] == 0)
-        worker_pid = gateway.status()["worker"]["pid"]
-        done = gateway.control("POST", "unload")
-        assert done.status == 200 and done.json()["unloaded"] is True
-        assert gateway.status()["model_state"] == "unloaded"
-        assert not pid_alive(worker_pid)
-        assert gateway.request("GET", "/health").status == 200
+    gateway = standin  # the shared front: it ends unloaded, as each test finds it
+    stream = OpenStream(gateway, x_chunks=40, x_delay=0.05)
+    assert stream.next_event().startswith(b": keepalive")
+    blocked = gateway.control("POST", "unload")
+    assert blocked.status == 409
+    error = blocked.json()["error"]
+    assert (error["code"], error["open_requests"], error["open_streams"]) == ("unload_blocked", 0, 1)
+    body = stream.rest()
+    assert body.rstrip().endswith(b"data: [DONE]")
+    wait_for(lambda: gateway.status()["open_streams"] == 0)
+    worker_pid = gateway.status()["worker"]["pid"]
+    done = gateway.control("POST", "unload")
+    assert done.status == 200 and done.json()["unloaded"] is True
+    assert gateway.status()["model_state"] == "unloaded"
+    assert not pid_alive(worker_pid)
+    assert gateway.request("GET", "/health").status == 200
 
 
-def test_sse_passes_through_event_by_event_with_keepalives(tmp_path: Path) -> None:
+def test_sse_passes_through_event_by_event_with_keepalives(standin: Gateway) -> None:
     """Each event reaches the client while the worker is still generating, keepalive comment included."""
-    with running_gateway(tmp_path) as gateway:
-        stream = OpenStream(gateway, x_chunks=3, x_delay=0.3)
-        assert stream.next_event() == b": keepalive 1/1\n"
-        first = stream.next_event()
-        assert first.startswith(b"data: ") and json.loads(first[6:])["model"] == "org/tiny"
-        assert gateway.status()["open_streams"] == 1  # the rest is still being generated
-        assert stream.rest().count(b"data: ") == 3
+    gateway = standin  # the shared front
+    stream = OpenStream(gateway, x_chunks=3, x_delay=0.3)
+    assert stream.next_event() == b": keepalive 1/1\n"
+    first = stream.next_event()
+    assert first.startswith(b"data: ") and json.loads(first[6:])["model"] == "org/tiny"
+    assert gateway.status()["open_streams"] == 1  # the rest is still being generated
+    assert stream.rest().count(b"data: ") == 3
 
 
 def test_idle_timeout_unloads_only_after_the_last_stream_ends(tmp_path: Path) -> None:
@@ -234,33 +238,98 @@ def file_check(path: Path) -> dict[str, Any]:
     return {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
 
-def test_changed_adapter_fails_the_load_before_a_worker_starts(tmp_path: Path) -> None:
+# What the bound front's plan bound, as planned: an adapter file, a runtime file and a draft model's config.
+PLANNED = {
+    "adapters.safetensors": b"planned adapter",
+    "server.py": b"# the reviewed runtime\n",
+    "draft/config.json": b'{"vocab_size": 512}',
+}
+
+
+@dataclass
+class Bound:
+    """A front whose plan binds the files ``PLANNED`` (in ``directory``): each test changes one of them."""
+
+    directory: Path
+    gateway: Gateway | None = None
+
+    @property
+    def front(self) -> Gateway:
+        """Return the running front."""
+        assert self.gateway is not None
+        return self.gateway
+
+    @property
+    def adapter(self) -> Path:
+        """Return the bound adapter file."""
+        return self.directory / "adapters.safetensors"
+
+    @property
+    def runtime(self) -> Path:
+        """Return the bound runtime file."""
+        return self.directory / "server.py"
+
+    @property
+    def draft(self) -> Path:
+        """Return the bound draft model's directory."""
+        return self.directory / "draft"
+
+    def as_planned(self) -> None:
+        """Write every bound file back as the plan bound it."""
+        for name, data in PLANNED.items():
+            (self.directory / name).write_bytes(data)
+
+
+@pytest.fixture(scope="module")
+def bound_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bound]:
+    """Run one front whose plan binds an adapter, a runtime file and a draft model, for the tests that change one."""
+    from mlx_agent.identity import directory_identity
+
+    bound = Bound(tmp_path_factory.mktemp("bound"))
+    bound.draft.mkdir()
+    bound.as_planned()
+    source = {"kind": "path", "path": str(bound.draft), "model_type": None, "files": directory_identity(bound.draft)}
+    adapter, runtime = [file_check(bound.adapter)], [file_check(bound.runtime)]
+    with running_gateway(bound.directory, draft_source=source, file_checks=adapter, runtime_checks=runtime) as gateway:
+        bound.gateway = gateway
+        yield bound
+
+
+@pytest.fixture
+def bound(bound_front: Bound) -> Iterator[Bound]:
+    """Return the bound front with every file as planned, settled; after the test, put them back and settle it."""
+    bound_front.as_planned()
+    settled(bound_front.front)
+    yield bound_front
+    bound_front.as_planned()
+    settled(bound_front.front)
+
+
+def test_changed_adapter_fails_the_load_before_a_worker_starts(bound: Bound) -> None:
     """An adapter file changed since the plan fails the load with adapter_changed and starts no worker."""
-    adapter = tmp_path / "adapters.safetensors"
+    gateway, adapter = bound.front, bound.adapter  # the module's bound front: its loads counted from here
+    loads = gateway.status()["loads"]
+    adapter.write_bytes(b"swapped adapter")
+    reply = gateway.chat()
+    assert (reply.status, reply.json()["error"]["code"]) == (503, "adapter_changed")
+    status = gateway.status()
+    assert (status["model_state"], status["loads"], status["last_error"]["code"]) == (
+        "failed",
+        loads,
+        "adapter_changed",
+    )
     adapter.write_bytes(b"planned adapter")
-    with running_gateway(tmp_path, file_checks=[file_check(adapter)]) as gateway:
-        adapter.write_bytes(b"swapped adapter")
-        reply = gateway.chat()
-        assert (reply.status, reply.json()["error"]["code"]) == (503, "adapter_changed")
-        status = gateway.status()
-        assert (status["model_state"], status["loads"], status["last_error"]["code"]) == (
-            "failed",
-            0,
-            "adapter_changed",
-        )
-        adapter.write_bytes(b"planned adapter")
-        assert gateway.chat().status == 200
+    assert gateway.chat().status == 200
 
 
-def test_a_changed_runtime_source_fails_the_load(tmp_path: Path) -> None:
+def test_a_changed_runtime_source_fails_the_load(bound: Bound) -> None:
     """A runtime file the plan bound (interpreter, entry or runtime source) changed since: runtime_changed, no load."""
-    patched = tmp_path / "server.py"
-    patched.write_text("# the reviewed runtime\n")
-    with running_gateway(tmp_path, runtime_checks=[file_check(patched)]) as gateway:
-        patched.write_text("# an edited runtime\n")
-        reply = gateway.chat()
-        assert (reply.status, reply.json()["error"]["code"]) == (503, "runtime_changed")
-        assert (gateway.status()["loads"], gateway.status()["last_error"]["code"]) == (0, "runtime_changed")
+    gateway, patched = bound.front, bound.runtime  # the module's bound front: its loads counted from here
+    loads = gateway.status()["loads"]
+    patched.write_text("# an edited runtime\n")
+    reply = gateway.chat()
+    assert (reply.status, reply.json()["error"]["code"]) == (503, "runtime_changed")
+    assert (gateway.status()["loads"], gateway.status()["last_error"]["code"]) == (loads, "runtime_changed")
 
 
 def test_a_front_only_change_leaves_the_reviewed_worker_loadable(
@@ -297,21 +366,16 @@ def test_a_front_only_change_leaves_the_reviewed_worker_loadable(
     assert "errors/commands.py" not in plan_front.front_sources()  # nor does the front bind the commands' errors
 
 
-def test_a_changed_draft_model_fails_the_load(tmp_path: Path) -> None:
+def test_a_changed_draft_model_fails_the_load(bound: Bound) -> None:
     """The draft model's bound files changed since the plan: model_changed naming the draft, nothing loads."""
-    from mlx_agent.identity import directory_identity
-
-    draft = tmp_path / "draft"
-    draft.mkdir()
-    (draft / "config.json").write_text('{"vocab_size": 512}')
-    source = {"kind": "path", "path": str(draft), "model_type": None, "files": directory_identity(draft)}
-    with running_gateway(tmp_path, draft_source=source) as gateway:
-        (draft / "config.json").write_text('{"vocab_size": 513}')
-        reply = gateway.chat()
-        assert (reply.status, reply.json()["error"]["code"]) == (503, "model_changed")
-        error = gateway.status()["last_error"]
-        assert error["details"]["draft"] is True and error["details"]["path"] == str(draft)
-        assert "draft model" in error["message"] and gateway.status()["loads"] == 0
+    gateway, draft = bound.front, bound.draft  # the module's bound front: its loads counted from here
+    loads = gateway.status()["loads"]
+    (draft / "config.json").write_text('{"vocab_size": 513}')
+    reply = gateway.chat()
+    assert (reply.status, reply.json()["error"]["code"]) == (503, "model_changed")
+    error = gateway.status()["last_error"]
+    assert error["details"]["draft"] is True and error["details"]["path"] == str(draft)
+    assert "draft model" in error["message"] and gateway.status()["loads"] == loads
 
 
 def test_adapter_changed_during_a_load_stops_the_new_worker(tmp_path: Path) -> None:
@@ -352,18 +416,18 @@ def test_worker_dies_with_a_killed_gateway(tmp_path: Path) -> None:
         wait_for(lambda: not pid_alive(worker_pid))
 
 
-def test_client_leaving_mid_stream_frees_the_stream_and_the_worker_lives(tmp_path: Path) -> None:
+def test_client_leaving_mid_stream_frees_the_stream_and_the_worker_lives(standin: Gateway) -> None:
     """A client that hangs up mid-stream stops counting as open, so unload works, and the gateway carries on."""
-    with running_gateway(tmp_path) as gateway:
-        stream = OpenStream(gateway, x_chunks=400, x_delay=0.02)
-        stream.next_event()
-        stream.next_event()
-        stream.resp.close()
-        stream.conn.close()
-        wait_for(lambda: gateway.status()["open_streams"] == 0)
-        assert gateway.status()["model_state"] == "loaded"
-        assert gateway.chat().status == 200
-        assert gateway.control("POST", "unload").status == 200
+    gateway = standin  # the shared front: it ends unloaded, as each test finds it
+    stream = OpenStream(gateway, x_chunks=400, x_delay=0.02)
+    stream.next_event()
+    stream.next_event()
+    stream.resp.close()
+    stream.conn.close()
+    wait_for(lambda: gateway.status()["open_streams"] == 0)
+    assert gateway.status()["model_state"] == "loaded"
+    assert gateway.chat().status == 200
+    assert gateway.control("POST", "unload").status == 200
 
 
 def test_a_stranger_answering_on_a_tcp_workers_port_is_refused(tmp_path: Path) -> None:

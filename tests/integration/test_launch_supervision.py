@@ -100,11 +100,15 @@ def test_a_server_whose_confirm_was_killed_is_orphaned(agent: Agent, tiny_model:
 
 
 def test_lifecycle_with_a_stand_in_server(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
-    """Confirm writes a private, schema-valid receipt; status shows it running; stop ends the group."""
+    """Confirm writes a private, schema-valid receipt; another start on its port is port_in_use; stop ends the group."""
     exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
     port = free_port()
-    rc, doc = confirm(agent, start_args(tiny_model, exe, port))
+    args = start_args(tiny_model, exe, port)
+    rc, doc = confirm(agent, args)
     assert rc == 0, doc
+    # A second start for the port of a live server of ours is port_in_use, and the first survives (status below).
+    assert agent.run("serve", "start", *args).code == "port_in_use"
+    assert agent.run("serve", "status").data["servers"][0]["state"] == "running"
     data = doc["data"]
     assert isinstance(data, dict)
     receipt = data["receipt"]
@@ -123,17 +127,6 @@ def test_lifecycle_with_a_stand_in_server(agent: Agent, tiny_model: Path, tmp_pa
     assert (stop.rc, stop.data["result"], stop.data["how"]) == (0, "stopped", "terminated")
     assert not path.exists()
     assert not psutil.pid_exists(receipt["pid"]) or psutil.Process(receipt["pid"]).status() == "zombie"
-
-
-def test_confirm_on_a_live_port_is_port_in_use(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:
-    """A second confirm for a port whose server of ours is live is port_in_use, and the first survives."""
-    exe = fake_runtime(tmp_path, FAKE_SERVER, name="quick-server")
-    port = free_port()
-    args = start_args(tiny_model, exe, port)
-    assert confirm(agent, args)[0] == 0
-    result = agent.run("serve", "start", *args)
-    assert result.code == "port_in_use"
-    assert agent.run("serve", "status").data["servers"][0]["state"] == "running"
 
 
 def test_receipts_dir_applies_to_start_status_and_stop(agent: Agent, tiny_model: Path, tmp_path: Path) -> None:

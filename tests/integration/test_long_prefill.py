@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import http.client
 import json
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mlx_agent.gateway.sse import KEEPALIVE_S
 from tests.gateway_support import Gateway, read_sse, running_gateway
+from tests.standin_fronts import settled
 
 CLIENT_IDLE_S = 5.0  # the issue's bound on the wait for a stream's first bytes, and between any two
 PREFILL_S = 4 * KEEPALIVE_S  # several keep-alive periods, and longer than the client waits for a byte
@@ -59,39 +63,54 @@ def ended_well(api: str, raw: bytes) -> bool:
     return events[-1][0] == "response.completed"
 
 
-def test_streams_show_bytes_early_and_often_through_a_slow_prefill_on_every_api(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def slow_prefill_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run one front over the stand-in worker slowed by a prefill of ``PREFILL_S`` for the module's tests."""
+    directory = tmp_path_factory.mktemp("slow-prefill")
+    with running_gateway(directory, env={"FAKE_PREFILL": str(PREFILL_S)}) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def slow_prefill(slow_prefill_front: Gateway) -> Iterator[Gateway]:
+    """Return the slow front settled, its model unloaded; after the test, check that it settles again."""
+    yield settled(slow_prefill_front)
+    settled(slow_prefill_front)
+
+
+def test_streams_show_bytes_early_and_often_through_a_slow_prefill_on_every_api(slow_prefill: Gateway) -> None:
     """With a prefill longer than the client's idle timeout, every API's stream shows bytes in time and completes."""
-    with running_gateway(tmp_path, env={"FAKE_PREFILL": str(PREFILL_S)}) as gateway:
-        with ThreadPoolExecutor(len(STREAMS)) as pool:
-            replies = {api: pool.submit(read_stream, gateway, *STREAMS[api]) for api in STREAMS}
-            for api, future in replies.items():
-                status, raw = future.result()
-                assert status == 200, (api, raw)
-                assert keepalives(api, raw) >= 1, (api, raw)  # the front's own, during the prefill
-                assert ended_well(api, raw), (api, raw)
-        opening = read_sse(read_stream(gateway, *STREAMS["messages"])[1])
-        assert [name for name, _ in opening][:2] == ["message_start", "ping"]  # Anthropic's own start, early
+    gateway = slow_prefill  # this module's slow front
+    with ThreadPoolExecutor(len(STREAMS)) as pool:
+        replies = {api: pool.submit(read_stream, gateway, *STREAMS[api]) for api in STREAMS}
+        for api, future in replies.items():
+            status, raw = future.result()
+            assert status == 200, (api, raw)
+            assert keepalives(api, raw) >= 1, (api, raw)  # the front's own, during the prefill
+            assert ended_well(api, raw), (api, raw)
+    opening = read_sse(read_stream(gateway, *STREAMS["messages"])[1])
+    assert [name for name, _ in opening][:2] == ["message_start", "ping"]  # Anthropic's own start, early
 
 
-def test_a_stream_silent_between_tokens_gets_keepalives(tmp_path: Path) -> None:
+def test_a_stream_silent_between_tokens_gets_keepalives(standin: Gateway) -> None:
     """A worker that goes quiet after its first bytes (a slow prefill chunk) is covered by the front's keep-alives."""
-    with running_gateway(tmp_path) as gateway:
-        path, body, headers = STREAMS["chat"]
-        status, raw = read_stream(gateway, path, {**body, "x_chunks": 2, "x_delay": PREFILL_S}, headers)
-        assert status == 200 and ended_well("chat", raw)
-        assert raw.count(b": keepalive\n\n") >= 2  # beside the worker's own ": keepalive 1/1"
+    gateway = standin  # the shared front
+    path, body, headers = STREAMS["chat"]
+    status, raw = read_stream(gateway, path, {**body, "x_chunks": 2, "x_delay": PREFILL_S}, headers)
+    assert status == 200 and ended_well("chat", raw)
+    assert raw.count(b": keepalive\n\n") >= 2  # beside the worker's own ": keepalive 1/1"
 
 
-def test_refusals_keep_their_status_when_quick_and_end_the_stream_when_late(tmp_path: Path) -> None:
+def test_refusals_keep_their_status_when_quick_and_end_the_stream_when_late(
+    standin: Gateway, slow_prefill: Gateway
+) -> None:
     """A worker's refusal before the head is its HTTP status; one after the early head is the stream's error event."""
-    with running_gateway(tmp_path) as gateway:
-        path, body, headers = STREAMS["chat"]
-        quick_status, quick = read_stream(gateway, path, {**body, "x_status": 400}, headers)
-        assert quick_status == 400 and json.loads(quick)["error"]["message"] == "stand-in error"
-    with running_gateway(tmp_path, env={"FAKE_PREFILL": str(PREFILL_S)}) as gateway:
-        late_status, late = read_stream(gateway, path, {**body, "x_status": 400}, headers)
-        assert late_status == 200
-        assert read_sse(late)[-1][1]["error"]["message"] == "stand-in error"
+    path, body, headers = STREAMS["chat"]
+    quick_status, quick = read_stream(standin, path, {**body, "x_status": 400}, headers)  # the shared front
+    assert quick_status == 400 and json.loads(quick)["error"]["message"] == "stand-in error"
+    late_status, late = read_stream(slow_prefill, path, {**body, "x_status": 400}, headers)  # the module's slow one
+    assert late_status == 200
+    assert read_sse(late)[-1][1]["error"]["message"] == "stand-in error"
 
 
 def test_plain_replies_slower_than_every_front_timeout_are_answered(tmp_path: Path) -> None:
@@ -118,24 +137,24 @@ def test_plain_replies_slower_than_every_front_timeout_are_answered(tmp_path: Pa
         assert replies["responses"].json()["status"] == "completed"
 
 
-def test_the_official_sdks_read_streams_with_early_heads_and_keepalives(tmp_path: Path) -> None:
+def test_the_official_sdks_read_streams_with_early_heads_and_keepalives(slow_prefill: Gateway) -> None:
     """The OpenAI and Anthropic SDKs, with a read timeout shorter than the prefill, parse all three streams whole."""
     import anthropic
     import openai
 
     timeout = CLIENT_IDLE_S  # each read (the SDKs' timeout bounds every wait, not the whole stream)
-    with running_gateway(tmp_path, env={"FAKE_PREFILL": str(PREFILL_S)}) as gateway:
-        client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="local", timeout=timeout, max_retries=0)
-        chunks = client.chat.completions.create(
-            model="org/tiny", messages=[{"role": "user", "content": "hi"}], stream=True
-        )
-        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "t0 t1 t2 "
-        events = list(client.responses.create(model="org/tiny", input="hi", stream=True))
-        assert events[0].type == "response.created" and events[-1].type == "response.completed"
-        assert events[-1].response.output_text == "t0 t1 t2 "
-        claude = anthropic.Anthropic(base_url=gateway.base_url, api_key="local", timeout=timeout, max_retries=0)
-        with claude.messages.stream(
-            model="org/tiny", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
-        ) as stream:
-            message = stream.get_final_message()
-        assert [block.type for block in message.content] == ["text"] and message.stop_reason == "end_turn"
+    gateway = slow_prefill  # this module's slow front
+    client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="local", timeout=timeout, max_retries=0)
+    chunks = client.chat.completions.create(model="org/tiny", messages=[{"role": "user", "content": "hi"}], stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "t0 t1 t2 "
+    events = list(client.responses.create(model="org/tiny", input="hi", stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert events[-1].response.output_text == "t0 t1 t2 "
+    claude = anthropic.Anthropic(base_url=gateway.base_url, api_key="local", timeout=timeout, max_retries=0)
+    with claude.messages.stream(
+        model="org/tiny", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
+        message = stream.get_final_message()
+    assert [block.type for block in message.content] == ["text"] and message.stop_reason == "end_turn"
+    client.close()  # their kept-alive connections: the shared front's next test finds none held
+    claude.close()

@@ -25,8 +25,9 @@ import openai
 import pytest
 
 from tests.conditions import accepted_connections, wait_until
+from tests.front_clients import closed_within, connect, request_statuses
 from tests.gateway_support import Gateway, running_gateway
-from tests.integration.test_front_connections import closed_within, connect, request_statuses
+from tests.standin_fronts import settled
 
 # argv: port, connections, key ("" for none). Holds that many connections in their bodies, a byte a second
 # each, reopening every one the front closes (slowloris' way), until killed. Prints "attacking" once all are open.
@@ -81,7 +82,12 @@ def attack(request: pytest.FixtureRequest) -> Iterator[list[subprocess.Popen[str
     """Collect the attack processes a test starts, and kill them afterwards."""
     started: list[subprocess.Popen[str]] = []
     yield started
-    for proc in started:
+    end(started)
+
+
+def end(attacks: list[subprocess.Popen[str]]) -> None:
+    """Kill the attack processes and reap them (again: a no-op)."""
+    for proc in attacks:
         proc.kill()
         proc.wait()
 
@@ -102,14 +108,14 @@ def start_attack(
 
 def normal_requests(gateway: Gateway, key: str, count: int) -> int:
     """Send ``count`` chat completions with the OpenAI SDK (its default retries); return how many got a reply."""
-    client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=key, timeout=20, max_retries=2)
     served = 0
-    for _ in range(count):
-        try:
-            reply = client.chat.completions.create(model="org/tiny", messages=[{"role": "user", "content": "hi"}])
-        except openai.APIConnectionError:
-            continue
-        served += reply.choices[0].message.content == "ok"
+    with openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=key, timeout=20, max_retries=2) as client:
+        for _ in range(count):  # the client's kept-alive connection is closed at the end
+            try:
+                reply = client.chat.completions.create(model="org/tiny", messages=[{"role": "user", "content": "hi"}])
+            except openai.APIConnectionError:
+                continue
+            served += reply.choices[0].message.content == "ok"
     return served
 
 
@@ -128,31 +134,49 @@ def attacked_front(tmp_path: Path, keyed: bool) -> Iterator[Gateway]:
         yield gateway
 
 
+@pytest.fixture(scope="module")
+def keyed_attacked_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Run the keyed front of 8 slots for the module's three attacks on it (each ends with every slot free)."""
+    with attacked_front(tmp_path_factory.mktemp("keyed-attacked"), keyed=True) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def keyed_attacked(keyed_attacked_front: Gateway, attack: list[subprocess.Popen[str]]) -> Iterator[Gateway]:
+    """Return the keyed front of 8 slots settled; once the test's attack is ended, check that it frees every slot."""
+    yield settled(keyed_attacked_front)
+    end(attack)
+    settled(keyed_attacked_front)  # recovered: no connection held, nothing open, before the next attack
+
+
 @pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
 def test_slow_bodies_from_the_same_user_do_not_lock_out_new_clients(
-    tmp_path: Path, attack: list[subprocess.Popen[str]], keyed: bool
+    tmp_path: Path, request: pytest.FixtureRequest, attack: list[subprocess.Popen[str]], keyed: bool
 ) -> None:
     """40 slow-body connections (with the key, on a keyed front) against 8 slots: normal requests are all served."""
     auth = {"Authorization": f"Bearer {KEY}"}
-    with attacked_front(tmp_path, keyed) as gateway:
+    with (
+        contextlib.nullcontext(request.getfixturevalue("keyed_attacked")) if keyed else attacked_front(tmp_path, keyed)
+    ) as gateway:
+        evicted = metric(gateway, 'mlx_agent_connections_closed_total{reason="evicted"}', auth)  # counted from here
         assert gateway.request("POST", "/v1/chat/completions", CHAT, headers=auth).status == 200
         start_attack(attack, gateway.port, 40, KEY if keyed else "", None)
         every_slot_taken(gateway)
         assert attack[0].poll() is None
         assert normal_requests(gateway, KEY, 10) == 10
-        assert metric(gateway, 'mlx_agent_connections_closed_total{reason="evicted"}', auth) > 0
+        assert metric(gateway, 'mlx_agent_connections_closed_total{reason="evicted"}', auth) > evicted
 
 
 @pytest.mark.parametrize("with_key", [True, False], ids=["with_key", "without_key"])
 def test_slow_bodies_from_another_user_do_not_lock_out_new_clients(
-    tmp_path: Path, attack: list[subprocess.Popen[str]], attacker: pwd.struct_passwd, with_key: bool
+    keyed_attacked: Gateway, attack: list[subprocess.Popen[str]], attacker: pwd.struct_passwd, with_key: bool
 ) -> None:
     """A second user's 40 slow-body connections against a keyed front's 8 slots: normal requests are all served."""
-    with attacked_front(tmp_path, keyed=True) as gateway:
-        start_attack(attack, gateway.port, 40, KEY if with_key else "", attacker)
-        every_slot_taken(gateway)
-        assert attack[0].poll() is None
-        assert normal_requests(gateway, KEY, 10) == 10
+    gateway = keyed_attacked  # the module's keyed front of 8 slots, every slot free
+    start_attack(attack, gateway.port, 40, KEY if with_key else "", attacker)
+    every_slot_taken(gateway)
+    assert attack[0].poll() is None
+    assert normal_requests(gateway, KEY, 10) == 10
 
 
 def test_a_body_past_its_deadline_is_408_and_its_connection_closed(tmp_path: Path) -> None:
@@ -223,51 +247,65 @@ def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
     ids=["no_key", "wrong_key", "foreign_host"],
 )
 def test_a_body_refused_by_its_headers_is_never_read(
-    tmp_path: Path, key: str | None, host: str | None, status: int
+    keyed_standin: Gateway, key: str | None, host: str | None, status: int
 ) -> None:
     """With only the headers sent, a keyed front answers 401 (403 for a foreign Host) and closes: no body is read."""
-    with running_gateway(tmp_path, api_keys=[KEY]) as gateway:
-        sock = connect(gateway)
-        sock.sendall(slow_head(gateway, key=key, host=host))  # and not one byte of the body
-        head, body = read_answer(sock)
-        assert head.startswith(f"HTTP/1.1 {status} ".encode())
-        assert b"error" in body
-        assert closed_within(sock, 5)  # not kept open to read (and drop) the rest of the body
+    gateway = keyed_standin  # the shared keyed front (KEY is one of its keys)
+    sock = connect(gateway)
+    sock.sendall(slow_head(gateway, key=key, host=host))  # and not one byte of the body
+    head, body = read_answer(sock)
+    assert head.startswith(f"HTTP/1.1 {status} ".encode())
+    assert b"error" in body
+    assert closed_within(sock, 5)  # not kept open to read (and drop) the rest of the body
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-8-sig"])
-def test_a_body_that_is_not_utf8_is_400_invalid_encoding(tmp_path: Path, encoding: str) -> None:
+def test_a_body_that_is_not_utf8_is_400_invalid_encoding(standin: Gateway, encoding: str) -> None:
     """A JSON body in UTF-16 or UTF-32, or with a byte order mark, is 400 invalid_encoding in each API's shape."""
     doc = {"model": "org/tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-    with running_gateway(tmp_path) as gateway:
-        raw = json.dumps(doc).encode(encoding)
-        chat = gateway.request("POST", "/v1/chat/completions", raw=raw)
-        assert chat.status == 400
-        assert (chat.json()["error"]["code"], chat.json()["error"]["param"]) == ("invalid_encoding", "body")
-        messages = gateway.request("POST", "/v1/messages", raw=raw, headers={"anthropic-version": "2023-06-01"})
-        assert messages.status == 400
-        assert messages.json()["type"] == "error"
-        assert messages.json()["error"]["code"] == "invalid_encoding"
-        assert gateway.request("POST", "/v1/chat/completions", raw=json.dumps(doc).encode()).status == 200
+    gateway = standin  # the shared front
+    raw = json.dumps(doc).encode(encoding)
+    chat = gateway.request("POST", "/v1/chat/completions", raw=raw)
+    assert chat.status == 400
+    assert (chat.json()["error"]["code"], chat.json()["error"]["param"]) == ("invalid_encoding", "body")
+    messages = gateway.request("POST", "/v1/messages", raw=raw, headers={"anthropic-version": "2023-06-01"})
+    assert messages.status == 400
+    assert messages.json()["type"] == "error"
+    assert messages.json()["error"]["code"] == "invalid_encoding"
+    assert gateway.request("POST", "/v1/chat/completions", raw=json.dumps(doc).encode()).status == 200
 
 
 @pytest.mark.parametrize("how", ["close", "shutdown"])
-def test_a_client_that_hangs_up_mid_body_is_logged_499(tmp_path: Path, how: str) -> None:
+def test_a_client_that_hangs_up_mid_body_is_logged_499(standin: Gateway, how: str) -> None:
     """A client that closes (or ends its side) before its body has all arrived is a 499, not a 500 and a traceback."""
-    with running_gateway(tmp_path) as gateway:
-        sock = connect(gateway)
-        sock.sendall(slow_head(gateway) + b'{"model": "org/tiny", ')
-        time.sleep(0.5)  # the front is reading the body
-        if how == "shutdown":
-            sock.shutdown(socket.SHUT_WR)  # the body will never be whole: the client has hung up
-        else:
-            sock.close()
-        deadline = time.monotonic() + 10
-        while not request_statuses(gateway):
-            assert time.monotonic() < deadline, gateway.log_path.read_text()
-            time.sleep(0.05)
-        assert request_statuses(gateway) == [499]
-        assert "Traceback" not in gateway.log_path.read_text()
+    gateway = standin  # the shared front: its log's lines counted from here
+    logged = len(request_statuses(gateway))
+    sock = connect(gateway)
+    sock.sendall(slow_head(gateway) + b'{"model": "org/tiny", ')
+    wait_until(lambda: read_all_of(gateway, sock), "the front is reading the body (all sent so far read)")
+    if how == "shutdown":
+        sock.shutdown(socket.SHUT_WR)  # the body will never be whole: the client has hung up
+    else:
+        sock.close()
+    deadline = time.monotonic() + 10
+    while len(request_statuses(gateway)) == logged:
+        assert time.monotonic() < deadline, gateway.log_path.read_text()
+        time.sleep(0.05)
+    assert request_statuses(gateway)[logged:] == [499]
+    assert "Traceback" not in gateway.log_path.read_text()
+    sock.close()
+
+
+def read_all_of(gateway: Gateway, sock: socket.socket) -> bool:
+    """Say whether the front has accepted ``sock``'s connection and read every byte sent on it so far."""
+    if accepted_connections(gateway.proc.pid, gateway.port) == 0:
+        return False
+    ends = (gateway.port, sock.getsockname()[1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()  # sl local_address rem_address st tx_queue:rx_queue ...
+        if tuple(int(address.split(":")[1], 16) for address in fields[1:3]) == ends:
+            return int(fields[4].split(":")[1], 16) == 0
+    return False
 
 
 def test_a_client_that_sends_a_refused_body_whole_reads_its_answer(tmp_path: Path) -> None:
