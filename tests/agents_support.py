@@ -480,6 +480,10 @@ class Tmux:
         """Return what the pane shows now."""
         return self.tmux("capture-pane", "-p", "-t", self.target).stdout
 
+    def scrollback(self) -> str:
+        """Return all the pane has shown, from the first line of its history (what scrolled off the screen too)."""
+        return self.tmux("capture-pane", "-p", "-S", "-", "-t", self.target).stdout
+
     def keys(self, *keys: str, literal: bool = False) -> None:
         """Send keys (tmux key names, or text as typed with ``literal``)."""
         self.tmux("send-keys", "-t", self.target, *(["-l"] if literal else []), *keys)
