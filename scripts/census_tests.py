@@ -5,8 +5,8 @@
 runs ``bash scripts/test ARGS`` (install, checks and tests, as CI does), or with ``--pytest`` only
 ``pytest ARGS`` (a subset on a busy machine), and prints how many processes of each kind started (worker,
 a group's launcher, front, CLI, agent, the test runner's own, the checks', others), the CPU each kind used, the 20
-slowest tests, the test files that start the most workers and fronts, and how many assert statements the tests hold
-(sharing servers must not cost checks).
+slowest tests, the test files that start the most workers, fronts and CLI runs, and how many assert statements the
+tests hold (sharing servers must not cost checks).
 
 How it counts (Linux only): it becomes the run's child subreaper, so that a server the CLI detaches stays in the
 run's tree, and reads /proc every ``POLL_S``: a process is the run's when its parent is. A process's CPU is its
@@ -41,7 +41,7 @@ PR_SET_CHILD_SUBREAPER = 36
 TICKS = os.sysconf("SC_CLK_TCK")
 SLOWEST = 20
 SHELLS = frozenset({"sh", "bash", "dash"})
-SERVERS = ("worker", "launcher", "front")  # the kinds counted per test file as well
+PER_FILE = ("worker", "launcher", "front", "cli")  # the kinds counted per test file as well
 # By the command line, first match wins; a process matching none takes an agent parent's kind, else "other".
 # A stand-in runtime is a test's script named like the runtime it replaces; the real ones run as modules.
 # A group's launcher (ours or plain mlx.launch) loads no model: it starts the ranks, which are workers.
@@ -88,6 +88,16 @@ class Census:
         parent = self.live.get(ppid)
         return "agent" if parent is not None and self.procs[parent].kind == "agent" else "other"
 
+    def provisional(self, proc: Proc) -> bool:
+        """Say whether a process's kind may still change: it is read again at every poll while so.
+
+        An other may be a shell or a wrapper (ip netns exec) that has since exec'd the program; a process of its
+        parent's kind may be a fork not yet exec'd (a fork shows its parent's command line until it execs: a
+        server's child would count as one more server, a test's as one more test runner).
+        """
+        parent = self.live.get(proc.ppid)
+        return proc.kind == "other" or (parent is not None and self.procs[parent].kind == proc.kind)
+
     def poll(self, seen: set[int]) -> set[int]:
         """Read /proc once: adopt new processes whose parent is the run's, update CPU, reap adopted zombies."""
         now = {int(name) for name in os.listdir("/proc") if name.isdigit()}
@@ -109,7 +119,7 @@ class Census:
                 continue
             proc = self.procs[key]
             proc.cpu_s = (int(fields[11]) + int(fields[12])) / TICKS
-            if proc.kind == "other":  # perhaps a shell or a wrapper (ip netns exec) that has since exec'd the program
+            if self.provisional(proc):
                 proc.kind = self.kind_of(read(f"/proc/{pid}/cmdline").replace("\0", " "), proc.ppid)
             if fields[0] == "Z" and int(fields[1]) == os.getpid() and pid != self.root:
                 with contextlib.suppress(ChildProcessError):
@@ -218,7 +228,7 @@ def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[
         cpu[p.kind] = cpu.get(p.kind, 0.0) + p.cpu_s
     by_file: dict[str, Counter[str]] = {}
     for p in census.procs.values():
-        if p.kind in SERVERS:
+        if p.kind in PER_FILE:
             by_file.setdefault(p.kind, Counter())[p.test_file or "(none named)"] += 1
     return {
         "wall_s": round(wall, 1),

@@ -80,3 +80,16 @@ def test_assert_statements_are_counted_in_every_python_file_below_the_folder(tmp
     (tmp_path / "e2e" / "support.py").write_text("def check(x):\n    assert x\n    return 'assert x'\n")
     (tmp_path / "notes.txt").write_text("assert nothing\n")
     assert census_module().assert_statements(tmp_path) == 3
+
+
+def test_a_fork_counts_as_what_it_execs() -> None:
+    """A child seen with its parent's command line (forked, not yet exec'd) is read again: it counts as what it runs."""
+    census = census_module()
+    run = census.Census(root=1)
+    runner = census.Proc("pytest", 0)
+    run.procs[(1, 0)] = runner
+    run.live[1] = (1, 0)
+    forked = census.Proc(run.kind_of("/r/.venv/bin/python -m pytest -n 6", ppid=1), 1)
+    assert forked.kind == "pytest" and run.provisional(forked)
+    settled = census.Proc(run.kind_of("/r/.venv/bin/python -m mlx_agent.runtime mlx_lm --model m", ppid=1), 1)
+    assert settled.kind == "worker" and not run.provisional(settled)
