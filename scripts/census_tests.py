@@ -227,9 +227,12 @@ def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[
     for p in census.procs.values():
         cpu[p.kind] = cpu.get(p.kind, 0.0) + p.cpu_s
     by_file: dict[str, Counter[str]] = {}
+    cpu_by_file: dict[str, dict[str, float]] = {}
     for p in census.procs.values():
         if p.kind in PER_FILE:
             by_file.setdefault(p.kind, Counter())[p.test_file or "(none named)"] += 1
+            files = cpu_by_file.setdefault(p.kind, {})
+            files[p.test_file or "(none named)"] = files.get(p.test_file or "(none named)", 0.0) + p.cpu_s
     return {
         "wall_s": round(wall, 1),
         "assert_statements": assert_statements(),
@@ -238,6 +241,11 @@ def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[
         "cpu_s_by_kind": {kind: round(s, 1) for kind, s in sorted(cpu.items(), key=lambda item: -item[1])},
         "slowest_tests": [{"s": round(s, 2), "test": name} for s, name in tests],
         "server_starts_by_file": {kind: dict(files.most_common()) for kind, files in sorted(by_file.items())},
+        # what the processes a file started used, starting and serving: most of a worker's is the work it is given
+        "cpu_s_by_file": {
+            kind: {name: round(s, 1) for name, s in sorted(files.items(), key=lambda item: -item[1])}
+            for kind, files in sorted(cpu_by_file.items())
+        },
     }
 
 
@@ -273,6 +281,10 @@ def main() -> int:
         print(f"\n{kind} starts by test file (the {SLOWEST} that start most):")
         for name, count in list(files.items())[:SLOWEST]:
             print(f"{count:>8}  {name}")
+    for kind, files in doc["cpu_s_by_file"].items():  # type: ignore[attr-defined]
+        print(f"\n{kind} CPU s by test file (the {SLOWEST} that use most):")
+        for name, used in list(files.items())[:SLOWEST]:
+            print(f"{used:>8.1f}  {name}")
     if options.json:
         options.json.write_text(json.dumps(doc, indent=2) + "\n")
     return rc
