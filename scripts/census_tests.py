@@ -119,8 +119,9 @@ class Census:
                 continue
             proc = self.procs[key]
             proc.cpu_s = (int(fields[11]) + int(fields[12])) / TICKS
-            if self.provisional(proc):
-                proc.kind = self.kind_of(read(f"/proc/{pid}/cmdline").replace("\0", " "), proc.ppid)
+            # A zombie's command line is empty: what it was last read as stands.
+            if self.provisional(proc) and (cmdline := read(f"/proc/{pid}/cmdline").replace("\0", " ")):
+                proc.kind = self.kind_of(cmdline, proc.ppid)
             if fields[0] == "Z" and int(fields[1]) == os.getpid() and pid != self.root:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)  # an orphan adopted as subreaper: read exactly, now reaped

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.census_support import census_module
 
 pytestmark = pytest.mark.fast
-
-
-@functools.cache
-def census_module() -> Any:
-    """Import scripts/census_tests.py (scripts/ is no package; its dataclasses look their module up by name)."""
-    spec = importlib.util.spec_from_file_location("census_tests", REPO_ROOT / "scripts" / "census_tests.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
