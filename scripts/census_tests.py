@@ -1,4 +1,4 @@
-"""A census of one test run: the processes it starts by kind, their CPU by kind, and its slowest tests.
+"""A census of one test run: the processes it starts by kind, their CPU by kind, and its slowest tests and files.
 
     .venv/bin/python scripts/census_tests.py [--json FILE] [--pytest] [ARGS...]
 
@@ -174,13 +174,21 @@ def read(path: str) -> str:
         return ""
 
 
-def slowest(junit: Path, count: int = SLOWEST) -> list[tuple[float, str]]:
-    """Return the ``count`` longest tests of a JUnit report, longest first."""
+def slowest(junit: Path, count: int = SLOWEST, by_file: bool = False) -> list[tuple[float, str]]:
+    """Return the ``count`` longest tests of a JUnit report, longest first; ``by_file``: the longest test files.
+
+    A file's time is its tests' summed: what one xdist worker spends on it (``SLOW_FIRST`` in tests/conftest.py
+    sends the longest out first).
+    """
     if not junit.is_file() or junit.stat().st_size == 0:
         return []
     cases = ET.parse(junit).getroot().iter("testcase")
-    timed = [(float(c.get("time", 0)), f"{c.get('classname', '')}::{c.get('name', '')}") for c in cases]
-    return sorted(timed, reverse=True)[:count]
+    timed: dict[str, float] = {}
+    for case in cases:
+        name = case.get("classname", "")
+        name = name.replace(".", "/") + ".py" if by_file else f"{name}::{case.get('name', '')}"
+        timed[name] = timed.get(name, 0.0) + float(case.get("time", 0))
+    return sorted(((s, name) for name, s in timed.items()), reverse=True)[:count]
 
 
 def assert_statements(folder: Path = ROOT / "tests") -> int:
@@ -221,7 +229,9 @@ def run(command: list[str]) -> tuple[int, Census, float]:
     return rc, census, wall
 
 
-def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[str, object]:
+def report(
+    census: Census, wall: float, tests: list[tuple[float, str]], files: list[tuple[float, str]]
+) -> dict[str, object]:
     """Return the census as a document: starts and CPU by kind, totals, the slowest tests."""
     starts = Counter(p.kind for p in census.procs.values())
     cpu: dict[str, float] = {}
@@ -232,8 +242,8 @@ def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[
     for p in census.procs.values():
         if p.kind in PER_FILE:
             by_file.setdefault(p.kind, Counter())[p.test_file or "(none named)"] += 1
-            files = cpu_by_file.setdefault(p.kind, {})
-            files[p.test_file or "(none named)"] = files.get(p.test_file or "(none named)", 0.0) + p.cpu_s
+            used = cpu_by_file.setdefault(p.kind, {})
+            used[p.test_file or "(none named)"] = used.get(p.test_file or "(none named)", 0.0) + p.cpu_s
     return {
         "wall_s": round(wall, 1),
         "assert_statements": assert_statements(),
@@ -241,6 +251,7 @@ def report(census: Census, wall: float, tests: list[tuple[float, str]]) -> dict[
         "starts": dict(starts.most_common()),
         "cpu_s_by_kind": {kind: round(s, 1) for kind, s in sorted(cpu.items(), key=lambda item: -item[1])},
         "slowest_tests": [{"s": round(s, 2), "test": name} for s, name in tests],
+        "slowest_files": [{"s": round(s, 1), "file": name} for s, name in files],
         "server_starts_by_file": {kind: dict(files.most_common()) for kind, files in sorted(by_file.items())},
         # what the processes a file started used, starting and serving: most of a worker's is the work it is given
         "cpu_s_by_file": {
@@ -265,7 +276,7 @@ def main() -> int:
         junit = Path(scratch) / "junit.xml"
         base = [sys.executable, "-m", "pytest"] if options.pytest else ["bash", "scripts/test"]
         rc, census, wall = run([*base, f"--junitxml={junit}", *args])
-        doc = report(census, wall, slowest(junit))
+        doc = report(census, wall, slowest(junit), slowest(junit, by_file=True))
     usage = resource.getrusage(resource.RUSAGE_SELF)  # the polling's cost, not counted above
     print(f"\ncensus: exit {rc}, {doc['wall_s']} s wall, {doc['cpu_s']} s CPU in {len(census.procs)} processes")
     print(f"assert statements in tests/: {doc['assert_statements']}")
@@ -278,6 +289,9 @@ def main() -> int:
     print(f"\nthe {SLOWEST} slowest tests (s):")
     for test in doc["slowest_tests"]:  # type: ignore[attr-defined]
         print(f"{test['s']:>8.2f}  {test['test']}")
+    print(f"\nthe {SLOWEST} slowest test files (s, their tests summed):")
+    for file in doc["slowest_files"]:  # type: ignore[attr-defined]
+        print(f"{file['s']:>8.1f}  {file['file']}")
     for kind, files in doc["server_starts_by_file"].items():  # type: ignore[attr-defined]
         print(f"\n{kind} starts by test file (the {SLOWEST} that start most):")
         for name, count in list(files.items())[:SLOWEST]:

@@ -56,6 +56,7 @@ def test_the_slowest_tests_come_from_the_junit_report(tmp_path: Path) -> None:
     slowest = census_module().slowest
     assert slowest(junit, 2) == [(4.5, "tests.unit.t::test_4"), (3.5, "tests.unit.t::test_3")]
     assert slowest(tmp_path / "none.xml") == []
+    assert slowest(junit, 1, by_file=True) == [(12.5, "tests/unit/t.py")]
 
 
 def test_assert_statements_are_counted_in_every_python_file_below_the_folder(tmp_path: Path) -> None:
