@@ -139,35 +139,31 @@ class Agent:
 # The files that take longest, longest first (junit times, 6 workers on 2 cores). pytest-xdist hands out whole
 # files (``--dist loadfile``) in collection order (``--no-loadscope-reorder``): a long file handed out last is
 # the run's tail, so these go first, then the other end-to-end, integration and unit files in their order.
-SLOW_FIRST = (
-    "tests/e2e/test_agent_sessions.py",
-    "tests/e2e/test_vlm_worker_socket.py",
+SLOW_FIRST = (  # by the census's slowest files (scripts/census_tests.py), a shared server's group by its files' sum
     "tests/e2e/test_fuzz_content_parts.py",
-    "tests/e2e/test_family_agents.py",
-    "tests/e2e/test_agent_modes.py",
-    "tests/e2e/test_fuzz_content_kinds.py",
-    "tests/e2e/test_serve_group.py",
+    "tests/e2e/test_distributed_entry.py",  # group_references, with test_serve_group.py
+    "tests/e2e/test_fuzz_content_kinds.py",  # hostile_front, with test_fuzz_requests.py, test_hostile_requests.py
+    "tests/integration/test_long_prefill.py",  # standin_front_2, with test_front_connections.py
     "tests/e2e/test_agent_long_prefill.py",
-    "tests/e2e/test_fleet.py",
+    "tests/e2e/test_family_agents.py",
+    "tests/e2e/test_media_worker_socket.py",  # media_fleet, with test_media_front_real.py
+    "tests/e2e/test_wire_agents.py",  # keyed_notes_server, with test_agent_run.py
     "tests/e2e/test_real_agents.py",
-    "tests/e2e/test_fuzz_requests.py",
-    "tests/integration/test_long_prefill.py",
-    "tests/e2e/test_prompt_cache_damage.py",
-    "tests/e2e/test_distributed_entry.py",
-    "tests/e2e/test_wheel_install.py",
-    "tests/e2e/test_wire_agents.py",
-    "tests/integration/test_slow_bodies.py",
-    "tests/e2e/test_agent_run.py",
     "tests/e2e/test_mcp_agents.py",
-    "tests/integration/test_pull_cli.py",
-    "tests/e2e/test_concurrent_serving.py",
-    "tests/e2e/test_agent_compaction.py",
+    "tests/e2e/test_agent_modes.py",
+    "tests/integration/test_gateway_lifecycle.py",  # standin_front, with three more files
     "tests/e2e/test_prompt_cache_disk.py",
-    "tests/e2e/test_prompt_lookup_server.py",
-    "tests/integration/test_gateway_lifecycle.py",
+    "tests/e2e/test_fleet.py",
+    "tests/e2e/test_agent_sessions.py",
+    "tests/e2e/test_prompt_cache_damage.py",
+    "tests/e2e/test_ring_links.py",
+    "tests/e2e/test_prompt_lookup_server.py",  # lookup_launch, with test_readme_fields.py
+    "tests/integration/test_pull_cli.py",
+    "tests/e2e/test_wheel_install.py",
+    "tests/e2e/test_agent_compaction.py",
+    "tests/e2e/test_concurrent_serving.py",
     "tests/e2e/test_runtimes.py",
     "tests/e2e/test_serve_top.py",
-    "tests/e2e/test_media_worker_socket.py",
 )
 TIERS = ("tests/e2e/", "tests/integration/", "tests/unit/")
 
