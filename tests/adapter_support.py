@@ -1,4 +1,4 @@
-"""Helpers for tests that change a bound adapter and watch the server refuse it."""
+"""Helpers for the adapter tests: a small adapter written, a bound one changed, and the server's refusal read."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from safetensors.numpy import save_file
+
+CONFIG = {"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": {"rank": 8, "scale": 20.0, "dropout": 0.0}}
 
 
 def flip_last_byte(path: Path) -> None:
@@ -31,3 +36,15 @@ def restart_refusal(receipt: dict[str, Any], log: Path) -> tuple[int, str]:
         if line.startswith("mlx-agent-error "):
             return exit_code, str(json.loads(line.removeprefix("mlx-agent-error "))["code"])
     return exit_code, ""
+
+
+def make_adapter(
+    directory: Path,
+    *,
+    keys: tuple[str, ...] = ("model.layers.0.self_attn.q_proj.lora_a", "model.layers.0.self_attn.q_proj.lora_b"),
+) -> Path:
+    """Write a small adapter directory shaped like mlx_lm.lora's output."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "adapter_config.json").write_text(json.dumps(CONFIG))
+    save_file({k: np.zeros((2, 2), dtype=np.float32) for k in keys}, str(directory / "adapters.safetensors"))
+    return directory

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.conditions import wait_until
-from tests.conftest import REPO_ROOT, Agent, free_port, processes_mentioning
+from tests.conftest import LAUNCHER, REPO_ROOT, Agent, free_port, processes_mentioning
 
 AGENTS_DIR = REPO_ROOT / ".cache" / "agents"
 AGENT_PACKAGES = {
@@ -694,3 +695,72 @@ def codex_session(home: Path) -> tuple[int, str]:
     started = [r["payload"] for r in records if (r.get("payload") or {}).get("type") == "task_started"]
     assert started, f"no task_started in {rollout}"
     return int(started[0]["model_context_window"]), str(meta["base_instructions"]["text"])
+
+
+CLAUDE_SETTINGS = {
+    "$schema": "https://json.schemastore.org/claude-code-settings.json",
+    "permissions": {"allow": ["Bash(git status)"], "deny": ["Read(./.env)"]},
+    "env": {"EDITOR_HINT": "vim"},
+    "includeCoAuthoredBy": False,
+}
+
+CODEX_CONFIG = """# my Codex settings
+approval_policy = "on-request"  # ask before running anything
+
+[model_providers.elsewhere]
+name = "Elsewhere"
+base_url = "http://127.0.0.1:9/v1"
+wire_api = "responses"
+env_key = "ELSEWHERE_KEY"
+
+[tui]
+notifications = true
+"""
+
+
+def user_home(directory: Path) -> Path:
+    """Make a HOME with Claude Code's and Codex's own configs, as a user's machine has them; return it."""
+    (directory / ".claude").mkdir(parents=True)
+    (directory / ".claude" / "settings.json").write_text(json.dumps(CLAUDE_SETTINGS, indent=2) + "\n")
+    (directory / ".codex").mkdir()
+    (directory / ".codex" / "config.toml").write_text(CODEX_CONFIG)
+    (directory / ".profile").write_text("export PATH=$HOME/bin:$PATH\n")
+    return directory
+
+
+def mlx_agent(*args: str) -> list[str]:
+    """Return the command line of ``mlx-agent ARGS`` (no --json: the agent owns stdout)."""
+    return [sys.executable, str(LAUNCHER), *args]
+
+
+def cli_env(cli: Agent, home: Path) -> dict[str, str]:
+    """Return the environment `mlx-agent run` gets: a user's (HOME, PATH), our state dir, nothing of the agent's."""
+    return clean_env(home, MLX_AGENT_HOME=str(cli.home))
+
+
+def trusting_config(home: Path, work: Path, key: str) -> None:
+    """Write Claude Code's user config as after its first run: onboarding done, ``key`` and ``work`` trusted."""
+    config = {
+        "hasCompletedOnboarding": True,
+        "theme": "dark",
+        "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
+        "projects": {str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    }
+    (home / ".claude.json").write_text(json.dumps(config))
+
+
+def submit(ui: Tmux, text: str, taken: Callable[[], bool]) -> None:
+    """Type ``text`` into the UI's prompt box and press Enter until ``taken`` says it was.
+
+    Keys that come in one burst read as a paste, where Enter may end up in the box instead of sending it.
+    """
+    ui.keys(text, literal=True)
+    ui.wait_for(lambda screen: text in screen, f"{text!r} typed")
+    for _ in range(10):
+        ui.keys("Enter")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if taken():
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"{text!r} was never sent; the screen:\n{ui.screen()}")

@@ -1,4 +1,4 @@
-"""A small private disk for the tests of what a full disk does (root only; the test is skipped otherwise)."""
+"""Small private disks for the tests of what a full disk does (root only; the test is skipped otherwise)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,12 @@ def tmpfs(tmp_path: Path, size: str, name: str = "disk") -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@contextlib.contextmanager
+def small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
+    """Mount a tmpfs of ``size`` and yield its private receipts directory (root only; skipped otherwise)."""
+    with tmpfs(tmp_path, size, "small") as mount:
+        (mount / "receipts" / "serve").mkdir(parents=True, mode=0o700)
+        os.chmod(mount / "receipts", 0o700)
+        yield mount / "receipts"

@@ -18,6 +18,7 @@ from typing import Any
 from mlx_agent.gateway.anthropic.bodies import MessagesBody
 from mlx_agent.gateway.anthropic.request import AnthropicRequest, translate
 from mlx_agent.gateway.door.http_errors import parse
+from mlx_agent.gateway.observe.request_log import REQUEST_LINE
 from mlx_agent.gateway.responses.bodies import ResponsesBody
 from mlx_agent.gateway.responses.request import ResponsesRequest, to_chat
 from tests.conftest import REPO_ROOT, free_port
@@ -651,3 +652,9 @@ def translate_messages(body: dict[str, Any]) -> AnthropicRequest:
 def translate_responses(body: dict[str, Any], *, default_model: str) -> ResponsesRequest:
     """Translate a Responses body as the front does: parsed by its declaration, then translated."""
     return to_chat(parse(ResponsesBody, body), default_model=default_model)
+
+
+def request_lines(gateway: Gateway) -> list[dict[str, Any]]:
+    """Return the front's request lines so far."""
+    lines = gateway.log_path.read_text().splitlines()
+    return [json.loads(line.split(REQUEST_LINE, 1)[1]) for line in lines if REQUEST_LINE + "{" in line]

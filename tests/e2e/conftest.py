@@ -3,11 +3,13 @@
 A front here is started once per test process (pytest-xdist worker) and shared by every module there that asks
 for it, as httpx's tests share their one ``server``: it is waited on by its readiness (``running_gateway`` polls
 the front's health), never by a sleep. A test that stops, unloads, reconfigures or kills a server starts its own.
+``trainer_agent`` is the lora tests' CLI runner: afterwards it stops any watcher (and trainer) a test left running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mlx_agent.supervise import process
 from tests.agent_servers import NotesServer, notes_server
 from tests.agents_support import Namespace, loopback_namespace
 from tests.conftest import Agent, free_port
@@ -220,3 +223,15 @@ def keyed_notes_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Not
     """Serve the keyed scripted model over two notes for the agent tests that only run agents against it."""
     with notes_server(tmp_path_factory.mktemp("keyed-notes")) as served:
         yield served
+
+
+@pytest.fixture
+def trainer_agent(agent: Agent) -> Iterator[Agent]:
+    """Return the CLI runner; afterwards stop any watcher (and its trainer) a test left running."""
+    yield agent
+    for path in (agent.home / "receipts" / "train").glob("*.json"):
+        receipt = json.loads(path.read_text())
+        for role in ("watcher", "trainer"):
+            record = receipt.get(role)
+            if record and record.get("create_time") is not None and process.classify(record) == "running":
+                process.stop_group(record["pid"], record["pgid"], grace=5.0)

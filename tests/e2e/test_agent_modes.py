@@ -31,17 +31,20 @@ from tests.agents_support import (
     assert_no_model_trouble,
     cat_call,
     clean_env,
+    cli_env,
     codex_exec,
     codex_home,
     codex_session,
+    mlx_agent,
     notes_to_read,
     read_call,
     session_model,
     sessions_model,
+    submit,
+    trusting_config,
+    user_home,
 )
 from tests.conftest import Agent
-from tests.e2e.test_agent_run import cli_env, mlx_agent, user_home
-from tests.e2e.test_agent_sessions import submit, trusting_config
 
 pytestmark = pytest.mark.e2e
 

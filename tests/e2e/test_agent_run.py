@@ -20,7 +20,6 @@ import hashlib
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,45 +33,20 @@ from tests.agents_support import (
     assert_cache_reuse,
     capture,
     clean_env,
+    cli_env,
     inside,
+    mlx_agent,
     serve,
     session_model,
     session_turns,
+    user_home,
 )
-from tests.conftest import LAUNCHER, Agent, free_port
+from tests.conftest import Agent, free_port
 
 pytestmark = pytest.mark.e2e
 
 ANSWER = "Basil"
 KEY = NOTES_KEY  # the shared server's (``keyed_notes_server``)
-CLAUDE_SETTINGS = {
-    "$schema": "https://json.schemastore.org/claude-code-settings.json",
-    "permissions": {"allow": ["Bash(git status)"], "deny": ["Read(./.env)"]},
-    "env": {"EDITOR_HINT": "vim"},
-    "includeCoAuthoredBy": False,
-}
-CODEX_CONFIG = """# my Codex settings
-approval_policy = "on-request"  # ask before running anything
-
-[model_providers.elsewhere]
-name = "Elsewhere"
-base_url = "http://127.0.0.1:9/v1"
-wire_api = "responses"
-env_key = "ELSEWHERE_KEY"
-
-[tui]
-notifications = true
-"""
-
-
-def user_home(directory: Path) -> Path:
-    """Make a HOME with Claude Code's and Codex's own configs, as a user's machine has them; return it."""
-    (directory / ".claude").mkdir(parents=True)
-    (directory / ".claude" / "settings.json").write_text(json.dumps(CLAUDE_SETTINGS, indent=2) + "\n")
-    (directory / ".codex").mkdir()
-    (directory / ".codex" / "config.toml").write_text(CODEX_CONFIG)
-    (directory / ".profile").write_text("export PATH=$HOME/bin:$PATH\n")
-    return directory
 
 
 def tree(directory: Path) -> dict[str, str]:
@@ -98,16 +72,6 @@ def assert_unchanged(before: dict[str, str], after: dict[str, str]) -> None:
     assert not changed, f"files under HOME changed: {changed}"
     configs = sorted(p for p in after.keys() - before.keys() if CONFIG_FILES.match(p))
     assert not configs, f"new agent config files under HOME: {configs}"
-
-
-def mlx_agent(*args: str) -> list[str]:
-    """Return the command line of ``mlx-agent ARGS`` (no --json: the agent owns stdout)."""
-    return [sys.executable, str(LAUNCHER), *args]
-
-
-def cli_env(cli: Agent, home: Path) -> dict[str, str]:
-    """Return the environment `mlx-agent run` gets: a user's (HOME, PATH), our state dir, nothing of the agent's."""
-    return clean_env(home, MLX_AGENT_HOME=str(cli.home))
 
 
 def test_run_claude_reads_files_and_changes_no_file(keyed_notes_server: NotesServer, tmp_path: Path) -> None:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,9 @@ from tests.agents_support import (
     request_lines,
     serve,
     sessions_model,
+    submit,
     tool_results,
+    trusting_config,
     wait_for_lines,
 )
 from tests.conftest import Agent
@@ -253,34 +254,6 @@ def test_claude_code_stream_json_session(sessions: Sessions, tmp_path: Path) -> 
     assert_claude_tools_ran(work, files)
     turns = session_turns(server, seen, CLAUDE_PROMPT, TOOL_TURNS + 1)
     report("claude -p stream-json", turns)
-
-
-def trusting_config(home: Path, work: Path, key: str) -> None:
-    """Write Claude Code's user config as after its first run: onboarding done, ``key`` and ``work`` trusted."""
-    config = {
-        "hasCompletedOnboarding": True,
-        "theme": "dark",
-        "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
-        "projects": {str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
-    }
-    (home / ".claude.json").write_text(json.dumps(config))
-
-
-def submit(ui: Tmux, text: str, taken: Callable[[], bool]) -> None:
-    """Type ``text`` into the UI's prompt box and press Enter until ``taken`` says it was.
-
-    Keys that come in one burst read as a paste, where Enter may end up in the box instead of sending it.
-    """
-    ui.keys(text, literal=True)
-    ui.wait_for(lambda screen: text in screen, f"{text!r} typed")
-    for _ in range(10):
-        ui.keys("Enter")
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if taken():
-                return
-            time.sleep(0.5)
-    raise AssertionError(f"{text!r} was never sent; the screen:\n{ui.screen()}")
 
 
 def test_claude_code_interactive_session(sessions: Sessions, tmp_path: Path) -> None:

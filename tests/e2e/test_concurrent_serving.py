@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from tests.contract_support import LOOKUP
+from tests.e2e.lookup_chats import CHATS, CODE, LOOKUP_LINE
 from tests.e2e.shared_workers import PREFILL_STEP
-from tests.e2e.test_prompt_lookup_server import CHATS, CODE, LOOKUP_LINE
 from tests.e2e.wrapped_support import STOPPED, Server, running
 
 pytestmark = pytest.mark.e2e

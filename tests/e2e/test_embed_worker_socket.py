@@ -16,8 +16,14 @@ import pytest
 
 from mlx_agent.api_errors import Code
 from mlx_agent.wire import MAX_BODY_BYTES
-from tests.e2e.test_worker_socket import is_api_error
-from tests.e2e.worker_socket_support import SHORT_DEADLINES, SocketWorker, closed_by_peer, read_answer, socket_worker
+from tests.e2e.worker_socket_support import (
+    SHORT_DEADLINES,
+    SocketWorker,
+    closed_by_peer,
+    is_api_error,
+    read_answer,
+    socket_worker,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, free_port
 from tests.e2e.front_support import CHAT, Front
-from tests.e2e.test_wrapped_errors import FAULT
+from tests.e2e.wrapped_support import FAULT
 from tests.gateway_support import gateway_config, real_worker_argv, start_gateway
 
 pytestmark = pytest.mark.e2e

@@ -8,8 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,70 +16,13 @@ import pytest
 from mlx_agent.errors import AdapterChanged
 from mlx_agent.errors.commands import BaseModelChanged, TrainingIncomplete
 from mlx_agent.plan.training_receipt import check_training_receipt, load_training_receipt
-from mlx_agent.supervise import process
 from tests.conftest import LAUNCHER, Agent, assert_valid
 from tests.fixtures.tiny_dataset import text_lines, write_dataset
-from tests.lora_support import assert_status_entry, train_args
+from tests.lora_support import settled, start, status_of, train_args, wait_for
 
 pytestmark = pytest.mark.e2e
 
-# A guard against hangs only: a few iterations of the tiny model take seconds on one CPU core.
-PATIENCE_S = 180.0
 LONG = ("--iters", "100000", "--steps-per-report", "1", "--steps-per-eval", "100000")
-
-
-@pytest.fixture
-def trainer_agent(agent: Agent) -> Iterator[Agent]:
-    """Return the CLI runner; afterwards stop any watcher (and its trainer) a test left running."""
-    yield agent
-    for path in (agent.home / "receipts" / "train").glob("*.json"):
-        receipt = json.loads(path.read_text())
-        for role in ("watcher", "trainer"):
-            record = receipt.get(role)
-            if record and record.get("create_time") is not None and process.classify(record) == "running":
-                process.stop_group(record["pid"], record["pgid"], grace=5.0)
-
-
-def wait_for(what: str, check: Callable[[], Any]) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after PATIENCE_S."""
-    deadline = time.monotonic() + PATIENCE_S
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def start(agent: Agent, args: list[str]) -> dict[str, Any]:
-    """Preview and confirm ``args``; return the confirm envelope's data."""
-    preview = agent.run(*args)
-    assert preview.rc == 0, preview.stdout + preview.stderr
-    assert_valid("training_plan", preview.data["plan"])
-    started = agent.run(*args, "--confirm", "--preview-hash", preview.data["plan"]["preview_hash"])
-    assert started.rc == 0, started.stdout + started.stderr
-    assert_valid("training_receipt", started.data["receipt"])
-    return started.data
-
-
-def status_of(agent: Agent, receipt_path: str) -> dict[str, Any]:
-    """Return the status entry of one training, checked against its schema."""
-    result = agent.run("lora", "status", "--receipt", receipt_path)
-    assert result.rc == 0, result.stdout
-    entry: dict[str, Any] = result.data["trainings"][0]
-    assert_status_entry(entry)
-    return entry
-
-
-def settled(agent: Agent, receipt_path: str, state: str) -> dict[str, Any]:
-    """Wait until a training's status is ``state``, and return that entry."""
-
-    def check() -> dict[str, Any] | None:
-        entry = status_of(agent, receipt_path)
-        return entry if entry["state"] == state else None
-
-    entry: dict[str, Any] = wait_for(f"state {state}", check)
-    return entry
 
 
 def trainer_recorded(receipt_path: str) -> dict[str, Any]:

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlx_agent.gateway.observe.limit_notice import LOWERED_HEADER
-from tests.gateway_support import real_worker_argv, running_gateway
-from tests.integration.test_lowered_limits import request_lines
+from tests.gateway_support import real_worker_argv, request_lines, running_gateway
 
 pytestmark = pytest.mark.e2e
 WINDOW = 160

@@ -24,8 +24,7 @@ from mlx_agent.wire import SOCKET_FLAG, UPLOADS_DIR
 from tests.conftest import Agent
 from tests.contract_support import contract
 from tests.e2e.media_fleet_support import WorkerSocket, loaded_model, loaded_worker
-from tests.e2e.test_worker_socket import is_api_error
-from tests.e2e.worker_socket_support import REPO_ROOT, Answer, SocketWorker, socket_worker
+from tests.e2e.worker_socket_support import REPO_ROOT, Answer, SocketWorker, is_api_error, socket_worker
 from tests.fixtures.tiny_stt import TRANSCRIPT, wav_bytes
 from tests.gateway_support import Gateway
 

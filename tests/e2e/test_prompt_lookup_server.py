@@ -11,7 +11,6 @@ an empty thinking block): its replies are watched, and the watcher steers the lo
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,17 +23,12 @@ import pytest
 from tests.conftest import assert_valid
 from tests.contract_support import LOOKUP, contract
 from tests.e2e.cli_launch import Launched
+from tests.e2e.lookup_chats import CHATS, CODE, LOOKUP_LINE
 from tests.e2e.wrapped_support import Server, running, variant
 from tests.fixtures.tiny_model import CHAT_TEMPLATE
 
 pytestmark = pytest.mark.e2e
 
-CODE = (
-    'def load_config(path: Path) -> dict[str, object]:\n    with open(path, "r", encoding="utf-8") as f:\n'
-    "        return json.load(f)\n\nclass Stack:\n    def __init__(self) -> None:\n"
-    "        self.items: list[int] = []\n\n    def push(self, item: int) -> None:\n"
-    "        self.items.append(item)\n"
-)
 JSON_OBJECT: dict[str, Any] = {"type": "json_object"}
 NOTE_FORMAT: dict[str, Any] = {
     "type": "json_schema",
@@ -48,15 +42,6 @@ NOTE_FORMAT: dict[str, Any] = {
         },
     },
 }
-CHATS = {
-    "code_edit": [{"role": "user", "content": f"Rename Stack to Pile in this code:\n{CODE}"}],
-    "code_edit_system": [
-        {"role": "system", "content": "You edit code."},
-        {"role": "user", "content": f"Add type hints:\n{CODE}\nReturn the whole file."},
-    ],
-    "chat": [{"role": "user", "content": "Could you explain why the sky looks blue during the day?"}],
-    "chat_short": [{"role": "user", "content": "Hello! How are you today?"}],
-}
 # Qwen3-style: the thinking is opened for the model, or written empty when the request turns it off.
 QWEN3_TEMPLATE = CHAT_TEMPLATE.replace(
     "{{- '<|im_start|>assistant\\n' }}",
@@ -69,10 +54,6 @@ THINKING_MODES: dict[str, dict[str, Any]] = {
     "thinking_limits": {},  # the default hedge and repeat limits and the answer reserve close the thinking
     "thinking_off_limit_answers": {"chat_template_kwargs": {"enable_thinking": False}, "limit_answers": True},
 }
-LOOKUP_LINE = re.compile(
-    r"(chatcmpl-\S+|cmpl-\S+) prompt lookup: (\d+) tokens in (\d+) forward passes, "
-    r"(\d+) of (\d+) drafted tokens accepted"
-)
 
 
 @pytest.fixture(scope="module")

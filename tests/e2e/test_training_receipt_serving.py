@@ -9,14 +9,13 @@ import pytest
 
 from tests.adapter_support import flip_last_byte, restart_refusal
 from tests.conftest import Agent, assert_valid, free_port
-from tests.e2e.test_lora_train import settled, start, trainer_agent  # noqa: F401  (fixture)
 from tests.fixtures.tiny_dataset import write_dataset
-from tests.lora_support import train_args
+from tests.lora_support import settled, start, train_args
 
 pytestmark = pytest.mark.e2e
 
 
-def test_train_then_serve_the_receipt(trainer_agent: Agent, model_copy: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_train_then_serve_the_receipt(trainer_agent: Agent, model_copy: Path, tmp_path: Path) -> None:
     """Train, serve the receipt, chat; one changed adapter byte: confirm says adapter_changed, a restart refuses."""
     adapter = tmp_path / "adapter"
     trained = start(trainer_agent, train_args(model_copy, write_dataset(tmp_path / "data"), adapter))

@@ -15,7 +15,7 @@ import pytest
 
 from mlx_agent.supervise.readiness import probe
 from tests.conftest import Agent, free_port
-from tests.integration.test_units import ODD_NAME, install, read_unit, systemd_words
+from tests.units_support import ODD_NAME, install, read_unit, systemd_words
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(sys.platform != "linux", reason="systemd units are for Linux")]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_wrapped_tool_calls import BROKEN, TOOLS, tool_caller
+from tests.e2e.tool_call_models import BROKEN, TOOLS, tool_caller
 from tests.gateway_support import Gateway, real_worker_argv, running_gateway
 
 pytestmark = pytest.mark.e2e

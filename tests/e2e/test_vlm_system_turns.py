@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.agent_sessions import PICTURED, QUESTION
-from tests.e2e.test_prompt_cache_hits import APIS, turn
+from tests.e2e.api_turns import APIS, turn
 from tests.e2e.vision_support import vision_front
 from tests.fixtures.tiny_vlm import IMAGE_PAD, VLM_CHAT_TEMPLATE, build_tiny_vlm
 from tests.gateway_support import Gateway
@@ -130,7 +130,7 @@ def test_an_image_session_with_tools_grows_through_the_worker(
     from tokenizers import Tokenizer
 
     from tests.agent_sessions import IMAGE_SHAPES, vlm_served_prompts
-    from tests.e2e.test_prompt_cache_hits import post
+    from tests.e2e.api_turns import post
     from tests.template_corpus import template
 
     bodies = IMAGE_SHAPES[shape]()

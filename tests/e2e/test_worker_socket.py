@@ -16,9 +16,7 @@ from tokenizers import Tokenizer
 from mlx_agent.api_errors import Code
 from mlx_agent.runtime.serving.prompt_size import SAFETY
 from mlx_agent.wire import MAX_BODY_BYTES
-from tests.e2e.worker_socket_support import CHAT_HEAD as CHAT_HEAD  # re-exported for the vlm/media/embed files
-from tests.e2e.worker_socket_support import SocketWorker, closed_by_peer, read_answer
-from tests.e2e.worker_socket_support import is_api_error as is_api_error  # re-exported, as CHAT_HEAD
+from tests.e2e.worker_socket_support import CHAT_HEAD, SocketWorker, closed_by_peer, is_api_error, read_answer
 
 pytestmark = pytest.mark.e2e
 

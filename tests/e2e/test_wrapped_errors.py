@@ -16,8 +16,7 @@ import openai
 import pytest
 
 from mlx_agent.wire import EXIT_GENERATION_DIED
-from tests.e2e.wrapped_support import FAULT as FAULT  # re-exported: test_hostile_requests imports it here
-from tests.e2e.wrapped_support import Server, running
+from tests.e2e.wrapped_support import FAULT, Server, running
 
 pytestmark = pytest.mark.e2e
 

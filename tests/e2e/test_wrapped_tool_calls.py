@@ -15,11 +15,7 @@ from typing import Any
 
 import pytest
 
-# BROKEN, TOOLS and tool_caller are re-exported: test_unparsed_tool_call_metrics imports them from here.
-from tests.e2e.tool_call_models import BROKEN as BROKEN
-from tests.e2e.tool_call_models import TOOLS as TOOLS
-from tests.e2e.tool_call_models import WHOLE
-from tests.e2e.tool_call_models import tool_caller as tool_caller
+from tests.e2e.tool_call_models import BROKEN, TOOLS, WHOLE, tool_caller
 from tests.e2e.wrapped_support import Server, running, scripted_model
 
 pytestmark = pytest.mark.e2e

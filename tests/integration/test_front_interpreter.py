@@ -21,8 +21,8 @@ from mlx_agent.errors import RuntimeChanged
 from mlx_agent.supervise.front import front_executable
 from mlx_agent.wire import EXIT_REFUSED
 from tests.conftest import LAUNCHER, Agent, free_port
-from tests.integration.test_hostile_confirm import cli, listeners, make_venv, swap_for_script
-from tests.integration.test_units import read_unit, systemd_words
+from tests.integration.interpreter_support import cli, listeners, make_venv, swap_for_script
+from tests.units_support import read_unit, systemd_words
 
 
 def reviewed_cli(python: Path, agent: Agent, *args: str) -> dict[str, Any]:

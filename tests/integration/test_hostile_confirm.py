@@ -13,8 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -26,49 +24,12 @@ import psutil
 import pytest
 
 from mlx_agent.spawn import spawn
-from tests.conftest import LAUNCHER, Agent, free_port
+from tests.conftest import Agent, free_port
+from tests.disk_support import small_disk
 from tests.gateway_support import fake_worker_argv, gateway_config, start_gateway
-from tests.integration.test_hostile_machine import small_disk
+from tests.integration.interpreter_support import cli, listeners, make_venv, swap_for_script
 
 SETTLE_S = 30.0  # how long a front may take to listen or end after its CLI is gone (a bound, not a measure)
-
-
-def make_venv(directory: Path) -> Path:
-    """Create a real venv whose packages are this checkout's (a .pth its own site-packages reads); return it.
-
-    The .pth works only where the interpreter found the venv (``pyvenv.cfg`` beside argv[0]): started by its
-    base interpreter's path, the venv's python would not import mlx_agent at all.
-    """
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=120)
-    site = directory / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    ours = sysconfig.get_paths()["purelib"]
-    (site / "mlx_agent_checkout.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    return directory
-
-
-def swap_for_script(link: Path, marker: Path) -> None:
-    """Replace the link ``link`` by a script that leaves ``marker`` and then runs what the link named.
-
-    It keeps argv[0], so the venv is still found and everything works as before: only the marker tells.
-    """
-    target = os.path.realpath(link)
-    link.unlink()
-    link.write_text(f'#!/bin/bash\ntouch {marker}\nexec -a "$0" {target} "$@"\n')
-    link.chmod(0o755)
-
-
-def cli(python: Path, agent: Agent, *args: str) -> dict[str, Any]:
-    """Run ``mlx-agent ARGS --json`` under ``python`` and return its envelope."""
-    proc = subprocess.run(
-        [str(python), str(LAUNCHER), *args, "--json"],
-        capture_output=True,
-        text=True,
-        env=agent.env,
-        cwd=agent.home,
-        timeout=300,
-    )
-    doc: dict[str, Any] = json.loads(proc.stdout)
-    return doc
 
 
 def chat(port: int) -> tuple[int, dict[str, Any]]:
@@ -148,15 +109,6 @@ def front_processes(config_path: Path) -> list[psutil.Process]:
         if str(config_path) in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc)
     return found
-
-
-def listeners(port: int) -> set[int]:
-    """Return the pids listening on loopback ``port``."""
-    return {
-        c.pid
-        for c in psutil.net_connections(kind="tcp")
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid is not None
-    }
 
 
 def settled(config_path: Path, port: int) -> None:

@@ -26,7 +26,7 @@ import pytest
 
 from mlx_agent import disk
 from tests.conftest import FAKE_SERVER, Agent, fake_runtime, free_port
-from tests.disk_support import tmpfs
+from tests.disk_support import small_disk
 from tests.gateway_support import squatting
 
 
@@ -365,15 +365,6 @@ def test_verify_weights_binds_every_byte_and_shows_its_progress(agent: Agent, mo
     assert plain["preview_hash"] != verified["preview_hash"]
     human = agent.run("serve", "start", *args, "--verify-weights", check_json=False)
     assert human.rc == 0 and "hashing weights" in human.stderr and "sha256 of every byte" in human.stdout
-
-
-@contextlib.contextmanager
-def small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
-    """Mount a tmpfs of ``size`` and yield its private receipts directory (root only; skipped otherwise)."""
-    with tmpfs(tmp_path, size, "small") as mount:
-        (mount / "receipts" / "serve").mkdir(parents=True, mode=0o700)
-        os.chmod(mount / "receipts", 0o700)
-        yield mount / "receipts"
 
 
 def fill(directory: Path) -> None:

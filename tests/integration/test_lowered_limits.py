@@ -12,17 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from mlx_agent.gateway.observe.limit_notice import LOWERED_HEADER
-from mlx_agent.gateway.observe.request_log import REQUEST_LINE
-from tests.gateway_support import Gateway, read_sse, running_gateway
+from tests.gateway_support import Gateway, read_sse, request_lines, running_gateway
 
 ANTHROPIC = {"anthropic-version": "2023-06-01"}
 HI = [{"role": "user", "content": "hi"}]
-
-
-def request_lines(gateway: Gateway) -> list[dict[str, Any]]:
-    """Return the front's request lines so far."""
-    lines = gateway.log_path.read_text().splitlines()
-    return [json.loads(line.split(REQUEST_LINE, 1)[1]) for line in lines if REQUEST_LINE + "{" in line]
 
 
 def stream(gateway: Gateway, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[str | None, bytes]:

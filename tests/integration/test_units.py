@@ -6,19 +6,16 @@ written files back with plistlib and configparser.
 
 from __future__ import annotations
 
-import configparser
 import json
 import os
 import plistlib
-import shlex
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Agent, assert_valid, free_port
-
-ODD_NAME = "my model & <tiny> é"
+from tests.conftest import Agent, free_port
+from tests.units_support import ODD_NAME, install, read_unit, systemd_words
 
 
 @pytest.fixture
@@ -27,32 +24,6 @@ def odd_model(tiny_model: Path, tmp_path: Path) -> Path:
     dest = tmp_path / ODD_NAME
     shutil.copytree(tiny_model, dest)
     return dest
-
-
-def install(agent: Agent, kind: str, model: Path, port: int, unit_dir: Path, *extra: str) -> dict[str, object]:
-    """Preview and confirm a unit; return the confirm's data."""
-    args = ["--path", str(model), "--port", str(port), f"--{kind}", "--unit-dir", str(unit_dir), *extra]
-    preview = agent.run("serve", "start", *args)
-    assert preview.rc == 0, preview.stdout
-    assert_valid("serve_plan", preview.data["plan"])
-    result = agent.run("serve", "start", *args, "--confirm", "--preview-hash", preview.data["plan"]["preview_hash"])
-    assert result.rc == 0, result.stdout
-    assert_valid("serve_receipt", result.data["receipt"])
-    return result.data
-
-
-def systemd_words(line: str, *, dollar: bool) -> list[str]:
-    """Split a systemd command line the way systemd does for these quoting rules."""
-    words = [w.replace("%%", "%") for w in shlex.split(line)]
-    return [w.replace("$$", "$") for w in words] if dollar else words
-
-
-def read_unit(path: Path) -> configparser.ConfigParser:
-    """Parse a systemd unit with configparser, keeping key case."""
-    unit = configparser.ConfigParser(interpolation=None)
-    unit.optionxform = str  # type: ignore[assignment,method-assign]
-    unit.read(path, encoding="utf-8")
-    return unit
 
 
 def test_launchd_plist_runs_exactly_the_plan(agent: Agent, odd_model: Path, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from mlx_agent.runtime.entries import accel_entry
 from mlx_agent.runtime.entries.mlx_lm_server import listening
 from mlx_agent.worker_contract import Started, split_worker_argv
 from tests.conftest import assert_valid
+from tests.plan_support import native_executable
 
 RULES = accel_rules.support()[0]
 QWEN2_Q4 = {
@@ -48,14 +48,6 @@ def entry_view(model: ModelPlan) -> tuple[accel_entry.AccelFlags, Started, list[
     """Return what the wrapped entry reads of the accelerations, what else it was given, and mlx_lm's own argv."""
     given, rest = split_worker_argv(worker_args(model))
     return accel_entry.accel_flags(given.contract), given, rest
-
-
-def native_executable(tmp_path: Path) -> Path:
-    """Return an executable runtime from "another environment" (this interpreter, launched natively)."""
-    exe = tmp_path / "mlx_lm.server"
-    exe.write_text(f"#!{sys.executable}\nprint('server')\n")
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return exe
 
 
 def test_not_requested_is_native_and_adds_nothing(tiny_model: Path) -> None:
@@ -142,7 +134,7 @@ def test_other_runtimes_reject_both_options(tiny_model: Path, option: str) -> No
 
 def test_an_adapter_keeps_both_native(tiny_model: Path, tmp_path: Path) -> None:
     """With a served adapter, lookup does not apply and the kernel is excluded, both with a reason."""
-    from tests.unit.test_adapter import make_adapter
+    from tests.adapter_support import make_adapter
 
     adapter = tmp_path / "adapter"
     make_adapter(adapter)

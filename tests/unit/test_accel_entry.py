@@ -22,7 +22,7 @@ from mlx_agent.supervise.readiness import launch_failed
 from mlx_agent.wire import REFUSAL_PREFIX as ERROR_PREFIX
 from mlx_agent.worker_contract import split_worker_argv
 from tests.contract_support import contract
-from tests.unit.test_m5_prefill import FakeKernel, qwen2_model
+from tests.unit.m5_prefill_support import FakeKernel, qwen2_model
 
 RULES = accel_rules.support()[0]
 QWEN2_Q4 = {

@@ -6,9 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from mlx_agent.errors.commands import AdapterInvalid, UnsupportedRuntime
 from mlx_agent.files import changed_files
@@ -18,21 +16,8 @@ from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.records.receipt import OlderReceipt
 from mlx_agent.supervise.servers import adapter_fields
 from mlx_agent.worker_contract import split_worker_argv
+from tests.adapter_support import CONFIG, make_adapter
 from tests.conftest import assert_valid
-
-CONFIG = {"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": {"rank": 8, "scale": 20.0, "dropout": 0.0}}
-
-
-def make_adapter(
-    directory: Path,
-    *,
-    keys: tuple[str, ...] = ("model.layers.0.self_attn.q_proj.lora_a", "model.layers.0.self_attn.q_proj.lora_b"),
-) -> Path:
-    """Write a small adapter directory shaped like mlx_lm.lora's output."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "adapter_config.json").write_text(json.dumps(CONFIG))
-    save_file({k: np.zeros((2, 2), dtype=np.float32) for k in keys}, str(directory / "adapters.safetensors"))
-    return directory
 
 
 @pytest.mark.fast

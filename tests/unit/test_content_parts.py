@@ -14,7 +14,8 @@ from mlx_agent.gateway.images import IMAGE_PART_TYPES
 from mlx_agent.gateway.ollama.bodies import OllamaChatBody
 from mlx_agent.gateway.ollama.request import translate_chat
 from mlx_agent.gateway.request import prepare
-from tests.unit.test_gateway_images import PNG_B64, PNG_URL, model, refusal
+from tests.unit.image_data import PNG_B64, PNG_URL
+from tests.unit.image_requests import model, refusal
 
 pytestmark = pytest.mark.fast
 

@@ -17,7 +17,7 @@ from mlx_agent.gateway.anthropic.request import AnthropicRequest
 from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.openai.passthrough import window_fields
 from mlx_agent.gateway.request import prepare
-from tests.unit.test_gateway_request_body import model as request_model
+from tests.unit.request_bodies import model as request_model
 
 pytestmark = pytest.mark.fast
 

@@ -11,34 +11,11 @@ import pytest
 
 from mlx_agent.errors import RequestRefused, SeamChanged, UnsupportedModel
 from mlx_agent.errors.commands import UnsupportedRuntime
-from mlx_agent.gateway.door.config import parse_config
-from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.openai.embeddings import MAX_INPUTS, embedding_model, floats, inputs_of
 from mlx_agent.installed import embedding_support
 from mlx_agent.plan.runtime_select import select_runtime
 from mlx_agent.runtime.entries.mlx_vlm_embed import EMBED_SEAMS, check_embed_seams
-from tests.gateway_support import gateway_config
-
-
-def fleet(tmp_path: Path) -> Fleet:
-    """Return a fleet of a chat model (org/tiny) and an embedding model (embed, alias text-embedding-*)."""
-    config = gateway_config(
-        tmp_path,
-        8080,
-        ["python", "w.py", "--port", "{port}"],
-        model_path=tmp_path / "tiny",
-        socket_dir=str(tmp_path / "sockets"),  # its own, not a temp one left for the next front to sweep
-    )
-    config["models"][0]["worker"]["kind"] = "text"
-    embed = {
-        **config["models"][0],
-        "served_model_name": "embed",
-        "alias": ["text-embedding-*"],
-        "hidden_names": [str(tmp_path / "embed")],
-        "worker": {**config["models"][0]["worker"], "kind": "embedding"},
-    }
-    config["models"].append(embed)
-    return Fleet(parse_config(config))
+from tests.unit.fleets import fleet
 
 
 @pytest.mark.fast

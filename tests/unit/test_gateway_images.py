@@ -3,79 +3,19 @@
 from __future__ import annotations
 
 import base64
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway import images
-from mlx_agent.gateway.anthropic import request as anthropic
-from mlx_agent.gateway.anthropic.bodies import MessagesBody
 from mlx_agent.gateway.content_parts import check_messages
-from mlx_agent.gateway.door.config import parse_config
-from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.images import ImageLimits
 from mlx_agent.gateway.request import prepare
-from mlx_agent.gateway.responses import request as responses
-from mlx_agent.gateway.responses.bodies import ResponsesBody
-from mlx_agent.records.front import FrontModelConfig
-from tests.gateway_support import gateway_config
+from tests.unit.image_data import PNG, PNG_B64, PNG_URL, png_bytes
+from tests.unit.image_requests import anthropic_chat, messages_body, model, refusal, responses_chat
 
 pytestmark = pytest.mark.fast
-
-
-def png_bytes(width: int, height: int, *, pixels: bool = True) -> bytes:
-    """Return a solid PNG of ``width`` x ``height`` (with ``pixels=False``, a valid header and no image data)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\x00" + b"\x10\x20\x30" * width for _ in range(height)) if pixels else b""
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
-
-
-PNG = png_bytes(4, 3)
-PNG_B64 = base64.b64encode(PNG).decode()
-PNG_URL = "data:image/png;base64," + PNG_B64
-
-
-def model(kind: str | None) -> FrontModelConfig:
-    """Return a front's model whose worker is of ``kind`` (None: a config written before kinds)."""
-    config = gateway_config(Path("/tmp/x"), 8080, ["python", "w.py", "--port", "{port}"], model_path=Path("/m/tiny"))
-    if kind is not None:
-        config["models"][0]["worker"]["kind"] = kind
-    parsed: FrontModelConfig = parse_config(config)["models"][0]
-    return parsed
-
-
-def messages_body(*content: dict[str, Any]) -> dict[str, Any]:
-    """Return a Messages request with one user turn of ``content`` blocks."""
-    return {"model": "org/tiny", "max_tokens": 8, "messages": [{"role": "user", "content": list(content)}]}
-
-
-def anthropic_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """Return the chat body the Messages translator makes of ``body``."""
-    return anthropic.translate(parse(MessagesBody, body)).chat
-
-
-def responses_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """Return the chat body the Responses translator makes of ``body``."""
-    return responses.to_chat(parse(ResponsesBody, body), default_model="m").chat
-
-
-def refusal(call: Any, *args: Any, **kwargs: Any) -> RequestRefused:
-    """Return the refusal ``call`` raises."""
-    with pytest.raises(RequestRefused) as info:
-        call(*args, **kwargs)
-    return info.value
 
 
 def test_a_messages_image_becomes_the_chat_image_part_between_its_texts() -> None:

@@ -10,7 +10,7 @@ from mlx_agent.gateway.observe.limit_notice import LOWERED_HEADER, lowered_heade
 from mlx_agent.gateway.observe.request_log import Exchange
 from mlx_agent.gateway.request import prepare
 from mlx_agent.wire import GRANTED_MAX_TOKENS_HEADER
-from tests.unit.test_gateway_request_body import chat, model
+from tests.unit.request_bodies import chat, model
 
 pytestmark = pytest.mark.fast
 

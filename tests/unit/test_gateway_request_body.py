@@ -15,22 +15,9 @@ from mlx_agent.gateway.models.fleet import Fleet
 from mlx_agent.gateway.request import prepare
 from mlx_agent.records.front import FrontModelConfig
 from tests.gateway_support import gateway_config
+from tests.unit.request_bodies import chat, model
 
 pytestmark = pytest.mark.fast
-
-
-def model(**fields: Any) -> FrontModelConfig:
-    """Return the one model of a valid front config, with ``fields`` changed."""
-    config = gateway_config(
-        Path("/tmp/x"), 8080, ["python", "w.py", "--port", "{port}"], model_path=Path("/m/tiny"), **fields
-    )
-    parsed: FrontModelConfig = parse_config(config)["models"][0]
-    return parsed
-
-
-def chat(**fields: Any) -> dict[str, Any]:
-    """Return a chat body with ``fields`` added."""
-    return {"messages": [{"role": "user", "content": "hi"}], **fields}
 
 
 def refused(body: Any, declaration: type[Body] = ChatBody) -> RequestRefused | BodyInvalid:

@@ -10,7 +10,7 @@ from mlx_agent.errors import RequestRefused
 from mlx_agent.gateway.door.http_errors import parse
 from mlx_agent.gateway.openai.bodies import RerankBody
 from mlx_agent.gateway.openai.embeddings import refuse_rerank
-from tests.unit.test_gateway_embeddings import fleet
+from tests.unit.fleets import fleet
 
 pytestmark = pytest.mark.fast
 

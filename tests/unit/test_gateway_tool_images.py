@@ -8,15 +8,8 @@ import pytest
 
 from mlx_agent.gateway.images import LIMITS
 from mlx_agent.gateway.request import prepare
-from tests.unit.test_gateway_images import (
-    PNG_B64,
-    PNG_URL,
-    anthropic_chat,
-    messages_body,
-    model,
-    refusal,
-    responses_chat,
-)
+from tests.unit.image_data import PNG_B64, PNG_URL
+from tests.unit.image_requests import anthropic_chat, messages_body, model, refusal, responses_chat
 
 pytestmark = pytest.mark.fast
 

@@ -14,7 +14,8 @@ from mlx_agent.gateway import images
 from mlx_agent.gateway.images import ImagePart, check_decoded, check_image, decode_all
 from mlx_agent.gateway.upstream import read_error
 from tests.media_traps import lying_png, thin_png, truncated_png
-from tests.unit.test_gateway_images import PNG, PNG_URL, png_bytes, refusal
+from tests.unit.image_data import PNG, PNG_URL, png_bytes
+from tests.unit.image_requests import refusal
 
 pytestmark = pytest.mark.fast
 

@@ -8,10 +8,10 @@ from typing import Any, cast
 import mlx.core as mx
 import pytest
 from mlx import nn as _nn
-from mlx_lm.models import qwen2
 
 from mlx_agent.runtime.accel import m5_prefill
 from mlx_agent.runtime.accel.m5_prefill import KernelLinear, adapt_model, emulate, layer_reasons, restore, unpack
+from tests.unit.m5_prefill_support import FakeKernel, qwen2_model
 
 nn: Any = _nn
 
@@ -27,38 +27,6 @@ def quantized(
     q.set_dtype(dtype)
     q.eval()
     return q
-
-
-def qwen2_model(
-    *,
-    hidden: int = 128,
-    intermediate: int = 256,
-    model_type: str = "qwen2",
-    dtype: Any = mx.float16,
-    group_size: int = 64,
-) -> Any:
-    """Return a two-layer Qwen2 model quantized to 4 bits, as mlx_lm loads a Q4 checkpoint."""
-    model_args: Any = qwen2.ModelArgs
-    args = model_args.from_dict(
-        {
-            "model_type": model_type,
-            "hidden_size": hidden,
-            "intermediate_size": intermediate,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "rms_norm_eps": 1e-6,
-            "vocab_size": 256,
-            "rope_theta": 10000.0,
-            "tie_word_embeddings": False,
-        }
-    )
-    mx.random.seed(1)
-    model = qwen2.Model(args)
-    nn.quantize(model, group_size=group_size, bits=4)
-    model.set_dtype(dtype)
-    model.eval()
-    return model
 
 
 def relative_error(got: mx.array, want: mx.array) -> float:
@@ -138,18 +106,6 @@ def test_a_training_layer_is_not_adapted() -> None:
     layer = quantized(64, 128)
     layer.train()
     assert layer_reasons(layer) == ["the layer is in training mode"]
-
-
-class FakeKernel:
-    """Stands in for the Metal call: counts the rows it was given and answers with the emulation."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int]] = []
-
-    def __call__(self, x: mx.array, w: mx.array, scales: mx.array, biases: mx.array) -> mx.array:
-        """Record the call and return the emulated product."""
-        self.calls.append((x.shape[0], x.shape[1]))
-        return emulate(x, w, scales, biases)
 
 
 def test_dispatch_swaps_the_six_mlp_projections_and_keeps_the_weights() -> None:

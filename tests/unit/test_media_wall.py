@@ -13,7 +13,7 @@ import pytest
 from mlx_agent.errors import SeamChanged
 from mlx_agent.runtime.entries import mlx_vlm_server
 from mlx_agent.runtime.entries.media_wall import MEDIA_TYPES, MediaWall, check_media_types, refusal
-from tests.unit.test_gateway_images import PNG_URL
+from tests.unit.image_data import PNG_URL
 
 
 def chat(*parts: Any) -> dict[str, Any]:

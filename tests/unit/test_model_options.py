@@ -18,10 +18,10 @@ from mlx_agent.plan.requests import COMMANDS, ModelRequest, ServeRequest
 from mlx_agent.plan.serve_plan import build_serve_plan
 from mlx_agent.plan.source import resolve_path_source
 from mlx_agent.records.plan import ModelPlan
+from tests.adapter_support import make_adapter
 from tests.conftest import REPO_ROOT
 from tests.fixtures.tiny_model import build_hf_cache_repo, build_tiny_model
-from tests.unit.test_accel import native_executable
-from tests.unit.test_adapter import make_adapter
+from tests.plan_support import native_executable
 
 PORT = 18997
 NAME = "m"  # every case names its model: a table must

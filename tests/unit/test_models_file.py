@@ -205,7 +205,7 @@ def test_the_older_keys_are_named_in_one_warning_each(fleet_dir: Path) -> None:
 
 def test_relative_paths_are_read_from_the_files_directory(fleet_dir: Path) -> None:
     """A table's path, adapter, draft model and hostfile given relative to the file resolve beside it."""
-    from tests.unit.test_adapter import make_adapter
+    from tests.adapter_support import make_adapter
 
     make_adapter(fleet_dir / "adapter")
     text = TWO.replace("max_tokens = 64", 'adapter_path = "adapter"\ndraft_model = "a"')
