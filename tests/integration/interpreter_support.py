@@ -39,10 +39,11 @@ def swap_for_script(link: Path, marker: Path) -> None:
     link.chmod(0o755)
 
 
-def cli(python: Path, agent: Agent, *args: str) -> dict[str, Any]:
-    """Run ``mlx-agent ARGS --json`` under ``python`` and return its envelope."""
+def cli(python: Path, agent: Agent, *args: str, executable: str | None = None) -> dict[str, Any]:
+    """Run ``mlx-agent ARGS --json`` under ``python`` (argv[0]; started by ``executable`` if given): its envelope."""
     proc = subprocess.run(
         [str(python), str(LAUNCHER), *args, "--json"],
+        executable=executable,
         capture_output=True,
         text=True,
         env=agent.env,

@@ -8,7 +8,6 @@ refused ``runtime_changed`` naming the link, and the script (which would leave a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 from mlx_agent.errors import RuntimeChanged
 from mlx_agent.supervise.front import front_executable
 from mlx_agent.wire import EXIT_REFUSED
-from tests.conftest import LAUNCHER, Agent, free_port
+from tests.conftest import Agent, free_port
 from tests.integration.interpreter_support import cli, listeners, make_venv, swap_for_script
 from tests.units_support import read_unit, systemd_words
 
@@ -31,17 +30,8 @@ def reviewed_cli(python: Path, agent: Agent, *args: str) -> dict[str, Any]:
     A CLI started through the swapped link would run the script itself; started this way, a marker left
     behind can only come from something the CLI started (the front).
     """
-    proc = subprocess.run(
-        [str(python), str(LAUNCHER), *args, "--json"],
-        executable=os.path.realpath(python.parent / "python"),  # python3's twin link, untouched: the reviewed file
-        capture_output=True,
-        text=True,
-        env=agent.env,
-        cwd=agent.home,
-        timeout=300,
-    )
-    doc: dict[str, Any] = json.loads(proc.stdout)
-    return doc
+    # python3's twin link, untouched: the reviewed file
+    return cli(python, agent, *args, executable=os.path.realpath(python.parent / "python"))
 
 
 def test_a_link_swapped_between_preview_and_confirm_is_refused_and_never_runs(
