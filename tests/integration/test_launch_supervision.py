@@ -7,11 +7,11 @@ import json
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 
+from tests.conditions import wait_until
 from tests.conftest import FAKE_SERVER, Agent, assert_valid, fake_runtime, free_port, processes_mentioning
 
 
@@ -67,9 +67,7 @@ def confirm_waiting(agent: Agent, tiny_model: Path, exe: Path, port: int) -> tup
     preview_hash = agent.preview_hash(*args)
     cli = agent.popen("serve", "start", *args, "--confirm", "--preview-hash", preview_hash)
     receipt = agent.serve_dir / f"{port}.json"
-    deadline = time.monotonic() + 30
-    while not receipt.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(receipt.exists, "the waiting confirm wrote its receipt")
     return cli, receipt
 
 
@@ -153,10 +151,7 @@ def test_concurrent_stops_one_stops_the_rest_already_stopped(agent: Agent, tiny_
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         stops = [agent.popen("serve", "stop", "--port", str(port)) for _ in range(10)]
-        deadline = time.monotonic() + 120
-        while not all(_has_open(proc.pid, lock) for proc in stops):
-            assert time.monotonic() < deadline, "the stops never reached the port's lock"
-            time.sleep(0.05)
+        wait_until(lambda: all(_has_open(proc.pid, lock) for proc in stops), "every stop waits on the port's lock", 120)
     results = []
     for proc in stops:
         out, _ = proc.communicate(timeout=120)
