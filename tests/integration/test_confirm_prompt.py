@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents_support import Namespace, Tmux
+from tests.conditions import wait_until
 from tests.conftest import LAUNCHER, Agent, free_port
 from tests.fixtures.tiny_dataset import write_dataset
 from tests.lora_support import train_args
@@ -87,9 +88,18 @@ def test_a_plan_changed_before_the_answer_is_refused_stale(agent: Agent, term: T
 
 def test_json_on_a_terminal_asks_nothing(agent: Agent, term: Tmux, tiny_model: Path) -> None:
     """--json on a terminal prints the preview's envelope and exits 0 without asking or launching."""
-    term.start([sys.executable, str(LAUNCHER), "serve", "start", "--path", str(tiny_model), "--json"], agent.home)
-    assert term.exit_status() == 0, term.screen()
-    shown = term.scrollback()  # the envelope is taller than the pane: its head has scrolled off the screen
+    # The terminal stays open after the CLI (cat holds it) until tmux has read the line after the envelope: a
+    # terminal whose programs have all exited loses what tmux had not read yet, and this envelope is long.
+    held = r'"$@"; printf "\n[exited %s]\n" "$?"; exec cat'
+    cli = [sys.executable, str(LAUNCHER), "serve", "start", "--path", str(tiny_model), "--json"]
+    term.start(["sh", "-c", held, "sh", *cli], agent.home)
+
+    def exited() -> str:
+        shown = term.scrollback()
+        return shown if "[exited " in shown else ""
+
+    shown = wait_until(exited, "the CLI's exit on the terminal")
+    assert "[exited 0]" in shown, shown
     assert QUESTION not in shown and '"requires_confirmation": true' in shown
     assert agent.run("serve", "status").data["servers"] == []
 
