@@ -10,19 +10,16 @@ directory the front stores checked uploads in. A JSON body may also be held to t
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.media_kinds import IMAGE_GENERATION, SPEECH, TRANSCRIPTION, MediaKind
+from mlx_agent.runtime.serving.asgi_limits import App, Message, Receive, Send, read_whole, replaying
 from mlx_agent.worker_routes import WorkerRoute
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-App = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 # Checks a JSON body against the schema its endpoint builds: None, or the message and the field at fault.
 SchemaCheck = Callable[[str, dict[str, Any]], tuple[str, str | None] | None]
 
@@ -110,7 +107,7 @@ class KindWall:
         if path not in self.paths or method != "POST":
             await _refuse(send, Code.UNKNOWN_ENDPOINT, f"no such endpoint on this {self.kind} worker: {path}", None)
             return
-        messages, body = await _read_all(receive)
+        messages, body = await read_whole(receive)
         content_type = dict(scope.get("headers", [])).get(b"content-type", b"").decode("latin-1")
         if content_type.startswith("multipart/form-data"):
             refusal = await self._check_form(scope, body)
@@ -122,11 +119,7 @@ class KindWall:
         if refusal is not None:
             await _refuse(send, *refusal)
             return
-
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(messages, receive), send)
 
     def _model_refusal(self, given: object) -> tuple[Code, str, str] | None:
         if given == self.model:
@@ -200,17 +193,6 @@ class KindWall:
 def _with_length(scope: MutableMapping[str, Any], length: int) -> MutableMapping[str, Any]:
     headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
     return {**scope, "headers": [*headers, (b"content-length", str(length).encode())]}
-
-
-async def _read_all(receive: Receive) -> tuple[list[Message], bytes]:
-    """Return the request's messages and its body (already capped by ``BodyLimits``)."""
-    messages: list[Message] = []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            break
-    return messages, b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
 
 
 async def _reply(send: Send, status: int, doc: dict[str, Any]) -> None:

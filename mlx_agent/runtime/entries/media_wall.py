@@ -27,7 +27,7 @@ from typing import Any
 
 from mlx_agent.api_errors import Code, Family, error_body
 from mlx_agent.errors import SeamChanged
-from mlx_agent.runtime.serving.asgi_limits import App, Message, Receive, Send
+from mlx_agent.runtime.serving.asgi_limits import App, Receive, Send, read_whole, replaying
 
 IMAGE_TYPES = ("image_url", "input_image", "image")
 MEDIA_TYPES = ("video_url", "input_video", "video", "input_audio", "audio", "audio_url", "input_file", "file")
@@ -97,22 +97,12 @@ class MediaWall:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        messages: list[Message] = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
-        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        messages, body = await read_whole(receive)
         refused = _check(body)
         if refused is not None:
             await _answer(send, *refused)
             return
-
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(messages, receive), send)
 
 
 def _check(body: bytes) -> tuple[Code, str] | None:

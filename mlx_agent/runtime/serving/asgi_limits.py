@@ -86,6 +86,26 @@ class BodyLimits:
                 return b"".join(parts)
 
 
+async def read_whole(receive: Receive) -> tuple[list[Message], bytes]:
+    """Return a request's messages and its body (capped by ``BodyLimits`` before it), for a check to read first."""
+    messages: list[Message] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+    return messages, b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+
+
+def replaying(messages: list[Message], receive: Receive) -> Receive:
+    """Return a ``receive`` that gives the app ``messages`` (already read) first, then what comes after them."""
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
+
+
 async def drain(receive: Receive) -> None:
     """Read and drop what the client still sends of its body, for ``REFUSAL_WRITE_S`` at most."""
     loop = asyncio.get_running_loop()
