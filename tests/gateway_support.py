@@ -420,6 +420,13 @@ def running_gateway(
     )
     if env:
         config["models"][0]["worker"]["env"].update(env)
+    with serving(directory, config, api_keys=api_keys) as gateway:
+        yield gateway
+
+
+@contextlib.contextmanager
+def serving(directory: Path, config: dict[str, Any], api_keys: list[str] | None = None) -> Iterator[Gateway]:
+    """Start a gateway from ``config``, and stop it and its workers afterwards."""
     gateway = start_gateway(directory, config, api_keys=api_keys)
     try:
         yield gateway

@@ -22,7 +22,7 @@ from tests.conftest import free_port
 from tests.contract_support import contract
 from tests.e2e.closing_http import closing_post
 from tests.e2e.worker_socket_support import Answer, read_answer
-from tests.gateway_support import Gateway, Reply, start_gateway
+from tests.gateway_support import Gateway, Reply, serving
 from tests.media_support import FORM_TYPE, form_body, media_config, standin_argv, wav_bytes
 
 RUNTIMES = {"speech": "mlx-vlm-speech", "transcription": "mlx-vlm-transcription", "image_generation": "mlx-vlm-image"}
@@ -46,11 +46,8 @@ def media_front(directory: Path, models: dict[str, Path]) -> Iterator[Gateway]:
         if kind in models:
             model["worker"]["model_name"] = str(models[kind])  # the recipes' model_field: the worker names its path
             model["worker"]["ready_timeout"] = 300
-    gateway = start_gateway(directory, config)
-    try:
+    with serving(directory, config) as gateway:
         yield gateway
-    finally:
-        gateway.stop()
 
 
 @dataclass

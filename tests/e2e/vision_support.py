@@ -15,7 +15,7 @@ import openai
 from mlx_agent.wire import SOCKET_FLAG
 from tests.conftest import Agent, free_port
 from tests.contract_support import contract
-from tests.gateway_support import Gateway, gateway_config, start_gateway
+from tests.gateway_support import Gateway, gateway_config, serving
 
 # The worker's and the front's reply limit: these tests read prompts and refusals, never long replies.
 MAX_TOKENS = 4
@@ -30,11 +30,8 @@ def vision_front(directory: Path, model: Path) -> Iterator[Gateway]:
     worker = config["models"][0]["worker"]
     worker.update(kind="vision", model_name=str(model))  # mlx_vlm serves its model under its path
     worker["readiness"] = {"path": "/health", "status": 200, "json": {"status": "healthy"}, "nonnull": ["loaded_model"]}
-    gateway = start_gateway(directory, config)
-    try:
+    with serving(directory, config) as gateway:
         yield gateway
-    finally:
-        gateway.stop()
 
 
 @dataclass
